@@ -1,0 +1,205 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A Client gives access to the locks under one key prefix of one Redis
+// deployment. It owns the machinery every lock shares: one renewal loop for
+// all held locks, one pub/sub connection for wakeups, and the local queues
+// that let goroutines of this process wait for a lock without each talking
+// to Redis.
+//
+// A Client is safe for concurrent use. Create one per process and prefix,
+// and Close it when done; Close does not close the rueidis client.
+type Client struct {
+	rc  rueidis.Client
+	cfg config
+
+	closed atomic.Bool
+	done   chan struct{}
+	ctx    context.Context // cancelled by Close, for the Client's own calls
+	cancel context.CancelFunc
+	loops  sync.WaitGroup // the renewal loop and the notifier
+	timers sync.WaitGroup // lease timers armed and not yet stopped or fired
+
+	notify *notifier
+	renew  *renewer
+
+	mu      sync.Mutex
+	holds   map[*hold]struct{} // every hold of this Client, for Close
+	mutexes map[string]*mutexState
+
+	holdSeq atomic.Uint64
+}
+
+// NewClient returns a Client using rc, which may be a standalone, sentinel
+// or cluster rueidis client. The caller keeps ownership of rc and must not
+// close it before the Client.
+func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
+	if rc == nil {
+		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidArgument)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		rc:      rc,
+		cfg:     cfg,
+		done:    make(chan struct{}),
+		holds:   make(map[*hold]struct{}),
+		mutexes: make(map[string]*mutexState),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.notify = newNotifier(c)
+	c.renew = newRenewer(c)
+	c.loops.Add(2)
+	go c.notify.loop()
+	go c.renew.loop()
+	return c, nil
+}
+
+// Close stops the renewal loop and the wakeup subscription, ends every wait
+// in progress with ErrClosed, and releases the locks still held through the
+// Client (best effort, within a second), cancelling their lock contexts with
+// cause ErrClosed. No goroutine of the Client outlives Close. Calls after
+// Close return ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(c.done)
+	c.mu.Lock()
+	holds := make([]*hold, 0, len(c.holds))
+	for h := range c.holds {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	c.releaseOnClose(holds)
+	for _, h := range holds {
+		h.end(ErrClosed, false)
+	}
+	c.cancel()
+	c.loops.Wait()
+	c.timers.Wait()
+	return nil
+}
+
+// releaseOnClose releases holds in Redis in one pipelined round per script.
+func (c *Client) releaseOnClose(holds []*hold) {
+	if len(holds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
+	for _, h := range holds {
+		if h.release != nil {
+			s, e := h.release()
+			groups[s] = append(groups[s], e)
+		}
+	}
+	for s, execs := range groups {
+		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
+			if err := r.Error(); err != nil {
+				c.cfg.logger.Warn("dsync: release on close failed", "err", err)
+			}
+		}
+	}
+}
+
+func (c *Client) checkOpen() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// checkCall validates what every call that reaches Redis needs.
+func (c *Client) checkCall(ctx context.Context, nameErr error) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if nameErr != nil {
+		return nameErr
+	}
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// wrapErr names the lock in a Redis error; context errors and the package's
+// own errors pass through unchanged so errors.Is keeps working.
+func wrapErr(kind Kind, name string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, ErrClosed) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrInvalidArgument) {
+		return err
+	}
+	return fmt.Errorf("dsync: %s %q: %w", kind, shortName(name), err)
+}
+
+func shortName(name string) string {
+	if len(name) > 64 {
+		return name[:64] + "..."
+	}
+	return name
+}
+
+// cleanupCtx is the context releases run under after a cancelled or failed
+// path: the caller's values without its cancellation, and a short bound.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+}
+
+// leaseMS formats a duration as whole milliseconds, at least 1.
+func leaseMS(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return fmt.Sprint(ms)
+}
+
+// validity is how long after an acquire or renewal was sent the hold is
+// still certainly ours: the lease, less an allowance for clock drift between
+// this process and Redis (1%, as in Redlock) and for timer lateness.
+func validity(lease time.Duration) time.Duration {
+	return lease - lease/100 - time.Millisecond
+}
+
+// backoff returns the wait before retry n (n >= 1) after a Redis error.
+func backoff(n int) time.Duration {
+	d := 10 * time.Millisecond << min(n-1, 7)
+	return min(d, time.Second)
+}
+
+// sleepCtx waits d, or until ctx is done or the Client closes.
+func (c *Client) sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
+}

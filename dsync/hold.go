@@ -1,0 +1,166 @@
+package dsync
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A hold is one acquisition of a lock in Redis by this Client for one owner.
+// Re-entries by the same owner share the hold and push a lock context each.
+// The hold keeps its lease alive (through the renewal loop, unless it has a
+// fixed lease) and cancels its lock contexts when it is released or lost.
+type hold struct {
+	c     *Client
+	id    uint64
+	lock  Lock
+	owner string
+	token uint64
+	start time.Time
+
+	// renewal, set before track and read-only after: the script and its
+	// arguments that extend the lease, and the release used by Close.
+	watchdog bool
+	renew    func() (*rueidis.Lua, rueidis.LuaExec)
+	release  func() (*rueidis.Lua, rueidis.LuaExec)
+	// onLost is called (without locks held) when the hold is lost, before
+	// its contexts are cancelled, so the primitive can forget it.
+	onLost func(*hold)
+
+	mu      sync.Mutex
+	ended   bool
+	timer   *time.Timer
+	cancels []context.CancelCauseFunc // one per acquisition, innermost last
+}
+
+func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
+	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, start: time.Now()}
+}
+
+// track starts the hold's lease clock: valid until sentAt+validity(lease),
+// moved on by each renewal. It registers the hold for Close and, with a
+// watchdog, for renewal. It reports false if the Client is closed.
+func (h *hold) track(sentAt time.Time, lease time.Duration) bool {
+	c := h.c
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return false
+	}
+	c.holds[h] = struct{}{}
+	c.timers.Add(1)
+	h.mu.Lock()
+	h.timer = time.AfterFunc(time.Until(sentAt.Add(validity(lease))), h.expire)
+	h.mu.Unlock()
+	c.mu.Unlock()
+	if h.watchdog {
+		c.renew.add(h)
+	}
+	return true
+}
+
+// newCtx returns a lock context for one more acquisition of this hold.
+func (h *hold) newCtx(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(context.WithValue(parent, ownerKey{}, &ownerVal{id: h.owner, token: h.token}))
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		cancel(ErrLockLost)
+		return ctx
+	}
+	h.cancels = append(h.cancels, cancel)
+	h.mu.Unlock()
+	return ctx
+}
+
+// pop ends the innermost acquisition; it reports how many remain.
+func (h *hold) pop() int {
+	h.mu.Lock()
+	n := len(h.cancels)
+	if n == 0 {
+		h.mu.Unlock()
+		return 0
+	}
+	cancel := h.cancels[n-1]
+	h.cancels = h.cancels[:n-1]
+	h.mu.Unlock()
+	cancel(errReleased)
+	return n - 1
+}
+
+func (h *hold) depth() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.cancels)
+}
+
+// end stops the hold's lease clock and renewal and cancels its remaining
+// contexts with cause. It reports whether this call ended it.
+func (h *hold) end(cause error, lost bool) bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false
+	}
+	h.ended = true
+	cancels := h.cancels
+	h.cancels = nil
+	if h.timer != nil && h.timer.Stop() {
+		h.c.timers.Done()
+	}
+	h.mu.Unlock()
+	c := h.c
+	c.mu.Lock()
+	delete(c.holds, h)
+	c.mu.Unlock()
+	if h.watchdog {
+		c.renew.remove(h)
+	}
+	if lost && h.onLost != nil {
+		h.onLost(h)
+	}
+	for i := len(cancels) - 1; i >= 0; i-- {
+		cancels[i](cause)
+	}
+	if lost {
+		if f := c.cfg.observer.Lost; f != nil {
+			f(Lost{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
+		}
+		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
+	}
+	return true
+}
+
+func (h *hold) isEnded() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended
+}
+
+// expire runs when the lease clock runs out before a renewal moved it.
+func (h *hold) expire() {
+	defer h.c.timers.Done()
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.timer = nil // fired: end must not Stop it again
+	h.mu.Unlock()
+	h.end(ErrLockLost, true)
+}
+
+// renewed moves the lease clock after a renewal sent at sentAt succeeded.
+func (h *hold) renewed(sentAt time.Time, lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.timer == nil {
+		return
+	}
+	// Re-arm only a timer that had not fired; a fired one has ended the hold.
+	if h.timer.Stop() {
+		h.timer.Reset(time.Until(sentAt.Add(validity(lease))))
+	}
+}

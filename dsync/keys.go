@@ -1,0 +1,87 @@
+package dsync
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Key layout: "<prefix>:{<name>}:<kind>[:<part>]". The name is the hash tag,
+// so every key and channel of one lock lands in one cluster slot. A hash tag
+// ends at the first '}', so the name is escaped: '%' as "%25" and '}' as
+// "%7D". The escape is injective, and ordinary names stay readable.
+
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty name", ErrInvalidArgument)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: name of %d bytes exceeds MaxNameLen (%d)", ErrInvalidArgument, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+func escapeName(name string) string {
+	if !strings.ContainsAny(name, "%}") {
+		return name
+	}
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i := 0; i < len(name); i++ {
+		switch name[i] {
+		case '%':
+			b.WriteString("%25")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(name[i])
+		}
+	}
+	return b.String()
+}
+
+// unescapeName reverses escapeName; ok is false for text escapeName cannot
+// have produced.
+func unescapeName(s string) (string, bool) {
+	if !strings.Contains(s, "%") {
+		return s, !strings.Contains(s, "}")
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '}':
+			return "", false
+		case s[i] != '%':
+			b.WriteByte(s[i])
+		case strings.HasPrefix(s[i:], "%25"):
+			b.WriteByte('%')
+			i += 2
+		case strings.HasPrefix(s[i:], "%7D"):
+			b.WriteByte('}')
+			i += 2
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// lockKey is the base key of one lock; its other keys and its channel add
+// a suffix to it.
+func (c *Client) lockKey(kind, name string) string {
+	return c.cfg.prefix + ":{" + escapeName(name) + "}:" + kind
+}
+
+// splitKey parses a key written by lockKey (with any suffix) back into its
+// name and the rest ("mutex", "fair:queue", ...).
+func splitKey(prefix, key string) (name, rest string, ok bool) {
+	s, found := strings.CutPrefix(key, prefix+":{")
+	if !found {
+		return "", "", false
+	}
+	i := strings.IndexByte(s, '}')
+	if i < 0 || i+1 >= len(s) || s[i+1] != ':' {
+		return "", "", false
+	}
+	name, ok = unescapeName(s[:i])
+	return name, s[i+2:], ok
+}

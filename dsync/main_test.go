@@ -1,0 +1,114 @@
+package dsync_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+)
+
+// srv is the redis-server shared by the package's tests; each test uses its
+// own key prefix, so tests do not see each other's locks.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	var err error
+	srv, err = redistest.StartServer()
+	if err != nil && os.Getenv("CI") != "" {
+		fmt.Fprintln(os.Stderr, "redis-server is required under CI:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// server returns the shared server, failing or skipping without one.
+func server(t testing.TB) *redistest.Server {
+	t.Helper()
+	redistest.Require(t)
+	if srv == nil {
+		t.Fatal("the shared redis-server did not start")
+	}
+	return srv
+}
+
+var prefixMu sync.Mutex
+
+var prefixSeq struct {
+	sync.Mutex
+	n int
+}
+
+// testPrefix is a key prefix no other test uses.
+func testPrefix(t testing.TB) string {
+	prefixSeq.Lock()
+	defer prefixSeq.Unlock()
+	prefixSeq.n++
+	return fmt.Sprintf("t%d-%d", os.Getpid(), prefixSeq.n)
+}
+
+// newRueidis returns a rueidis client for the shared server.
+func newRueidis(t testing.TB) rueidis.Client {
+	return server(t).Client(t)
+}
+
+// newClient returns a dsync Client on the shared server with a prefix of
+// its own (or the given one), closed when t ends.
+func newClient(t testing.TB, opts ...dsync.Option) *dsync.Client {
+	t.Helper()
+	prefix := testPrefix(t)
+	opts = append([]dsync.Option{dsync.WithKeyPrefix(prefix)}, opts...)
+	c := newClientOn(t, newRueidis(t), opts...)
+	prefixMu.Lock()
+	clientPrefix[c] = prefix
+	prefixMu.Unlock()
+	return c
+}
+
+func newClientOn(t testing.TB, rc rueidis.Client, opts ...dsync.Option) *dsync.Client {
+	t.Helper()
+	c, err := dsync.NewClient(rc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ctxT is a context bounded by the test's deadline, or a minute.
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,573 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// freeMarkerTTL is how long a released mutex key is kept as "free, last
+// token T", so the next token continues from T rather than from the clock.
+const freeMarkerTTL = time.Hour
+
+// A Mutex is a mutual exclusion lock shared by every Client, in any process,
+// that uses the same key prefix and name. It is reentrant by owner: an
+// acquisition whose context carries the owner of the current hold re-enters
+// it (see WithOwner), and each acquisition needs its own release.
+//
+// Lock, Unlock and TryLock make a Mutex a sync.Locker: each Lock takes a
+// fresh owner, so, as with sync.Mutex, a second Lock blocks until Unlock,
+// and any goroutine may call Unlock.
+//
+// A Mutex is safe for concurrent use. Its zero value is not usable; create
+// Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
+type Mutex struct {
+	c    *Client
+	name string
+	key  string // the lock value "<owner> <token> <count>"
+	ch   string // wakeup channel, published on release
+	err  error  // a bad name, returned by every call
+	lc   lockConfig
+
+	lmu    sync.Mutex
+	locker string // owner of the hold taken by Lock or TryLock
+}
+
+// NewMutex returns the mutex called name. An invalid name (empty, or longer
+// than MaxNameLen) makes every call fail with ErrInvalidArgument.
+func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
+	key := c.lockKey("mutex", name)
+	return &Mutex{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name), lc: newLockConfig(opts)}
+}
+
+// Lock acquires m, blocking until it is held. Redis errors do not end the
+// wait: Lock logs them, reports them to the observer and retries with
+// backoff. Lock panics if the Client is closed or the name is invalid,
+// errors that waiting cannot cure.
+func (m *Mutex) Lock() {
+	ctx := WithOwner(context.Background())
+	owner, _ := OwnerOf(ctx)
+	for n := 1; ; n++ {
+		_, err := m.LockContext(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+			panic(err)
+		}
+		m.c.cfg.logger.Warn("dsync: Lock retrying", "name", shortName(m.name), "err", err)
+		if m.c.sleepCtx(ctx, backoff(n)) != nil {
+			panic(ErrClosed)
+		}
+	}
+	m.lmu.Lock()
+	m.locker = owner
+	m.lmu.Unlock()
+}
+
+// TryLock tries to acquire m without waiting and reports whether it did.
+// It returns false on any error.
+func (m *Mutex) TryLock() bool {
+	ctx := WithOwner(context.Background())
+	_, ok, err := m.TryLockContext(ctx)
+	if err != nil || !ok {
+		return false
+	}
+	owner, _ := OwnerOf(ctx)
+	m.lmu.Lock()
+	m.locker = owner
+	m.lmu.Unlock()
+	return true
+}
+
+// Unlock releases the hold taken by Lock or TryLock. It is a run-time error
+// (a panic) if m was not locked by Lock or TryLock. A release that fails
+// (the lock was lost, Redis is unreachable) is logged; the lock then
+// expires with its lease.
+func (m *Mutex) Unlock() {
+	m.lmu.Lock()
+	owner := m.locker
+	m.locker = ""
+	m.lmu.Unlock()
+	if owner == "" {
+		panic("dsync: unlock of unlocked Mutex")
+	}
+	ctx := context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner})
+	if err := m.UnlockContext(ctx); err != nil {
+		m.c.cfg.logger.Warn("dsync: Unlock failed", "name", shortName(m.name), "err", err)
+	}
+}
+
+// LockContext acquires m for the owner ctx carries (a fresh one if none),
+// waiting until it is held or ctx is done. It returns the lock context:
+// derived from ctx, carrying the owner and the fencing token, and cancelled
+// when the hold is released (cause: released) or lost (cause: ErrLockLost).
+// Being derived from ctx, it also ends with ctx; that does not release m.
+//
+// A wait ended by ctx returns an error for which errors.Is(err, ctx.Err())
+// holds, and leaves nothing behind in Redis.
+func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
+	lctx, _, err := m.lock(ctx, false)
+	return lctx, err
+}
+
+// TryLockContext is LockContext without waiting: when another owner holds
+// m it returns false and a nil error.
+func (m *Mutex) TryLockContext(ctx context.Context) (context.Context, bool, error) {
+	return m.lock(ctx, true)
+}
+
+// UnlockContext releases one acquisition by the owner ctx carries (the lock
+// context, or any context with the same owner). It returns ErrNotHeld if
+// that owner does not hold m. The release runs even if ctx is already
+// cancelled, since a lost lock's context is.
+func (m *Mutex) UnlockContext(ctx context.Context) error {
+	if ctx == nil {
+		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+	}
+	if m.err != nil {
+		return m.err
+	}
+	if err := m.c.checkOpen(); err != nil {
+		return err
+	}
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return ErrNotHeld
+	}
+	c := m.c
+	st := c.getMutex(m.key)
+	defer c.putMutex(m.key, st)
+	st.mu.Lock()
+	h := st.h
+	if h == nil || h.owner != owner {
+		st.mu.Unlock()
+		// Not held through this Client: the owner may hold it through
+		// another Client, so ask Redis.
+		code, err := m.release(ctx, owner, 0)
+		if err == nil && code == 0 {
+			err = ErrNotHeld
+		}
+		return wrapErr(KindMutex, m.name, err)
+	}
+	if h.pop() > 0 {
+		st.mu.Unlock()
+		m.observeRelease(ctx, h, nil, false)
+		return nil
+	}
+	st.h = nil
+	err := m.passOn(ctx, st, h)
+	m.observeRelease(ctx, h, err, true)
+	return err
+}
+
+func (m *Mutex) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
+	if f := m.c.cfg.observer.Released; f != nil {
+		f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+	}
+}
+
+func (m *Mutex) lockInfo() Lock { return Lock{Kind: KindMutex, Name: m.name, N: 1} }
+
+func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, error) {
+	c := m.c
+	if err := c.checkCall(ctx, m.err); err != nil {
+		return nil, false, err
+	}
+	ctx, owner := ownerFrom(ctx)
+	obs := c.cfg.observer
+	info := m.lockInfo()
+	octx := ctx
+	if obs.AcquireStart != nil {
+		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info, Try: try}); x != nil {
+			octx = x
+		}
+	}
+	start := time.Now()
+	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, try)
+	if obs.AcquireDone != nil {
+		e := AcquireDone{Lock: info, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
+		if h != nil {
+			e.Token, e.Hold = h.token, h.id
+		}
+		obs.AcquireDone(octx, e)
+	}
+	return lctx, h != nil, wrapErr(KindMutex, m.name, err)
+}
+
+// mutexState is what one Client knows of one mutex: its hold, if this
+// Client holds it, and the local goroutines waiting for it. Only one
+// goroutine at a time talks to Redis for it (busy); the others wait here.
+type mutexState struct {
+	refs   int // guarded by Client.mu: calls in progress plus one for a hold
+	mu     sync.Mutex
+	h      *hold
+	queue  []*mutexWaiter
+	busy   bool // a goroutine is acquiring, releasing or handing off in Redis
+	passes int  // consecutive handoffs inside this Client
+}
+
+type mutexWaiter struct {
+	ctx   context.Context
+	owner string
+	// ch receives nil ("acquire through Redis now") or the hold handed over.
+	ch    chan *hold
+	woken bool // a value was sent on ch; guarded by mutexState.mu
+}
+
+func (c *Client) getMutex(key string) *mutexState {
+	c.mu.Lock()
+	st := c.mutexes[key]
+	if st == nil {
+		st = &mutexState{}
+		c.mutexes[key] = st
+	}
+	st.refs++
+	c.mu.Unlock()
+	return st
+}
+
+func (c *Client) putMutex(key string, st *mutexState) {
+	c.mu.Lock()
+	if st.refs--; st.refs == 0 {
+		delete(c.mutexes, key)
+	}
+	c.mu.Unlock()
+}
+
+// wakeNext lets the first local waiter acquire through Redis, if nobody
+// holds or is acquiring. st.mu must be held.
+func (st *mutexState) wakeNext() {
+	if st.h != nil || st.busy || len(st.queue) == 0 {
+		return
+	}
+	w := st.queue[0]
+	st.queue = st.queue[1:]
+	w.woken = true
+	st.busy = true
+	w.ch <- nil
+}
+
+func (st *mutexState) remove(w *mutexWaiter) {
+	for i, x := range st.queue {
+		if x == w {
+			st.queue = append(st.queue[:i], st.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+	c := m.c
+	st := c.getMutex(m.key)
+	st.mu.Lock()
+	if h := st.h; h != nil && h.owner == owner {
+		lctx := h.newCtx(ctx)
+		st.mu.Unlock()
+		c.putMutex(m.key, st)
+		return lctx, h, true, 0, nil
+	}
+	lead := st.h == nil && !st.busy
+	if try && !lead {
+		st.mu.Unlock()
+		c.putMutex(m.key, st)
+		return nil, nil, false, 0, nil
+	}
+	var w *mutexWaiter
+	if lead {
+		st.busy = true
+	} else {
+		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
+		st.queue = append(st.queue, w)
+	}
+	st.mu.Unlock()
+	for {
+		if lead {
+			h, again, n, err := m.acquireRedis(ctx, owner, try)
+			attempts += n
+			st.mu.Lock()
+			st.busy = false
+			if h == nil {
+				st.wakeNext()
+				st.mu.Unlock()
+				c.putMutex(m.key, st)
+				return nil, nil, false, attempts, err
+			}
+			st.h = h
+			st.passes = 0
+			lctx := h.newCtx(ctx)
+			st.mu.Unlock()
+			return lctx, h, again, attempts, nil
+		}
+		var done error
+		select {
+		case h := <-w.ch:
+			if h == nil {
+				lead = true
+				continue
+			}
+			return h.newCtx(ctx), h, false, attempts, nil
+		case <-ctx.Done():
+			done = ctx.Err()
+		case <-c.done:
+			done = ErrClosed
+		}
+		st.mu.Lock()
+		if !w.woken {
+			st.remove(w)
+			st.mu.Unlock()
+			c.putMutex(m.key, st)
+			return nil, nil, false, attempts, done
+		}
+		st.mu.Unlock()
+		// Woken as we gave up: pass on what we were given.
+		if h := <-w.ch; h != nil {
+			cctx, cancel := cleanupCtx(ctx)
+			st.mu.Lock()
+			if st.h == h {
+				st.h = nil
+				_ = m.passOn(cctx, st, h)
+			} else {
+				st.mu.Unlock()
+			}
+			cancel()
+		} else {
+			st.mu.Lock()
+			st.busy = false
+			st.wakeNext()
+			st.mu.Unlock()
+			c.putMutex(m.key, st)
+		}
+		return nil, nil, false, attempts, done
+	}
+}
+
+// passOn ends hold h (removed from st.h, no acquisitions left): it hands the
+// lock to the next local waiter in one script, or releases it in Redis and
+// lets the next local waiter compete. Called with st.mu held; unlocks it.
+func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
+	c := m.c
+	defer c.putMutex(m.key, st) // the hold's reference
+	if len(st.queue) > 0 && st.passes < c.cfg.handoffs && !h.isEnded() {
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.woken = true
+		st.busy = true
+		st.passes++
+		st.mu.Unlock()
+		nh, err := m.handoff(ctx, h, w.owner)
+		h.end(errReleased, false)
+		st.mu.Lock()
+		st.busy = false
+		if nh != nil {
+			st.h = nh
+			w.ch <- nh
+			st.mu.Unlock()
+			return nil
+		}
+		// Not handed over: the waiter acquires through Redis.
+		st.busy = true
+		w.ch <- nil
+		st.mu.Unlock()
+		return err
+	}
+	st.busy = true
+	st.passes = 0
+	st.mu.Unlock()
+	code, err := m.release(ctx, h.owner, h.token)
+	ended := h.end(errReleased, false)
+	st.mu.Lock()
+	st.busy = false
+	st.wakeNext()
+	st.mu.Unlock()
+	if err == nil && (code == 0 || !ended) {
+		err = ErrNotHeld
+	}
+	return wrapErr(KindMutex, m.name, err)
+}
+
+// handoff moves the lock from hold h to owner to in one script and returns
+// the new hold, or nil with the reason if it could not.
+func (m *Mutex) handoff(ctx context.Context, h *hold, to string) (*hold, error) {
+	c := m.c
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	lease := m.lease()
+	args := []string{h.owner, strconv.FormatUint(h.token, 10), to, leaseMS(lease)}
+	var vals []int64
+	var err error
+	var sentAt time.Time
+	for try := 1; try <= 3; try++ { // the script is idempotent: retry a lost reply
+		sentAt = time.Now()
+		vals, err = scripts.MutexHandoff.Exec(cctx, c.rc, []string{m.key}, args).AsIntSlice()
+		if err == nil || rueidis.IsRedisNil(err) || isRedisErr(err) || cctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, wrapErr(KindMutex, m.name, err)
+	}
+	if len(vals) < 2 || vals[0] != 1 {
+		// h was not this owner's alone (lost, or re-entered through another
+		// Client): release our part normally.
+		code, err := m.release(ctx, h.owner, h.token)
+		if err == nil && code == 0 {
+			err = ErrNotHeld
+		}
+		return nil, wrapErr(KindMutex, m.name, err)
+	}
+	nh := m.newHold(to, uint64(vals[1]))
+	if !nh.track(sentAt, lease) {
+		return nil, ErrClosed
+	}
+	return nh, nil
+}
+
+func isRedisErr(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
+
+func (m *Mutex) lease() time.Duration {
+	if m.lc.leaseTime > 0 {
+		return m.lc.leaseTime
+	}
+	return m.c.cfg.lease
+}
+
+func (m *Mutex) newHold(owner string, token uint64) *hold {
+	c := m.c
+	h := c.newHold(m.lockInfo(), owner, token)
+	h.watchdog = m.lc.leaseTime == 0
+	tok := strconv.FormatUint(token, 10)
+	renewArgs := []string{owner + " " + tok + " ", leaseMS(c.cfg.lease)}
+	keys := []string{m.key}
+	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.MutexRenew, rueidis.LuaExec{Keys: keys, Args: renewArgs}
+	}
+	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.MutexRelease, rueidis.LuaExec{Keys: []string{m.key, m.ch}, Args: []string{owner, tok, leaseMS(freeMarkerTTL)}}
+	}
+	h.onLost = func(h *hold) {
+		st := c.getMutex(m.key)
+		st.mu.Lock()
+		if st.h == h {
+			st.h = nil
+			st.wakeNext()
+			st.mu.Unlock()
+			c.putMutex(m.key, st) // the hold's reference
+		} else {
+			st.mu.Unlock()
+		}
+		c.putMutex(m.key, st)
+	}
+	return h
+}
+
+// release runs the release script (token 0: any hold of owner), retrying a
+// lost reply, which the script makes safe. It runs under a context that
+// ignores ctx's cancellation.
+func (m *Mutex) release(ctx context.Context, owner string, token uint64) (int64, error) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL)}
+	var code int64
+	var err error
+	for try := 1; try <= 3; try++ {
+		code, err = scripts.MutexRelease.Exec(cctx, m.c.rc, []string{m.key, m.ch}, args).AsInt64()
+		if err == nil || isRedisErr(err) || cctx.Err() != nil || token == 0 {
+			break
+		}
+	}
+	return code, err
+}
+
+// acquireRedis loops on the acquire script until the lock is held, ctx is
+// done or Redis fails; between attempts it waits for a release message, or
+// at most the holder's remaining lease or lease/3, whichever is sooner, in
+// case the message was lost.
+//
+// reentered reports that the owner already held the lock through another
+// Client, so only the count in Redis grew.
+func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
+	c := m.c
+	lease := m.lease()
+	keys := []string{m.key}
+	args := []string{owner, leaseMS(lease)}
+	var sub *subscription
+	live := false
+	defer func() { sub.close() }()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		if sub != nil {
+			sub.drain()
+		}
+		sentAt := time.Now()
+		vals, err := scripts.MutexAcquire.Exec(ctx, c.rc, keys, args).AsIntSlice()
+		if err == nil && len(vals) != 2 {
+			err = errors.New("dsync: unexpected reply from the acquire script")
+		}
+		if err != nil {
+			if !isRedisErr(err) {
+				// The script may have run with its reply lost: undo it.
+				_, _ = m.release(ctx, owner, 0)
+			}
+			if ctx.Err() != nil {
+				return nil, false, attempt, ctx.Err()
+			}
+			if c.closed.Load() {
+				return nil, false, attempt, ErrClosed
+			}
+			return nil, false, attempt, err
+		}
+		if vals[0] != 0 {
+			h := m.newHold(owner, uint64(vals[1]))
+			if !h.track(sentAt, lease) {
+				_, _ = m.release(ctx, owner, h.token)
+				return nil, false, attempt, ErrClosed
+			}
+			return h, vals[0] == 2, attempt, nil
+		}
+		if try {
+			return nil, false, attempt, nil
+		}
+		if sub == nil || !live {
+			sub.close()
+			sub, live = c.notify.subscribe(ctx, m.ch)
+			if live {
+				continue // look again: the release may have come before the subscription
+			}
+		}
+		wait := c.cfg.lease / 3
+		if pttl := time.Duration(vals[1]) * time.Millisecond; vals[1] >= 0 && pttl < wait {
+			wait = pttl
+		}
+		if !live {
+			wait = min(wait, backoff(attempt))
+		}
+		wait = max(wait, time.Millisecond)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-sub.C:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, false, attempt, ctx.Err()
+		case <-c.done:
+			return nil, false, attempt, ErrClosed
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+)
+
+func TestMutexLockUnlock(t *testing.T) {
+	c := newClient(t)
+	m := c.NewMutex("basic")
+	ctx := ctxT(t)
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dsync.OwnerOf(lctx); !ok {
+		t.Fatal("lock context carries no owner")
+	}
+	tok, ok := dsync.FencingToken(lctx)
+	if !ok || tok == 0 {
+		t.Fatalf("lock context carries no fencing token: %d %v", tok, ok)
+	}
+	// Held: another owner cannot take it.
+	if _, ok, err := m.TryLockContext(ctx); err != nil || ok {
+		t.Fatalf("TryLockContext by another owner = %v, %v; want false, nil", ok, err)
+	}
+	if err := m.UnlockContext(lctx); err != nil {
+		t.Fatal(err)
+	}
+	if lctx.Err() == nil {
+		t.Fatal("lock context not cancelled by the release")
+	}
+	if errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
+		t.Fatal("a released lock reports ErrLockLost")
+	}
+	if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("second unlock = %v, want ErrNotHeld", err)
+	}
+	lctx2, ok, err := m.TryLockContext(ctx)
+	if err != nil || !ok {
+		t.Fatalf("TryLockContext on a free lock = %v, %v", ok, err)
+	}
+	tok2, _ := dsync.FencingToken(lctx2)
+	if tok2 <= tok {
+		t.Fatalf("token %d after %d: not increasing", tok2, tok)
+	}
+	if err := m.UnlockContext(lctx2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMutexReentrant(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	m := c.NewMutex("re")
+	ctx := dsync.WithOwner(ctxT(t))
+	l1, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := m.LockContext(ctx) // same owner: re-enters
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1, _ := dsync.FencingToken(l1)
+	t2, _ := dsync.FencingToken(l2)
+	if t1 != t2 {
+		t.Fatalf("re-entry changed the token: %d -> %d", t1, t2)
+	}
+	// The same owner through another Client re-enters too.
+	m2 := c2.NewMutex("re")
+	l3, err := m2.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A different owner is blocked.
+	short, cancel := context.WithTimeout(ctxT(t), 50*time.Millisecond)
+	defer cancel()
+	if _, err := m2.LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("other owner got %v, want DeadlineExceeded", err)
+	}
+	// A foreign unlock is refused.
+	if err := m.UnlockContext(dsync.WithOwner(ctxT(t))); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("foreign unlock = %v, want ErrNotHeld", err)
+	}
+	for i, l := range []context.Context{l3, l2, l1} {
+		if _, ok, _ := c2.NewMutex("re").TryLockContext(ctxT(t)); ok {
+			t.Fatalf("lock free after %d of 3 releases", i)
+		}
+		mm := m
+		if l == l3 {
+			mm = m2
+		}
+		if err := mm.UnlockContext(l); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	if l1.Err() == nil || l2.Err() == nil {
+		t.Fatal("lock contexts not cancelled after the releases")
+	}
+	lctx, ok, err := m2.TryLockContext(ctxT(t))
+	if err != nil || !ok {
+		t.Fatalf("lock not free after all releases: %v %v", ok, err)
+	}
+	m2.UnlockContext(lctx)
+}
+
+func TestMutexLocker(t *testing.T) {
+	c := newClient(t)
+	var l sync.Locker = c.NewMutex("locker")
+	l.Lock()
+	got := make(chan struct{})
+	go func() {
+		l.Lock() // blocks: sync.Mutex semantics, not reentrant
+		close(got)
+	}()
+	select {
+	case <-got:
+		t.Fatal("second Lock did not block")
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.Unlock()
+	<-got
+	l.Unlock()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Unlock of an unlocked Mutex did not panic")
+			}
+		}()
+		l.Unlock()
+	}()
+	m := c.NewMutex("locker")
+	if !m.TryLock() {
+		t.Fatal("TryLock on a free mutex failed")
+	}
+	if m.TryLock() {
+		t.Fatal("TryLock on a held mutex succeeded")
+	}
+	m.Unlock()
+}
+
+// prefixOf returns the key prefix c was created with, through a lock key.
+func prefixOf(t testing.TB, c *dsync.Client) string {
+	t.Helper()
+	prefixMu.Lock()
+	defer prefixMu.Unlock()
+	return clientPrefix[c]
+}
+
+var clientPrefix = map[*dsync.Client]string{}
+
+func TestMutexHammerClients(t *testing.T) {
+	prefix := testPrefix(t)
+	rcv := newRueidis(t)
+	const goroutines, iters = 8, 60
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for ci := 0; ci < 2; ci++ {
+		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.NewMutex("hammer")
+				for i := 0; i < iters; i++ {
+					lctx, err := m.LockContext(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if n := inside.Add(1); n != 1 {
+						t.Errorf("%d holders at once", n)
+					}
+					unguardedIncr(t, rcv, prefix+":counter")
+					inside.Add(-1)
+					if err := m.UnlockContext(lctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	got, err := rcv.Do(context.Background(), rcv.B().Get().Key(prefix+":counter").Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(2 * goroutines * iters); got != want {
+		t.Fatalf("counter = %d, want %d: updates lost", got, want)
+	}
+}
+
+// unguardedIncr is a read-modify-write with a gap: it loses updates unless
+// the caller excludes everyone else.
+func unguardedIncr(t testing.TB, rc rueidis.Client, key string) {
+	ctx := context.Background()
+	n, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Error(err)
+		return
+	}
+	time.Sleep(100 * time.Microsecond)
+	if err := rc.Do(ctx, rc.B().Set().Key(key).Value(strconv.FormatInt(n+1, 10)).Build()).Error(); err != nil {
+		t.Error(err)
+	}
+}
+
+const childEnv = "DSYNC_TEST_CHILD"
+
+// runChild is the body of a child process started by startChild: it runs
+// the role named in DSYNC_TEST_CHILD against DSYNC_TEST_ADDR.
+func runChild() int {
+	addr := os.Getenv("DSYNC_TEST_ADDR")
+	prefix := os.Getenv("DSYNC_TEST_PREFIX")
+	iters, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_ITERS"))
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer rc.Close()
+	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer c.Close()
+	switch os.Getenv(childEnv) {
+	case "hammer":
+		var wg sync.WaitGroup
+		failed := atomic.Bool{}
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.NewMutex("xproc")
+				ctx := context.Background()
+				for i := 0; i < iters; i++ {
+					lctx, err := m.LockContext(ctx)
+					if err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						failed.Store(true)
+						return
+					}
+					n, err := rc.Do(ctx, rc.B().Get().Key(prefix+":counter").Build()).AsInt64()
+					if err != nil && !rueidis.IsRedisNil(err) {
+						failed.Store(true)
+					}
+					time.Sleep(100 * time.Microsecond)
+					rc.Do(ctx, rc.B().Set().Key(prefix+":counter").Value(strconv.FormatInt(n+1, 10)).Build())
+					if err := m.UnlockContext(lctx); err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						failed.Store(true)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if failed.Load() {
+			return 1
+		}
+		return 0
+	case "hold":
+		// Acquire, report, and hold until killed.
+		m := c.NewMutex(os.Getenv("DSYNC_TEST_NAME"))
+		if _, err := m.LockContext(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("held")
+		select {}
+	}
+	return 2
+}
+
+// startChild re-executes the test binary as a child running role.
+func startChild(t testing.TB, role, prefix string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+role, "DSYNC_TEST_ADDR="+server(t).Addr, "DSYNC_TEST_PREFIX="+prefix)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func TestMutexHammerProcesses(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	const iters = 40
+	var cmds []*exec.Cmd
+	for i := 0; i < 2; i++ {
+		cmd := startChild(t, "hammer", prefix, "DSYNC_TEST_ITERS="+strconv.Itoa(iters))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+	}
+	got, err := rc.Do(context.Background(), rc.B().Get().Key(prefix+":counter").Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(2 * 4 * iters); got != want {
+		t.Fatalf("counter = %d, want %d: updates lost across processes", got, want)
+	}
+}

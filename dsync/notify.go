@@ -1,0 +1,253 @@
+package dsync
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// subLinger is how long a channel nobody waits on stays subscribed, so a
+// busy lock does not subscribe and unsubscribe on every wait.
+const subLinger = 2 * time.Second
+
+// The notifier multiplexes every wakeup channel of the Client over one
+// dedicated pub/sub connection. Waiters take a subscription, and are
+// signalled on a message for their channel and whenever the connection
+// breaks (a message may have been lost, so they must look again).
+type notifier struct {
+	c *Client
+
+	// opMu guards dc. Subscribers share it (and never wait for it: if the
+	// loop is reconnecting or sweeping they poll instead); the loop takes it
+	// alone, so an UNSUBSCRIBE it sends cannot overtake a later SUBSCRIBE.
+	// subsMu guards the map and is never held across a round trip, because
+	// rueidis' reader dispatches messages under it.
+	opMu   sync.RWMutex
+	subsMu sync.RWMutex
+	subs   map[string]*channelSubs
+	dc     rueidis.DedicatedClient // nil while disconnected; guarded by opMu
+}
+
+type channelSubs struct {
+	waiters map[*subscription]struct{}
+	live    bool      // subscribed on the current connection
+	idle    time.Time // when the last waiter left
+}
+
+// A subscription is one waiter's interest in one channel.
+type subscription struct {
+	n  *notifier
+	ch string
+	// C receives a value when the waiter should look again.
+	C chan struct{}
+}
+
+func newNotifier(c *Client) *notifier {
+	return &notifier{c: c, subs: make(map[string]*channelSubs)}
+}
+
+// subscribe registers interest in ch. It reports whether the channel is
+// known to be subscribed, so that a waiter can rely on being woken; when it
+// is not (Redis unreachable), the waiter must poll.
+func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, bool) {
+	s := &subscription{n: n, ch: ch, C: make(chan struct{}, 1)}
+	n.subsMu.Lock()
+	cs := n.subs[ch]
+	if cs == nil {
+		cs = &channelSubs{waiters: make(map[*subscription]struct{})}
+		n.subs[ch] = cs
+	}
+	cs.waiters[s] = struct{}{}
+	live := cs.live
+	n.subsMu.Unlock()
+	if live {
+		return s, true
+	}
+	if !n.opMu.TryRLock() {
+		return s, false
+	}
+	defer n.opMu.RUnlock()
+	n.subsMu.RLock()
+	live = cs.live
+	n.subsMu.RUnlock()
+	if live || n.dc == nil {
+		return s, live
+	}
+	if err := n.dc.Do(ctx, n.dc.B().Subscribe().Channel(ch).Build()).Error(); err != nil {
+		return s, false
+	}
+	n.subsMu.Lock()
+	if n.subs[ch] == cs {
+		cs.live = true
+	}
+	n.subsMu.Unlock()
+	return s, true
+}
+
+// drain discards a pending signal; call it before each look at the lock, so
+// a message that arrives during the look is not missed.
+func (s *subscription) drain() {
+	select {
+	case <-s.C:
+	default:
+	}
+}
+
+func (s *subscription) close() {
+	if s == nil {
+		return
+	}
+	n := s.n
+	n.subsMu.Lock()
+	if cs := n.subs[s.ch]; cs != nil {
+		delete(cs.waiters, s)
+		if len(cs.waiters) == 0 {
+			cs.idle = time.Now()
+		}
+	}
+	n.subsMu.Unlock()
+}
+
+func signal(s *subscription) {
+	select {
+	case s.C <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) onMessage(m rueidis.PubSubMessage) {
+	n.subsMu.RLock()
+	if cs := n.subs[m.Channel]; cs != nil {
+		for s := range cs.waiters {
+			signal(s)
+		}
+	}
+	n.subsMu.RUnlock()
+}
+
+// disconnected marks every channel unsubscribed and wakes every waiter.
+func (n *notifier) disconnected() {
+	n.subsMu.Lock()
+	for _, cs := range n.subs {
+		cs.live = false
+		for s := range cs.waiters {
+			signal(s)
+		}
+	}
+	n.subsMu.Unlock()
+}
+
+// loop keeps the pub/sub connection up, resubscribes after a break, and
+// unsubscribes channels nobody has waited on for subLinger.
+func (n *notifier) loop() {
+	c := n.c
+	defer c.loops.Done()
+	sweep := time.NewTicker(subLinger)
+	defer sweep.Stop()
+	for attempt := 1; ; attempt++ {
+		dc, cancel := c.rc.Dedicate()
+		errc := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: n.onMessage})
+		if n.connect(dc) {
+			attempt = 0
+		wait:
+			for {
+				select {
+				case <-c.done:
+					n.close(dc, cancel)
+					return
+				case <-errc:
+					break wait
+				case <-sweep.C:
+					n.sweep()
+				}
+			}
+		}
+		n.opMu.Lock()
+		n.dc = nil
+		n.opMu.Unlock()
+		n.disconnected()
+		cancel()
+		if attempt > 0 {
+			select {
+			case <-c.done:
+				return
+			case <-time.After(backoff(attempt)):
+			}
+		}
+	}
+}
+
+// connect installs dc and subscribes every channel with waiters on it.
+func (n *notifier) connect(dc rueidis.DedicatedClient) bool {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	n.subsMu.RLock()
+	chans := make([]string, 0, len(n.subs))
+	for ch := range n.subs {
+		chans = append(chans, ch)
+	}
+	n.subsMu.RUnlock()
+	ctx, cancel := context.WithTimeout(n.c.ctx, 5*time.Second)
+	defer cancel()
+	// A PING proves the connection even with nothing to subscribe yet.
+	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
+		return false
+	}
+	if len(chans) > 0 {
+		if err := dc.Do(ctx, dc.B().Subscribe().Channel(chans...).Build()).Error(); err != nil {
+			return false
+		}
+	}
+	n.dc = dc
+	n.subsMu.Lock()
+	for _, ch := range chans {
+		if cs := n.subs[ch]; cs != nil {
+			cs.live = true
+		}
+	}
+	// Wake everyone: messages sent while we were away are lost.
+	for _, cs := range n.subs {
+		for s := range cs.waiters {
+			signal(s)
+		}
+	}
+	n.subsMu.Unlock()
+	return true
+}
+
+func (n *notifier) sweep() {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	var idle []string
+	n.subsMu.Lock()
+	for ch, cs := range n.subs {
+		if len(cs.waiters) == 0 && time.Since(cs.idle) >= subLinger {
+			delete(n.subs, ch)
+			if cs.live {
+				idle = append(idle, ch)
+			}
+		}
+	}
+	n.subsMu.Unlock()
+	if len(idle) > 0 && n.dc != nil {
+		ctx, cancel := context.WithTimeout(n.c.ctx, time.Second)
+		defer cancel()
+		// Held under opMu, so a new SUBSCRIBE of one of these channels is
+		// sent after this UNSUBSCRIBE.
+		_ = n.dc.Do(ctx, n.dc.B().Unsubscribe().Channel(idle...).Build()).Error()
+	}
+}
+
+func (n *notifier) close(dc rueidis.DedicatedClient, cancel func()) {
+	n.opMu.Lock()
+	n.dc = nil
+	n.opMu.Unlock()
+	n.disconnected()
+	dc.SetPubSubHooks(rueidis.PubSubHooks{})
+	// Closing the connection drops its subscriptions; a connection in
+	// subscribe mode must not go back to the pool.
+	dc.Close()
+	cancel()
+}

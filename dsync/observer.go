@@ -1,0 +1,92 @@
+package dsync
+
+import (
+	"context"
+	"time"
+)
+
+// Kind names a primitive in events and in Inspect.
+type Kind string
+
+// The primitives.
+const (
+	KindMutex     Kind = "mutex"
+	KindFairMutex Kind = "fair_mutex"
+	KindRWMutex   Kind = "rw_mutex"
+	KindSemaphore Kind = "semaphore"
+	KindOnce      Kind = "once"
+	KindWaitGroup Kind = "wait_group"
+)
+
+// Observer receives lock events, in the manner of httptrace.ClientTrace: any
+// hook may be nil, and a nil hook costs nothing. Hooks are called
+// synchronously on the goroutine of the event and must not block. The otel/
+// package builds one that records spans and metrics.
+type Observer struct {
+	// AcquireStart is called when an acquisition starts. The context it
+	// returns (nil means unchanged) is the one AcquireDone receives, so a
+	// tracer can start a span here and end it there.
+	AcquireStart func(ctx context.Context, e AcquireStart) context.Context
+	// AcquireDone is called when an acquisition ends, held or not.
+	AcquireDone func(ctx context.Context, e AcquireDone)
+	// Released is called when a hold ends by release.
+	Released func(ctx context.Context, e Released)
+	// RenewFailed is called when a renewal round could not reach Redis; the
+	// hold is not lost yet, and is retried.
+	RenewFailed func(e RenewFailed)
+	// Lost is called when a hold is lost: its lease ran out unrenewed or its
+	// key was gone.
+	Lost func(e Lost)
+}
+
+// Lock identifies the lock an event is about.
+type Lock struct {
+	Kind Kind
+	Name string
+	// Mode is "read" or "write" for an RWMutex, "" otherwise.
+	Mode string
+	// N is the number of permits for a Semaphore, 1 otherwise.
+	N int64
+}
+
+// AcquireStart describes an acquisition that begins.
+type AcquireStart struct {
+	Lock
+	Try bool // TryLock-style: one attempt, no waiting
+}
+
+// AcquireDone describes an acquisition that ended.
+type AcquireDone struct {
+	Lock
+	Try       bool
+	Acquired  bool          // the lock is held
+	Reentered bool          // the owner already held it; only the count grew
+	Err       error         // why it was not acquired (nil when Try found it held)
+	Wait      time.Duration // from the call to the end
+	Attempts  int           // acquisition scripts sent to Redis
+	Token     uint64        // fencing token, when acquired
+	Hold      uint64        // identifies the hold in Released and Lost
+}
+
+// Released describes the end of a hold by release.
+type Released struct {
+	Lock
+	Hold     uint64
+	Held     time.Duration
+	Err      error
+	Complete bool // false when only a re-entry count was released
+}
+
+// RenewFailed describes a renewal round that failed.
+type RenewFailed struct {
+	Err   error
+	Holds int // holds the round was renewing
+}
+
+// Lost describes a hold that was lost.
+type Lost struct {
+	Lock
+	Hold  uint64
+	Held  time.Duration
+	Cause error
+}

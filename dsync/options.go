@@ -1,0 +1,125 @@
+package dsync
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults, applied by NewClient and the New... constructors.
+const (
+	// DefaultKeyPrefix starts every key and channel dsync writes.
+	DefaultKeyPrefix = "dsync"
+	// DefaultLease is the watchdog lease: a held lock lives this long in
+	// Redis past its last renewal, and is renewed every DefaultLease/3.
+	DefaultLease = 30 * time.Second
+	// DefaultMaxLocalHandoffs bounds how many times in a row a lock is handed
+	// from one goroutine to another inside one Client before it is released
+	// to Redis, so other processes get their turn.
+	DefaultMaxLocalHandoffs = 8
+	// MaxNameLen is the longest lock name accepted, in bytes.
+	MaxNameLen = 4096
+	// minLease keeps renewal intervals and lease arithmetic meaningful.
+	minLease = 30 * time.Millisecond
+)
+
+// An Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	prefix   string
+	lease    time.Duration
+	observer Observer
+	logger   *slog.Logger
+	handoffs int
+}
+
+func defaultConfig() config {
+	return config{
+		prefix:   DefaultKeyPrefix,
+		lease:    DefaultLease,
+		logger:   slog.New(slog.DiscardHandler),
+		handoffs: DefaultMaxLocalHandoffs,
+	}
+}
+
+func (c *config) validate() error {
+	if c.prefix == "" || strings.ContainsAny(c.prefix, "{}") {
+		return fmt.Errorf("%w: key prefix %q must be non-empty and free of braces", ErrInvalidArgument, c.prefix)
+	}
+	if c.lease < minLease {
+		return fmt.Errorf("%w: lease %v is below %v", ErrInvalidArgument, c.lease, minLease)
+	}
+	return nil
+}
+
+// WithKeyPrefix sets the prefix of every key and channel; DefaultKeyPrefix if
+// not set. Clients that should see the same locks must use the same prefix.
+// The prefix must not contain '{' or '}' (they would change the hash tag).
+func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// WithLease sets the watchdog lease (DefaultLease if not set or d <= 0).
+// Locks acquired without WithLeaseTime live d in Redis after each renewal
+// and are renewed every d/3 while held, so a crashed holder's lock frees
+// itself within d.
+func WithLease(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.lease = d
+		}
+	}
+}
+
+// WithObserver installs hooks called on lock events (see Observer). The
+// otel/ package provides one that records OpenTelemetry spans and metrics.
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+
+// WithLogger sets the logger for events nobody asked about directly, such as
+// a failed renewal or a retried Lock. Nil keeps the default, which discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithMaxLocalHandoffs bounds consecutive in-process handoffs of one lock
+// (DefaultMaxLocalHandoffs if not set). 0 disables handoff: every unlock goes
+// through Redis and waiters of this process compete like remote ones.
+func WithMaxLocalHandoffs(n int) Option {
+	return func(c *config) {
+		if n >= 0 {
+			c.handoffs = n
+		}
+	}
+}
+
+// A LockOption configures one lock, semaphore or once.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	leaseTime time.Duration // 0: watchdog
+}
+
+// WithLeaseTime gives each acquisition a fixed lease of d and no watchdog:
+// the lock expires d after it was acquired unless released before, and its
+// lock context is then cancelled with ErrLockLost. d <= 0 keeps the watchdog.
+func WithLeaseTime(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		if d > 0 {
+			c.leaseTime = max(d, time.Millisecond)
+		}
+	}
+}
+
+func newLockConfig(opts []LockOption) lockConfig {
+	var lc lockConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&lc)
+		}
+	}
+	return lc
+}

@@ -1,0 +1,120 @@
+package dsync
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// renewBatch bounds the scripts pipelined in one renewal round trip.
+const renewBatch = 1024
+
+// The renewer is the Client's single watchdog: every lease/3 it renews all
+// watchdog holds, pipelined, one batch per script.
+type renewer struct {
+	c     *Client
+	mu    sync.Mutex
+	holds map[*hold]struct{}
+}
+
+func newRenewer(c *Client) *renewer {
+	return &renewer{c: c, holds: make(map[*hold]struct{})}
+}
+
+func (r *renewer) add(h *hold) {
+	r.mu.Lock()
+	r.holds[h] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *renewer) remove(h *hold) {
+	r.mu.Lock()
+	delete(r.holds, h)
+	r.mu.Unlock()
+}
+
+func (r *renewer) loop() {
+	c := r.c
+	defer c.loops.Done()
+	interval := c.cfg.lease / 3
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		next := interval
+		if !r.round() {
+			// Retry sooner: a hold is lost only when its lease clock runs
+			// out, so a few more tries fit before that.
+			next = interval / 3
+		}
+		t.Reset(next)
+	}
+}
+
+// round renews every watchdog hold once; it reports false if any batch could
+// not reach Redis.
+func (r *renewer) round() bool {
+	c := r.c
+	r.mu.Lock()
+	holds := make([]*hold, 0, len(r.holds))
+	for h := range r.holds {
+		holds = append(holds, h)
+	}
+	r.mu.Unlock()
+	if len(holds) == 0 {
+		return true
+	}
+	// c.ctx ends with Close, which must not wait for a slow round.
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/3)
+	defer cancel()
+	type group struct {
+		holds []*hold
+		execs []rueidis.LuaExec
+	}
+	groups := make(map[*rueidis.Lua]*group)
+	for _, h := range holds {
+		s, e := h.renew()
+		g := groups[s]
+		if g == nil {
+			g = &group{}
+			groups[s] = g
+		}
+		g.holds = append(g.holds, h)
+		g.execs = append(g.execs, e)
+	}
+	ok := true
+	for s, g := range groups {
+		for i := 0; i < len(g.execs); i += renewBatch {
+			j := min(i+renewBatch, len(g.execs))
+			sentAt := time.Now()
+			res := s.ExecMulti(ctx, c.rc, g.execs[i:j]...)
+			var failed error
+			for k, rr := range res {
+				h := g.holds[i+k]
+				n, err := rr.AsInt64()
+				switch {
+				case err != nil:
+					failed = err
+				case n == 1:
+					h.renewed(sentAt, c.cfg.lease)
+				default:
+					h.end(ErrLockLost, true)
+				}
+			}
+			if failed != nil {
+				ok = false
+				if f := c.cfg.observer.RenewFailed; f != nil {
+					f(RenewFailed{Err: failed, Holds: j - i})
+				}
+				c.cfg.logger.Warn("dsync: renewal failed", "err", failed, "holds", j-i)
+			}
+		}
+	}
+	return ok
+}

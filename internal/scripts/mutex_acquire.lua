@@ -1,0 +1,30 @@
+-- Acquire or re-enter the reentrant mutex.
+--
+-- The lock is one string key "<owner> <token> <count>". After a release the
+-- key is kept as a free marker "- <token> 0" for a while, so the next token
+-- continues the sequence even if the server clock steps back.
+--
+-- KEYS[1] lock key
+-- ARGV[1] owner, ARGV[2] lease in ms
+-- Reply: {1, token} acquired; {2, token} re-entered (the owner already held
+-- it through another Client); {0, pttl} held by another owner.
+local v = redis.call('get', KEYS[1])
+local last = 0
+if v then
+  local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+  if o == ARGV[1] then
+    redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1), 'px', ARGV[2])
+    return {2, tonumber(t)}
+  end
+  if o ~= '-' then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  last = tonumber(t)
+end
+-- Fencing token: one more than the last, and never below the server clock in
+-- microseconds, so a FLUSHALL, a restart or a failover to a lagging replica
+-- cannot make a token repeat.
+local now = redis.call('time')
+local tok = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', tok) .. ' 1', 'px', ARGV[2])
+return {1, tok}

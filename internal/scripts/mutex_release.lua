@@ -1,0 +1,27 @@
+-- Release one hold of the reentrant mutex.
+--
+-- KEYS[1] lock key, KEYS[2] wakeup channel
+-- ARGV[1] owner, ARGV[2] token of the hold or "0" when unknown,
+-- ARGV[3] free-marker lifetime in ms
+-- Reply: 1 released (the lock is free), 2 count decremented (the owner still
+-- holds it), 0 not held by this owner.
+local v = redis.call('get', KEYS[1])
+if not v then
+  return 0
+end
+local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+if o == '-' and t == ARGV[2] then
+  -- Our own earlier release whose reply was lost: retrying is a no-op.
+  return 1
+end
+if o ~= ARGV[1] or (ARGV[2] ~= '0' and t ~= ARGV[2]) then
+  return 0
+end
+c = tonumber(c)
+if c > 1 then
+  redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (c - 1), 'keepttl')
+  return 2
+end
+redis.call('set', KEYS[1], '- ' .. t .. ' 0', 'px', ARGV[3])
+redis.call('publish', KEYS[2], t)
+return 1
