@@ -220,70 +220,93 @@ func unguardedIncr(t testing.TB, rc rueidis.Client, key string) {
 
 const childEnv = "DSYNC_TEST_CHILD"
 
-// runChild is the body of a child process started by startChild: it runs
-// the role named in DSYNC_TEST_CHILD against DSYNC_TEST_ADDR.
+// childRoles are the bodies a child process can run (see startChild); test
+// files register theirs in init. A role gets a Client on DSYNC_TEST_ADDR
+// with prefix DSYNC_TEST_PREFIX and returns the exit code.
+var childRoles = map[string]func(c *dsync.Client, rc rueidis.Client, prefix string) int{}
+
+func init() {
+	childRoles["hammer"] = childHammer
+	childRoles["hold"] = childHold
+}
+
+// runChild runs the role named in DSYNC_TEST_CHILD.
 func runChild() int {
 	addr := os.Getenv("DSYNC_TEST_ADDR")
 	prefix := os.Getenv("DSYNC_TEST_PREFIX")
-	iters, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_ITERS"))
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	defer rc.Close()
-	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
+	opts := []dsync.Option{dsync.WithKeyPrefix(prefix)}
+	if l, err := time.ParseDuration(os.Getenv("DSYNC_TEST_LEASE")); err == nil {
+		opts = append(opts, dsync.WithLease(l))
+	}
+	c, err := dsync.NewClient(rc, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	defer c.Close()
-	switch os.Getenv(childEnv) {
-	case "hammer":
-		var wg sync.WaitGroup
-		failed := atomic.Bool{}
-		for g := 0; g < 4; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				m := c.NewMutex("xproc")
-				ctx := context.Background()
-				for i := 0; i < iters; i++ {
-					lctx, err := m.LockContext(ctx)
-					if err != nil {
-						fmt.Fprintln(os.Stderr, err)
-						failed.Store(true)
-						return
-					}
-					n, err := rc.Do(ctx, rc.B().Get().Key(prefix+":counter").Build()).AsInt64()
-					if err != nil && !rueidis.IsRedisNil(err) {
-						failed.Store(true)
-					}
-					time.Sleep(100 * time.Microsecond)
-					rc.Do(ctx, rc.B().Set().Key(prefix+":counter").Value(strconv.FormatInt(n+1, 10)).Build())
-					if err := m.UnlockContext(lctx); err != nil {
-						fmt.Fprintln(os.Stderr, err)
-						failed.Store(true)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if failed.Load() {
-			return 1
-		}
-		return 0
-	case "hold":
-		// Acquire, report, and hold until killed.
-		m := c.NewMutex(os.Getenv("DSYNC_TEST_NAME"))
-		if _, err := m.LockContext(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Println("held")
-		select {}
+	role := childRoles[os.Getenv(childEnv)]
+	if role == nil {
+		fmt.Fprintln(os.Stderr, "unknown child role", os.Getenv(childEnv))
+		return 2
 	}
-	return 2
+	return role(c, rc, prefix)
+}
+
+// childHammer: 4 goroutines x DSYNC_TEST_ITERS unguarded increments under
+// the mutex "xproc".
+func childHammer(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	iters, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_ITERS"))
+	var wg sync.WaitGroup
+	failed := atomic.Bool{}
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.NewMutex("xproc")
+			ctx := context.Background()
+			for i := 0; i < iters; i++ {
+				lctx, err := m.LockContext(ctx)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					failed.Store(true)
+					return
+				}
+				n, err := rc.Do(ctx, rc.B().Get().Key(prefix+":counter").Build()).AsInt64()
+				if err != nil && !rueidis.IsRedisNil(err) {
+					failed.Store(true)
+				}
+				time.Sleep(100 * time.Microsecond)
+				rc.Do(ctx, rc.B().Set().Key(prefix+":counter").Value(strconv.FormatInt(n+1, 10)).Build())
+				if err := m.UnlockContext(lctx); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		return 1
+	}
+	return 0
+}
+
+// childHold: acquire the mutex DSYNC_TEST_NAME, print "held", and hold it
+// until killed.
+func childHold(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	m := c.NewMutex(os.Getenv("DSYNC_TEST_NAME"))
+	if _, err := m.LockContext(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("held")
+	select {}
 }
 
 // startChild re-executes the test binary as a child running role.

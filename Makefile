@@ -1,0 +1,16 @@
+# make test: what CI runs. It installs redis-server when it is missing.
+.PHONY: test vet redis bench quickstart
+
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server"; \
+		apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+
+vet:
+	go vet ./...
+
+test: redis vet
+	go test -race -count=1 -timeout 15m ./...
+
+quickstart:
+	go run ./examples/quickstart
