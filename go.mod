@@ -7,4 +7,8 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require golang.org/x/sys v0.47.0 // indirect
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

@@ -1,0 +1,56 @@
+// Package exredis connects the examples to Redis: to REDIS_ADDR when it is
+// set, otherwise to an embedded in-process server (miniredis), so every
+// example runs on a fresh machine with nothing installed.
+package exredis
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+)
+
+// Server is where the examples' clients connect.
+type Server struct {
+	Addr     string
+	Embedded bool // an in-process miniredis, not a real Redis
+	mini     *miniredis.Miniredis
+}
+
+// Start returns REDIS_ADDR, or starts an embedded server.
+func Start() (*Server, error) {
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		return &Server{Addr: addr}, nil
+	}
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded server: %w", err)
+	}
+	return &Server{Addr: m.Addr(), Embedded: true, mini: m}, nil
+}
+
+// Client returns a new rueidis client for the server. The embedded server
+// speaks RESP2 only and has no client-side caching.
+func (s *Server) Client() (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  []string{s.Addr},
+		AlwaysRESP2:  s.Embedded,
+		DisableCache: true,
+	})
+}
+
+// Close stops the embedded server, if any.
+func (s *Server) Close() {
+	if s.mini != nil {
+		s.mini.Close()
+	}
+}
+
+// Describe says which server is in use.
+func (s *Server) Describe() string {
+	if s.Embedded {
+		return "embedded miniredis (set REDIS_ADDR to use a real Redis)"
+	}
+	return "Redis at " + s.Addr
+}
