@@ -1,0 +1,342 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+)
+
+// getKey reads a raw key of the shared server.
+func getKey(t testing.TB, rc rueidis.Client, key string) (string, bool) {
+	t.Helper()
+	v, err := rc.Do(context.Background(), rc.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, true
+}
+
+func TestMutexContextDeadline(t *testing.T) {
+	c := newClient(t)
+	rc := newRueidis(t)
+	key := prefixOf(t, c) + ":{d}:mutex"
+	m := c.NewMutex("d")
+	held, err := m.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, _ := getKey(t, rc, key)
+
+	// Waiters in this Client (local queue) and in another Client (Redis).
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	for _, mm := range []*dsync.Mutex{m, other.NewMutex("d")} {
+		ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+		start := time.Now()
+		_, err := mm.LockContext(ctx)
+		late := time.Since(start) - 80*time.Millisecond
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("LockContext = %v, want DeadlineExceeded", err)
+		}
+		if late > 30*time.Millisecond {
+			t.Errorf("returned %v after the deadline", late)
+		}
+	}
+	// A context cancelled before the call fails at once, with its error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := other.NewMutex("d").LockContext(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	// Nothing was left behind: the holder's value is unchanged, and after
+	// the release the lock is free for anyone.
+	if v, _ := getKey(t, rc, key); v != holder {
+		t.Fatalf("lock value changed by cancelled waiters: %q -> %q", holder, v)
+	}
+	if err := m.UnlockContext(held); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := getKey(t, rc, key); !strings.HasPrefix(v, "- ") {
+		t.Fatalf("after release the key is %q, want a free marker", v)
+	}
+	l, ok, err := other.NewMutex("d").TryLockContext(ctxT(t))
+	if !ok || err != nil {
+		t.Fatalf("lock not free after cancelled waits: %v %v", ok, err)
+	}
+	other.NewMutex("d").UnlockContext(l)
+}
+
+func TestMutexLeaseTimeExpires(t *testing.T) {
+	c := newClient(t)
+	m := c.NewMutex("fixed", dsync.WithLeaseTime(150*time.Millisecond))
+	start := time.Now()
+	lctx, err := m.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lock context not cancelled after the fixed lease")
+	}
+	if d := time.Since(start); d > 150*time.Millisecond {
+		t.Errorf("lock context cancelled %v after the acquire, after the lease of 150ms ran out", d)
+	}
+	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
+		t.Fatalf("cause = %v, want ErrLockLost", context.Cause(lctx))
+	}
+	// Redis expired it too: another owner gets it.
+	waitFor(t, time.Second, "the lock to expire in Redis", func() bool {
+		l, ok, _ := c.NewMutex("fixed").TryLockContext(context.Background())
+		if ok {
+			c.NewMutex("fixed").UnlockContext(l)
+		}
+		return ok
+	})
+	if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("unlock after expiry = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestMutexWatchdogRenews(t *testing.T) {
+	c := newClient(t, dsync.WithLease(150*time.Millisecond))
+	m := c.NewMutex("dog")
+	lctx, err := m.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Proving a negative: for 6 leases nothing may take it or cancel it.
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	deadline := time.Now().Add(900 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if _, ok, _ := other.NewMutex("dog").TryLockContext(context.Background()); ok {
+			t.Fatal("another owner acquired a lock the watchdog should keep")
+		}
+		if lctx.Err() != nil {
+			t.Fatalf("lock context ended: %v", context.Cause(lctx))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := m.UnlockContext(lctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMutexFlushAllCancels(t *testing.T) {
+	s := redistest.Start(t)
+	const lease = 300 * time.Millisecond
+	c := newClientOn(t, s.Client(t), dsync.WithLease(lease))
+	lctx, err := c.NewMutex("f").LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Do(t, "FLUSHALL").Error(); err != nil {
+		t.Fatal(err)
+	}
+	flushed := time.Now()
+	select {
+	case <-lctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lock context not cancelled after FLUSHALL")
+	}
+	// One renewal interval (lease/3), plus scheduling slack.
+	if d := time.Since(flushed); d > lease/3+100*time.Millisecond {
+		t.Errorf("cancelled %v after FLUSHALL, want within one renewal interval (%v)", d, lease/3)
+	}
+	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
+		t.Fatalf("cause = %v", context.Cause(lctx))
+	}
+}
+
+func TestFencingTokensIncrease(t *testing.T) {
+	prefix := testPrefix(t)
+	var mu sync.Mutex
+	var tokens []uint64
+	var wg sync.WaitGroup
+	for ci := 0; ci < 2; ci++ {
+		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.NewMutex("fence")
+				for i := 0; i < 25; i++ {
+					lctx, err := m.LockContext(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					tok, _ := dsync.FencingToken(lctx)
+					mu.Lock() // inside the lock: the order of holds
+					tokens = append(tokens, tok)
+					mu.Unlock()
+					if err := m.UnlockContext(lctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(tokens) != 200 {
+		t.Fatalf("%d acquisitions, want 200", len(tokens))
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d = %d after %d: not strictly increasing", i, tokens[i], tokens[i-1])
+		}
+	}
+}
+
+func TestFencingTokensSurviveRestart(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	c := newClientOn(t, rc)
+	var last uint64
+	for i := 0; i < 3; i++ {
+		lctx, err := c.NewMutex("r").LockContext(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := dsync.FencingToken(lctx)
+		if tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		}
+		last = tok
+		if err := c.NewMutex("r").UnlockContext(lctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Do(t, "FLUSHALL").Error(); err != nil { // forget the counter
+			t.Fatal(err)
+		}
+	}
+}
+
+// A waiter must get a free lock even when the release message never comes.
+func TestMutexLostWakeup(t *testing.T) {
+	const lease = 600 * time.Millisecond // fallback: lease/3 = 200ms
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	holder := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	waiter := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	for _, tc := range []struct {
+		name string
+		free func(t *testing.T, lctx context.Context)
+	}{
+		{"freed without a message", func(t *testing.T, lctx context.Context) {
+			// As if the holder crashed and its key expired: no PUBLISH.
+			rc.Do(context.Background(), rc.B().Del().Key(prefix+":{lw}:mutex").Build())
+		}},
+		{"pubsub connection killed", func(t *testing.T, lctx context.Context) {
+			if err := rc.Do(context.Background(), rc.B().ClientKill().TypePubsub().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.NewMutex("lw").UnlockContext(lctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lctx, err := holder.NewMutex("lw").LockContext(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan time.Time, 1)
+			go func() {
+				l, err := waiter.NewMutex("lw").LockContext(ctxT(t))
+				if err != nil {
+					t.Error(err)
+				}
+				got <- time.Now()
+				waiter.NewMutex("lw").UnlockContext(l)
+			}()
+			// Let the waiter subscribe and block.
+			waitFor(t, 2*time.Second, "the waiter to subscribe", func() bool {
+				n, _ := rc.Do(context.Background(), rc.B().PubsubNumsub().Channel(prefix+":{lw}:mutex:ch").Build()).AsIntMap()
+				return n[prefix+":{lw}:mutex:ch"] > 0
+			})
+			freed := time.Now()
+			tc.free(t, lctx)
+			select {
+			case at := <-got:
+				if d := at.Sub(freed); d > lease/3+150*time.Millisecond {
+					t.Errorf("waiter acquired %v after the lock was freed; fallback bound is %v", d, lease/3)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("waiter stalled with the lock free")
+			}
+		})
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	s := server(t)
+	before := goleak.IgnoreCurrent()
+	func() {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		prefix := testPrefix(t)
+		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := c.NewMutex("close")
+		lctx, err := m.LockContext(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed, err := c.NewMutex("close2", dsync.WithLeaseTime(time.Minute)).LockContext(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitErr := make(chan error, 1)
+		go func() {
+			_, err := m.LockContext(context.Background())
+			waitErr <- err
+		}()
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waitErr; !errors.Is(err, dsync.ErrClosed) {
+			t.Fatalf("waiter got %v, want ErrClosed", err)
+		}
+		for _, l := range []context.Context{lctx, fixed} {
+			if !errors.Is(context.Cause(l), dsync.ErrClosed) {
+				t.Fatalf("held lock context cause = %v, want ErrClosed", context.Cause(l))
+			}
+		}
+		if _, err := m.LockContext(context.Background()); !errors.Is(err, dsync.ErrClosed) {
+			t.Fatalf("LockContext after Close = %v", err)
+		}
+		if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrClosed) {
+			t.Fatalf("UnlockContext after Close = %v", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal("second Close:", err)
+		}
+		// Close released the locks: a new Client gets them at once.
+		c2, _ := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
+		defer c2.Close()
+		if _, ok, err := c2.NewMutex("close").TryLockContext(context.Background()); !ok || err != nil {
+			t.Fatalf("lock not released by Close: %v %v", ok, err)
+		}
+	}()
+	if err := goleak.Find(before); err != nil {
+		t.Fatal(err)
+	}
+}
