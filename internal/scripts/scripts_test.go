@@ -1,0 +1,138 @@
+package scripts_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+func ints(t *testing.T, r rueidis.RedisResult) []int64 {
+	t.Helper()
+	v, err := r.AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func num(t *testing.T, r rueidis.RedisResult) int64 {
+	t.Helper()
+	v, err := r.AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestMutexScripts(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, ch := "p:{n}:mutex", "p:{n}:mutex:ch"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	acq := func(owner string) []int64 {
+		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000"}))
+	}
+	rel := func(owner string, tok int64) int64 {
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{owner, strconv.FormatInt(tok, 10), "60000"}))
+	}
+
+	before := time.Now().UnixMicro()
+	a := acq("A")
+	if a[0] != 1 || a[1] < before {
+		t.Fatalf("acquire = %v, want {1, token >= server time %d}", a, before)
+	}
+	tok := a[1]
+	if v := get(); v != "A "+strconv.FormatInt(tok, 10)+" 1" {
+		t.Fatalf("value %q", v)
+	}
+	if r := acq("A"); r[0] != 2 || r[1] != tok {
+		t.Fatalf("re-entry = %v", r)
+	}
+	if r := acq("B"); r[0] != 0 || r[1] <= 0 || r[1] > 10000 {
+		t.Fatalf("other owner = %v, want {0, pttl}", r)
+	}
+	if r := rel("B", tok); r != 0 {
+		t.Fatalf("foreign release = %d", r)
+	}
+	if r := rel("A", tok+1); r != 0 {
+		t.Fatalf("release with a wrong token = %d", r)
+	}
+	if r := rel("A", tok); r != 2 || !strings.HasSuffix(get(), " 1") {
+		t.Fatalf("first release = %d, value %q", r, get())
+	}
+	// The release publishes the token on the channel.
+	sub := s.Client(t)
+	msgs := make(chan string, 1)
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	subscribed := make(chan struct{})
+	go sub.Receive(rueidis.WithOnSubscriptionHook(subCtx, func(rueidis.PubSubSubscription) { close(subscribed) }),
+		sub.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { msgs <- m.Message })
+	<-subscribed
+	if r := rel("A", tok); r != 1 || get() != "- "+strconv.FormatInt(tok, 10)+" 0" {
+		t.Fatalf("last release = %d, value %q", r, get())
+	}
+	if m := <-msgs; m != strconv.FormatInt(tok, 10) {
+		t.Fatalf("published %q", m)
+	}
+	if pttl := num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())); pttl <= 10000 {
+		t.Fatalf("free marker ttl %d, want the marker lifetime", pttl)
+	}
+	// A retried release (reply lost) is a no-op success.
+	if r := rel("A", tok); r != 1 {
+		t.Fatalf("retried release = %d, want 1", r)
+	}
+	// The next token continues from the marker.
+	b := acq("B")
+	if b[0] != 1 || b[1] <= tok {
+		t.Fatalf("after the marker: %v, want a token above %d", b, tok)
+	}
+	// Renew only the exact hold.
+	renew := func(prefix string) int64 {
+		return num(t, scripts.MutexRenew.Exec(ctx, rc, []string{key}, []string{prefix, "20000"}))
+	}
+	if renew("A "+strconv.FormatInt(b[1], 10)+" ") != 0 || renew("B "+strconv.FormatInt(tok, 10)+" ") != 0 {
+		t.Fatal("renewed a hold that is not the owner's")
+	}
+	if renew("B "+strconv.FormatInt(b[1], 10)+" ") != 1 || num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())) <= 10000 {
+		t.Fatal("renewal did not extend the lease")
+	}
+	// Handoff B -> C: new token, count 1, idempotent on retry.
+	hand := func() []int64 {
+		return ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key}, []string{"B", strconv.FormatInt(b[1], 10), "C", "5000"}))
+	}
+	h := hand()
+	if h[0] != 1 || h[1] <= b[1] || get() != "C "+strconv.FormatInt(h[1], 10)+" 1" {
+		t.Fatalf("handoff = %v, value %q", h, get())
+	}
+	if h2 := hand(); h2[0] != 1 || h2[1] != h[1] {
+		t.Fatalf("retried handoff = %v", h2)
+	}
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key}, []string{"X", "1", "D", "5000"})); r[0] != 0 {
+		t.Fatalf("handoff from a non-holder = %v", r)
+	}
+	// A handoff is refused while the holder has re-entered (count 2).
+	acq("C")
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000"})); r[0] != 0 {
+		t.Fatalf("handoff with count 2 = %v", r)
+	}
+	// Token-less release (owner only) works for the owner.
+	if rel("C", 0) != 2 || rel("C", 0) != 1 {
+		t.Fatal("owner-only releases failed")
+	}
+	// Without a marker the token comes from the server clock.
+	rc.Do(ctx, rc.B().Del().Key(key).Build())
+	if r := acq("E"); r[0] != 1 || r[1] <= h[1] {
+		t.Fatalf("after DEL: %v, want a token above %d", r, h[1])
+	}
+}
