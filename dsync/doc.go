@@ -1,0 +1,57 @@
+// Package dsync provides the sync primitives Go programs already know —
+// Mutex, FairMutex, RWMutex, a weighted Semaphore, Once and WaitGroup —
+// shared by every process that talks to the same Redis.
+//
+// # Owners and lock contexts
+//
+// An owner is the identity that holds a lock; it travels in a context
+// (WithOwner, OwnerOf). Acquisitions whose contexts carry the same owner
+// re-enter each other's holds, and each acquisition needs its own release.
+// Every ...Context acquire method returns a lock context: derived from its
+// argument, carrying the owner and the acquisition's fencing token
+// (FencingToken), and cancelled when the hold is released or lost, with
+// context.Cause ErrLockLost in the second case. Do the protected work under
+// the lock context, and it stops when the lock is gone.
+//
+// The sync.Locker methods (Lock, Unlock, TryLock) take a fresh owner per
+// Lock, so they behave like sync.Mutex: not reentrant, unlockable from any
+// goroutine.
+//
+// # What is guaranteed, and what is not
+//
+// A lock in Redis is a lease. While the holder's process runs, the Client's
+// watchdog renews it every lease/3 (see WithLease), and the lock context is
+// cancelled as soon as the Client learns the lock is gone, or could not renew
+// it before the lease — counted on the local monotonic clock from when the
+// acquire was sent, less 1% for clock drift — would have run out. Mutual
+// exclusion therefore holds as long as Redis keeps its data and a holder
+// notices its lock context in time. A process paused longer than its lease
+// (GC, SIGSTOP, a VM migration) can act after its lock was granted to
+// another; so can any holder after a Redis failover that lost the latest
+// writes. Where correctness depends on exclusion, pass the fencing token to
+// the resource and have it reject tokens lower than one it has seen: tokens
+// of one lock name grow strictly across all owners and processes, and never
+// repeat even after a FLUSHALL or a restart, since a new token is the larger
+// of the last one plus one and the Redis server's clock in microseconds.
+//
+// # Waiting
+//
+// Waits are bounded by the context, never by a timeout argument. A wait
+// ended by its context returns an error for which errors.Is(err, ctx.Err())
+// holds and leaves nothing behind in Redis. Waiters do not poll: a release
+// publishes a message and waiters wake on it; if a message is lost, a waiter
+// looks again after at most the holder's remaining lease or lease/3,
+// whichever is sooner. Goroutines of one Client waiting for the same lock
+// wait in a local queue, and one of them talks to Redis; on unlock the lock
+// is handed to the next local waiter in one script, with a fresh fencing
+// token, at most WithMaxLocalHandoffs times in a row before it is released
+// to other processes.
+//
+// # Keys
+//
+// Every key and channel of one lock is "<prefix>:{<name>}:<kind>..." with
+// the name as the Redis Cluster hash tag ('%' and '}' in names are escaped as
+// %25 and %7D), so each script touches one slot. A released mutex leaves a
+// small marker key for an hour, from which the next fencing token
+// continues.
+package dsync
