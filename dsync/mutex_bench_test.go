@@ -1,0 +1,46 @@
+package dsync_test
+
+import (
+	"context"
+	"testing"
+)
+
+// Quick in-package figures; the side-by-side comparison with the peers is
+// in bench/.
+
+func BenchmarkMutexSerial(b *testing.B) {
+	c := newClient(b)
+	m := c.NewMutex("serial")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		lctx, err := m.LockContext(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.UnlockContext(lctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMutexContended16(b *testing.B) {
+	c := newClient(b)
+	m := c.NewMutex("contended")
+	b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 goroutines
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			lctx, err := m.LockContext(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := m.UnlockContext(lctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
