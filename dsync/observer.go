@@ -81,6 +81,9 @@ type Released struct {
 type RenewFailed struct {
 	Err   error
 	Holds int // holds the round was renewing
+	// HoldIDs identifies those holds (as AcquireDone.Hold does), so an
+	// observer can tell which holds are at risk.
+	HoldIDs []uint64
 }
 
 // Lost describes a hold that was lost.

@@ -110,7 +110,11 @@ func (r *renewer) round() bool {
 			if failed != nil {
 				ok = false
 				if f := c.cfg.observer.RenewFailed; f != nil {
-					f(RenewFailed{Err: failed, Holds: j - i})
+					ids := make([]uint64, 0, j-i)
+					for _, h := range g.holds[i:j] {
+						ids = append(ids, h.id)
+					}
+					f(RenewFailed{Err: failed, Holds: j - i, HoldIDs: ids})
 				}
 				c.cfg.logger.Warn("dsync: renewal failed", "err", failed, "holds", j-i)
 			}

@@ -1,0 +1,49 @@
+// Package dsyncotel records dsync lock activity as OpenTelemetry spans and
+// metrics. It lives in the folder otel/ but is named dsyncotel, so that it
+// does not shadow go.opentelemetry.io/otel where a program imports both.
+//
+// The dsync core does not import OpenTelemetry: it calls the hooks of a
+// dsync.Observer, and NewObserver returns one that turns those calls into
+// telemetry:
+//
+//	c, err := dsync.NewClient(rc, dsync.WithObserver(dsyncotel.NewObserver()))
+//
+// # Spans
+//
+// Every acquisition (Lock, TryLock, Acquire, ...) gets a span named
+// "dsync.<kind>.acquire", e.g. "dsync.mutex.acquire", a child of the span in
+// the caller's context. It runs from the call until the lock is held or the
+// wait ends, and carries the attributes dsync.lock.kind, dsync.lock.mode
+// (when the primitive has modes), dsync.lock.permits, dsync.lock.try,
+// dsync.lock.outcome (acquired, not_acquired, cancelled or error),
+// dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.reentered
+// and, when acquired, dsync.lock.fencing_token. An outcome of error also sets
+// the span status.
+//
+// A new hold (not a re-entry) gets a second span, "dsync.<kind>.hold", a
+// sibling of the acquire span under the caller's span, that ends when the
+// hold is released or lost. It receives events for re-entries and partial
+// releases ("dsync.lock.reentered", "dsync.lock.released"), for renewal
+// rounds that failed while it was held ("dsync.lock.renew_failed") and for
+// its loss ("dsync.lock.lost", which also sets an error status).
+//
+// # Metrics
+//
+// Instruments follow the OpenTelemetry naming conventions; durations are in
+// seconds.
+//
+//	dsync.lock.wait.duration      histogram, s   acquisition time, by outcome
+//	dsync.lock.hold.duration      histogram, s   time from acquire to release or loss
+//	dsync.lock.acquisitions       counter        acquisitions, by outcome
+//	dsync.lock.losses             counter        holds lost
+//	dsync.lock.waiters            up-down counter acquisitions waiting now
+//	dsync.lock.renewal.failures   counter        renewal rounds that failed
+//
+// # Lock names
+//
+// Lock names are not recorded by default: they can be unbounded (one lock
+// per order, per user) and so would explode the cardinality of every metric,
+// and they may be sensitive. WithLockNames(true) adds the attribute
+// dsync.lock.name to spans and metrics; WithAttributeFilter decides per
+// attribute.
+package dsyncotel

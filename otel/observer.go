@@ -1,0 +1,279 @@
+package dsyncotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/dsync/dsync/dsync"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Attribute keys recorded on spans and metrics.
+const (
+	KeyKind         = attribute.Key("dsync.lock.kind")
+	KeyMode         = attribute.Key("dsync.lock.mode")
+	KeyPermits      = attribute.Key("dsync.lock.permits")
+	KeyName         = attribute.Key("dsync.lock.name") // only with WithLockNames
+	KeyTry          = attribute.Key("dsync.lock.try")
+	KeyOutcome      = attribute.Key("dsync.lock.outcome")
+	KeyAttempts     = attribute.Key("dsync.lock.attempts")
+	KeyReentered    = attribute.Key("dsync.lock.reentered")
+	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
+	KeyEnd          = attribute.Key("dsync.lock.end") // released or lost, on hold durations
+)
+
+// Values of KeyOutcome.
+const (
+	OutcomeAcquired    = "acquired"
+	OutcomeNotAcquired = "not_acquired" // a Try found the lock held
+	OutcomeCancelled   = "cancelled"    // the caller's context ended the wait
+	OutcomeError       = "error"
+)
+
+// NewObserver returns hooks that record spans and metrics for the Client
+// they are installed in with dsync.WithObserver. Instruments are created
+// once, here.
+//
+// Give each Client the result of its own NewObserver call: hold spans are
+// matched to their release by the Client's hold identifiers, which are
+// unique only within one Client. The hooks are safe for concurrent use and
+// never block on I/O; the exporter behind the providers does that.
+func NewObserver(opts ...Option) dsync.Observer {
+	o := newObserver(newConfig(opts))
+	return dsync.Observer{
+		AcquireStart: o.acquireStart,
+		AcquireDone:  o.acquireDone,
+		Released:     o.released,
+		RenewFailed:  o.renewFailed,
+		Lost:         o.lost,
+	}
+}
+
+type observer struct {
+	cfg    config
+	tracer trace.Tracer
+
+	waitDur   metric.Float64Histogram
+	holdDur   metric.Float64Histogram
+	acquired  metric.Int64Counter
+	losses    metric.Int64Counter
+	waiters   metric.Int64UpDownCounter
+	renewFail metric.Int64Counter
+
+	mu    sync.Mutex
+	holds map[holdKey]trace.Span // hold spans not yet ended
+}
+
+// holdKey names a hold. The lock is part of it so that, should one observer
+// be shared by Clients after all, a release cannot end another lock's span.
+type holdKey struct {
+	lock dsync.Lock
+	id   uint64
+}
+
+// acquireKey is the context key under which acquireStart passes the caller's
+// context on to acquireDone, where the hold span is started beside the
+// acquire span rather than under it.
+type acquireKey struct{}
+
+func newObserver(cfg config) *observer {
+	o := &observer{
+		cfg:    cfg,
+		tracer: cfg.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		holds:  make(map[holdKey]trace.Span),
+	}
+	m := cfg.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
+	// Instrument errors are reported to the global handler and yield a
+	// working no-op instrument, so telemetry never breaks locking.
+	var err error
+	var errs []error
+	o.waitDur, err = m.Float64Histogram("dsync.lock.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from the start of an acquisition until the lock was held or the wait ended."))
+	errs = append(errs, err)
+	o.holdDur, err = m.Float64Histogram("dsync.lock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a hold lasted, from its acquisition until its release or loss."))
+	errs = append(errs, err)
+	o.acquired, err = m.Int64Counter("dsync.lock.acquisitions", metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Acquisitions that ended, by outcome."))
+	errs = append(errs, err)
+	o.losses, err = m.Int64Counter("dsync.lock.losses", metric.WithUnit("{hold}"),
+		metric.WithDescription("Holds lost: their lease ran out unrenewed or their key was gone."))
+	errs = append(errs, err)
+	o.waiters, err = m.Int64UpDownCounter("dsync.lock.waiters", metric.WithUnit("{waiter}"),
+		metric.WithDescription("Acquisitions waiting for a lock now."))
+	errs = append(errs, err)
+	o.renewFail, err = m.Int64Counter("dsync.lock.renewal.failures", metric.WithUnit("{round}"),
+		metric.WithDescription("Renewal rounds that could not reach Redis; the holds are retried."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		otel.Handle(err)
+	}
+	return o
+}
+
+// lockAttrs are the attributes that identify a lock, for spans and metrics.
+func (o *observer) lockAttrs(l dsync.Lock, extra ...attribute.KeyValue) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 4+len(extra))
+	kv = append(kv, KeyKind.String(string(l.Kind)))
+	if l.Mode != "" {
+		kv = append(kv, KeyMode.String(l.Mode))
+	}
+	if o.cfg.lockNames {
+		kv = append(kv, KeyName.String(l.Name))
+	}
+	kv = append(kv, extra...)
+	return o.filter(kv)
+}
+
+func (o *observer) filter(kv []attribute.KeyValue) []attribute.KeyValue {
+	if o.cfg.filter == nil {
+		return kv
+	}
+	out := kv[:0]
+	for _, a := range kv {
+		if o.cfg.filter(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (o *observer) acquireStart(ctx context.Context, e dsync.AcquireStart) context.Context {
+	if !e.Try {
+		o.waiters.Add(ctx, 1, metric.WithAttributes(o.lockAttrs(e.Lock)...))
+	}
+	sctx, _ := o.tracer.Start(ctx, "dsync."+string(e.Kind)+".acquire",
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(o.lockAttrs(e.Lock, KeyPermits.Int64(e.N), KeyTry.Bool(e.Try))...))
+	return context.WithValue(sctx, acquireKey{}, ctx)
+}
+
+func outcome(e dsync.AcquireDone) string {
+	switch {
+	case e.Acquired:
+		return OutcomeAcquired
+	case e.Err == nil:
+		return OutcomeNotAcquired
+	case errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
+		return OutcomeCancelled
+	default:
+		return OutcomeError
+	}
+}
+
+func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
+	out := outcome(e)
+	mattrs := metric.WithAttributes(o.lockAttrs(e.Lock, KeyOutcome.String(out))...)
+	o.acquired.Add(ctx, 1, mattrs)
+	o.waitDur.Record(ctx, e.Wait.Seconds(), mattrs)
+	if !e.Try {
+		o.waiters.Add(ctx, -1, metric.WithAttributes(o.lockAttrs(e.Lock)...))
+	}
+
+	span := trace.SpanFromContext(ctx)
+	attrs := []attribute.KeyValue{KeyOutcome.String(out), KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered)}
+	if e.Acquired {
+		attrs = append(attrs, KeyFencingToken.Int64(int64(e.Token)))
+	}
+	span.SetAttributes(o.filter(attrs)...)
+	if out == OutcomeError {
+		span.RecordError(e.Err)
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End()
+
+	if !e.Acquired {
+		return
+	}
+	k := holdKey{lock: e.Lock, id: e.Hold}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if hs, ok := o.holds[k]; ok {
+		hs.AddEvent("dsync.lock.reentered")
+		return
+	}
+	parent, _ := ctx.Value(acquireKey{}).(context.Context)
+	if parent == nil {
+		parent = ctx
+	}
+	_, hs := o.tracer.Start(parent, "dsync."+string(e.Kind)+".hold",
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(o.lockAttrs(e.Lock, KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token)))...),
+		trace.WithLinks(trace.Link{SpanContext: span.SpanContext()}))
+	o.holds[k] = hs
+}
+
+// take removes and returns the span of hold k, if it is open.
+func (o *observer) take(k holdKey) trace.Span {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	hs := o.holds[k]
+	delete(o.holds, k)
+	return hs
+}
+
+func (o *observer) released(ctx context.Context, e dsync.Released) {
+	k := holdKey{lock: e.Lock, id: e.Hold}
+	if !e.Complete {
+		o.mu.Lock()
+		if hs, ok := o.holds[k]; ok {
+			hs.AddEvent("dsync.lock.released", trace.WithAttributes(KeyReentered.Bool(true)))
+		}
+		o.mu.Unlock()
+		return
+	}
+	if hs := o.take(k); hs != nil {
+		if e.Err != nil {
+			hs.RecordError(e.Err)
+			hs.SetStatus(codes.Error, e.Err.Error())
+		}
+		hs.End()
+	}
+	o.holdDur.Record(ctx, e.Held.Seconds(), metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("released"))...))
+}
+
+func (o *observer) lost(e dsync.Lost) {
+	// The span ends before the metrics move, so that whoever sees the loss
+	// counted also finds the span ended.
+	defer func() {
+		ctx := context.Background() // the event has none: it comes from a timer or the renewal loop
+		o.losses.Add(ctx, 1, metric.WithAttributes(o.lockAttrs(e.Lock)...))
+		o.holdDur.Record(ctx, e.Held.Seconds(), metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("lost"))...))
+	}()
+	if hs := o.take(holdKey{lock: e.Lock, id: e.Hold}); hs != nil {
+		cause := "lock lost"
+		if e.Cause != nil {
+			cause = e.Cause.Error()
+		}
+		hs.AddEvent("dsync.lock.lost", trace.WithAttributes(attribute.String("dsync.lock.cause", cause)))
+		hs.SetStatus(codes.Error, cause)
+		hs.End()
+	}
+}
+
+func (o *observer) renewFailed(e dsync.RenewFailed) {
+	o.renewFail.Add(context.Background(), 1)
+	if len(e.HoldIDs) == 0 {
+		return
+	}
+	ids := make(map[uint64]bool, len(e.HoldIDs))
+	for _, id := range e.HoldIDs {
+		ids[id] = true
+	}
+	msg := ""
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, hs := range o.holds {
+		if ids[k.id] {
+			hs.AddEvent("dsync.lock.renew_failed", trace.WithAttributes(attribute.String("error.message", msg)))
+		}
+	}
+}

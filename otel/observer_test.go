@@ -1,0 +1,477 @@
+package dsyncotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	dsyncotel "github.com/dsync/dsync/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+var prefixSeq atomic.Int64
+
+// telemetry is an in-memory trace and metric pipeline.
+type telemetry struct {
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newTelemetry(t *testing.T) *telemetry {
+	tel := &telemetry{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	tel.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tel.spans))
+	tel.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(tel.reader))
+	t.Cleanup(func() {
+		_ = tel.tp.Shutdown(context.Background())
+		_ = tel.mp.Shutdown(context.Background())
+	})
+	return tel
+}
+
+func (tel *telemetry) observer(opts ...dsyncotel.Option) dsync.Observer {
+	opts = append([]dsyncotel.Option{dsyncotel.WithTracerProvider(tel.tp), dsyncotel.WithMeterProvider(tel.mp)}, opts...)
+	return dsyncotel.NewObserver(opts...)
+}
+
+// client returns a Client on s whose events go to its own observer.
+func client(t *testing.T, s *redistest.Server, prefix string, o dsync.Observer, opts ...dsync.Option) *dsync.Client {
+	t.Helper()
+	opts = append([]dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithObserver(o)}, opts...)
+	c, err := dsync.NewClient(s.Client(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newPrefix() string { return fmt.Sprintf("otel%d-%d", os.Getpid(), prefixSeq.Add(1)) }
+
+// value returns the data points of the named metric whose attributes
+// include every one of want, summed: the count for a histogram, the value
+// for a sum.
+func (tel *telemetry) value(t *testing.T, name string, want ...attribute.KeyValue) (float64, bool) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	var v float64
+	match := func(set attribute.Set) bool {
+		for _, kv := range want {
+			if got, ok := set.Value(kv.Key); !ok || got != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != dsyncotel.ScopeName || sm.Scope.Version != dsyncotel.Version {
+			t.Fatalf("scope = %q %q", sm.Scope.Name, sm.Scope.Version)
+		}
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			found = true
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if match(p.Attributes) {
+						v += float64(p.Value)
+					}
+				}
+			case metricdata.Histogram[float64]:
+				if m.Unit != "s" {
+					t.Errorf("%s unit = %q, want s", name, m.Unit)
+				}
+				for _, p := range d.DataPoints {
+					if match(p.Attributes) {
+						v += float64(p.Count)
+					}
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T", name, m.Data)
+			}
+		}
+	}
+	return v, found
+}
+
+func (tel *telemetry) mustValue(t *testing.T, name string, want float64, attrs ...attribute.KeyValue) {
+	t.Helper()
+	v, _ := tel.value(t, name, attrs...)
+	if v != want {
+		t.Errorf("%s%v = %v, want %v", name, attrs, v, want)
+	}
+}
+
+// histMin is the smallest recorded value of a histogram with attrs.
+func (tel *telemetry) histMin(t *testing.T, name string, attrs ...attribute.KeyValue) float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := -1.0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			d, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, p := range d.DataPoints {
+				ok := true
+				for _, kv := range attrs {
+					if got, has := p.Attributes.Value(kv.Key); !has || got != kv.Value {
+						ok = false
+					}
+				}
+				if mn, has := p.Min.Value(); ok && has {
+					out = mn
+				}
+			}
+		}
+	}
+	return out
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func hasEvent(s sdktrace.ReadOnlySpan, name string) bool {
+	for _, e := range s.Events() {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// spansUnder returns the ended spans named name whose parent is parent.
+func (tel *telemetry) spansUnder(parent trace.SpanContext, name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range tel.spans.Ended() {
+		if s.Name() == name && s.Parent().SpanID() == parent.SpanID() && s.Parent().TraceID() == parent.TraceID() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func wantAttr(t *testing.T, s sdktrace.ReadOnlySpan, k attribute.Key, want attribute.Value) {
+	t.Helper()
+	got, ok := attrOf(s, k)
+	if !ok || got != want {
+		t.Errorf("span %s: %s = %v (present %v), want %v", s.Name(), k, got.Emit(), ok, want.Emit())
+	}
+}
+
+// TestObserverContention scripts a contention scenario over two Clients
+// (two "processes") and checks every span and metric it must produce.
+func TestObserverContention(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	prefix := newPrefix()
+	c1 := client(t, s, prefix, tel.observer(dsyncotel.WithLockNames(true)))
+	c2 := client(t, s, prefix, tel.observer(dsyncotel.WithLockNames(true)))
+	tracer := tel.tp.Tracer("test")
+	base, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ordersName := dsyncotel.KeyName.String("orders")
+
+	// Job A holds "orders" and re-enters it.
+	ctxA, jobA := tracer.Start(base, "job-a")
+	mA := c1.NewMutex("orders")
+	lA, err := mA.LockContext(ctxA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mA.LockContext(lA); err != nil {
+		t.Fatal(err)
+	}
+
+	// Job B, in the other Client, waits for it.
+	ctxB, jobB := tracer.Start(base, "job-b")
+	mB := c2.NewMutex("orders")
+	bDone := make(chan error, 1)
+	var lB context.Context
+	go func() {
+		var err error
+		lB, err = mB.LockContext(ctxB)
+		bDone <- err
+	}()
+	waitFor(t, 5*time.Second, "one waiter", func() bool {
+		v, _ := tel.value(t, "dsync.lock.waiters", ordersName)
+		return v == 1
+	})
+
+	// Job C tries once and gives up; job D waits and is cancelled.
+	ctxC, jobC := tracer.Start(base, "job-c")
+	if _, ok, err := mB.TryLockContext(ctxC); ok || err != nil {
+		t.Fatalf("TryLockContext while held = %v, %v", ok, err)
+	}
+	jobC.End()
+	ctxD, jobD := tracer.Start(base, "job-d")
+	ctxD, cancelD := context.WithCancel(ctxD)
+	dDone := make(chan error, 1)
+	go func() {
+		_, err := mB.LockContext(ctxD)
+		dDone <- err
+	}()
+	waitFor(t, 5*time.Second, "two waiters", func() bool {
+		v, _ := tel.value(t, "dsync.lock.waiters", ordersName)
+		return v == 2
+	})
+	cancelD()
+	if err := <-dDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait = %v", err)
+	}
+	jobD.End()
+
+	time.Sleep(20 * time.Millisecond)            // B's wait is measurably longer than A's hold so far
+	if err := mA.UnlockContext(lA); err != nil { // the re-entry
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := mA.UnlockContext(lA); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := mB.UnlockContext(lB); err != nil {
+		t.Fatal(err)
+	}
+	jobA.End()
+	jobB.End()
+
+	// Spans: A's two acquisitions and its hold sit under job-a.
+	acqA := tel.spansUnder(jobA.SpanContext(), "dsync.mutex.acquire")
+	if len(acqA) != 2 {
+		t.Fatalf("job-a has %d acquire spans, want 2", len(acqA))
+	}
+	for i, s := range acqA {
+		wantAttr(t, s, dsyncotel.KeyKind, attribute.StringValue("mutex"))
+		wantAttr(t, s, dsyncotel.KeyName, attribute.StringValue("orders"))
+		wantAttr(t, s, dsyncotel.KeyPermits, attribute.Int64Value(1))
+		wantAttr(t, s, dsyncotel.KeyOutcome, attribute.StringValue("acquired"))
+		wantAttr(t, s, dsyncotel.KeyReentered, attribute.BoolValue(i == 1))
+		wantAttr(t, s, dsyncotel.KeyAttempts, attribute.IntValue([]int{1, 0}[i]))
+		if _, ok := attrOf(s, dsyncotel.KeyFencingToken); !ok {
+			t.Errorf("acquire span %d has no fencing token", i)
+		}
+	}
+	holdA := tel.spansUnder(jobA.SpanContext(), "dsync.mutex.hold")
+	if len(holdA) != 1 {
+		t.Fatalf("job-a has %d hold spans, want 1", len(holdA))
+	}
+	if !hasEvent(holdA[0], "dsync.lock.reentered") || !hasEvent(holdA[0], "dsync.lock.released") {
+		t.Errorf("job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
+	}
+	if holdA[0].Status().Code == codes.Error {
+		t.Errorf("a released hold has an error status")
+	}
+
+	acqB := tel.spansUnder(jobB.SpanContext(), "dsync.mutex.acquire")
+	if len(acqB) != 1 {
+		t.Fatalf("job-b has %d acquire spans, want 1", len(acqB))
+	}
+	wantAttr(t, acqB[0], dsyncotel.KeyOutcome, attribute.StringValue("acquired"))
+	if n, _ := attrOf(acqB[0], dsyncotel.KeyAttempts); n.AsInt64() < 2 {
+		t.Errorf("job-b acquired after waiting with %d attempts, want >= 2", n.AsInt64())
+	}
+	if acqB[0].EndTime().Before(released) {
+		t.Errorf("job-b's wait ended before job-a released")
+	}
+	if len(tel.spansUnder(jobB.SpanContext(), "dsync.mutex.hold")) != 1 {
+		t.Errorf("job-b has no hold span")
+	}
+	tokA, _ := attrOf(acqA[0], dsyncotel.KeyFencingToken)
+	tokB, _ := attrOf(acqB[0], dsyncotel.KeyFencingToken)
+	if tokB.AsInt64() <= tokA.AsInt64() {
+		t.Errorf("fencing tokens not increasing in spans: %d then %d", tokA.AsInt64(), tokB.AsInt64())
+	}
+
+	acqC := tel.spansUnder(jobC.SpanContext(), "dsync.mutex.acquire")
+	if len(acqC) != 1 {
+		t.Fatalf("job-c has %d acquire spans", len(acqC))
+	}
+	wantAttr(t, acqC[0], dsyncotel.KeyOutcome, attribute.StringValue("not_acquired"))
+	wantAttr(t, acqC[0], dsyncotel.KeyTry, attribute.BoolValue(true))
+	acqD := tel.spansUnder(jobD.SpanContext(), "dsync.mutex.acquire")
+	if len(acqD) != 1 {
+		t.Fatalf("job-d has %d acquire spans", len(acqD))
+	}
+	wantAttr(t, acqD[0], dsyncotel.KeyOutcome, attribute.StringValue("cancelled"))
+	if len(tel.spansUnder(jobC.SpanContext(), "dsync.mutex.hold"))+len(tel.spansUnder(jobD.SpanContext(), "dsync.mutex.hold")) != 0 {
+		t.Errorf("an acquisition that failed has a hold span")
+	}
+
+	// Metrics.
+	out := func(s string) attribute.KeyValue { return dsyncotel.KeyOutcome.String(s) }
+	tel.mustValue(t, "dsync.lock.acquisitions", 3, ordersName, out("acquired"))
+	tel.mustValue(t, "dsync.lock.acquisitions", 1, ordersName, out("not_acquired"))
+	tel.mustValue(t, "dsync.lock.acquisitions", 1, ordersName, out("cancelled"))
+	tel.mustValue(t, "dsync.lock.acquisitions", 0, ordersName, out("error"))
+	tel.mustValue(t, "dsync.lock.wait.duration", 5, ordersName)
+	tel.mustValue(t, "dsync.lock.waiters", 0, ordersName)
+	tel.mustValue(t, "dsync.lock.hold.duration", 2, ordersName, dsyncotel.KeyEnd.String("released"))
+	tel.mustValue(t, "dsync.lock.losses", 0)
+	tel.mustValue(t, "dsync.lock.renewal.failures", 0)
+	if mn := tel.histMin(t, "dsync.lock.hold.duration", dsyncotel.KeyEnd.String("released")); mn <= 0 {
+		t.Errorf("hold duration min = %v", mn)
+	}
+	if mx := tel.histMin(t, "dsync.lock.wait.duration", out("cancelled")); mx <= 0 {
+		t.Errorf("cancelled wait duration = %v, want > 0", mx)
+	}
+}
+
+// TestObserverLost checks that a lost hold ends its span with an error and
+// counts as a loss.
+func TestObserverLost(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	c := client(t, s, newPrefix(), tel.observer())
+	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
+	m := c.NewMutex("short", dsync.WithLeaseTime(50*time.Millisecond))
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a 50ms lease was not lost")
+	}
+	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
+		t.Fatalf("cause = %v", context.Cause(lctx))
+	}
+	// The hooks run after the lock contexts are cancelled.
+	waitFor(t, 5*time.Second, "the loss to be recorded", func() bool {
+		v, _ := tel.value(t, "dsync.lock.losses")
+		return v == 1
+	})
+	job.End()
+	holds := tel.spansUnder(job.SpanContext(), "dsync.mutex.hold")
+	if len(holds) != 1 {
+		t.Fatalf("%d hold spans, want 1", len(holds))
+	}
+	if !hasEvent(holds[0], "dsync.lock.lost") || holds[0].Status().Code != codes.Error {
+		t.Errorf("lost hold span: events %v, status %v", holds[0].Events(), holds[0].Status())
+	}
+	tel.mustValue(t, "dsync.lock.losses", 1, dsyncotel.KeyKind.String("mutex"))
+	tel.mustValue(t, "dsync.lock.hold.duration", 1, dsyncotel.KeyEnd.String("lost"))
+	// The default records no lock names.
+	for _, sp := range tel.spans.Ended() {
+		if _, ok := attrOf(sp, dsyncotel.KeyName); ok {
+			t.Errorf("span %s records the lock name by default", sp.Name())
+		}
+	}
+	if v, _ := tel.value(t, "dsync.lock.losses", dsyncotel.KeyName.String("short")); v != 0 {
+		t.Errorf("metrics record the lock name by default")
+	}
+}
+
+// TestObserverRenewFailed stalls Redis so that a renewal round fails, and
+// checks the counter and the event on the hold span.
+func TestObserverRenewFailed(t *testing.T) {
+	s := redistest.Start(t) // a server of its own: it gets stopped
+	tel := newTelemetry(t)
+	c := client(t, s, newPrefix(), tel.observer(), dsync.WithLease(600*time.Millisecond))
+	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
+	m := c.NewMutex("renewed")
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cont := func() { _ = s.Signal(syscall.SIGCONT) }
+	defer cont()
+	waitFor(t, 5*time.Second, "a failed renewal round", func() bool {
+		v, _ := tel.value(t, "dsync.lock.renewal.failures")
+		return v >= 1
+	})
+	cont()
+	// Held or lost by now, either way the hold span must end and carry the event.
+	if err := m.UnlockContext(context.WithoutCancel(lctx)); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	job.End()
+	holds := tel.spansUnder(job.SpanContext(), "dsync.mutex.hold")
+	if len(holds) != 1 {
+		t.Fatalf("%d hold spans, want 1", len(holds))
+	}
+	if !hasEvent(holds[0], "dsync.lock.renew_failed") {
+		t.Errorf("hold span events = %v, want dsync.lock.renew_failed", holds[0].Events())
+	}
+}
+
+// TestObserverAttributeFilter checks that a filter removes attributes from
+// spans and metrics alike.
+func TestObserverAttributeFilter(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	keepNames := func(kv attribute.KeyValue) bool {
+		return kv.Key != dsyncotel.KeyName || kv.Value.AsString() == "public"
+	}
+	c := client(t, s, newPrefix(), tel.observer(dsyncotel.WithLockNames(true), dsyncotel.WithAttributeFilter(keepNames)))
+	ctx := context.Background()
+	for _, name := range []string{"public", "user-4711"} {
+		m := c.NewMutex(name)
+		lctx, ok, err := m.TryLockContext(ctx)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if err := m.UnlockContext(lctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := map[string]int{}
+	for _, sp := range tel.spans.Ended() {
+		if v, ok := attrOf(sp, dsyncotel.KeyName); ok {
+			names[v.AsString()]++
+		}
+	}
+	if names["public"] != 2 || names["user-4711"] != 0 {
+		t.Errorf("names on spans = %v, want public on its acquire and hold spans only", names)
+	}
+	tel.mustValue(t, "dsync.lock.acquisitions", 1, dsyncotel.KeyName.String("public"))
+	tel.mustValue(t, "dsync.lock.acquisitions", 0, dsyncotel.KeyName.String("user-4711"))
+	tel.mustValue(t, "dsync.lock.acquisitions", 2, dsyncotel.KeyKind.String("mutex"))
+}
