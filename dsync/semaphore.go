@@ -1,0 +1,348 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// A Semaphore is a weighted semaphore shared by every Client, in any
+// process, that uses the same key prefix, name and size: the cross-process
+// counterpart of golang.org/x/sync/semaphore.Weighted.
+//
+// Permits are held by owners (see WithOwner). An owner's permits add up
+// across acquisitions, and each Acquire(n) needs a Release(n). They are held
+// under a lease that the Client's watchdog renews (or a fixed one, with
+// WithLeaseTime), so the permits of an owner whose process dies come back
+// within one lease. Time is Redis server time.
+//
+// Waiters are served first come, first served across all processes: a
+// request for many permits at the head of the queue is not overtaken by
+// later small ones. A waiter keeps its place under a lease as well, so a
+// dead waiter does not block the queue for longer than one lease.
+//
+// The size is stored in Redis with the semaphore: using a name with another
+// size than the one in Redis fails with ErrInvalidArgument until the
+// semaphore has been idle (no holder, no waiter) for an hour.
+//
+// A Semaphore is safe for concurrent use. Its zero value is not usable;
+// create Semaphores with Client.NewSemaphore. A Semaphore may be copied only
+// before first use.
+type Semaphore struct {
+	c     *Client
+	name  string
+	size  int64
+	keys  []string // see sem_common.lua
+	chPfx string   // a waiter's wakeup channel is chPfx + waiter id
+	err   error    // a bad name or size, returned by every call
+	lc    lockConfig
+	mu    sync.Mutex
+	holds map[string][]*hold // owner -> acquisitions through s, oldest first
+}
+
+// NewSemaphore returns the semaphore called name with size permits. An
+// invalid name or a size <= 0 makes every call fail with ErrInvalidArgument.
+func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Semaphore {
+	base := c.lockKey("sem", name)
+	err := checkName(name)
+	if err == nil && size <= 0 {
+		err = fmt.Errorf("%w: semaphore size %d <= 0", ErrInvalidArgument, size)
+	}
+	return &Semaphore{
+		c: c, name: name, size: size, err: err, lc: newLockConfig(opts),
+		keys:  []string{base, base + ":holders", base + ":permits", base + ":queue", base + ":want", base + ":qexp"},
+		chPfx: base + ":w:",
+		holds: make(map[string][]*hold),
+	}
+}
+
+// Acquire acquires n permits for the owner ctx carries (a fresh one if
+// none), waiting until they are available or ctx is done. It returns the
+// lock context: derived from ctx, carrying the owner and a fencing token of
+// its own, and cancelled when these permits are released or lost (cause
+// ErrLockLost).
+//
+// n <= 0 or n above the size fails at once with ErrInvalidArgument. A wait
+// ended by ctx returns an error for which errors.Is(err, ctx.Err()) holds,
+// and leaves the semaphore unchanged: the waiter's queue place is removed
+// at once, and the waiters behind it that now fit are woken.
+func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, error) {
+	lctx, _, err := s.acquire(ctx, n, false)
+	return lctx, err
+}
+
+// TryAcquire is Acquire without waiting: when the permits are not available
+// at once, or other waiters are ahead, it returns false and a nil error, and
+// leaves the semaphore unchanged.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, bool, error) {
+	return s.acquire(ctx, n, true)
+}
+
+// Release releases n permits of the owner ctx carries (the lock context of
+// an Acquire, or any context with the same owner) and wakes the waiters
+// that now fit, in queue order. If the owner holds fewer than n permits it
+// returns ErrNotHeld and changes nothing. The release runs even if ctx is
+// already cancelled, since a lock context is cancelled when lost.
+//
+// The lock contexts cancelled are those of the acquisitions the release
+// covers: the one ctx is the lock context of, if it took n permits, else the
+// latest ones through s. A Redis error may leave the permits held until the
+// owner's lease lapses.
+func (s *Semaphore) Release(ctx context.Context, n int64) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if err := s.check(n); err != nil {
+		return err
+	}
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return ErrNotHeld
+	}
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	// Not retried on a lost reply: a second decrement would release permits
+	// of another acquisition. The local holds end either way, so at worst
+	// the permits come back when the owner's lease lapses.
+	vals, err := scripts.SemRelease.Exec(cctx, s.c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).AsIntSlice()
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply from the release script")
+	}
+	if err == nil && vals[0] == 0 {
+		return ErrNotHeld
+	}
+	tok, _ := FencingToken(ctx)
+	ended := s.take(owner, tok, n, err == nil && vals[1] == 0)
+	for _, h := range ended {
+		if h.end(errReleased, false) {
+			if f := s.c.cfg.observer.Released; f != nil {
+				f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+			}
+		}
+	}
+	return wrapErr(KindSemaphore, s.name, err)
+}
+
+func (s *Semaphore) check(n int64) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.c.checkOpen(); err != nil {
+		return err
+	}
+	if n <= 0 || n > s.size {
+		return fmt.Errorf("%w: %d permits of semaphore %q (size %d)", ErrInvalidArgument, n, shortName(s.name), s.size)
+	}
+	return nil
+}
+
+// take removes from s the holds a release of n permits by owner covers: the
+// acquisition with token tok if it took n, else the latest one that took n,
+// else the latest ones as long as they fit in n. all: the owner holds
+// nothing left, so every hold of it ends.
+func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hs := s.holds[owner]
+	var out []*hold
+	pick := -1
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].lock.N == n && (pick < 0 || hs[i].token == tok) {
+			pick = i
+		}
+	}
+	switch {
+	case all:
+		out, hs = hs, nil
+	case pick >= 0:
+		out = []*hold{hs[pick]}
+		hs = append(hs[:pick:pick], hs[pick+1:]...)
+	default:
+		for len(hs) > 0 && hs[len(hs)-1].lock.N <= n {
+			n -= hs[len(hs)-1].lock.N
+			out = append(out, hs[len(hs)-1])
+			hs = hs[:len(hs)-1]
+		}
+	}
+	if len(hs) == 0 {
+		delete(s.holds, owner)
+	} else {
+		s.holds[owner] = hs
+	}
+	return out
+}
+
+func (s *Semaphore) forget(h *hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hs := s.holds[h.owner]
+	for i, x := range hs {
+		if x == h {
+			hs = append(hs[:i:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(s.holds, h.owner)
+	} else {
+		s.holds[h.owner] = hs
+	}
+}
+
+func (s *Semaphore) lease() time.Duration {
+	if s.lc.leaseTime > 0 {
+		return s.lc.leaseTime
+	}
+	return s.c.cfg.lease
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Context, bool, error) {
+	c := s.c
+	if err := c.checkCall(ctx, s.err); err != nil {
+		return nil, false, err
+	}
+	if err := s.check(n); err != nil {
+		return nil, false, err
+	}
+	ctx, owner := ownerFrom(ctx)
+	info := Lock{Kind: KindSemaphore, Name: s.name, N: n}
+	obs := c.cfg.observer
+	octx := ctx
+	if obs.AcquireStart != nil {
+		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info, Try: try}); x != nil {
+			octx = x
+		}
+	}
+	start := time.Now()
+	h, attempts, err := s.acquireRedis(ctx, owner, n, try)
+	var lctx context.Context
+	if h != nil {
+		lctx = h.newCtx(ctx)
+	}
+	if obs.AcquireDone != nil {
+		e := AcquireDone{Lock: info, Try: try, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
+		if h != nil {
+			e.Token, e.Hold = h.token, h.id
+		}
+		obs.AcquireDone(octx, e)
+	}
+	return lctx, h != nil, wrapErr(KindSemaphore, s.name, err)
+}
+
+// acquireRedis runs the acquire script until the permits are held, ctx is
+// done or Redis fails. Between attempts it waits for a message on the
+// waiter's own channel (published only when its turn has come), or at most
+// until the earliest holder's lease could lapse or lease/3, in case the
+// message was lost; each attempt also renews the waiter's queue place.
+func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
+	c := s.c
+	lease := s.lease()
+	waiter := newOwnerID()
+	mode := "wait"
+	if try {
+		mode = "try"
+	}
+	args := []string{owner, waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
+		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
+	var sub *subscription
+	live := false
+	defer func() { sub.close() }()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// giveUp removes the queue place under a context that outlives ctx.
+	giveUp := func(err error) (*hold, int, error) {
+		if !try {
+			cctx, cancel := cleanupCtx(ctx)
+			_ = scripts.SemCancel.Exec(cctx, c.rc, s.keys, []string{waiter, s.chPfx}).Error()
+			cancel()
+		}
+		return nil, 0, err
+	}
+	for attempt := 1; ; attempt++ {
+		if sub != nil {
+			sub.drain()
+		}
+		sentAt := time.Now()
+		vals, err := scripts.SemAcquire.Exec(ctx, c.rc, s.keys, args).AsIntSlice()
+		if err == nil && len(vals) != 2 {
+			err = errors.New("dsync: unexpected reply from the acquire script")
+		}
+		if err != nil {
+			// A lost reply may hide a grant: nobody renews it, so those
+			// permits come back within one lease.
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			} else if c.closed.Load() {
+				err = ErrClosed
+			}
+			_, _, err = giveUp(err)
+			return nil, attempt, err
+		}
+		switch vals[0] {
+		case -1:
+			return nil, attempt, fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d",
+				ErrInvalidArgument, shortName(s.name), vals[1], s.size)
+		case 1:
+			h := s.newHold(owner, n, uint64(vals[1]))
+			if !h.track(sentAt, lease) {
+				cctx, cancel := cleanupCtx(ctx)
+				_ = scripts.SemRelease.Exec(cctx, c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
+				cancel()
+				return nil, attempt, ErrClosed
+			}
+			return h, attempt, nil
+		}
+		if try {
+			return nil, attempt, nil
+		}
+		if sub == nil || !live {
+			sub.close()
+			sub, live = c.notify.subscribe(ctx, s.chPfx+waiter)
+			if live {
+				continue // look again: the wakeup may have come before the subscription
+			}
+		}
+		wait := min(c.cfg.lease/3, time.Duration(vals[1])*time.Millisecond)
+		if !live {
+			wait = min(wait, backoff(attempt))
+		}
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-sub.C:
+		case <-timer.C:
+		case <-ctx.Done():
+			_, _, err := giveUp(ctx.Err())
+			return nil, attempt, err
+		case <-c.done:
+			_, _, err := giveUp(ErrClosed)
+			return nil, attempt, err
+		}
+	}
+}
+
+// newHold makes the hold of one acquisition. Holds of one owner share its
+// lease in Redis; each renews it, so it lives while any is held.
+func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
+	c := s.c
+	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
+	h.watchdog = s.lc.leaseTime == 0
+	renewArgs := []string{owner, leaseMS(c.cfg.lease), s.chPfx}
+	relArgs := []string{owner, strconv.FormatInt(n, 10), s.chPfx}
+	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: renewArgs}
+	}
+	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: relArgs}
+	}
+	h.onLost = s.forget
+	s.mu.Lock()
+	s.holds[owner] = append(s.holds[owner], h)
+	s.mu.Unlock()
+	return h
+}

@@ -1,0 +1,486 @@
+package dsync_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+)
+
+func init() {
+	childRoles["semhold"] = childSemHold
+	childRoles["semhammer"] = childSemHammer
+}
+
+func semKey(prefix, name, part string) string {
+	return prefix + ":{" + name + "}:sem" + part
+}
+
+func semZcard(t testing.TB, rc rueidis.Client, key string) int64 {
+	t.Helper()
+	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestSemaphoreBasic(t *testing.T) {
+	c := newClient(t)
+	s := c.NewSemaphore("basic", 3)
+	ctx := ctxT(t)
+	l1, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok1, ok := dsync.FencingToken(l1)
+	if _, hasOwner := dsync.OwnerOf(l1); !ok || !hasOwner {
+		t.Fatal("lock context carries no owner or token")
+	}
+	if _, ok, err := s.TryAcquire(ctx, 2); ok || err != nil {
+		t.Fatalf("TryAcquire(2) with 1 free = %v, %v; want false, nil", ok, err)
+	}
+	l2, ok, err := s.TryAcquire(ctx, 1)
+	if !ok || err != nil {
+		t.Fatalf("TryAcquire(1) with 1 free = %v, %v", ok, err)
+	}
+	if tok2, _ := dsync.FencingToken(l2); tok2 <= tok1 {
+		t.Fatalf("token %d after %d", tok2, tok1)
+	}
+	// Over-release: ErrNotHeld, and nothing changes.
+	if err := s.Release(l1, 3); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("over-release = %v, want ErrNotHeld", err)
+	}
+	if l1.Err() != nil {
+		t.Fatal("a refused release cancelled the lock context")
+	}
+	if err := s.Release(dsync.WithOwner(ctx), 1); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("release by a stranger = %v", err)
+	}
+	if err := s.Release(context.Background(), 1); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("release without owner = %v", err)
+	}
+	if _, ok, _ := s.TryAcquire(ctx, 1); ok {
+		t.Fatal("a refused release freed permits")
+	}
+	if err := s.Release(l1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if l1.Err() == nil || errors.Is(context.Cause(l1), dsync.ErrLockLost) {
+		t.Fatalf("released lock context: err %v cause %v", l1.Err(), context.Cause(l1))
+	}
+	if l2.Err() != nil {
+		t.Fatal("releasing one acquisition cancelled another")
+	}
+	if err := s.Release(l2, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Reentrant by owner: permits add up, each Acquire needs its Release.
+	own := dsync.WithOwner(ctx)
+	a, err := s.Acquire(own, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(own, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.TryAcquire(ctx, 1); ok {
+		t.Fatal("3 permits held, yet one more was granted")
+	}
+	if err := s.Release(b, 2); err != nil || a.Err() != nil || b.Err() == nil {
+		t.Fatalf("release of the second acquisition: %v; contexts %v %v", err, a.Err(), b.Err())
+	}
+	if err := s.Release(own, 1); err != nil || a.Err() == nil {
+		t.Fatalf("release of the first: %v, ctx %v", err, a.Err())
+	}
+	if err := s.Release(own, 1); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("third release = %v", err)
+	}
+}
+
+func TestSemaphoreInvalid(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	ctx := ctxT(t)
+	s := c.NewSemaphore("inv", 3)
+	for _, n := range []int64{0, -1, 4} {
+		if _, err := s.Acquire(ctx, n); !errors.Is(err, dsync.ErrInvalidArgument) {
+			t.Errorf("Acquire(%d) = %v", n, err)
+		}
+		if _, _, err := s.TryAcquire(ctx, n); !errors.Is(err, dsync.ErrInvalidArgument) {
+			t.Errorf("TryAcquire(%d) = %v", n, err)
+		}
+		if err := s.Release(ctx, n); !errors.Is(err, dsync.ErrInvalidArgument) {
+			t.Errorf("Release(%d) = %v", n, err)
+		}
+	}
+	for _, bad := range []*dsync.Semaphore{c.NewSemaphore("inv", 0), c.NewSemaphore("", 1)} {
+		if _, err := bad.Acquire(ctx, 1); !errors.Is(err, dsync.ErrInvalidArgument) {
+			t.Errorf("bad semaphore Acquire = %v", err)
+		}
+	}
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another size for the same name: a clear error naming both sizes, and
+	// the semaphore in Redis is untouched.
+	_, err = c2.NewSemaphore("inv", 5).Acquire(ctx, 1)
+	if !errors.Is(err, dsync.ErrInvalidArgument) {
+		t.Fatalf("other size = %v", err)
+	}
+	t.Log(err)
+	if _, ok, _ := c2.NewSemaphore("inv", 3).TryAcquire(ctx, 3); ok {
+		t.Fatal("size mismatch changed the semaphore")
+	}
+	if err := s.Release(l, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := s.Acquire(ctx, 1); !errors.Is(err, dsync.ErrClosed) {
+		t.Fatalf("after Close = %v", err)
+	}
+}
+
+// TestSemaphoreFIFO: a large request at the head is not overtaken by a
+// later small one, and grants follow arrival order across Clients.
+func TestSemaphoreFIFO(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	s := c.NewSemaphore("fifo", 3)
+	first, err := s.Acquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		name string
+		lctx context.Context
+	}
+	grants := make(chan grant, 3)
+	queue := semKey(prefix, "fifo", ":queue")
+	for i, w := range []struct {
+		name string
+		n    int64
+		c    *dsync.Client
+	}{{"w1", 2, c2}, {"w2", 3, c}, {"w3", 1, c2}} {
+		go func() {
+			l, err := w.c.NewSemaphore("fifo", 3).Acquire(ctx, w.n)
+			if err != nil {
+				t.Error(err)
+			}
+			grants <- grant{w.name, l}
+		}()
+		waitFor(t, 5*time.Second, w.name+" queued", func() bool { return semZcard(t, rc, queue) == int64(i+1) })
+	}
+	next := func(want string) grant {
+		t.Helper()
+		select {
+		case g := <-grants:
+			if g.name != want {
+				t.Fatalf("granted %s, want %s", g.name, want)
+			}
+			return g
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s not granted", want)
+		}
+		return grant{}
+	}
+	if err := s.Release(first, 3); err != nil {
+		t.Fatal(err)
+	}
+	g1 := next("w1")
+	// 1 permit is free and w3 wants 1, but w2 (3) is ahead of it.
+	select {
+	case g := <-grants:
+		t.Fatalf("%s overtook w2", g.name)
+	case <-time.After(150 * time.Millisecond):
+	}
+	if err := c2.NewSemaphore("fifo", 3).Release(g1.lctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	g2 := next("w2")
+	if err := s.Release(g2.lctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	g3 := next("w3")
+	if err := c2.NewSemaphore("fifo", 3).Release(g3.lctx, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreCancelledWaiter: a waiter whose context ends leaves no queue
+// entry, and if it was the large request at the head, the smaller ones
+// behind it are woken at once (not after a fallback timer).
+func TestSemaphoreCancelledWaiter(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	s := c.NewSemaphore("cancel", 2)
+	held, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(short, 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timed-out Acquire = %v", err)
+	}
+	queue := semKey(prefix, "cancel", ":queue")
+	if n := semZcard(t, rc, queue); n != 0 {
+		t.Fatalf("timed-out waiter left %d queue entries", n)
+	}
+
+	bigCtx, cancelBig := context.WithCancel(ctx)
+	bigErr := make(chan error, 1)
+	go func() { _, err := s.Acquire(bigCtx, 2); bigErr <- err }()
+	waitFor(t, 5*time.Second, "big queued", func() bool { return semZcard(t, rc, queue) == 1 })
+	small := make(chan context.Context, 1)
+	go func() {
+		l, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		small <- l
+	}()
+	waitFor(t, 5*time.Second, "small queued", func() bool { return semZcard(t, rc, queue) == 2 })
+	select {
+	case <-small:
+		t.Fatal("small overtook big")
+	case <-time.After(100 * time.Millisecond):
+	}
+	start := time.Now()
+	cancelBig()
+	if err := <-bigErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire = %v", err)
+	}
+	var l context.Context
+	select {
+	case l = <-small:
+	case <-time.After(2 * time.Second): // the fallback timer is lease/3 = 10s
+		t.Fatal("small not woken when big left the head")
+	}
+	t.Logf("small granted %v after big cancelled", time.Since(start))
+	if n := semZcard(t, rc, queue); n != 0 {
+		t.Fatalf("queue has %d entries", n)
+	}
+	s.Release(l, 1)
+	s.Release(held, 1)
+}
+
+// TestSemaphoreLost: permits removed from Redis cancel the lock context
+// with ErrLockLost; Close returns the permits of live holds.
+func TestSemaphoreLost(t *testing.T) {
+	c := newClient(t, dsync.WithLease(300*time.Millisecond))
+	prefix := prefixOf(t, c)
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	s := c.NewSemaphore("lost", 2)
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Do(ctx, rc.B().Del().Key(semKey(prefix, "lost", ":permits"), semKey(prefix, "lost", ":holders")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "lock context cancelled", func() bool { return l.Err() != nil })
+	if !errors.Is(context.Cause(l), dsync.ErrLockLost) {
+		t.Fatalf("cause = %v", context.Cause(l))
+	}
+	// The watchdog keeps a live hold past many leases.
+	l2, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // must NOT lose it: 3 leases pass
+	if l2.Err() != nil {
+		t.Fatalf("held lock lost: %v", context.Cause(l2))
+	}
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	if _, ok, _ := c2.NewSemaphore("lost", 2).TryAcquire(ctx, 1); ok {
+		t.Fatal("renewed permits were granted to another owner")
+	}
+	c.Close()
+	if !errors.Is(context.Cause(l2), dsync.ErrClosed) {
+		t.Fatalf("cause after Close = %v", context.Cause(l2))
+	}
+	if _, ok, err := c2.NewSemaphore("lost", 2).TryAcquire(ctx, 2); !ok || err != nil {
+		t.Fatalf("permits not returned by Close: %v %v", ok, err)
+	}
+}
+
+// childSemHold: acquire DSYNC_TEST_N permits of "crash" (size
+// DSYNC_TEST_SIZE), print "held", and hold them until killed.
+func childSemHold(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	n, _ := strconv.ParseInt(os.Getenv("DSYNC_TEST_N"), 10, 64)
+	size, _ := strconv.ParseInt(os.Getenv("DSYNC_TEST_SIZE"), 10, 64)
+	if _, err := c.NewSemaphore("crash", size).Acquire(context.Background(), n); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("held")
+	select {}
+}
+
+// TestSemaphoreCrash: the permits of a SIGKILLed holder come back within
+// one lease (1s), to a waiter that was already queued.
+func TestSemaphoreCrash(t *testing.T) {
+	prefix := testPrefix(t)
+	const lease = time.Second
+	cmd := startChild(t, "semhold", prefix, "DSYNC_TEST_LEASE="+lease.String(), "DSYNC_TEST_N=3", "DSYNC_TEST_SIZE=3")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	s := c.NewSemaphore("crash", 3)
+	ctx := ctxT(t)
+	// Alive and renewing: not free after more than one lease.
+	short, cancel := context.WithTimeout(ctx, lease+lease/2)
+	defer cancel()
+	if _, err := s.Acquire(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire while the child holds all permits = %v", err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := s.Acquire(ctx, 3)
+		got <- time.Now()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s.Release(l, 3)
+	}()
+	waitFor(t, 5*time.Second, "waiter queued", func() bool { return semZcard(t, newRueidis(t), semKey(prefix, "crash", ":queue")) == 1 })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	select {
+	case at := <-got:
+		rec := at.Sub(killed)
+		t.Logf("permits recovered %v after SIGKILL (lease %v)", rec, lease)
+		if rec > lease+300*time.Millisecond {
+			t.Fatalf("recovery took %v, more than one lease (%v)", rec, lease)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("permits of the killed holder never came back")
+	}
+}
+
+// semPeak counts permits in use independently of the semaphore: INCRBY,
+// track the peak, count any excess over the size.
+var semPeak = rueidis.NewLuaScript(`
+local v = redis.call('incrby', KEYS[1], ARGV[1])
+if v > tonumber(redis.call('get', KEYS[2]) or '0') then redis.call('set', KEYS[2], v) end
+if v > tonumber(ARGV[2]) then redis.call('incr', KEYS[3]) end
+return v`)
+
+const hammerSize = 3
+
+// childSemHammer: 4 goroutines x DSYNC_TEST_ITERS acquisitions of 1 or 2
+// permits of "hammer", each counted in and out by semPeak.
+func childSemHammer(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	iters, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_ITERS"))
+	keys := []string{prefix + ":inuse", prefix + ":peak", prefix + ":violations"}
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := c.NewSemaphore("hammer", hammerSize)
+			ctx := context.Background()
+			for i := 0; i < iters; i++ {
+				n := int64(1 + rand.IntN(2))
+				l, err := s.Acquire(ctx, n)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					failed.Store(true)
+					return
+				}
+				ns := strconv.FormatInt(n, 10)
+				if err := semPeak.Exec(ctx, rc, keys, []string{ns, strconv.Itoa(hammerSize)}).Error(); err != nil {
+					failed.Store(true)
+				}
+				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+				if err := rc.Do(ctx, rc.B().Decrby().Key(keys[0]).Decrement(n).Build()).Error(); err != nil {
+					failed.Store(true)
+				}
+				if err := s.Release(l, n); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		return 1
+	}
+	return 0
+}
+
+// TestSemaphoreHammerProcesses: 2 processes x 4 goroutines never hold more
+// than the size, by an independent counter, and do share the permits.
+func TestSemaphoreHammerProcesses(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	const iters = 60
+	start := time.Now()
+	var cmds []*exec.Cmd
+	for i := 0; i < 2; i++ {
+		cmd := startChild(t, "semhammer", prefix, "DSYNC_TEST_ITERS="+strconv.Itoa(iters))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+	}
+	get := func(k string) int64 {
+		v, err := rc.Do(context.Background(), rc.B().Get().Key(prefix+k).Build()).AsInt64()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatal(err)
+		}
+		return v
+	}
+	viol, peak := get(":violations"), get(":peak")
+	t.Logf("%d acquisitions in %v: peak %d permits in use of %d, %d violations",
+		2*4*iters, time.Since(start), peak, hammerSize, viol)
+	if viol != 0 {
+		t.Errorf("%d times more than %d permits were in use", viol, hammerSize)
+	}
+	if peak < 2 {
+		t.Errorf("peak %d: permits were never shared, the test proves nothing", peak)
+	}
+	if n := get(":inuse"); n != 0 {
+		t.Errorf("in use at the end: %d", n)
+	}
+}

@@ -1,0 +1,30 @@
+-- End a run of a Once: record success durably, or give the next caller its
+-- turn after a failure. Either way the waiters are woken.
+--
+-- KEYS[1] state hash, KEYS[2] run key, KEYS[3] wakeup channel
+-- ARGV[1] "<owner> <token>", ARGV[2] "ok" or "fail", ARGV[3] result
+-- Reply: {1} recorded; {2, val} already done by another run (its value);
+-- {0} this run had lost its lease and another run holds it: nothing changed.
+if redis.call('hget', KEYS[1], 'done') then
+  if redis.call('get', KEYS[2]) == ARGV[1] then
+    redis.call('del', KEYS[2])
+  end
+  return {2, redis.call('hget', KEYS[1], 'val') or ''}
+end
+local v = redis.call('get', KEYS[2])
+if v ~= ARGV[1] then
+  if ARGV[2] == 'ok' and not v then
+    -- Our lease lapsed but nobody took over: the result still stands alone.
+    redis.call('hset', KEYS[1], 'done', '1', 'val', ARGV[3])
+    redis.call('publish', KEYS[3], 'done')
+    return {1}
+  end
+  return {0}
+end
+redis.call('del', KEYS[2])
+if ARGV[2] == 'ok' then
+  redis.call('hset', KEYS[1], 'done', '1', 'val', ARGV[3])
+  redis.call('persist', KEYS[1])
+end
+redis.call('publish', KEYS[3], ARGV[2])
+return {1}

@@ -1,0 +1,42 @@
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/rueidis"
+)
+
+// Semaphore, Once and WaitGroup scripts. The semaphore scripts share a
+// prelude (pruning, waking), prepended here so each script stays one
+// atomic step.
+var (
+	//go:embed sem_common.lua
+	semCommonSrc string
+	//go:embed sem_acquire.lua
+	semAcquireSrc string
+	//go:embed sem_release.lua
+	semReleaseSrc string
+	//go:embed sem_renew.lua
+	semRenewSrc string
+	//go:embed sem_cancel.lua
+	semCancelSrc string
+	//go:embed once_begin.lua
+	onceBeginSrc string
+	//go:embed once_end.lua
+	onceEndSrc string
+	//go:embed once_renew.lua
+	onceRenewSrc string
+	//go:embed wg_add.lua
+	wgAddSrc string
+)
+
+var (
+	SemAcquire   = rueidis.NewLuaScript(semCommonSrc + semAcquireSrc)
+	SemRelease   = rueidis.NewLuaScript(semCommonSrc + semReleaseSrc)
+	SemRenew     = rueidis.NewLuaScript(semCommonSrc + semRenewSrc)
+	SemCancel    = rueidis.NewLuaScript(semCommonSrc + semCancelSrc)
+	OnceBegin    = rueidis.NewLuaScript(onceBeginSrc)
+	OnceEnd      = rueidis.NewLuaScript(onceEndSrc)
+	OnceRenew    = rueidis.NewLuaScript(onceRenewSrc)
+	WaitGroupAdd = rueidis.NewLuaScript(wgAddSrc)
+)

@@ -1,0 +1,278 @@
+package scripts_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+func semInts(t *testing.T, r rueidis.RedisResult) []int64 {
+	t.Helper()
+	v, err := r.AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var semKeys = []string{"p:{s}:sem", "p:{s}:sem:holders", "p:{s}:sem:permits", "p:{s}:sem:queue", "p:{s}:sem:want", "p:{s}:sem:qexp"}
+
+const semCh = "p:{s}:sem:w:"
+
+func semAcq(t *testing.T, rc rueidis.Client, owner, waiter string, n, size int, lease string, mode string) []int64 {
+	t.Helper()
+	return semInts(t, scripts.SemAcquire.Exec(context.Background(), rc, semKeys,
+		[]string{owner, waiter, strconv.Itoa(n), strconv.Itoa(size), lease, mode, semCh, "10000"}))
+}
+
+func semRel(t *testing.T, rc rueidis.Client, owner string, n int) []int64 {
+	t.Helper()
+	return semInts(t, scripts.SemRelease.Exec(context.Background(), rc, semKeys, []string{owner, strconv.Itoa(n), semCh}))
+}
+
+// TestSemaphoreScripts drives the semaphore scripts directly: grants, FIFO
+// reservation, size mismatch, over-release, renewal, expiry pruning,
+// cancellation and targeted wakeups.
+func TestSemaphoreScripts(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	zcard := func(k string) int64 {
+		n, err := rc.Do(ctx, rc.B().Zcard().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Woken waiters: subscribe to every waiter channel.
+	woken := make(chan string, 16)
+	dc, cancel := rc.Dedicate()
+	defer cancel()
+	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { woken <- m.Channel[len(semCh):] }})
+	if err := dc.Do(ctx, dc.B().Psubscribe().Pattern("p:{s}:sem:w:*").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { dc.Close(); <-wait }()
+	expectWoken := func(want ...string) {
+		t.Helper()
+		for _, w := range want {
+			select {
+			case got := <-woken:
+				if got != w {
+					t.Fatalf("woke %q, want %q", got, w)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatalf("%q not woken", w)
+			}
+		}
+		select {
+		case got := <-woken:
+			t.Fatalf("woke %q too", got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	before := time.Now().UnixMicro()
+	a := semAcq(t, rc, "A", "wa", 3, 4, "10000", "wait")
+	if a[0] != 1 || a[1] < before {
+		t.Fatalf("acquire = %v, want {1, token >= %d}", a, before)
+	}
+	if r := semAcq(t, rc, "X", "wx", 1, 5, "10000", "try"); r[0] != -1 || r[1] != 4 {
+		t.Fatalf("other size = %v, want {-1, 4}", r)
+	}
+	// B wants 3 of the 1 free: queued. C wants 1, which is free, but B is
+	// ahead and reserves it.
+	if r := semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait"); r[0] != 0 || r[1] <= 0 {
+		t.Fatalf("B = %v, want {0, hint}", r)
+	}
+	if r := semAcq(t, rc, "C", "wc", 1, 4, "10000", "try"); r[0] != 0 {
+		t.Fatalf("C try overtook B: %v", r)
+	}
+	if r := semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait"); r[0] != 0 {
+		t.Fatalf("C overtook B: %v", r)
+	}
+	if n := zcard(semKeys[3]); n != 2 {
+		t.Fatalf("queue has %d, want 2 (try must not queue)", n)
+	}
+	// Over-release changes nothing.
+	if r := semRel(t, rc, "A", 4); r[0] != 0 || r[1] != 3 {
+		t.Fatalf("over-release = %v, want {0, 3}", r)
+	}
+	if r := semRel(t, rc, "Z", 1); r[0] != 0 || r[1] != 0 {
+		t.Fatalf("release by a stranger = %v", r)
+	}
+	expectWoken()
+	// Releasing 1 of A's 3: 2 free, B (3) still does not fit; nobody woken.
+	if r := semRel(t, rc, "A", 1); r[0] != 1 || r[1] != 2 {
+		t.Fatalf("partial release = %v, want {1, 2}", r)
+	}
+	expectWoken()
+	// Releasing the rest: B and C both fit, in order.
+	if r := semRel(t, rc, "A", 2); r[0] != 1 || r[1] != 0 {
+		t.Fatalf("release = %v", r)
+	}
+	expectWoken("wb", "wc")
+	// C runs first, but B's 3 are reserved before it: both fit, both get in.
+	c := semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait")
+	b := semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait")
+	if c[0] != 1 || b[0] != 1 || c[1] <= a[1] || b[1] <= c[1] {
+		t.Fatalf("C = %v, B = %v: want granted with growing tokens after %d", c, b, a[1])
+	}
+	if n := zcard(semKeys[3]); n != 0 {
+		t.Fatalf("queue has %d after the grants", n)
+	}
+	// Full: D queues; cancelling removes it at once.
+	if r := semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait"); r[0] != 0 {
+		t.Fatalf("D = %v", r)
+	}
+	if r, _ := scripts.SemCancel.Exec(ctx, rc, semKeys, []string{"wd", semCh}).AsInt64(); r != 1 {
+		t.Fatalf("cancel = %d", r)
+	}
+	if n := zcard(semKeys[3]); n != 0 || zcard(semKeys[5]) != 0 {
+		t.Fatal("cancelled waiter left in the queue")
+	}
+	// Renewal works for a holder and not for a stranger.
+	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"B", "10000", semCh}).AsInt64(); r != 1 {
+		t.Fatalf("renew B = %d", r)
+	}
+	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z", "10000", semCh}).AsInt64(); r != 0 {
+		t.Fatalf("renew stranger = %d", r)
+	}
+	semRel(t, rc, "B", 3)
+	semRel(t, rc, "C", 1)
+
+	// Expiry: E holds all 4 for 50ms and dies; F (queued) is woken by the
+	// next script after the lease, and E's renewal fails.
+	if r := semAcq(t, rc, "E", "we", 4, 4, "50", "wait"); r[0] != 1 {
+		t.Fatalf("E = %v", r)
+	}
+	f := semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
+	if f[0] != 0 || f[1] > 51 {
+		t.Fatalf("F = %v, want queued with a hint <= 51ms", f)
+	}
+	time.Sleep(60 * time.Millisecond) // the injected fault: E's lease lapses
+	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"E", "10000", semCh}).AsInt64(); r != 0 {
+		t.Fatalf("renew after expiry = %d, want 0", r)
+	}
+	expectWoken("wf")
+	if r := semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait"); r[0] != 1 {
+		t.Fatalf("F after E's expiry = %v", r)
+	}
+	// Every key carries an expiry, so an abandoned semaphore goes away.
+	for _, k := range semKeys[:3] {
+		if ttl, _ := rc.Do(ctx, rc.B().Pttl().Key(k).Build()).AsInt64(); ttl <= 0 {
+			t.Fatalf("%s has pttl %d", k, ttl)
+		}
+	}
+}
+
+// TestOnceScripts drives the Once scripts: begin, contention, failure,
+// success, idempotent end and renewal.
+func TestOnceScripts(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	keys := []string{"p:{o}:once", "p:{o}:once:run"}
+	endKeys := append(keys, "p:{o}:once:ch")
+	begin := func(owner string) []rueidis.RedisMessage {
+		r, err := scripts.OnceBegin.Exec(ctx, rc, keys, []string{owner, "10000"}).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	code := func(r []rueidis.RedisMessage, i int) int64 {
+		v, err := r[i].AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	end := func(marker, outcome, val string) []rueidis.RedisMessage {
+		r, err := scripts.OnceEnd.Exec(ctx, rc, endKeys, []string{marker, outcome, val}).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := begin("A")
+	if code(r, 0) != 1 {
+		t.Fatalf("begin A = %v", r)
+	}
+	markA := "A " + strconv.FormatInt(code(r, 1), 10)
+	if r := begin("B"); code(r, 0) != 0 || code(r, 1) <= 0 {
+		t.Fatalf("begin B while A runs = %v", r)
+	}
+	if r := begin("A"); code(r, 0) != -1 {
+		t.Fatalf("begin A inside its own run = %v", r)
+	}
+	if v, _ := scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64(); v != 1 {
+		t.Fatalf("renew = %d", v)
+	}
+	if r := end(markA, "fail", ""); code(r, 0) != 1 {
+		t.Fatalf("fail = %v", r)
+	}
+	if v, _ := scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64(); v != 0 {
+		t.Fatalf("renew after end = %d", v)
+	}
+	tokA := code(r, 1)
+	r = begin("B")
+	tokB := code(r, 1)
+	if code(r, 0) != 1 || tokB <= tokA {
+		t.Fatalf("begin B = %v, want {1, token > %d}", r, tokA)
+	}
+	markB := "B " + strconv.FormatInt(tokB, 10)
+	// A stale end by A changes nothing.
+	if r := end(markA, "ok", `"stale"`); code(r, 0) != 0 {
+		t.Fatalf("stale end = %v", r)
+	}
+	if r := end(markB, "ok", `"v"`); code(r, 0) != 1 {
+		t.Fatalf("ok = %v", r)
+	}
+	// Retried end: reports done with the value.
+	if r := end(markB, "ok", `"v"`); code(r, 0) != 2 {
+		t.Fatalf("retried ok = %v", r)
+	}
+	r = begin("C")
+	if code(r, 0) != 2 {
+		t.Fatalf("begin after done = %v", r)
+	}
+	if v, _ := r[1].ToString(); v != `"v"` {
+		t.Fatalf("stored value %q", v)
+	}
+}
+
+// TestWaitGroupScript: counting, zero deletes the key, negative refused.
+func TestWaitGroupScript(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	keys := []string{"p:{w}:wg", "p:{w}:wg:ch"}
+	add := func(d int) []int64 {
+		return semInts(t, scripts.WaitGroupAdd.Exec(ctx, rc, keys, []string{strconv.Itoa(d)}))
+	}
+	if r := add(2); r[0] != 1 || r[1] != 2 {
+		t.Fatalf("add 2 = %v", r)
+	}
+	if r := add(-3); r[0] != 0 || r[1] != 2 {
+		t.Fatalf("add -3 = %v, want refused at 2", r)
+	}
+	if r := add(-1); r[0] != 1 || r[1] != 1 {
+		t.Fatalf("add -1 = %v", r)
+	}
+	if r := add(-1); r[0] != 1 || r[1] != 0 {
+		t.Fatalf("add -1 = %v", r)
+	}
+	if n, _ := rc.Do(ctx, rc.B().Exists().Key(keys[0]).Build()).AsInt64(); n != 0 {
+		t.Fatal("counter key left at zero")
+	}
+	if r := add(-1); r[0] != 0 || r[1] != 0 {
+		t.Fatalf("add -1 at zero = %v", r)
+	}
+}
