@@ -1,0 +1,445 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// A FairMutex is a Mutex that is granted in arrival order across every
+// Client and process using the same key prefix and name.
+//
+// Waiters queue in Redis: a list in arrival order, and for each waiter a
+// place with a lease on the server clock, renewed every lease/3 while it
+// waits (see WithLease). A waiter that dies drops out of the queue within
+// one lease; a waiter whose context ends leaves at once. A release wakes the
+// head of the queue only. Goroutines of one process queue in Redis like any
+// other waiter, so they never overtake earlier arrivals elsewhere.
+//
+// TryLock and TryLockContext fail while others wait, even when the lock is
+// free: taking it would jump the queue.
+//
+// Like Mutex, a FairMutex is reentrant by owner, returns a fencing token
+// per acquisition, and is renewed by the watchdog unless WithLeaseTime is
+// given. Lock, Unlock and TryLock make it a sync.Locker.
+//
+// A FairMutex is safe for concurrent use. Its zero value is not usable;
+// create FairMutexes with Client.NewFairMutex. A FairMutex may be copied
+// only before first use.
+type FairMutex struct {
+	q qlock
+
+	lmu    sync.Mutex
+	locker string // owner of the hold taken by Lock or TryLock
+}
+
+// NewFairMutex returns the fair mutex called name. An invalid name (empty,
+// or longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
+func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
+	key := c.lockKey("fair", name)
+	keys := []string{key, key + ":queue", key + ":places"}
+	wch := key + ":w:" // + owner: each waiter is woken on its own channel
+	lc := newLockConfig(opts)
+	f := &FairMutex{}
+	f.q = qlock{
+		c:      c,
+		info:   Lock{Kind: KindFairMutex, Name: name, N: 1},
+		err:    checkName(name),
+		lc:     lc,
+		slot:   func(string) string { return key },
+		ch:     func(owner string) string { return wch + owner },
+		queues: true,
+		step: func(ctx context.Context, owner string, try bool) ([]int64, error) {
+			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
+			return scripts.FairAcquire.Exec(ctx, c.rc, keys, args).AsIntSlice()
+		},
+		leave: func(ctx context.Context, owner string) error {
+			return scripts.FairLeave.Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
+		},
+		release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+			args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), wch}
+			return scripts.FairRelease, rueidis.LuaExec{Keys: keys, Args: args}
+		},
+		retryRelease: true,
+		renew: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+			// The lock value has the mutex's format.
+			args := []string{owner + " " + strconv.FormatUint(token, 10) + " ", leaseMS(c.cfg.lease)}
+			return scripts.MutexRenew, rueidis.LuaExec{Keys: keys[:1], Args: args}
+		},
+	}
+	return f
+}
+
+// Lock acquires f, blocking until it is held, as Mutex.Lock does.
+func (f *FairMutex) Lock() { f.q.lockLocker(&f.lmu, &f.locker) }
+
+// TryLock tries to acquire f without waiting and reports whether it did.
+// It returns false on any error, and while others wait.
+func (f *FairMutex) TryLock() bool { return f.q.tryLocker(&f.lmu, &f.locker) }
+
+// Unlock releases the hold taken by Lock or TryLock. It is a run-time error
+// (a panic) if f was not locked by Lock or TryLock.
+func (f *FairMutex) Unlock() { f.q.unlockLocker(&f.lmu, &f.locker, "dsync: unlock of unlocked FairMutex") }
+
+// LockContext acquires f for the owner ctx carries (a fresh one if none),
+// waiting in the queue until its turn or until ctx is done. It returns the
+// lock context, as Mutex.LockContext does. A wait ended by ctx returns an
+// error for which errors.Is(err, ctx.Err()) holds, and leaves the queue at
+// once, so later waiters lose no time.
+func (f *FairMutex) LockContext(ctx context.Context) (context.Context, error) {
+	lctx, _, err := f.q.lock(ctx, false)
+	return lctx, err
+}
+
+// TryLockContext is LockContext without waiting: when f is held, or others
+// wait for it, it returns false and a nil error.
+func (f *FairMutex) TryLockContext(ctx context.Context) (context.Context, bool, error) {
+	return f.q.lock(ctx, true)
+}
+
+// UnlockContext releases one acquisition by the owner ctx carries, and on
+// the last one wakes the next waiter in the queue. It returns ErrNotHeld if
+// that owner does not hold f.
+func (f *FairMutex) UnlockContext(ctx context.Context) error { return f.q.unlock(ctx) }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// A qlock is the machinery FairMutex and RWMutex share: a lock taken by one
+// script call per attempt, waited for on a wakeup channel, held through a
+// per-Client hold slot (a mutexState of which only h is used) so that the
+// goroutines of one owner share one hold.
+type qlock struct {
+	c    *Client
+	info Lock
+	err  error // a bad name, returned by every call
+	lc   lockConfig
+
+	slot   func(owner string) string // key of the Client's hold slot
+	ch     func(owner string) string // channel this waiter is woken on
+	queues bool                      // waiting puts the owner in a Redis queue
+
+	// step makes one attempt: {1|2, token} held, {0, ms} look again within ms.
+	step         func(ctx context.Context, owner string, try bool) ([]int64, error)
+	leave        func(ctx context.Context, owner string) error
+	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+	retryRelease bool // the release script makes a retried release a no-op
+	renew        func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+}
+
+func (q *qlock) lease() time.Duration {
+	if q.lc.leaseTime > 0 {
+		return q.lc.leaseTime
+	}
+	return q.c.cfg.lease
+}
+
+func (q *qlock) lockLocker(mu *sync.Mutex, locker *string) {
+	ctx := WithOwner(context.Background())
+	owner, _ := OwnerOf(ctx)
+	for n := 1; ; n++ {
+		_, _, err := q.lock(ctx, false)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+			panic(err)
+		}
+		q.c.cfg.logger.Warn("dsync: Lock retrying", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
+		if q.c.sleepCtx(ctx, backoff(n)) != nil {
+			panic(ErrClosed)
+		}
+	}
+	mu.Lock()
+	*locker = owner
+	mu.Unlock()
+}
+
+func (q *qlock) tryLocker(mu *sync.Mutex, locker *string) bool {
+	ctx := WithOwner(context.Background())
+	if _, ok, err := q.lock(ctx, true); err != nil || !ok {
+		return false
+	}
+	owner, _ := OwnerOf(ctx)
+	mu.Lock()
+	*locker = owner
+	mu.Unlock()
+	return true
+}
+
+func (q *qlock) unlockLocker(mu *sync.Mutex, locker *string, msg string) {
+	mu.Lock()
+	owner := *locker
+	*locker = ""
+	mu.Unlock()
+	if owner == "" {
+		panic(msg)
+	}
+	q.unlockOwner(owner)
+}
+
+func (q *qlock) unlockOwner(owner string) {
+	ctx := context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner})
+	if err := q.unlock(ctx); err != nil {
+		q.c.cfg.logger.Warn("dsync: unlock failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
+	}
+}
+
+func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, error) {
+	c := q.c
+	if err := c.checkCall(ctx, q.err); err != nil {
+		return nil, false, err
+	}
+	ctx, owner := ownerFrom(ctx)
+	obs := c.cfg.observer
+	octx := ctx
+	if obs.AcquireStart != nil {
+		if x := obs.AcquireStart(ctx, AcquireStart{Lock: q.info, Try: try}); x != nil {
+			octx = x
+		}
+	}
+	start := time.Now()
+	lctx, h, reentered, attempts, err := q.acquire(ctx, owner, try)
+	if obs.AcquireDone != nil {
+		e := AcquireDone{Lock: q.info, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
+		if h != nil {
+			e.Token, e.Hold = h.token, h.id
+		}
+		obs.AcquireDone(octx, e)
+	}
+	return lctx, h != nil, wrapErr(q.info.Kind, q.info.Name, err)
+}
+
+func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+	c := q.c
+	key := q.slot(owner)
+	st := c.getMutex(key)
+	st.mu.Lock()
+	if h := st.h; h != nil && h.owner == owner {
+		lctx := h.newCtx(ctx)
+		st.mu.Unlock()
+		c.putMutex(key, st)
+		return lctx, h, true, 0, nil
+	}
+	st.mu.Unlock()
+	vals, sentAt, attempts, err := q.wait(ctx, owner, try)
+	if err != nil || vals == nil {
+		c.putMutex(key, st)
+		return nil, nil, false, attempts, err
+	}
+	tok := uint64(vals[1])
+	st.mu.Lock()
+	if h := st.h; h != nil && h.owner == owner {
+		// A goroutine of the same owner got the hold meanwhile, and the
+		// script counted this acquisition in Redis too: share the hold and
+		// take the extra count back.
+		lctx := h.newCtx(ctx)
+		st.mu.Unlock()
+		_, _ = q.releaseRedis(ctx, owner, tok)
+		c.putMutex(key, st)
+		return lctx, h, true, attempts, nil
+	}
+	h = q.newHold(owner, tok)
+	if !h.track(sentAt, q.lease()) {
+		st.mu.Unlock()
+		_, _ = q.releaseRedis(ctx, owner, tok)
+		c.putMutex(key, st)
+		return nil, nil, false, attempts, ErrClosed
+	}
+	st.h = h
+	lctx = h.newCtx(ctx)
+	st.mu.Unlock()
+	return lctx, h, vals[0] == 2, attempts, nil // st's reference is now the hold's
+}
+
+func (q *qlock) newHold(owner string, token uint64) *hold {
+	c := q.c
+	h := c.newHold(q.info, owner, token)
+	h.watchdog = q.lc.leaseTime == 0
+	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) { return q.renew(owner, token) }
+	h.release = func() (*rueidis.Lua, rueidis.LuaExec) { return q.release(owner, token) }
+	key := q.slot(owner)
+	h.onLost = func(h *hold) {
+		st := c.getMutex(key)
+		st.mu.Lock()
+		if st.h == h {
+			st.h = nil
+			st.mu.Unlock()
+			c.putMutex(key, st) // the hold's reference
+		} else {
+			st.mu.Unlock()
+		}
+		c.putMutex(key, st)
+	}
+	return h
+}
+
+// unlock releases one acquisition by the owner ctx carries. The release
+// runs even if ctx is already cancelled, since a lost lock's context is.
+func (q *qlock) unlock(ctx context.Context) error {
+	if ctx == nil {
+		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+	}
+	if q.err != nil {
+		return q.err
+	}
+	c := q.c
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return ErrNotHeld
+	}
+	key := q.slot(owner)
+	st := c.getMutex(key)
+	defer c.putMutex(key, st)
+	st.mu.Lock()
+	h := st.h
+	if h == nil || h.owner != owner {
+		st.mu.Unlock()
+		// Not held through this Client: the owner may hold it through
+		// another Client, so ask Redis.
+		code, err := q.releaseRedis(ctx, owner, 0)
+		if err == nil && code == 0 {
+			err = ErrNotHeld
+		}
+		return wrapErr(q.info.Kind, q.info.Name, err)
+	}
+	if h.pop() > 0 {
+		st.mu.Unlock()
+		q.observeRelease(ctx, h, nil, false)
+		return nil
+	}
+	st.h = nil
+	st.mu.Unlock()
+	code, err := q.releaseRedis(ctx, owner, h.token)
+	ended := h.end(errReleased, false)
+	c.putMutex(key, st) // the hold's reference
+	if err == nil && (code == 0 || !ended) {
+		err = ErrNotHeld
+	}
+	err = wrapErr(q.info.Kind, q.info.Name, err)
+	q.observeRelease(ctx, h, err, true)
+	return err
+}
+
+func (q *qlock) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
+	if f := q.c.cfg.observer.Released; f != nil {
+		f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+	}
+}
+
+// releaseRedis runs the release script (token 0: any hold of owner) under a
+// context that ignores ctx's cancellation, retrying a lost reply where the
+// script makes that safe.
+func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (int64, error) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	s, e := q.release(owner, token)
+	var code int64
+	var err error
+	for try := 1; try <= 3; try++ {
+		code, err = s.Exec(cctx, q.c.rc, e.Keys, e.Args).AsInt64()
+		if err == nil || isRedisErr(err) || cctx.Err() != nil || token == 0 || !q.retryRelease {
+			break
+		}
+	}
+	return code, err
+}
+
+// wait calls step until the lock is held (vals non-nil), ctx is done or
+// Redis fails. Between attempts it waits for a message on its channel, or
+// at most the script's hint or lease/3, whichever is sooner: a queued
+// waiter's attempts also renew its place, which lasts one lease. A wait
+// that ends without the lock leaves the queue at once.
+func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64, sentAt time.Time, attempts int, err error) {
+	c := q.c
+	var sub *subscription
+	live := false
+	defer func() { sub.close() }()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	queued := false
+	defer func() {
+		if vals == nil && queued && q.leave != nil {
+			cctx, cancel := cleanupCtx(ctx)
+			if err := q.leave(cctx, owner); err != nil {
+				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
+			}
+			cancel()
+		}
+	}()
+	for attempts = 1; ; attempts++ {
+		if sub != nil {
+			sub.drain()
+		}
+		sentAt = time.Now()
+		v, err := q.step(ctx, owner, try)
+		if err == nil && len(v) != 2 {
+			err = errors.New("dsync: unexpected reply from the acquire script")
+		}
+		if err != nil {
+			if !isRedisErr(err) {
+				// The script may have run with its reply lost: undo it.
+				queued = queued || (q.queues && !try)
+				_, _ = q.releaseRedis(ctx, owner, 0)
+			}
+			if ctx.Err() != nil {
+				return nil, sentAt, attempts, ctx.Err()
+			}
+			if c.closed.Load() {
+				return nil, sentAt, attempts, ErrClosed
+			}
+			return nil, sentAt, attempts, err
+		}
+		if v[0] != 0 {
+			return v, sentAt, attempts, nil
+		}
+		if try {
+			return nil, sentAt, attempts, nil
+		}
+		queued = q.queues
+		if sub == nil || !live {
+			sub.close()
+			sub, live = c.notify.subscribe(ctx, q.ch(owner))
+			if live {
+				continue // look again: the wakeup may have come before the subscription
+			}
+		}
+		wait := c.cfg.lease / 3
+		if hint := time.Duration(v[1]) * time.Millisecond; hint > 0 && hint < wait {
+			wait = hint
+		}
+		if !live {
+			wait = min(wait, backoff(attempts))
+		}
+		wait = max(wait, time.Millisecond)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-sub.C:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, sentAt, attempts, ctx.Err()
+		case <-c.done:
+			return nil, sentAt, attempts, ErrClosed
+		}
+	}
+}

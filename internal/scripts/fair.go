@@ -1,0 +1,27 @@
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed fair_lib.lua
+	fairLibSrc string
+	//go:embed fair_acquire.lua
+	fairAcquireSrc string
+	//go:embed fair_release.lua
+	fairReleaseSrc string
+	//go:embed fair_leave.lua
+	fairLeaveSrc string
+)
+
+// The fair mutex's scripts. Its lock value has the mutex's format, so it is
+// renewed with MutexRenew. FairLeave serves every fair queue (also the
+// RWMutex writer queue). The shared prelude is prepended before hashing.
+var (
+	FairAcquire = rueidis.NewLuaScript(fairLibSrc + fairAcquireSrc)
+	FairRelease = rueidis.NewLuaScript(fairLibSrc + fairReleaseSrc)
+	FairLeave   = rueidis.NewLuaScript(fairLibSrc + fairLeaveSrc)
+)
