@@ -84,7 +84,9 @@ func (f *FairMutex) TryLock() bool { return f.q.tryLocker(&f.lmu, &f.locker) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
 // (a panic) if f was not locked by Lock or TryLock.
-func (f *FairMutex) Unlock() { f.q.unlockLocker(&f.lmu, &f.locker, "dsync: unlock of unlocked FairMutex") }
+func (f *FairMutex) Unlock() {
+	f.q.unlockLocker(&f.lmu, &f.locker, "dsync: unlock of unlocked FairMutex")
+}
 
 // LockContext acquires f for the owner ctx carries (a fresh one if none),
 // waiting in the queue until its turn or until ctx is done. It returns the
