@@ -11,6 +11,12 @@ vet:
 
 test: redis vet
 	go test -race -count=1 -timeout 15m ./...
+	cd faults && go test -race -count=1 -timeout 10m ./...
+
+# soak: the fault-injection suite with its long random-fault soak.
+.PHONY: soak
+soak: redis
+	cd faults && go test -race -count=1 -timeout 30m -run 'TestFaultSoak' ./... -soak
 
 quickstart:
 	go run ./examples/quickstart

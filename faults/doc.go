@@ -1,0 +1,12 @@
+// Package faults is dsync's fault-injection suite. It has no API: its tests
+// run real redis-server processes on loopback, put an in-process toxiproxy
+// in front of them, stop and kill lock holders that run as child processes,
+// and check the recorded histories with porcupine against a mutex model.
+//
+// It is a module of its own so that its test dependencies (porcupine,
+// toxiproxy) never reach the go.mod of dsync's users. Run it with
+//
+//	cd faults && go test -race -count=1 ./...
+//
+// and the long soak with -soak.
+package faults
