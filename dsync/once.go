@@ -1,0 +1,270 @@
+package dsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// A Once runs a function successfully at most once per name across every
+// Client, in any process, that uses the same key prefix: the cross-process
+// counterpart of sync.Once, for failures that are worth another try.
+//
+// The done state is durable in Redis (it has no expiry; delete the keys of
+// the name to run the function again). While a caller runs f it holds a
+// "running" marker under a lease the Client's watchdog renews (or a fixed
+// one, with WithLeaseTime); other callers wait for it. If f returns an
+// error, panics, or its process dies (the lease lapses), the next caller
+// runs f instead.
+//
+// A Once is safe for concurrent use. Its zero value is not usable; create
+// Onces with Client.NewOnce. A Once may be copied only before first use.
+type Once struct {
+	c     *Client
+	name  string
+	state string // hash: done, val, tok
+	run   string // the running marker "<owner> <token>"
+	ch    string // published when a run ends
+	err   error
+	lc    lockConfig
+}
+
+// NewOnce returns the Once called name. An invalid name makes every call
+// fail with ErrInvalidArgument.
+func (c *Client) NewOnce(name string, opts ...LockOption) *Once {
+	return c.newOnce("once", name, opts)
+}
+
+func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
+	base := c.lockKey(kind, name)
+	return &Once{c: c, name: name, state: base, run: base + ":run", ch: base + ":ch", err: checkName(name), lc: newLockConfig(opts)}
+}
+
+// Do calls f if and only if no call of f for this name has succeeded yet,
+// in any process, and no other call is running; if one is running, Do waits
+// for it and returns nil if it succeeded, or runs f itself if it failed.
+//
+// f receives a lock context derived from ctx that carries the run's owner
+// and fencing token, and is cancelled with cause ErrLockLost if the run's
+// lease is lost; a storage system can use the token to reject a run that
+// lost its lease. Do returns f's error; if f panics, Do gives up the run
+// and panics with the same value. If the run's lease was lost and another
+// run took over, Do returns an error that errors.Is ErrLockLost and the
+// result is not recorded.
+//
+// Calling Do from inside f with f's context returns ErrInvalidArgument
+// (sync.Once would deadlock). A wait ended by ctx returns an error for
+// which errors.Is(err, ctx.Err()) holds.
+func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
+	if f == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	_, err := o.do(ctx, func(ctx context.Context) (string, error) { return "", f(ctx) })
+	return err
+}
+
+// OnceValue returns a function that calls f at most once successfully per
+// name across all processes (through a Once of c named name) and returns
+// its result. The result is stored in Redis JSON-encoded (encoding/json),
+// so every process, including ones that start later, gets the same value;
+// T must therefore survive a JSON round trip (exported fields, no
+// channels or funcs). The value is cached in the returned function after
+// the first successful call. A failed call returns f's error and lets the
+// next call try again.
+//
+// OnceValue's names are separate from those of NewOnce.
+func OnceValue[T any](c *Client, name string, f func(context.Context) (T, error)) func(context.Context) (T, error) {
+	o := c.newOnce("oncevalue", name, nil)
+	var (
+		mu   sync.Mutex
+		done bool
+		v    T
+	)
+	return func(ctx context.Context) (T, error) {
+		mu.Lock()
+		if done {
+			mu.Unlock()
+			return v, nil
+		}
+		mu.Unlock()
+		var zero T
+		if f == nil {
+			return zero, fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		}
+		raw, err := o.do(ctx, func(ctx context.Context) (string, error) {
+			r, err := f(ctx)
+			if err != nil {
+				return "", err
+			}
+			b, err := json.Marshal(r)
+			if err != nil {
+				return "", fmt.Errorf("dsync: OnceValue %q: encoding the result: %w", shortName(name), err)
+			}
+			return string(b), nil
+		})
+		if err != nil {
+			return zero, err
+		}
+		var r T
+		if err := json.Unmarshal([]byte(raw), &r); err != nil {
+			return zero, fmt.Errorf("dsync: OnceValue %q: decoding the stored result: %w", shortName(name), err)
+		}
+		mu.Lock()
+		done, v = true, r
+		mu.Unlock()
+		return r, nil
+	}
+}
+
+// do runs the Once protocol; it returns the stored result when done.
+func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) (string, error) {
+	c := o.c
+	if err := c.checkCall(ctx, o.err); err != nil {
+		return "", err
+	}
+	ctx, owner := ownerFrom(ctx)
+	lease := o.lc.leaseTime
+	if lease == 0 {
+		lease = c.cfg.lease
+	}
+	keys := []string{o.state, o.run}
+	args := []string{owner, leaseMS(lease)}
+	var sub *subscription
+	live := false
+	defer func() { sub.close() }()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for attempt := 1; ; attempt++ {
+		if sub != nil {
+			sub.drain()
+		}
+		sentAt := time.Now()
+		res, err := scripts.OnceBegin.Exec(ctx, c.rc, keys, args).ToArray()
+		var code int64
+		if err == nil && len(res) > 0 {
+			code, err = res[0].AsInt64()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			} else if c.closed.Load() {
+				err = ErrClosed
+			}
+			// A lost reply may hide a started run: its marker lapses
+			// unrenewed within one lease.
+			return "", wrapErr(KindOnce, o.name, err)
+		}
+		switch code {
+		case 2:
+			return res[1].ToString()
+		case -1:
+			return "", fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))
+		case 1:
+			tok, err := res[1].AsInt64()
+			if err != nil {
+				return "", wrapErr(KindOnce, o.name, err)
+			}
+			return o.runF(ctx, owner, uint64(tok), sentAt, lease, f)
+		}
+		pttl, _ := res[1].AsInt64()
+		if sub == nil || !live {
+			sub.close()
+			sub, live = c.notify.subscribe(ctx, o.ch)
+			if live {
+				continue // look again: the run may have ended before the subscription
+			}
+		}
+		wait := c.cfg.lease / 3
+		if p := time.Duration(pttl) * time.Millisecond; pttl >= 0 && p < wait {
+			wait = p
+		}
+		if !live {
+			wait = min(wait, backoff(attempt))
+		}
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-sub.C:
+		case <-timer.C:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-c.done:
+			return "", ErrClosed
+		}
+	}
+}
+
+// runF runs f under a hold of the running marker and records the outcome.
+func (o *Once) runF(ctx context.Context, owner string, tok uint64, sentAt time.Time, lease time.Duration,
+	f func(context.Context) (string, error)) (val string, err error) {
+	c := o.c
+	marker := owner + " " + strconv.FormatUint(tok, 10)
+	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
+	h.watchdog = o.lc.leaseTime == 0
+	renewKeys, renewArgs := []string{o.run}, []string{marker, leaseMS(c.cfg.lease)}
+	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.OnceRenew, rueidis.LuaExec{Keys: renewKeys, Args: renewArgs}
+	}
+	endKeys := []string{o.state, o.run, o.ch}
+	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.OnceEnd, rueidis.LuaExec{Keys: endKeys, Args: []string{marker, "fail", ""}}
+	}
+	if !h.track(sentAt, lease) {
+		o.end(ctx, marker, "fail", "")
+		return "", ErrClosed
+	}
+	lctx := h.newCtx(ctx)
+	ok := false
+	defer func() {
+		if ok {
+			return
+		}
+		// f panicked: give the next caller its turn, then re-panic.
+		h.end(errReleased, false)
+		o.end(ctx, marker, "fail", "")
+	}()
+	val, err = f(lctx)
+	ok = true
+	h.end(errReleased, false)
+	if err != nil {
+		o.end(ctx, marker, "fail", "")
+		return "", err
+	}
+	res, eerr := o.end(ctx, marker, "ok", val)
+	if eerr != nil {
+		return "", wrapErr(KindOnce, o.name, eerr)
+	}
+	code, _ := res[0].AsInt64()
+	switch code {
+	case 1:
+		return val, nil
+	case 2:
+		return res[1].ToString()
+	}
+	return "", fmt.Errorf("dsync: Once %q: the run lost its lease to another run, its result was discarded: %w", shortName(o.name), ErrLockLost)
+}
+
+// end records a run's outcome, retrying a lost reply (the script is
+// idempotent for one marker), under a context that outlives ctx.
+func (o *Once) end(ctx context.Context, marker, outcome, val string) ([]rueidis.RedisMessage, error) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	var res []rueidis.RedisMessage
+	var err error
+	for try := 1; try <= 3; try++ {
+		res, err = scripts.OnceEnd.Exec(cctx, o.c.rc, []string{o.state, o.run, o.ch}, []string{marker, outcome, val}).ToArray()
+		if err == nil || isRedisErr(err) || cctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && len(res) == 0 {
+		err = errors.New("dsync: unexpected reply from the once script")
+	}
+	return res, err
+}
