@@ -1,0 +1,246 @@
+package dsync
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// maxInspectWaiters bounds the queue Inspect reads for one lock.
+const maxInspectWaiters = 1000
+
+// LockState is a snapshot of one lock in Redis, as Inspect reports it. It
+// is read atomically per lock, but is out of date as soon as it returns:
+// use it to look, never to decide who holds a lock.
+type LockState struct {
+	Kind Kind
+	Name string
+	// Holders is empty when the lock is free. A Mutex or FairMutex has at
+	// most one.
+	Holders []Holder
+	// LastToken is the latest fencing token issued for the lock, also kept
+	// for a while after it was released; 0 when unknown.
+	LastToken uint64
+	// Waiters are the queued waiters of a FairMutex, first in line first.
+	// Only waiters whose place in the queue is live are reported, at most
+	// 1000. A plain Mutex has no queue in Redis.
+	Waiters []Waiter
+}
+
+// Holder is one owner holding a lock.
+type Holder struct {
+	Owner string
+	// Count is the number of acquisitions not yet released as Redis
+	// counts them: re-entries through the Client that holds the lock are
+	// counted by that Client alone, re-entries through other Clients here.
+	Count int64
+	Token uint64 // fencing token of the hold
+	// Lease is how long the hold has left in Redis unless renewed; -1 if
+	// it has no expiry.
+	Lease time.Duration
+}
+
+// Waiter is one owner queued for a lock.
+type Waiter struct {
+	Owner string
+	// Place is how long its place in the queue has left unless the waiter
+	// renews it (which a live waiter does every lease/3).
+	Place time.Duration
+}
+
+// LockRef names a lock found in Redis.
+type LockRef struct {
+	Kind Kind
+	Name string
+}
+
+// inspectable are the layouts Inspect and ForceUnlock read: the kinds whose
+// lock is the value "<owner> <token> <count>". Other primitives keep
+// several keys of their own and are listed by List but not yet inspected.
+var inspectable = []struct {
+	kind  Kind
+	part  string // the kind's part of the key
+	queue bool   // a FairMutex queue ("<key>:queue", "<key>:places")
+}{
+	{KindMutex, "mutex", false},
+	{KindFairMutex, "fair", true},
+}
+
+// Inspect returns the state of every inspectable lock called name under the
+// Client's prefix: a Mutex and a FairMutex (each with its holder, fencing
+// token, remaining lease and, for the FairMutex, its queue in order). A lock
+// that has never been used, or whose keys have expired, is not reported, so
+// an unknown name returns no states and no error.
+func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) {
+	if err := c.checkCall(ctx, checkName(name)); err != nil {
+		return nil, err
+	}
+	execs := make([]rueidis.LuaExec, len(inspectable))
+	for i, l := range inspectable {
+		key := c.lockKey(l.part, name)
+		keys := []string{key}
+		if l.queue {
+			keys = append(keys, key+":queue", key+":places")
+		}
+		execs[i] = rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(maxInspectWaiters)}}
+	}
+	var out []LockState
+	for i, r := range scripts.InspectLock.ExecMulti(ctx, c.rc, execs...) {
+		vals, err := r.ToArray()
+		if err != nil {
+			return nil, wrapErr(inspectable[i].kind, name, err)
+		}
+		st, ok, err := parseLockState(vals)
+		if err != nil {
+			return nil, wrapErr(inspectable[i].kind, name, err)
+		}
+		if ok {
+			st.Kind, st.Name = inspectable[i].kind, name
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// parseLockState decodes the reply of the inspect script; ok is false when
+// the lock has no state at all.
+func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err error) {
+	if len(vals) < 2 || len(vals)%2 != 0 {
+		return st, false, fmt.Errorf("unexpected inspect reply of %d values", len(vals))
+	}
+	v, err := vals[0].ToString()
+	if err != nil {
+		return st, false, err
+	}
+	pttl, err := vals[1].AsInt64()
+	if err != nil {
+		return st, false, err
+	}
+	for i := 2; i < len(vals); i += 2 {
+		w, err1 := vals[i].ToString()
+		ms, err2 := vals[i+1].AsInt64()
+		if err1 != nil || err2 != nil {
+			return st, false, fmt.Errorf("unexpected waiter in inspect reply")
+		}
+		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond})
+	}
+	if v == "" {
+		return st, len(st.Waiters) > 0, nil
+	}
+	f := strings.Fields(v)
+	if len(f) != 3 {
+		return st, false, fmt.Errorf("unexpected lock value %q", v)
+	}
+	tok, err1 := strconv.ParseUint(f[1], 10, 64)
+	n, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return st, false, fmt.Errorf("unexpected lock value %q", v)
+	}
+	st.LastToken = tok
+	if f[0] != "-" {
+		lease := time.Duration(pttl) * time.Millisecond
+		if pttl < 0 {
+			lease = -1
+		}
+		st.Holders = []Holder{{Owner: f[0], Count: n, Token: tok, Lease: lease}}
+	}
+	return st, true, nil
+}
+
+// ForceUnlock releases the Mutex and the FairMutex called name, whoever
+// holds them, and wakes their waiters. It is the operator's last resort for
+// a holder that is stuck but still renewing (a holder that died frees the
+// lock by itself when its lease runs out): the holder's next renewal finds
+// the hold gone and cancels its lock context with ErrLockLost, but until
+// then it may still act as the holder, so only fencing tokens protect the
+// data it writes. The fencing sequence continues after a forced release.
+//
+// ForceUnlock returns the locks it released; none, and no error, when
+// nothing was held.
+func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error) {
+	if err := c.checkCall(ctx, checkName(name)); err != nil {
+		return nil, err
+	}
+	var out []LockRef
+	for _, l := range inspectable {
+		key := c.lockKey(l.part, name)
+		keys := []string{key}
+		args := []string{leaseMS(freeMarkerTTL), key + ":ch", ""}
+		if l.queue {
+			keys = append(keys, key+":queue", key+":places")
+			args[1], args[2] = "", key+":w:"
+		}
+		owner, err := scripts.ForceUnlock.Exec(ctx, c.rc, keys, args).ToString()
+		if err != nil {
+			return out, wrapErr(l.kind, name, err)
+		}
+		if owner != "" {
+			out = append(out, LockRef{Kind: l.kind, Name: name})
+		}
+	}
+	return out, nil
+}
+
+// kindOfPart maps the kind's part of a key back to the Kind.
+var kindOfPart = map[string]Kind{
+	"mutex": KindMutex, "fair": KindFairMutex, "rw": KindRWMutex, "sem": KindSemaphore,
+	"once": KindOnce, "oncevalue": KindOnce, "wg": KindWaitGroup,
+}
+
+// List returns the locks under the Client's prefix whose name matches the
+// glob pattern (Redis MATCH syntax: *, ?, [...], \ to escape; "" or "*"
+// for all), sorted by name and kind. It walks the keyspace of every node
+// with SCAN, never KEYS, so it does not block Redis, and like SCAN it may
+// miss locks created or removed while it runs. A '%' or '}' in the pattern
+// matches itself. It is meant for tools, not for hot paths.
+func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
+	if err := c.checkCall(ctx, nil); err != nil {
+		return nil, err
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	match := c.cfg.prefix + ":{" + escapeName(pattern) + "}:*"
+	seen := make(map[LockRef]bool)
+	for _, node := range c.rc.Nodes() {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return nil, fmt.Errorf("dsync: list: %w", err)
+			}
+			for _, k := range e.Elements {
+				name, rest, ok := splitKey(c.cfg.prefix, k)
+				if !ok {
+					continue
+				}
+				part, _, _ := strings.Cut(rest, ":")
+				kind, ok := kindOfPart[part]
+				if !ok {
+					kind = Kind(part)
+				}
+				seen[LockRef{Kind: kind, Name: name}] = true
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	out := make([]LockRef, 0, len(seen))
+	for r := range seen {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b LockRef) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.Kind), string(b.Kind))
+	})
+	return out, nil
+}

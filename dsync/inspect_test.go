@@ -1,0 +1,216 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+)
+
+func inspectOne(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) (dsync.LockState, bool) {
+	t.Helper()
+	states, err := c.Inspect(ctxT(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if s.Kind == kind {
+			if s.Name != name {
+				t.Fatalf("state of %q names %q", name, s.Name)
+			}
+			return s, true
+		}
+	}
+	return dsync.LockState{}, false
+}
+
+func TestInspectMutex(t *testing.T) {
+	c := newClient(t, dsync.WithLease(3*time.Second))
+	name := "inspect {odd} %name"
+	if states, err := c.Inspect(ctxT(t), name); err != nil || len(states) != 0 {
+		t.Fatalf("Inspect of an unused name = %v, %v; want none", states, err)
+	}
+	m := c.NewMutex(name)
+	ctx := dsync.WithOwner(ctxT(t))
+	l1, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Re-entry through another Client is counted in Redis (within one
+	// Client it is counted locally).
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)), dsync.WithLease(3*time.Second))
+	m2 := c2.NewMutex(name)
+	if _, err := m2.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := dsync.OwnerOf(ctx)
+	tok, _ := dsync.FencingToken(l1)
+	st, ok := inspectOne(t, c, name, dsync.KindMutex)
+	if !ok || len(st.Holders) != 1 {
+		t.Fatalf("held mutex: state %+v, found %v", st, ok)
+	}
+	h := st.Holders[0]
+	if h.Owner != owner || h.Count != 2 || h.Token != tok || st.LastToken != tok {
+		t.Errorf("holder = %+v (last token %d), want owner %s, count 2, token %d", h, st.LastToken, owner, tok)
+	}
+	if h.Lease <= 0 || h.Lease > 3*time.Second {
+		t.Errorf("remaining lease %v, want in (0, 3s]", h.Lease)
+	}
+	if len(st.Waiters) != 0 {
+		t.Errorf("a Mutex reports waiters: %v", st.Waiters)
+	}
+	if err := m2.UnlockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.UnlockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, ok = inspectOne(t, c, name, dsync.KindMutex)
+	if !ok || len(st.Holders) != 0 || st.LastToken != tok {
+		t.Errorf("released mutex: state %+v, found %v; want free with last token %d", st, ok, tok)
+	}
+	if _, err := c.Inspect(ctxT(t), ""); !errors.Is(err, dsync.ErrInvalidArgument) {
+		t.Errorf("Inspect(\"\") = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestInspectFairQueue checks that the queue of a FairMutex is reported in
+// arrival order, across Clients.
+func TestInspectFairQueue(t *testing.T) {
+	c := newClient(t)
+	name := "fair-inspect"
+	f := c.NewFairMutex(name)
+	hctx := dsync.WithOwner(ctxT(t))
+	if _, err := f.LockContext(hctx); err != nil {
+		t.Fatal(err)
+	}
+	var owners []string
+	wctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	errs := make(chan error, 3)
+	for i := range 3 {
+		ci := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+		ctx := dsync.WithOwner(wctx)
+		o, _ := dsync.OwnerOf(ctx)
+		owners = append(owners, o)
+		go func() {
+			_, err := ci.NewFairMutex(name).LockContext(ctx)
+			errs <- err
+		}()
+		waitFor(t, 5*time.Second, "waiter to queue", func() bool {
+			st, _ := inspectOne(t, c, name, dsync.KindFairMutex)
+			return len(st.Waiters) == i+1
+		})
+	}
+	st, _ := inspectOne(t, c, name, dsync.KindFairMutex)
+	holder, _ := dsync.OwnerOf(hctx)
+	if len(st.Holders) != 1 || st.Holders[0].Owner != holder {
+		t.Fatalf("holders = %+v, want %s", st.Holders, holder)
+	}
+	var got []string
+	for _, w := range st.Waiters {
+		got = append(got, w.Owner)
+		if w.Place <= 0 {
+			t.Errorf("waiter %s has place %v", w.Owner, w.Place)
+		}
+	}
+	if !slices.Equal(got, owners) {
+		t.Errorf("queue = %v, want arrival order %v", got, owners)
+	}
+	cancel()
+	for range 3 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled waiter: %v", err)
+		}
+	}
+	// Cancelled waiters leave the queue at once.
+	if st, _ := inspectOne(t, c, name, dsync.KindFairMutex); len(st.Waiters) != 0 {
+		t.Errorf("queue after cancel = %v", st.Waiters)
+	}
+	if err := f.UnlockContext(hctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInspectForceUnlock checks the operator's forced release: the holder
+// loses its lock, a waiter gets it with a larger token.
+func TestInspectForceUnlock(t *testing.T) {
+	c := newClient(t, dsync.WithLease(300*time.Millisecond))
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	m := c.NewMutex("stuck")
+	lctx, err := m.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := dsync.FencingToken(lctx)
+	got := make(chan context.Context, 1)
+	go func() {
+		l, err := other.NewMutex("stuck").LockContext(ctxT(t))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	refs, err := other.ForceUnlock(ctxT(t), "stuck")
+	if err != nil || len(refs) != 1 || refs[0].Kind != dsync.KindMutex {
+		t.Fatalf("ForceUnlock = %v, %v", refs, err)
+	}
+	var l2 context.Context
+	select {
+	case l2 = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock after a forced release")
+	}
+	if tok2, _ := dsync.FencingToken(l2); tok2 <= tok {
+		t.Errorf("token after forced release %d <= %d", tok2, tok)
+	}
+	select {
+	case <-lctx.Done():
+		if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
+			t.Errorf("cause = %v, want ErrLockLost", context.Cause(lctx))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forced-out holder's lock context was not cancelled")
+	}
+	// Nothing held: nothing to release.
+	if refs, err := c.ForceUnlock(ctxT(t), "never-used"); err != nil || len(refs) != 0 {
+		t.Errorf("ForceUnlock of a free lock = %v, %v", refs, err)
+	}
+}
+
+func TestInspectList(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	names := []string{"job:1", "job:2", "other}{x", "100%"}
+	for _, n := range names {
+		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); err != nil || !ok {
+			t.Fatal(n, ok, err)
+		}
+	}
+	if _, ok, err := c.NewFairMutex("job:1").TryLockContext(ctx); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	all, err := c.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []dsync.LockRef{{dsync.KindMutex, "100%"}, {dsync.KindFairMutex, "job:1"}, {dsync.KindMutex, "job:1"},
+		{dsync.KindMutex, "job:2"}, {dsync.KindMutex, "other}{x"}}
+	if !slices.Equal(all, want) {
+		t.Errorf("List(\"\") = %v, want %v", all, want)
+	}
+	jobs, err := c.List(ctx, "job:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 3 {
+		t.Errorf("List(job:*) = %v", jobs)
+	}
+	odd, err := c.List(ctx, "other}*")
+	if err != nil || len(odd) != 1 || odd[0].Name != "other}{x" {
+		t.Errorf("List(other}*) = %v, %v", odd, err)
+	}
+}

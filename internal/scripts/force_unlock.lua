@@ -1,0 +1,34 @@
+-- Release a mutex or fair mutex whoever holds it: the operator's
+-- "dsync unlock --force". The value becomes the free marker with the same
+-- token, so fencing tokens keep growing; the holder finds its hold gone at
+-- its next renewal and reports the lock lost.
+--
+-- KEYS[1] lock key, KEYS[2] queue list and KEYS[3] places zset (fair only)
+-- ARGV[1] free-marker lifetime in ms, ARGV[2] release channel (mutex) or "",
+-- ARGV[3] waiter channel prefix (fair) or ""
+-- Reply: the owner that held it, or "" when it was not held.
+local v = redis.call('get', KEYS[1])
+if not v then
+  return ''
+end
+local o, t = string.match(v, '^(%S+) (%d+) %d+$')
+if not o or o == '-' then
+  return ''
+end
+redis.call('set', KEYS[1], '- ' .. t .. ' 0', 'px', ARGV[1])
+if ARGV[2] ~= '' then
+  redis.call('publish', ARGV[2], t)
+end
+if KEYS[2] and ARGV[3] ~= '' then
+  -- Wake the first waiter whose place is live, as a release does.
+  local now = redis.call('time')
+  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  for _, w in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
+    local s = redis.call('zscore', KEYS[3], w)
+    if s and tonumber(s) > now then
+      redis.call('publish', ARGV[3] .. w, t)
+      break
+    end
+  end
+end
+return o

@@ -1,0 +1,21 @@
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed inspect_lock.lua
+	inspectLockSrc string
+	//go:embed force_unlock.lua
+	forceUnlockSrc string
+)
+
+// Scripts behind Client.Inspect and Client.ForceUnlock. They read and reset
+// the "<owner> <token> <count>" value shared by Mutex and FairMutex.
+var (
+	InspectLock = rueidis.NewLuaScript(inspectLockSrc)
+	ForceUnlock = rueidis.NewLuaScript(forceUnlockSrc)
+)
