@@ -1,0 +1,192 @@
+package dsync
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// An RWMutex is a reader/writer lock shared by every Client, in any process,
+// that uses the same key prefix and name: any number of readers, or one
+// writer.
+//
+// Writers are not starved: once a writer waits, new readers wait behind it,
+// as with sync.RWMutex, and waiting writers are served in arrival order.
+// Each hold, read or write, has its own lease, renewed only by its own
+// Client's watchdog (unless WithLeaseTime is given), so a crashed reader's
+// hold lapses within one lease however long the other readers keep theirs.
+//
+// Both locks are reentrant by owner. An owner holding the write lock may
+// take the read lock, then release the write lock and keep reading (a
+// downgrade). An owner that is the only reader may take the write lock; any
+// other upgrade waits until the other readers leave. Every acquisition gets
+// a fencing token; tokens grow across both modes.
+//
+// Lock, Unlock, RLock and RUnlock follow sync.RWMutex: each call takes a
+// fresh owner, so a second Lock blocks until Unlock, and any goroutine may
+// call Unlock or RUnlock.
+//
+// An RWMutex is safe for concurrent use. Its zero value is not usable;
+// create RWMutexes with Client.NewRWMutex. An RWMutex may be copied only
+// before first use.
+type RWMutex struct {
+	w, r qlock
+
+	lmu     sync.Mutex
+	locker  string   // owner of the write hold taken by Lock or TryLock
+	rlocked []string // owners of the read holds taken by RLock or TryRLock
+}
+
+// NewRWMutex returns the rw mutex called name. An invalid name (empty, or
+// longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
+func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
+	key := c.lockKey("rw", name)
+	keys := []string{key, key + ":readers", key + ":queue", key + ":places"}
+	rch := key + ":r"  // every waiting reader
+	wch := key + ":w:" // + owner: each waiting writer on its own channel
+	lc := newLockConfig(opts)
+	rw := &RWMutex{}
+	mk := func(mode string) qlock {
+		q := qlock{
+			c:      c,
+			info:   Lock{Kind: KindRWMutex, Name: name, Mode: mode, N: 1},
+			err:    checkName(name),
+			lc:     lc,
+			queues: mode == "write",
+			release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+				args := []string{mode, owner, strconv.FormatUint(token, 10), rch, wch}
+				return scripts.RWRelease, rueidis.LuaExec{Keys: keys, Args: args}
+			},
+			renew: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+				args := []string{mode, owner, strconv.FormatUint(token, 10), leaseMS(c.cfg.lease)}
+				return scripts.RWRenew, rueidis.LuaExec{Keys: keys, Args: args}
+			},
+		}
+		lease := q.lease()
+		q.step = func(ctx context.Context, owner string, try bool) ([]int64, error) {
+			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch}
+			return scripts.RWAcquire.Exec(ctx, c.rc, keys, args).AsIntSlice()
+		}
+		if mode == "write" {
+			// One write hold per owner and Client; "\x00" keeps these slot
+			// keys apart from every real key.
+			q.slot = func(string) string { return key + "\x00w" }
+			q.ch = func(owner string) string { return wch + owner }
+			q.leave = func(ctx context.Context, owner string) error {
+				// When the last queued writer leaves, readers held back by
+				// it may go.
+				return scripts.FairLeave.Exec(ctx, c.rc, keys[2:], []string{owner, wch, rch}).Error()
+			}
+		} else {
+			q.slot = func(owner string) string { return key + "\x00r\x00" + owner }
+			q.ch = func(string) string { return rch }
+		}
+		return q
+	}
+	rw.w, rw.r = mk("write"), mk("read")
+	return rw
+}
+
+// Lock acquires the write lock, blocking until it is held, as Mutex.Lock
+// does.
+func (rw *RWMutex) Lock() { rw.w.lockLocker(&rw.lmu, &rw.locker) }
+
+// TryLock tries to take the write lock without waiting and reports whether
+// it did. It returns false on any error.
+func (rw *RWMutex) TryLock() bool { return rw.w.tryLocker(&rw.lmu, &rw.locker) }
+
+// Unlock releases the write lock taken by Lock or TryLock. It is a run-time
+// error (a panic) if rw is not write-locked by Lock or TryLock.
+func (rw *RWMutex) Unlock() {
+	rw.w.unlockLocker(&rw.lmu, &rw.locker, "dsync: unlock of unlocked RWMutex")
+}
+
+// RLock acquires a read lock, blocking until it is held. Redis errors do
+// not end the wait; RLock panics if the Client is closed or the name is
+// invalid.
+func (rw *RWMutex) RLock() {
+	var owner string
+	rw.r.lockLocker(&rw.lmu, &owner)
+	rw.lmu.Lock()
+	rw.rlocked = append(rw.rlocked, owner)
+	rw.lmu.Unlock()
+}
+
+// TryRLock tries to take a read lock without waiting and reports whether it
+// did. It returns false on any error.
+func (rw *RWMutex) TryRLock() bool {
+	var owner string
+	if !rw.r.tryLocker(&rw.lmu, &owner) {
+		return false
+	}
+	rw.lmu.Lock()
+	rw.rlocked = append(rw.rlocked, owner)
+	rw.lmu.Unlock()
+	return true
+}
+
+// RUnlock undoes one RLock or TryRLock. It is a run-time error (a panic) if
+// rw holds no read lock taken by RLock or TryRLock.
+func (rw *RWMutex) RUnlock() {
+	rw.lmu.Lock()
+	n := len(rw.rlocked)
+	if n == 0 {
+		rw.lmu.Unlock()
+		panic("dsync: RUnlock of unlocked RWMutex")
+	}
+	owner := rw.rlocked[n-1]
+	rw.rlocked = rw.rlocked[:n-1]
+	rw.lmu.Unlock()
+	rw.r.unlockOwner(owner)
+}
+
+// RLocker returns a sync.Locker that implements Lock and Unlock by calling
+// rw.RLock and rw.RUnlock.
+func (rw *RWMutex) RLocker() sync.Locker { return (*rlocker)(rw) }
+
+type rlocker RWMutex
+
+func (r *rlocker) Lock()   { (*RWMutex)(r).RLock() }
+func (r *rlocker) Unlock() { (*RWMutex)(r).RUnlock() }
+
+// LockContext acquires the write lock for the owner ctx carries (a fresh
+// one if none), waiting until it is held or ctx is done; it returns the
+// lock context, as Mutex.LockContext does. A wait ended by ctx returns an
+// error for which errors.Is(err, ctx.Err()) holds, and leaves the writer
+// queue at once.
+func (rw *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
+	lctx, _, err := rw.w.lock(ctx, false)
+	return lctx, err
+}
+
+// TryLockContext is LockContext without waiting: when rw is held by others
+// or writers are queued, it returns false and a nil error.
+func (rw *RWMutex) TryLockContext(ctx context.Context) (context.Context, bool, error) {
+	return rw.w.lock(ctx, true)
+}
+
+// RLockContext acquires a read lock for the owner ctx carries (a fresh one
+// if none), waiting while another owner holds the write lock or a writer is
+// queued, until ctx is done. An owner that already holds the read lock, or
+// the write lock, gets it at once.
+func (rw *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
+	lctx, _, err := rw.r.lock(ctx, false)
+	return lctx, err
+}
+
+// TryRLockContext is RLockContext without waiting: when a read lock cannot
+// be had at once it returns false and a nil error.
+func (rw *RWMutex) TryRLockContext(ctx context.Context) (context.Context, bool, error) {
+	return rw.r.lock(ctx, true)
+}
+
+// UnlockContext releases one write acquisition by the owner ctx carries. It
+// returns ErrNotHeld if that owner does not hold the write lock.
+func (rw *RWMutex) UnlockContext(ctx context.Context) error { return rw.w.unlock(ctx) }
+
+// RUnlockContext releases one read acquisition by the owner ctx carries. It
+// returns ErrNotHeld if that owner does not hold a read lock.
+func (rw *RWMutex) RUnlockContext(ctx context.Context) error { return rw.r.unlock(ctx) }

@@ -1,0 +1,25 @@
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed rw_lib.lua
+	rwLibSrc string
+	//go:embed rw_acquire.lua
+	rwAcquireSrc string
+	//go:embed rw_release.lua
+	rwReleaseSrc string
+	//go:embed rw_renew.lua
+	rwRenewSrc string
+)
+
+// The rw mutex's scripts, each prefixed with the fair-queue and rw preludes.
+var (
+	RWAcquire = rueidis.NewLuaScript(fairLibSrc + rwLibSrc + rwAcquireSrc)
+	RWRelease = rueidis.NewLuaScript(fairLibSrc + rwLibSrc + rwReleaseSrc)
+	RWRenew   = rueidis.NewLuaScript(fairLibSrc + rwLibSrc + rwRenewSrc)
+)
