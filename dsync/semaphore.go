@@ -42,8 +42,20 @@ type Semaphore struct {
 	chPfx string   // a waiter's wakeup channel is chPfx + waiter id
 	err   error    // a bad name or size, returned by every call
 	lc    lockConfig
-	mu    sync.Mutex
-	holds map[string][]*hold // owner -> acquisitions through s, oldest first
+}
+
+// semHolds records the acquisitions held through each Client, by semaphore
+// key and owner, oldest first. It is shared by all Semaphore values, so one
+// may release what another of the same Client and name acquired. Entries go
+// when their last hold ends, so nothing outlives the holds.
+var semHolds = struct {
+	sync.Mutex
+	m map[semHoldsKey]map[string][]*hold
+}{m: make(map[semHoldsKey]map[string][]*hold)}
+
+type semHoldsKey struct {
+	c   *Client
+	key string
 }
 
 // NewSemaphore returns the semaphore called name with size permits. An
@@ -58,7 +70,6 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 		c: c, name: name, size: size, err: err, lc: newLockConfig(opts),
 		keys:  []string{base, base + ":holders", base + ":permits", base + ":queue", base + ":want", base + ":qexp"},
 		chPfx: base + ":w:",
-		holds: make(map[string][]*hold),
 	}
 }
 
@@ -147,9 +158,9 @@ func (s *Semaphore) check(n int64) error {
 // else the latest ones as long as they fit in n. all: the owner holds
 // nothing left, so every hold of it ends.
 func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hs := s.holds[owner]
+	semHolds.Lock()
+	defer semHolds.Unlock()
+	hs := semHolds.m[s.holdsKey()][owner]
 	var out []*hold
 	pick := -1
 	for i := len(hs) - 1; i >= 0; i-- {
@@ -170,29 +181,41 @@ func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
 			hs = hs[:len(hs)-1]
 		}
 	}
-	if len(hs) == 0 {
-		delete(s.holds, owner)
-	} else {
-		s.holds[owner] = hs
-	}
+	s.setHolds(owner, hs)
 	return out
 }
 
+func (s *Semaphore) holdsKey() semHoldsKey { return semHoldsKey{s.c, s.keys[0]} }
+
+// setHolds stores the holds of owner; semHolds must be locked.
+func (s *Semaphore) setHolds(owner string, hs []*hold) {
+	k := s.holdsKey()
+	byOwner := semHolds.m[k]
+	if len(hs) > 0 {
+		if byOwner == nil {
+			byOwner = make(map[string][]*hold)
+			semHolds.m[k] = byOwner
+		}
+		byOwner[owner] = hs
+		return
+	}
+	delete(byOwner, owner)
+	if len(byOwner) == 0 {
+		delete(semHolds.m, k)
+	}
+}
+
 func (s *Semaphore) forget(h *hold) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hs := s.holds[h.owner]
+	semHolds.Lock()
+	defer semHolds.Unlock()
+	hs := semHolds.m[s.holdsKey()][h.owner]
 	for i, x := range hs {
 		if x == h {
 			hs = append(hs[:i:i], hs[i+1:]...)
 			break
 		}
 	}
-	if len(hs) == 0 {
-		delete(s.holds, h.owner)
-	} else {
-		s.holds[h.owner] = hs
-	}
+	s.setHolds(h.owner, hs)
 }
 
 func (s *Semaphore) lease() time.Duration {
@@ -294,6 +317,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 				cctx, cancel := cleanupCtx(ctx)
 				_ = scripts.SemRelease.Exec(cctx, c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
 				cancel()
+				h.end(ErrClosed, false)
 				return nil, attempt, ErrClosed
 			}
 			return h, attempt, nil
@@ -340,9 +364,11 @@ func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
 	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
 		return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: relArgs}
 	}
-	h.onLost = s.forget
-	s.mu.Lock()
-	s.holds[owner] = append(s.holds[owner], h)
-	s.mu.Unlock()
+	semHolds.Lock()
+	s.setHolds(owner, append(semHolds.m[s.holdsKey()][owner], h))
+	semHolds.Unlock()
+	// However the hold ends (release, loss, Client.Close), forget it; a
+	// context of its own, since a lock context also ends with its parent.
+	context.AfterFunc(h.newCtx(context.Background()), func() { s.forget(h) })
 	return h
 }
