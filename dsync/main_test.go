@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopScaleOut() // cluster, sentinel and RedLock servers (cluster_test.go), if started
 	if srv != nil {
 		srv.Stop()
 	}

@@ -1,0 +1,299 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// The scale-out deployments are started on first use, once per package, and
+// stopped by TestMain through stopScaleOut.
+var scaleOut struct {
+	mu       sync.Mutex
+	cluster  *redistest.Cluster
+	clErr    error
+	clOnce   sync.Once
+	sentinel *redistest.Sentinel
+	stErr    error
+	stOnce   sync.Once
+	servers  []*redistest.Server
+	svErr    error
+	svOnce   sync.Once
+}
+
+func stopScaleOut() {
+	scaleOut.mu.Lock()
+	defer scaleOut.mu.Unlock()
+	if scaleOut.cluster != nil {
+		scaleOut.cluster.Stop()
+	}
+	if scaleOut.sentinel != nil {
+		scaleOut.sentinel.Stop()
+	}
+	for _, s := range scaleOut.servers {
+		s.Stop()
+	}
+}
+
+func requireScaleOut(t testing.TB, err error) {
+	t.Helper()
+	redistest.Require(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cluster returns the package's 3-master, 3-replica Redis Cluster.
+func cluster(t testing.TB) *redistest.Cluster {
+	t.Helper()
+	redistest.Require(t)
+	scaleOut.clOnce.Do(func() {
+		cl, err := redistest.StartCluster()
+		scaleOut.mu.Lock()
+		scaleOut.cluster, scaleOut.clErr = cl, err
+		scaleOut.mu.Unlock()
+	})
+	requireScaleOut(t, scaleOut.clErr)
+	return scaleOut.cluster
+}
+
+// sentinel returns the package's master, replica and three sentinels.
+func sentinel(t testing.TB) *redistest.Sentinel {
+	t.Helper()
+	redistest.Require(t)
+	scaleOut.stOnce.Do(func() {
+		st, err := redistest.StartSentinel()
+		scaleOut.mu.Lock()
+		scaleOut.sentinel, scaleOut.stErr = st, err
+		scaleOut.mu.Unlock()
+	})
+	requireScaleOut(t, scaleOut.stErr)
+	return scaleOut.sentinel
+}
+
+// redlockServers returns the package's five independent servers, all
+// running (a test that kills some restarts them when it ends).
+func redlockServers(t testing.TB) []*redistest.Server {
+	t.Helper()
+	redistest.Require(t)
+	scaleOut.svOnce.Do(func() {
+		ss, err := redistest.StartServers(5)
+		scaleOut.mu.Lock()
+		scaleOut.servers, scaleOut.svErr = ss, err
+		scaleOut.mu.Unlock()
+	})
+	requireScaleOut(t, scaleOut.svErr)
+	return scaleOut.servers
+}
+
+// clusterRueidis returns a rueidis cluster client, closed when t ends.
+func clusterRueidis(t testing.TB) rueidis.Client {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster(t).Addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+// namesOnMasters returns one lock name per cluster master, so a test
+// covers every node.
+func namesOnMasters(t testing.TB, prefix string) []string {
+	t.Helper()
+	cl := cluster(t)
+	seen := map[string]bool{}
+	var names []string
+	for i := 0; len(names) < 3 && i < 1000; i++ {
+		name := fmt.Sprintf("n%d", i)
+		m, _, err := cl.MasterOf(prefix + ":{" + name + "}:mutex")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !seen[m.Addr] {
+			seen[m.Addr] = true
+			names = append(names, name)
+		}
+	}
+	if len(names) < 3 {
+		t.Fatal("could not find names on three masters")
+	}
+	return names
+}
+
+func TestClusterMutexBasic(t *testing.T) {
+	prefix := testPrefix(t)
+	c := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	for _, name := range append(namesOnMasters(t, prefix), "brace}{name", "") {
+		m := c.NewMutex(name)
+		if name == "" {
+			if _, err := m.LockContext(ctx); !errors.Is(err, dsync.ErrInvalidArgument) {
+				t.Fatalf("empty name: %v, want ErrInvalidArgument", err)
+			}
+			continue
+		}
+		lctx, err := m.LockContext(ctx)
+		if err != nil {
+			t.Fatalf("%q: %v", name, err)
+		}
+		tok, _ := dsync.FencingToken(lctx)
+		if _, ok, err := m.TryLockContext(ctx); err != nil || ok {
+			t.Fatalf("%q: TryLockContext by another owner = %v, %v", name, ok, err)
+		}
+		if err := m.UnlockContext(lctx); err != nil {
+			t.Fatalf("%q: %v", name, err)
+		}
+		if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
+			t.Fatalf("%q: second unlock = %v, want ErrNotHeld", name, err)
+		}
+		lctx2, ok, err := m.TryLockContext(ctx)
+		if err != nil || !ok {
+			t.Fatalf("%q: relock = %v, %v", name, ok, err)
+		}
+		if tok2, _ := dsync.FencingToken(lctx2); tok2 <= tok {
+			t.Fatalf("%q: token %d after %d", name, tok2, tok)
+		}
+		if err := m.UnlockContext(lctx2); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestClusterWakeup proves that a release on any master wakes a waiter in
+// another Client at once: the waiter's fallback poll is lease/3 = 10s, far
+// beyond the bound checked here.
+func TestClusterWakeup(t *testing.T) {
+	prefix := testPrefix(t)
+	a := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	b := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	for _, name := range namesOnMasters(t, prefix) {
+		lctx, err := a.NewMutex(name).LockContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var bctx context.Context
+		go func() {
+			var err error
+			bctx, err = b.NewMutex(name).LockContext(ctx)
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // let the waiter subscribe and wait
+		released := time.Now()
+		if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: woken %v after the release", name, time.Since(released))
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: waiter not woken within 2s of the release", name)
+		}
+		if err := b.NewMutex(name).UnlockContext(bctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// clusterHammer runs goroutines in two Clients over the cluster, each taking
+// the mutex name iters times; it fails on two holders at once. During runs
+// it calls during (if not nil) once, in its own goroutine.
+func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), opts ...dsync.Option) (errs int64) {
+	const clients, goroutines = 2, 4
+	var inside, done atomic.Int32
+	var nerr atomic.Int64
+	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range clients {
+		c := newClientOn(t, clusterRueidis(t), append([]dsync.Option{dsync.WithKeyPrefix(prefix)}, opts...)...)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer done.Add(1)
+				m := c.NewMutex(name)
+				for i := 0; i < iters; {
+					lctx, err := m.LockContext(ctx)
+					if err != nil {
+						if ctx.Err() != nil {
+							t.Errorf("hammer stuck: %d of %d iterations, %v", i, iters, err)
+							return
+						}
+						// A failover may fail a call; retrying is the caller's job.
+						if nerr.Add(1) <= 3 {
+							t.Logf("call failed (retried): %v", err)
+						}
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+					if n := inside.Add(1); n != 1 {
+						t.Errorf("%d holders at once", n)
+					}
+					time.Sleep(200 * time.Microsecond)
+					inside.Add(-1)
+					if err := m.UnlockContext(lctx); err != nil {
+						// Under a failover a release can fail; the lock then
+						// frees itself when its lease runs out.
+						t.Logf("unlock failed: %v", err)
+						nerr.Add(1)
+					}
+					i++
+				}
+			}()
+		}
+	}
+	if during != nil {
+		waitFor(t, 10*time.Second, "the hammer to start", func() bool { return inside.Load() > 0 || done.Load() > 0 })
+		during()
+	}
+	wg.Wait()
+	return nerr.Load()
+}
+
+func TestClusterMutexHammer(t *testing.T) {
+	prefix := testPrefix(t)
+	for _, name := range namesOnMasters(t, prefix)[:2] {
+		if errs := clusterHammer(t, prefix, name, 25, nil); errs != 0 {
+			t.Fatalf("%d errors without a fault", errs)
+		}
+	}
+}
+
+// TestClusterFailoverUnderLoad fails the lock's master over to its replica
+// (CLUSTER FAILOVER) while eight goroutines contend: never two holders, and
+// every goroutine finishes, so waiters were woken after the failover.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	prefix := testPrefix(t)
+	cl := cluster(t)
+	name := "failover"
+	_, replica, err := cl.MasterOf(prefix + ":{" + name + "}:mutex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// A release caught by the failover's write pause can fail; its key then
+	// frees itself when the lease runs out, so the lease bounds the stall.
+	errs := clusterHammer(t, prefix, name, 60, func() {
+		if err := cl.Failover(replica, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+	}, dsync.WithLease(3*time.Second))
+	if role, err := redistest.Role(replica); err != nil || role != "master" {
+		t.Fatalf("replica role %q, %v: no failover happened", role, err)
+	}
+	t.Logf("480 acquisitions across a failover in %v, %d failed calls retried", time.Since(start), errs)
+}
