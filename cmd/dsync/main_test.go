@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	srv, err = redistest.StartServer()
+	if err != nil && os.Getenv("CI") != "" {
+		fmt.Fprintln(os.Stderr, "redis-server is required under CI:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var prefixSeq atomic.Int64
+
+// env is a test's view of the command's environment: REDIS_ADDR points at
+// the test server, and a prefix of its own.
+type env struct {
+	t      *testing.T
+	prefix string
+	vars   map[string]string
+}
+
+func newEnv(t *testing.T) *env {
+	redistest.Require(t)
+	if srv == nil {
+		t.Fatal("the shared redis-server did not start")
+	}
+	return &env{t: t, prefix: fmt.Sprintf("cli%d-%d", os.Getpid(), prefixSeq.Add(1)), vars: map[string]string{"REDIS_ADDR": srv.Addr}}
+}
+
+func (e *env) client() *dsync.Client {
+	c, err := dsync.NewClient(srv.Client(e.t), dsync.WithKeyPrefix(e.prefix))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// syncBuffer is written by the command and read by the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (e *env) run(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errb syncBuffer
+	code = run(ctx, append([]string{"--prefix", e.prefix}, args...), func(k string) string { return e.vars[k] }, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// heldFair holds a fair mutex and queues two waiters behind it; it returns
+// the owners in order: holder, first waiter, second waiter.
+func heldFair(t *testing.T, e *env, name string) []string {
+	c := e.client()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	hctx := dsync.WithOwner(ctx)
+	if _, err := c.NewFairMutex(name).LockContext(hctx); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := dsync.OwnerOf(hctx)
+	owners := []string{h}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	for i := range 2 {
+		wc := e.client()
+		wctx := dsync.WithOwner(ctx)
+		o, _ := dsync.OwnerOf(wctx)
+		owners = append(owners, o)
+		wg.Go(func() { _, _ = wc.NewFairMutex(name).LockContext(wctx) })
+		waitFor(t, 5*time.Second, "the waiter to queue", func() bool {
+			st, _ := c.Inspect(ctx, name)
+			return len(st) == 1 && len(st[0].Waiters) == i+1
+		})
+	}
+	return owners
+}
+
+func TestCLIInspectFairWithWaiters(t *testing.T) {
+	e := newEnv(t)
+	owners := heldFair(t, e, "orders")
+	code, out, errs := e.run(context.Background(), "inspect", "orders")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	t.Logf("dsync inspect orders:\n%s", out)
+	i0, i1, i2 := strings.Index(out, "holder  "+owners[0]), strings.Index(out, "1. "+owners[1]), strings.Index(out, "2. "+owners[2])
+	if !strings.HasPrefix(out, "fair_mutex orders\n") || i0 < 0 || i1 < i0 || i2 < i1 {
+		t.Errorf("inspect output lacks the holder and the waiters in order:\n%s", out)
+	}
+
+	code, out, errs = e.run(context.Background(), "inspect", "--json", "orders")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var js []jsonState
+	if err := json.Unmarshal([]byte(out), &js); err != nil {
+		t.Fatalf("--json output %q: %v", out, err)
+	}
+	if len(js) != 1 || !js[0].Held || js[0].Holders[0].Owner != owners[0] || js[0].Holders[0].LeaseMS <= 0 ||
+		len(js[0].Waiters) != 2 || js[0].Waiters[0].Owner != owners[1] || js[0].Waiters[1].Owner != owners[2] {
+		t.Errorf("--json = %+v", js)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		code int
+		msg  string
+	}{
+		{[]string{"inspect", "nope"}, nil, 1, `no lock named "nope"`},
+		{[]string{"inspect", "x"}, map[string]string{"REDIS_ADDR": "127.0.0.1:1"}, 1, "cannot reach Redis at 127.0.0.1:1"},
+		{[]string{"--addr", "127.0.0.1:1", "list"}, nil, 1, "cannot reach Redis at 127.0.0.1:1"},
+		{[]string{"inspect"}, nil, 2, "inspect takes NAME"},
+		{[]string{"frobnicate"}, nil, 2, `unknown command "frobnicate"`},
+		{nil, nil, 2, "no command"},
+		{[]string{"--bogus", "list"}, nil, 2, "flag provided but not defined"},
+		{[]string{"unlock", "x"}, nil, 2, "refusing to unlock"},
+		{[]string{"unlock", "--force", "x"}, nil, 2, "refusing to unlock"},
+		{[]string{"inspect", ""}, nil, 1, "invalid argument"},
+	} {
+		old := e.vars
+		if tc.vars != nil {
+			e.vars = tc.vars
+		}
+		code, _, errs := e.run(ctx, tc.args...)
+		e.vars = old
+		if code != tc.code || !strings.Contains(errs, tc.msg) {
+			t.Errorf("dsync %q: exit %d, stderr %q; want exit %d with %q", tc.args, code, errs, tc.code, tc.msg)
+		}
+	}
+}
+
+func TestCLIList(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	for _, n := range []string{"job:1", "job:2", "cron nightly"} {
+		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	code, out, errs := e.run(ctx, "list")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	want := "mutex      \"cron nightly\"\nmutex      job:1\nmutex      job:2\n"
+	if out != want {
+		t.Errorf("list =\n%s\nwant\n%s", out, want)
+	}
+	code, out, _ = e.run(ctx, "list", "job:*", "--json")
+	if code != 0 || out != `[{"kind":"mutex","name":"job:1"},{"kind":"mutex","name":"job:2"}]`+"\n" {
+		t.Errorf("list job:* --json = %d %q", code, out)
+	}
+}
+
+func TestCLIUnlockForce(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	hctx, err := c.NewMutex("stuck").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := dsync.FencingToken(hctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.client().NewMutex("stuck").LockContext(ctx)
+		got <- err
+	}()
+	// Refused without confirmation: still held.
+	if code, _, _ := e.run(ctx, "unlock", "--force", "stuck"); code != 2 {
+		t.Fatalf("unlock without --yes: exit %d", code)
+	}
+	if st, _ := c.Inspect(ctx, "stuck"); len(st) != 1 || len(st[0].Holders) != 1 {
+		t.Fatalf("refused unlock changed the lock: %+v", st)
+	}
+	code, out, errs := e.run(ctx, "unlock", "--force", "--yes", "stuck")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("released mutex stuck held by %s (token %d)", ownerOf(hctx), tok)) {
+		t.Fatalf("unlock: exit %d, out %q, err %q", code, out, errs)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the forced release")
+	}
+}
+
+func ownerOf(ctx context.Context) string {
+	o, _ := dsync.OwnerOf(ctx)
+	return o
+}
+
+func TestCLIWatch(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--prefix", e.prefix, "--interval", "10ms", "watch", "w"}, func(k string) string { return e.vars[k] }, &out, &errb)
+	}()
+	waitFor(t, 5*time.Second, "the empty state", func() bool { return strings.Contains(out.String(), "(no lock named w)") })
+	m := c.NewMutex("w")
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the holder", func() bool { return strings.Contains(out.String(), "holder  "+ownerOf(lctx)) })
+	if err := m.UnlockContext(lctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the release", func() bool { return strings.Contains(out.String(), "free (last fencing token") })
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("watch ended with %d: %s", code, errb.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch did not stop on interrupt")
+	}
+	// Three states, each printed once although polled many times.
+	if n := strings.Count(out.String(), "--- "); n != 3 {
+		t.Errorf("watch printed %d states, want 3:\n%s", n, out.String())
+	}
+}
