@@ -564,3 +564,70 @@ func TestRWMutexScripts(t *testing.T) {
 		t.Fatalf("reader c after the writer left: %v", v)
 	}
 }
+
+// Events carry the kind and mode; a fixed lease (WithLeaseTime) expires the
+// hold and cancels its lock context with ErrLockLost.
+func TestRWMutexEventsAndLeaseTime(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	rec := func(s string) {
+		mu.Lock()
+		got = append(got, s)
+		mu.Unlock()
+	}
+	c := newClient(t, dsync.WithObserver(dsync.Observer{
+		AcquireDone: func(_ context.Context, e dsync.AcquireDone) {
+			rec(fmt.Sprintf("acquired %s %s %v", e.Kind, e.Mode, e.Acquired))
+		},
+		Released: func(_ context.Context, e dsync.Released) { rec(fmt.Sprintf("released %s %s", e.Kind, e.Mode)) },
+		Lost:     func(e dsync.Lost) { rec(fmt.Sprintf("lost %s %s", e.Kind, e.Mode)) },
+	}))
+	rw := c.NewRWMutex("ev")
+	l, err := rw.RLockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.RUnlockContext(l)
+	f := c.NewFairMutex("ev", dsync.WithLeaseTime(100*time.Millisecond))
+	lf, err := f.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := c.NewRWMutex("ev2", dsync.WithLeaseTime(100*time.Millisecond))
+	lw, err := short.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []context.Context{lf, lw} {
+		select {
+		case <-l.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("fixed lease did not expire")
+		}
+		if !errors.Is(context.Cause(l), dsync.ErrLockLost) {
+			t.Fatalf("cause %v, want ErrLockLost", context.Cause(l))
+		}
+	}
+	// Expired in Redis too (the local clock ends a hold a little early, by
+	// the drift allowance): others get in.
+	waitFor(t, time.Second, "the fair mutex to expire", func() bool {
+		_, ok, err := c.NewFairMutex("ev").TryLockContext(ctxT(t))
+		return ok && err == nil
+	})
+	waitFor(t, time.Second, "the rw mutex to expire", func() bool {
+		_, ok, err := c.NewRWMutex("ev2").TryRLockContext(ctxT(t))
+		return ok && err == nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		"acquired rw_mutex read true", "released rw_mutex read",
+		"acquired fair_mutex  true", "acquired rw_mutex write true",
+	}
+	if len(got) < 6 || fmt.Sprint(got[:4]) != fmt.Sprint(want) {
+		t.Fatalf("events %q, want %q then two losses", got, want)
+	}
+	if lost := fmt.Sprint(got[4:6]); lost != "[lost fair_mutex  lost rw_mutex write]" && lost != "[lost rw_mutex write lost fair_mutex ]" {
+		t.Fatalf("loss events %q", got[4:])
+	}
+}
