@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,8 +108,7 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	defer cancel()
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
-		if h.release != nil {
-			s, e := h.release()
+		if s, e, ok := h.releaseCmd(); ok {
 			groups[s] = append(groups[s], e)
 		}
 	}
@@ -170,11 +170,7 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // leaseMS formats a duration as whole milliseconds, at least 1.
 func leaseMS(d time.Duration) string {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	return fmt.Sprint(ms)
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
 }
 
 // validity is how long after an acquire or renewal was sent the hold is
@@ -202,4 +198,32 @@ func (c *Client) sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-c.done:
 		return ErrClosed
 	}
+}
+
+// idempotent runs call, a script that is safe to repeat, until it gets an
+// answer from Redis: first under ctx while ctx is live (no allocation in the
+// common case), then, if ctx ended or the reply was lost, up to three more
+// times under cleanupCtx(ctx), since a release must not be abandoned because
+// the caller's context ended.
+func idempotent(ctx context.Context, call func(context.Context) error) error {
+	if ctx.Err() == nil {
+		err := call(ctx)
+		if err == nil || isRedisErr(err) {
+			return err
+		}
+	}
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	var err error
+	for range 3 {
+		if err = call(cctx); err == nil || isRedisErr(err) || cctx.Err() != nil {
+			break
+		}
+	}
+	return err
+}
+
+func isRedisErr(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
 }

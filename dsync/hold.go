@@ -28,11 +28,42 @@ type hold struct {
 	// onLost is called (without locks held) when the hold is lost, before
 	// its contexts are cancelled, so the primitive can forget it.
 	onLost func(*hold)
+	// ops, when set, replaces renew, release and onLost: it builds the
+	// commands from the hold itself, so a hold costs no closures.
+	ops holdOps
 
 	mu      sync.Mutex
 	ended   bool
 	timer   *time.Timer
 	cancels []context.CancelCauseFunc // one per acquisition, innermost last
+}
+
+// holdOps describes the holds of one primitive; see hold.ops.
+type holdOps interface {
+	renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+	releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+	lost(h *hold)
+}
+
+func (h *hold) renewCmd() (*rueidis.Lua, rueidis.LuaExec) {
+	if h.ops != nil {
+		return h.ops.renewExec(h)
+	}
+	return h.renew()
+}
+
+// releaseCmd returns the release script for Close; ok is false if the hold
+// has none.
+func (h *hold) releaseCmd() (s *rueidis.Lua, e rueidis.LuaExec, ok bool) {
+	switch {
+	case h.ops != nil:
+		s, e = h.ops.releaseExec(h)
+		return s, e, true
+	case h.release != nil:
+		s, e = h.release()
+		return s, e, true
+	}
+	return nil, e, false
 }
 
 func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
@@ -118,8 +149,13 @@ func (h *hold) end(cause error, lost bool) bool {
 	if h.watchdog {
 		c.renew.remove(h)
 	}
-	if lost && h.onLost != nil {
-		h.onLost(h)
+	if lost {
+		switch {
+		case h.ops != nil:
+			h.ops.lost(h)
+		case h.onLost != nil:
+			h.onLost(h)
+		}
 	}
 	for i := len(cancels) - 1; i >= 0; i-- {
 		cancels[i](cause)

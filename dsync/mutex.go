@@ -34,6 +34,12 @@ type Mutex struct {
 	err  error  // a bad name, returned by every call
 	lc   lockConfig
 
+	// Arguments computed once, so an acquisition does not rebuild them.
+	keys     []string // {key}
+	relKeys  []string // {key, ch}
+	leaseArg string   // lease of a new hold, in ms
+	markArg  string   // free-marker lifetime, in ms
+
 	lmu    sync.Mutex
 	locker string // owner of the hold taken by Lock or TryLock
 }
@@ -42,7 +48,12 @@ type Mutex struct {
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	key := c.lockKey("mutex", name)
-	return &Mutex{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name), lc: newLockConfig(opts)}
+	m := &Mutex{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name), lc: newLockConfig(opts)}
+	m.keys = []string{m.key}
+	m.relKeys = []string{m.key, m.ch}
+	m.leaseArg = leaseMS(m.lease())
+	m.markArg = leaseMS(freeMarkerTTL)
+	return m
 }
 
 // Lock acquires m, blocking until it is held. Redis errors do not end the
@@ -155,11 +166,14 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		}
 		return wrapErr(KindMutex, m.name, err)
 	}
-	if h.pop() > 0 {
+	if h.depth() > 1 {
+		h.pop()
 		st.mu.Unlock()
 		m.observeRelease(ctx, h, nil, false)
 		return nil
 	}
+	// The last acquisition's context is cancelled by h.end once the lock
+	// is passed on, so the release below can still run under ctx.
 	st.h = nil
 	err := m.passOn(ctx, st, h)
 	m.observeRelease(ctx, h, err, true)
@@ -395,20 +409,15 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 // the new hold, or nil with the reason if it could not.
 func (m *Mutex) handoff(ctx context.Context, h *hold, to string) (*hold, error) {
 	c := m.c
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
 	lease := m.lease()
-	args := []string{h.owner, strconv.FormatUint(h.token, 10), to, leaseMS(lease)}
+	args := []string{h.owner, strconv.FormatUint(h.token, 10), to, m.leaseArg}
 	var vals []int64
-	var err error
 	var sentAt time.Time
-	for try := 1; try <= 3; try++ { // the script is idempotent: retry a lost reply
+	err := idempotent(ctx, func(ctx context.Context) (err error) {
 		sentAt = time.Now()
-		vals, err = scripts.MutexHandoff.Exec(cctx, c.rc, []string{m.key}, args).AsIntSlice()
-		if err == nil || rueidis.IsRedisNil(err) || isRedisErr(err) || cctx.Err() != nil {
-			break
-		}
-	}
+		vals, err = scripts.MutexHandoff.Exec(ctx, c.rc, m.keys, args).AsIntSlice()
+		return err
+	})
 	if err != nil {
 		return nil, wrapErr(KindMutex, m.name, err)
 	}
@@ -428,11 +437,6 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string) (*hold, error) 
 	return nh, nil
 }
 
-func isRedisErr(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
-	return ok
-}
-
 func (m *Mutex) lease() time.Duration {
 	if m.lc.leaseTime > 0 {
 		return m.lc.leaseTime
@@ -441,50 +445,53 @@ func (m *Mutex) lease() time.Duration {
 }
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {
-	c := m.c
-	h := c.newHold(m.lockInfo(), owner, token)
+	h := m.c.newHold(m.lockInfo(), owner, token)
 	h.watchdog = m.lc.leaseTime == 0
-	tok := strconv.FormatUint(token, 10)
-	renewArgs := []string{owner + " " + tok + " ", leaseMS(c.cfg.lease)}
-	keys := []string{m.key}
-	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.MutexRenew, rueidis.LuaExec{Keys: keys, Args: renewArgs}
-	}
-	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.MutexRelease, rueidis.LuaExec{Keys: []string{m.key, m.ch}, Args: []string{owner, tok, leaseMS(freeMarkerTTL)}}
-	}
-	h.onLost = func(h *hold) {
-		st := c.getMutex(m.key)
-		st.mu.Lock()
-		if st.h == h {
-			st.h = nil
-			st.wakeNext()
-			st.mu.Unlock()
-			c.putMutex(m.key, st) // the hold's reference
-		} else {
-			st.mu.Unlock()
-		}
-		c.putMutex(m.key, st)
-	}
+	h.ops = m
 	return h
 }
 
-// release runs the release script (token 0: any hold of owner), retrying a
-// lost reply, which the script makes safe. It runs under a context that
-// ignores ctx's cancellation.
-func (m *Mutex) release(ctx context.Context, owner string, token uint64) (int64, error) {
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
-	args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL)}
-	var code int64
-	var err error
-	for try := 1; try <= 3; try++ {
-		code, err = scripts.MutexRelease.Exec(cctx, m.c.rc, []string{m.key, m.ch}, args).AsInt64()
-		if err == nil || isRedisErr(err) || cctx.Err() != nil || token == 0 {
-			break
-		}
+func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	prefix := h.owner + " " + strconv.FormatUint(h.token, 10) + " "
+	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.keys, Args: []string{prefix, leaseMS(m.c.cfg.lease)}}
+}
+
+func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), m.markArg}}
+}
+
+// lost forgets a lost hold, so the next local waiter can try.
+func (m *Mutex) lost(h *hold) {
+	c := m.c
+	st := c.getMutex(m.key)
+	st.mu.Lock()
+	if st.h == h {
+		st.h = nil
+		st.wakeNext()
+		st.mu.Unlock()
+		c.putMutex(m.key, st) // the hold's reference
+	} else {
+		st.mu.Unlock()
 	}
-	return code, err
+	c.putMutex(m.key, st)
+}
+
+// release runs the release script (token 0: any hold of owner). A release
+// of a known hold is retried after a lost reply, which the script makes
+// safe, and completes even if ctx ends (see idempotent).
+func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code int64, err error) {
+	args := []string{owner, strconv.FormatUint(token, 10), m.markArg}
+	call := func(ctx context.Context) (err error) {
+		code, err = scripts.MutexRelease.Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
+		return err
+	}
+	if token == 0 {
+		// An owner-only release could decrement twice if repeated.
+		cctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		return code, call(cctx)
+	}
+	return code, idempotent(ctx, call)
 }
 
 // acquireRedis loops on the acquire script until the lock is held, ctx is
@@ -497,8 +504,7 @@ func (m *Mutex) release(ctx context.Context, owner string, token uint64) (int64,
 func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	lease := m.lease()
-	keys := []string{m.key}
-	args := []string{owner, leaseMS(lease)}
+	args := []string{owner, m.leaseArg}
 	var sub *subscription
 	live := false
 	defer func() { sub.close() }()
@@ -513,7 +519,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			sub.drain()
 		}
 		sentAt := time.Now()
-		vals, err := scripts.MutexAcquire.Exec(ctx, c.rc, keys, args).AsIntSlice()
+		vals, err := scripts.MutexAcquire.Exec(ctx, c.rc, m.keys, args).AsIntSlice()
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}

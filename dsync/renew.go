@@ -79,7 +79,7 @@ func (r *renewer) round() bool {
 	}
 	groups := make(map[*rueidis.Lua]*group)
 	for _, h := range holds {
-		s, e := h.renew()
+		s, e := h.renewCmd()
 		g := groups[s]
 		if g == nil {
 			g = &group{}
