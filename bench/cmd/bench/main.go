@@ -1,0 +1,280 @@
+// Command bench measures dsync beside its peers on one Redis, in one run.
+//
+// It starts its own redis-server on a loopback port, runs every scenario
+// for dsync and each peer interleaved (A B A B ...), several repeats, and
+// reports medians and ratios: a markdown table on stdout and in
+// results/latest.md, and everything in results/latest.json. See
+// bench/README.md for what each scenario measures.
+//
+// Usage (from bench/):
+//
+//	go run ./cmd/bench [-quick] [-spin] [-reps n] [-libs a,b] [-scenarios a,b]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+type settings struct {
+	Quick         bool          `json:"quick"`
+	Spin          bool          `json:"spin"`
+	Reps          int           `json:"reps"`
+	Serial        time.Duration `json:"serial_ns"`
+	Parallel      time.Duration `json:"parallel_ns"`
+	Contended     time.Duration `json:"contended_ns"`
+	CrossProcess  time.Duration `json:"cross_process_ns"`
+	HandoffRounds int           `json:"handoff_rounds"`
+	ScaleLocks    int           `json:"scale_locks"`
+	ScaleHold     time.Duration `json:"scale_hold_ns"`
+}
+
+func main() {
+	var (
+		quick     = flag.Bool("quick", false, "a ~1 minute run: shorter windows, 2 repeats")
+		spin      = flag.Bool("spin", false, "keep one lowest-priority busy process per CPU running, so idle-CPU wake-ups do not dominate latencies")
+		reps      = flag.Int("reps", 0, "repeats per scenario (default 3, quick 2)")
+		libsFlag  = flag.String("libs", "", "comma-separated libs to run (default all)")
+		scenFlag  = flag.String("scenarios", "", "comma-separated scenarios: serial,parallel,contended,xproc,handoff,primitives,scale (default all)")
+		out       = flag.String("out", "results", "directory for latest.json and latest.md")
+		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
+		childRole = flag.String("child", "", "internal: run as a child process (xproc, handoff, scale, spin)")
+		addr      = flag.String("addr", "", "internal: Redis address for a child")
+		libName   = flag.String("lib", "", "internal: lib for a child")
+		key       = flag.String("key", "", "internal: key for a child")
+		g         = flag.Int("g", 8, "internal: goroutines of an xproc child")
+		n         = flag.Int("n", 100000, "internal: locks of a scale child")
+		hold      = flag.Duration("hold", 10*time.Second, "internal: holding window of a scale child")
+	)
+	flag.Parse()
+	if *childRole != "" {
+		if err := runChild(*childRole, *addr, *libName, *key, *g, *n, *hold); err != nil {
+			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", *childRole, err)
+			os.Exit(1)
+		}
+		return
+	}
+	st := settings{Quick: *quick, Spin: *spin, Reps: 3, Serial: time.Second, Parallel: 1500 * time.Millisecond,
+		Contended: 2 * time.Second, CrossProcess: 2 * time.Second, HandoffRounds: 40, ScaleLocks: 100000, ScaleHold: 10 * time.Second}
+	if *quick {
+		st.Reps, st.Serial, st.Parallel, st.Contended, st.CrossProcess, st.HandoffRounds, st.ScaleHold =
+			2, 300*time.Millisecond, 500*time.Millisecond, 800*time.Millisecond, time.Second, 20, 4*time.Second
+	}
+	if *reps > 0 {
+		st.Reps = *reps
+	}
+	if err := run(st, split(*libsFlag), split(*scenFlag), *out, *redisBin); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func runChild(role, addr, libName, key string, g, n int, hold time.Duration) error {
+	switch role {
+	case "xproc":
+		return childXproc(addr, libName, key, g)
+	case "handoff":
+		return childHandoff(addr, libName, key)
+	case "scale":
+		return childScale(addr, n, hold)
+	case "spin":
+		// Lowest priority: it only soaks up idle time, so CPUs never go
+		// idle (and never need waking), while any real work preempts it.
+		_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
+		runtime.GOMAXPROCS(1)
+		for {
+		}
+	}
+	return fmt.Errorf("unknown child role %q", role)
+}
+
+func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	srv, err := startRedis(redisBin)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	if st.Spin {
+		stop, err := startSpinners(self)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	e := &env{addr: srv.addr, ctl: srv.ctl, self: self, run: fmt.Sprint(time.Now().Unix())}
+	rep := newReport(st, machineInfo(srv.ctl))
+	want := func(s string) bool { return len(onlyScen) == 0 || slices.Contains(onlyScen, s) }
+	pick := func(filter func(libSpec) bool) []libSpec {
+		var out []libSpec
+		for _, s := range libs {
+			if (len(onlyLibs) == 0 || slices.Contains(onlyLibs, s.name)) && filter(s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	notH0 := func(s libSpec) bool { return s.name != "dsync-h0" }
+	isLock := func(s libSpec) bool { return s.lock }
+	isLockNotH0 := func(s libSpec) bool { return s.lock && notH0(s) }
+	start := time.Now()
+
+	type scen struct {
+		name string
+		libs []libSpec
+		f    func(spec libSpec, key string) (sample, error)
+	}
+	scens := []scen{
+		{"serial", pick(notH0), func(s libSpec, k string) (sample, error) { return serial(e, s, k, st.Serial) }},
+		{"parallel", pick(notH0), func(s libSpec, k string) (sample, error) { return parallel(e, s, k, st.Parallel) }},
+		{"contended", pick(isLock), func(s libSpec, k string) (sample, error) {
+			l, rt, err := openLib(e, s)
+			if err != nil {
+				return nil, err
+			}
+			return contended(e, s.name, func(int) handle { return l.handle(k) }, l.close, rt, 16, st.Contended)
+		}},
+		{"xproc", pick(isLock), func(s libSpec, k string) (sample, error) { return crossProcess(e, s, k, 2, 8, st.CrossProcess) }},
+		{"handoff", pick(isLockNotH0), func(s libSpec, k string) (sample, error) {
+			smp, err := handoff(e, s, k, st.HandoffRounds)
+			if err == nil {
+				p50, p99, err := pingRTT(e, 500)
+				if err != nil {
+					return nil, err
+				}
+				smp["ping_p50_us"], smp["ping_p99_us"] = us(p50), us(p99)
+			}
+			return smp, err
+		}},
+	}
+	for _, sc := range scens {
+		if !want(sc.name) || len(sc.libs) == 0 {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "%s (%d libs x %d repeats)\n", sc.name, len(sc.libs), st.Reps)
+		for r := range st.Reps {
+			// Rotate the order each repeat: A B C, B C A, ... so no lib
+			// always runs first, or right after the same neighbour.
+			for i := range sc.libs {
+				spec := sc.libs[(i+r)%len(sc.libs)]
+				s, err := sc.f(spec, e.key(sc.name, spec.name, r))
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", sc.name, spec.name, err)
+				}
+				rep.add(sc.name, spec.name, s)
+			}
+		}
+	}
+	if want("primitives") && (len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync")) {
+		fmt.Fprintln(os.Stderr, "primitives")
+		for r := range st.Reps {
+			for _, x := range extras {
+				s, ok, err := runExtra(e, x, e.key("prim", x.name, r), st.Contended)
+				if err != nil {
+					return fmt.Errorf("%s: %w", x.name, err)
+				}
+				if ok {
+					rep.add("primitives", x.name, s)
+				}
+			}
+		}
+	}
+	if want("scale") && (len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync")) {
+		fmt.Fprintln(os.Stderr, "scale")
+		s, err := scale(e, st)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		rep.add("scale", "dsync", s)
+	}
+	rep.Elapsed = time.Since(start).Round(time.Second).String()
+	md := rep.markdown()
+	fmt.Print(md)
+	return rep.write(outDir, md)
+}
+
+func scale(e *env, st settings) (sample, error) {
+	k, err := startChild(e, "-child=scale", "-addr="+e.addr, fmt.Sprintf("-n=%d", st.ScaleLocks), "-hold="+st.ScaleHold.String())
+	if err != nil {
+		return nil, err
+	}
+	defer k.wait()
+	line, err := k.expect("result")
+	if err != nil {
+		return nil, err
+	}
+	var s sample
+	if err := jsonUnmarshal(line, &s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func startSpinners(self string) (stop func(), err error) {
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	for range runtime.NumCPU() {
+		c := exec.Command(self, "-child=spin")
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, err
+		}
+		cmds = append(cmds, c)
+	}
+	return stop, nil
+}
+
+type machine struct {
+	Date   string `json:"date"`
+	NProc  int    `json:"nproc"`
+	CPU    string `json:"cpu"`
+	Go     string `json:"go"`
+	Redis  string `json:"redis"`
+	OS     string `json:"os"`
+	Kernel string `json:"kernel"`
+}
+
+func machineInfo(ctl rueidis.Client) machine {
+	m := machine{Date: time.Now().UTC().Format(time.RFC3339), NProc: runtime.NumCPU(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if inf, err := info(context.Background(), ctl, "server"); err == nil {
+		m.Redis = inf["redis_version"]
+	}
+	return m
+}
