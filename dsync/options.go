@@ -101,6 +101,11 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	leaseTime time.Duration // 0: watchdog
+
+	// Scale-out options (replica.go, redlock.go).
+	replicas       int           // WithReplicaSync: replicas that must acknowledge
+	replicaTimeout time.Duration // WithReplicaSync: how long WAIT may block
+	nodeTimeout    time.Duration // WithNodeTimeout: RedLock's per-node bound
 }
 
 // WithLeaseTime gives each acquisition a fixed lease of d and no watchdog:

@@ -1,0 +1,212 @@
+package dsync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// A ContextLocker is a lock held through a lock context: *Mutex, *FairMutex,
+// *RWMutex (write side), *RedLock and *MultiLock all are.
+type ContextLocker interface {
+	LockContext(ctx context.Context) (context.Context, error)
+	UnlockContext(ctx context.Context) error
+}
+
+// orderedLocker is implemented by the dsync locks whose Redis key is known,
+// so that every MultiLock, in any process, takes them in the same order.
+type orderedLocker interface {
+	orderKey() string
+}
+
+func (m *Mutex) orderKey() string { return m.key }
+
+// A MultiLock holds several locks as one: all of them, or none. The locks
+// may live in different cluster slots, on different servers, or behind
+// different Clients.
+//
+// To rule out deadlock between MultiLocks over overlapping sets, members are
+// always acquired in one global order: dsync Mutexes (and RedLocks) by their
+// Redis key, and other lockers after them in the order given, which callers
+// must then keep the same everywhere.
+//
+// Every member is acquired for the same owner, the one the context carries,
+// so a MultiLock re-enters members that owner already holds.
+//
+// A MultiLock is safe for concurrent use. Its zero value is not usable;
+// create one with NewMultiLock or Client.NewMultiLock. It must not be copied
+// after first use.
+type MultiLock struct {
+	members []ContextLocker
+
+	mu     sync.Mutex
+	held   map[string][]*multiHold // by owner; innermost acquisition last
+	locker string                  // owner of the hold taken by Lock
+}
+
+// multiHold is one acquisition of all members.
+type multiHold struct {
+	ctxs   []context.Context // member lock contexts, in acquisition order
+	stops  []func() bool     // stop the loss watchers
+	cancel context.CancelCauseFunc
+}
+
+// NewMultiLock returns a lock over lockers. Duplicate dsync locks (same
+// Redis key) are taken once. With no lockers every call fails with
+// ErrInvalidArgument.
+func NewMultiLock(lockers ...ContextLocker) *MultiLock {
+	var keyed, rest []ContextLocker
+	seen := make(map[string]bool)
+	for _, l := range lockers {
+		if l == nil {
+			continue
+		}
+		if o, ok := l.(orderedLocker); ok {
+			if !seen[o.orderKey()] {
+				seen[o.orderKey()] = true
+				keyed = append(keyed, l)
+			}
+			continue
+		}
+		rest = append(rest, l)
+	}
+	slices.SortStableFunc(keyed, func(a, b ContextLocker) int {
+		return cmp.Compare(a.(orderedLocker).orderKey(), b.(orderedLocker).orderKey())
+	})
+	return &MultiLock{members: append(keyed, rest...), held: make(map[string][]*multiHold)}
+}
+
+// NewMultiLock returns a MultiLock over the Mutexes called names.
+func (c *Client) NewMultiLock(names []string, opts ...LockOption) *MultiLock {
+	lockers := make([]ContextLocker, len(names))
+	for i, n := range names {
+		lockers[i] = c.NewMutex(n, opts...)
+	}
+	return NewMultiLock(lockers...)
+}
+
+// LockContext acquires every member for the owner ctx carries (a fresh one
+// if none), waiting until all are held or ctx is done. On failure it
+// releases the members it took and returns the error; a wait ended by ctx
+// returns an error for which errors.Is(err, ctx.Err()) holds.
+//
+// The returned lock context carries the owner and no fencing token (each
+// member has its own). It is cancelled when the MultiLock is released, or,
+// with cause ErrLockLost, as soon as any member is lost.
+func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if len(ml.members) == 0 {
+		return nil, fmt.Errorf("%w: MultiLock without members", ErrInvalidArgument)
+	}
+	ctx, owner := ownerFrom(ctx)
+	mh := &multiHold{}
+	for _, l := range ml.members {
+		lctx, err := l.LockContext(ctx)
+		if err != nil {
+			ml.undo(mh)
+			return nil, err
+		}
+		mh.ctxs = append(mh.ctxs, lctx)
+	}
+	// The lock context derives from ctx carrying the owner only.
+	octx := context.WithValue(ctx, ownerKey{}, &ownerVal{id: owner})
+	lctx, cancel := context.WithCancelCause(octx)
+	mh.cancel = cancel
+	for _, mctx := range mh.ctxs {
+		mh.stops = append(mh.stops, context.AfterFunc(mctx, func() {
+			// A member's context also ends with ctx; only a loss is a loss.
+			if cause := context.Cause(mctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+				cancel(cause)
+			}
+		}))
+	}
+	ml.mu.Lock()
+	ml.held[owner] = append(ml.held[owner], mh)
+	ml.mu.Unlock()
+	return lctx, nil
+}
+
+// undo releases the members of a partial acquisition, innermost first.
+func (ml *MultiLock) undo(mh *multiHold) error {
+	for _, s := range mh.stops {
+		s()
+	}
+	// Each member's release runs under its own bounded cleanup context, and
+	// runs even though ctx (or the member's lock context) may be cancelled.
+	var errs []error
+	for i := len(mh.ctxs) - 1; i >= 0; i-- {
+		if err := ml.members[i].UnlockContext(mh.ctxs[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// UnlockContext releases the innermost acquisition by the owner ctx carries,
+// every member, even if some fail (the errors are joined). It returns
+// ErrNotHeld if that owner holds no acquisition of ml through it.
+func (ml *MultiLock) UnlockContext(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return ErrNotHeld
+	}
+	ml.mu.Lock()
+	stack := ml.held[owner]
+	if len(stack) == 0 {
+		ml.mu.Unlock()
+		return ErrNotHeld
+	}
+	mh := stack[len(stack)-1]
+	if len(stack) == 1 {
+		delete(ml.held, owner)
+	} else {
+		ml.held[owner] = stack[:len(stack)-1]
+	}
+	ml.mu.Unlock()
+	err := ml.undo(mh)
+	mh.cancel(errReleased)
+	return err
+}
+
+// Lock acquires every member, blocking until all are held, with a fresh
+// owner, as sync.Mutex.Lock does. It retries after errors and panics on
+// errors waiting cannot cure (ErrClosed, ErrInvalidArgument).
+func (ml *MultiLock) Lock() {
+	ctx := WithOwner(context.Background())
+	owner, _ := OwnerOf(ctx)
+	for n := 1; ; n++ {
+		_, err := ml.LockContext(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+			panic(err)
+		}
+		time.Sleep(backoff(n))
+	}
+	ml.mu.Lock()
+	ml.locker = owner
+	ml.mu.Unlock()
+}
+
+// Unlock releases the hold taken by Lock. It is a run-time error (a panic)
+// if ml was not locked by Lock.
+func (ml *MultiLock) Unlock() {
+	ml.mu.Lock()
+	owner := ml.locker
+	ml.locker = ""
+	ml.mu.Unlock()
+	if owner == "" {
+		panic("dsync: unlock of unlocked MultiLock")
+	}
+	_ = ml.UnlockContext(context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner}))
+}
