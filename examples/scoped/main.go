@@ -1,0 +1,123 @@
+// Command scoped shows a critical section bounded by its lock context.
+//
+// A job holds a dsync.Mutex and works in steps, each ending in a write to a
+// store. The job checks the lock context before each step, so it stops as
+// soon as the lock is lost. But a step already under way cannot be called
+// back: its write may land after another worker took the lock. The store
+// therefore accepts a write only with a fencing token at least as large as
+// every token it has seen, and the late write is rejected.
+//
+// Here the loss is forced by an operator ("dsync unlock --force" does the
+// same), while the job's worker keeps renewing: the worst case, since the
+// job learns of the loss only at its next renewal.
+//
+//	go run ./examples/scoped                # embedded server
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/scoped
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/examples/internal/exredis"
+)
+
+// FencedStore stands for a database that remembers the largest fencing
+// token it has seen and rejects writes that carry a smaller one.
+type FencedStore struct {
+	mu    sync.Mutex
+	max   uint64
+	value string
+	log   []string
+}
+
+var errStale = errors.New("stale fencing token")
+
+func (s *FencedStore) Write(token uint64, who, value string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if token < s.max {
+		s.log = append(s.log, fmt.Sprintf("REJECTED %-8s %-10s token %d < %d", who, value, token, s.max))
+		return errStale
+	}
+	s.max, s.value = token, value
+	s.log = append(s.log, fmt.Sprintf("accepted %-8s %-10s token %d", who, value, token))
+	return nil
+}
+
+// job runs steps while it holds m. Each step does slow work that cannot be
+// interrupted and then writes; the lock context is checked between steps.
+func job(ctx context.Context, m *dsync.Mutex, who string, steps int, work time.Duration, store *FencedStore) error {
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer m.UnlockContext(lctx) // ErrNotHeld after a loss: nothing to undo
+	token, _ := dsync.FencingToken(lctx)
+	fmt.Printf("%s: holds the lock, fencing token %d\n", who, token)
+	for i := 1; i <= steps; i++ {
+		if lctx.Err() != nil {
+			fmt.Printf("%s: stops before step %d: %v\n", who, i, context.Cause(lctx))
+			return context.Cause(lctx)
+		}
+		time.Sleep(work) // a step that, once started, runs to its end
+		if err := store.Write(token, who, fmt.Sprintf("step %d", i)); err != nil {
+			fmt.Printf("%s: write of step %d refused: %v\n", who, i, err)
+		}
+	}
+	return nil
+}
+
+func main() {
+	srv, err := exredis.Start()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	fmt.Println("server:", srv.Describe())
+	prefix := fmt.Sprintf("scoped-example-%d", os.Getpid())
+	// Two Clients, as two processes would have. A short lease makes the
+	// holder notice the loss within lease/3.
+	newClient := func() *dsync.Client {
+		rc, err := srv.Client()
+		if err != nil {
+			log.Fatal(err)
+		}
+		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(600*time.Millisecond))
+		if err != nil {
+			log.Fatal(err)
+		}
+		return c
+	}
+	c1, c2 := newClient(), newClient()
+	defer c1.Close()
+	defer c2.Close()
+
+	store := &FencedStore{}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = job(ctx, c1.NewMutex("report"), "worker-1", 10, 150*time.Millisecond, store) })
+	time.Sleep(100 * time.Millisecond) // worker-1 first
+	wg.Go(func() { _ = job(ctx, c2.NewMutex("report"), "worker-2", 2, 10*time.Millisecond, store) })
+
+	// worker-1 is inside its second step when the operator forces the lock
+	// free; worker-2, waiting, takes it with a larger token at once.
+	time.Sleep(200 * time.Millisecond)
+	fmt.Println("operator: forcing the lock free")
+	if _, err := c2.ForceUnlock(ctx, "report"); err != nil {
+		log.Fatal(err)
+	}
+	wg.Wait()
+
+	fmt.Println("\nstore log:")
+	for _, l := range store.log {
+		fmt.Println("  " + l)
+	}
+	fmt.Printf("final value %q written with token %d\n", store.value, store.max)
+}
