@@ -90,8 +90,9 @@ func OnceValue[T any](c *Client, name string, f func(context.Context) (T, error)
 	return func(ctx context.Context) (T, error) {
 		mu.Lock()
 		if done {
+			r := v
 			mu.Unlock()
-			return v, nil
+			return r, nil
 		}
 		mu.Unlock()
 		var zero T
@@ -117,7 +118,9 @@ func OnceValue[T any](c *Client, name string, f func(context.Context) (T, error)
 			return zero, fmt.Errorf("dsync: OnceValue %q: decoding the stored result: %w", shortName(name), err)
 		}
 		mu.Lock()
-		done, v = true, r
+		if !done {
+			done, v = true, r
+		}
 		mu.Unlock()
 		return r, nil
 	}
@@ -134,6 +137,37 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if lease == 0 {
 		lease = c.cfg.lease
 	}
+	info := Lock{Kind: KindOnce, Name: o.name, N: 1}
+	obs := c.cfg.observer
+	octx := ctx
+	if obs.AcquireStart != nil {
+		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info}); x != nil {
+			octx = x
+		}
+	}
+	start := time.Now()
+	val, tok, sentAt, attempts, err := o.begin(ctx, owner, lease)
+	var h *hold
+	if tok != 0 {
+		h = o.newHold(owner, tok)
+	}
+	if obs.AcquireDone != nil {
+		e := AcquireDone{Lock: info, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
+		if h != nil {
+			e.Token, e.Hold = h.token, h.id
+		}
+		obs.AcquireDone(octx, e)
+	}
+	if h == nil {
+		return val, wrapErr(KindOnce, o.name, err)
+	}
+	return o.runF(ctx, h, sentAt, lease, f)
+}
+
+// begin waits until f is done (it returns the stored result) or this owner
+// may run it (it returns the run's token and when the run began).
+func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (val string, tok uint64, sentAt time.Time, attempts int, err error) {
+	c := o.c
 	keys := []string{o.state, o.run}
 	args := []string{owner, leaseMS(lease)}
 	var sub *subscription
@@ -145,11 +179,14 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 		if sub != nil {
 			sub.drain()
 		}
-		sentAt := time.Now()
+		sentAt = time.Now()
 		res, err := scripts.OnceBegin.Exec(ctx, c.rc, keys, args).ToArray()
 		var code int64
 		if err == nil && len(res) > 0 {
 			code, err = res[0].AsInt64()
+		}
+		if err == nil && code != -1 && len(res) != 2 {
+			err = errors.New("dsync: unexpected reply from the once script")
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -159,19 +196,17 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 			}
 			// A lost reply may hide a started run: its marker lapses
 			// unrenewed within one lease.
-			return "", wrapErr(KindOnce, o.name, err)
+			return "", 0, sentAt, attempt, err
 		}
 		switch code {
 		case 2:
-			return res[1].ToString()
+			val, err := res[1].ToString()
+			return val, 0, sentAt, attempt, err
 		case -1:
-			return "", fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))
+			return "", 0, sentAt, attempt, fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))
 		case 1:
-			tok, err := res[1].AsInt64()
-			if err != nil {
-				return "", wrapErr(KindOnce, o.name, err)
-			}
-			return o.runF(ctx, owner, uint64(tok), sentAt, lease, f)
+			t, err := res[1].AsInt64()
+			return "", uint64(t), sentAt, attempt, err
 		}
 		pttl, _ := res[1].AsInt64()
 		if sub == nil || !live {
@@ -193,50 +228,66 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 		case <-sub.C:
 		case <-timer.C:
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", 0, sentAt, attempt, ctx.Err()
 		case <-c.done:
-			return "", ErrClosed
+			return "", 0, sentAt, attempt, ErrClosed
 		}
 	}
 }
 
-// runF runs f under a hold of the running marker and records the outcome.
-func (o *Once) runF(ctx context.Context, owner string, tok uint64, sentAt time.Time, lease time.Duration,
-	f func(context.Context) (string, error)) (val string, err error) {
+// marker is the running marker's value for hold h.
+func marker(h *hold) string { return h.owner + " " + strconv.FormatUint(h.token, 10) }
+
+// newHold makes the hold of a run: its lease is the running marker's.
+func (o *Once) newHold(owner string, tok uint64) *hold {
 	c := o.c
-	marker := owner + " " + strconv.FormatUint(tok, 10)
 	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
 	h.watchdog = o.lc.leaseTime == 0
-	renewKeys, renewArgs := []string{o.run}, []string{marker, leaseMS(c.cfg.lease)}
+	renewKeys, renewArgs := []string{o.run}, []string{marker(h), leaseMS(c.cfg.lease)}
 	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
 		return scripts.OnceRenew, rueidis.LuaExec{Keys: renewKeys, Args: renewArgs}
 	}
-	endKeys := []string{o.state, o.run, o.ch}
+	endKeys, endArgs := []string{o.state, o.run, o.ch}, []string{marker(h), "fail", ""}
 	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.OnceEnd, rueidis.LuaExec{Keys: endKeys, Args: []string{marker, "fail", ""}}
+		return scripts.OnceEnd, rueidis.LuaExec{Keys: endKeys, Args: endArgs}
 	}
+	return h
+}
+
+// runF runs f under hold h of the running marker and records the outcome.
+func (o *Once) runF(ctx context.Context, h *hold, sentAt time.Time, lease time.Duration,
+	f func(context.Context) (string, error)) (val string, err error) {
+	mark := marker(h)
 	if !h.track(sentAt, lease) {
-		o.end(ctx, marker, "fail", "")
+		o.end(ctx, mark, "fail", "")
 		return "", ErrClosed
 	}
 	lctx := h.newCtx(ctx)
+	released := func(err error) {
+		h.end(errReleased, false)
+		if f := o.c.cfg.observer.Released; f != nil {
+			f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+		}
+	}
 	ok := false
 	defer func() {
-		if ok {
-			return
+		if !ok {
+			// f panicked: give the next caller its turn; the panic goes on.
+			_, err := o.end(ctx, mark, "fail", "")
+			released(err)
 		}
-		// f panicked: give the next caller its turn, then re-panic.
-		h.end(errReleased, false)
-		o.end(ctx, marker, "fail", "")
 	}()
 	val, err = f(lctx)
 	ok = true
-	h.end(errReleased, false)
 	if err != nil {
-		o.end(ctx, marker, "fail", "")
+		_, eerr := o.end(ctx, mark, "fail", "")
+		released(eerr)
 		return "", err
 	}
-	res, eerr := o.end(ctx, marker, "ok", val)
+	// The hold ends after the outcome is recorded, so a lease lost during
+	// f still shows in its context.
+	res, eerr := o.end(ctx, mark, "ok", val)
+	released(eerr)
 	if eerr != nil {
 		return "", wrapErr(KindOnce, o.name, eerr)
 	}

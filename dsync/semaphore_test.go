@@ -484,3 +484,38 @@ func TestSemaphoreHammerProcesses(t *testing.T) {
 		t.Errorf("in use at the end: %d", n)
 	}
 }
+
+// TestSemaphoreObserver: acquisitions and releases reach the observer with
+// the semaphore's kind, the permits and the token.
+func TestSemaphoreObserver(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	obs := dsync.Observer{
+		AcquireDone: func(_ context.Context, e dsync.AcquireDone) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("acquire %s %d %v %v", e.Kind, e.N, e.Acquired, e.Token != 0))
+			mu.Unlock()
+		},
+		Released: func(_ context.Context, e dsync.Released) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("release %s %d", e.Kind, e.N))
+			mu.Unlock()
+		},
+	}
+	c := newClient(t, dsync.WithObserver(obs))
+	ctx := ctxT(t)
+	s := c.NewSemaphore("obs", 2)
+	l, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.TryAcquire(ctx, 1)
+	s.Release(l, 2)
+	c.NewOnce("obs").Do(ctx, func(context.Context) error { return nil })
+	mu.Lock()
+	defer mu.Unlock()
+	want := "[acquire semaphore 2 true true acquire semaphore 1 false false release semaphore 2 acquire once 1 true true release once 1]"
+	if got := fmt.Sprint(events); got != want {
+		t.Fatalf("events %s\nwant   %s", got, want)
+	}
+}
