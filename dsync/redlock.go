@@ -1,0 +1,434 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// DefaultNodeTimeout bounds one RedLock node's acquisition, so that a node
+// that is down or slow costs little of the lease (see WithNodeTimeout).
+const DefaultNodeTimeout = 100 * time.Millisecond
+
+// WithNodeTimeout bounds each node's acquisition in a RedLock
+// (DefaultNodeTimeout if not set or d <= 0). A node that has not answered in
+// d counts as failed for that round. Other locks ignore it.
+func WithNodeTimeout(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		if d > 0 {
+			c.nodeTimeout = d
+		}
+	}
+}
+
+// errNodeTimeout ends a node's acquisition that took longer than the node
+// timeout.
+var errNodeTimeout = errors.New("dsync: RedLock node timeout")
+
+// A RedLock is the Redlock algorithm: a lock held on a majority of N
+// independent Redis deployments, one Client each, so that it survives a
+// minority of them failing.
+//
+// An acquisition tries every node in parallel, each bounded by the node
+// timeout, and holds the lock if a majority agreed and time remains of the
+// lease: validity = lease - elapsed - drift, with drift = lease/100 + 2ms.
+// Otherwise it releases every node, leaving no partial hold, and (for
+// LockContext) tries again after a short random delay. Each node's hold is
+// renewed by its Client's watchdog; when so many are lost that no majority
+// remains, the lock context is cancelled with ErrLockLost.
+//
+// A RedLock gives no fencing token: each node counts tokens of its own, and
+// no counter is shared that could order holders across nodes. Its safety
+// rests on bounded clock drift and process pauses shorter than the lease;
+// see docs/scale-out.md.
+//
+// A RedLock is safe for concurrent use. Its zero value is not usable;
+// create one with NewRedLock. It must not be copied after first use.
+type RedLock struct {
+	name   string
+	nodes  []*Mutex
+	quorum int
+	lease  time.Duration
+	timeo  time.Duration
+	err    error
+
+	mu     sync.Mutex
+	held   map[string][]*redHold // by owner; innermost acquisition last
+	locker string                // owner of the hold taken by Lock or TryLock
+}
+
+type redHold struct {
+	ctxs    []context.Context // member lock contexts by node; nil where not held
+	cancels []context.CancelCauseFunc
+	stops   []func() bool
+	cancel  context.CancelCauseFunc
+}
+
+// NewRedLock returns the RedLock called name over clients, one per
+// independent Redis deployment; a majority of them must agree. The lease is
+// WithLeaseTime's, or else the shortest watchdog lease of the clients. An
+// invalid name, no clients or a nil client makes every call fail with
+// ErrInvalidArgument.
+func NewRedLock(name string, clients []*Client, opts ...LockOption) *RedLock {
+	lc := newLockConfig(opts)
+	rl := &RedLock{name: name, quorum: len(clients)/2 + 1, lease: lc.leaseTime, timeo: lc.nodeTimeout,
+		held: make(map[string][]*redHold), err: checkName(name)}
+	if rl.timeo == 0 {
+		rl.timeo = DefaultNodeTimeout
+	}
+	if len(clients) == 0 {
+		rl.err = fmt.Errorf("%w: RedLock without clients", ErrInvalidArgument)
+	}
+	for _, c := range clients {
+		if c == nil {
+			rl.err = fmt.Errorf("%w: nil Client in RedLock", ErrInvalidArgument)
+			return rl
+		}
+		if lc.leaseTime == 0 && (rl.lease == 0 || c.cfg.lease < rl.lease) {
+			rl.lease = c.cfg.lease
+		}
+		rl.nodes = append(rl.nodes, c.NewMutex(name, opts...))
+	}
+	return rl
+}
+
+func (rl *RedLock) orderKey() string {
+	if len(rl.nodes) == 0 {
+		return ""
+	}
+	return rl.nodes[0].key
+}
+
+// LockContext acquires rl on a majority of nodes for the owner ctx carries
+// (a fresh one if none), retrying until it is held or ctx is done. It fails
+// at once, with the nodes' errors joined, when fewer than a majority of
+// nodes could be reached. The lock context carries the owner and no fencing
+// token.
+func (rl *RedLock) LockContext(ctx context.Context) (context.Context, error) {
+	if err := rl.check(ctx); err != nil {
+		return nil, err
+	}
+	ctx, owner := ownerFrom(ctx)
+	for {
+		lctx, ok, err := rl.round(ctx, owner)
+		if ok || err != nil {
+			return lctx, err
+		}
+		// Random, so that contenders that split the nodes do not collide
+		// again in lockstep.
+		t := time.NewTimer(10*time.Millisecond + rand.N(50*time.Millisecond))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// TryLockContext is one round of LockContext: false and a nil error when
+// no majority could be had because other owners hold the lock.
+func (rl *RedLock) TryLockContext(ctx context.Context) (context.Context, bool, error) {
+	if err := rl.check(ctx); err != nil {
+		return nil, false, err
+	}
+	ctx, owner := ownerFrom(ctx)
+	return rl.round(ctx, owner)
+}
+
+func (rl *RedLock) check(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if rl.err != nil {
+		return rl.err
+	}
+	return ctx.Err()
+}
+
+// round tries every node once, in parallel. It waits for the nodes at most
+// the node timeout (plus a little grace for the replies to be handled): a
+// node that stalls (its process paused, say) must not hold the round up,
+// and the Mutex's own cleanup of a cancelled call may take longer. Such a
+// straggler, should it still acquire, releases its hold itself.
+func (rl *RedLock) round(ctx context.Context, owner string) (context.Context, bool, error) {
+	n := len(rl.nodes)
+	rh := &redHold{ctxs: make([]context.Context, n), cancels: make([]context.CancelCauseFunc, n)}
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = errNodeTimeout
+	}
+	var (
+		mu        sync.Mutex
+		abandoned bool
+		answered  int
+		all       = make(chan struct{})
+	)
+	start := time.Now()
+	for i, m := range rl.nodes {
+		go func() {
+			// The node's lock context derives from actx, which must outlive
+			// the acquisition; so the timeout cancels it only if it fires
+			// before the node answered.
+			actx, cancel := context.WithCancelCause(ctx)
+			timer := time.AfterFunc(rl.timeo, func() { cancel(errNodeTimeout) })
+			lctx, ok, err := m.TryLockContext(actx)
+			late := !timer.Stop()
+			mu.Lock()
+			switch {
+			case ok && (late || abandoned):
+				err = errNodeTimeout
+			case err != nil && errors.Is(context.Cause(actx), errNodeTimeout):
+				err = errNodeTimeout
+			}
+			if !abandoned {
+				errs[i] = err
+				if ok && err == nil {
+					rh.ctxs[i], rh.cancels[i] = lctx, cancel
+				}
+				if answered++; answered == n {
+					close(all)
+				}
+			}
+			mu.Unlock()
+			if ok && err != nil {
+				_ = m.UnlockContext(lctx)
+			}
+			if !ok || err != nil {
+				cancel(nil)
+			}
+		}()
+	}
+	grace := time.NewTimer(rl.timeo + rl.timeo/4 + 10*time.Millisecond)
+	select {
+	case <-all:
+	case <-grace.C:
+	}
+	grace.Stop()
+	mu.Lock()
+	abandoned = true
+	mu.Unlock()
+	held, reached := 0, 0
+	for i := range rl.nodes {
+		if rh.ctxs[i] != nil {
+			held++
+		}
+		if errs[i] == nil {
+			reached++
+		}
+	}
+	validity := rl.lease - time.Since(start) - (rl.lease/100 + 2*time.Millisecond)
+	if held >= rl.quorum && validity > 0 {
+		return rl.keep(ctx, owner, rh), true, nil
+	}
+	rl.release(ctx, owner, rh, errs)
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	if reached < rl.quorum {
+		return nil, false, wrapErr(KindRedLock, rl.name, fmt.Errorf("only %d of %d nodes answered: %w", reached, n, errors.Join(errs...)))
+	}
+	return nil, false, nil
+}
+
+// KindRedLock names RedLock in events and errors.
+const KindRedLock Kind = "redlock"
+
+// keep records rh and returns its lock context, which a loss of so many
+// nodes that no majority remains cancels with ErrLockLost.
+func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.Context {
+	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, ownerKey{}, &ownerVal{id: owner}))
+	rh.cancel = cancel
+	var mu sync.Mutex
+	alive := 0
+	for _, mctx := range rh.ctxs {
+		if mctx != nil {
+			alive++
+		}
+	}
+	for _, mctx := range rh.ctxs {
+		if mctx == nil {
+			continue
+		}
+		rh.stops = append(rh.stops, context.AfterFunc(mctx, func() {
+			cause := context.Cause(mctx)
+			if !errors.Is(cause, ErrLockLost) && !errors.Is(cause, ErrClosed) {
+				return
+			}
+			mu.Lock()
+			alive--
+			lost := alive < rl.quorum
+			mu.Unlock()
+			if lost {
+				cancel(ErrLockLost)
+			}
+		}))
+	}
+	rl.mu.Lock()
+	rl.held[owner] = append(rl.held[owner], rh)
+	rl.mu.Unlock()
+	return lctx
+}
+
+// release releases rh on every node, in parallel. A node that failed with
+// an error is asked too, since its acquisition may have run with the reply
+// lost.
+func (rl *RedLock) release(ctx context.Context, owner string, rh *redHold, errs []error) error {
+	for _, s := range rh.stops {
+		s()
+	}
+	octx := context.WithValue(ctx, ownerKey{}, &ownerVal{id: owner})
+	out := make([]error, len(rl.nodes))
+	for i := range out {
+		out[i] = errNodeTimeout
+	}
+	var omu sync.Mutex
+	var wg sync.WaitGroup
+	for i, m := range rl.nodes {
+		uctx := rh.ctxs[i]
+		if uctx == nil {
+			if errs == nil || errs[i] == nil {
+				continue
+			}
+			uctx = octx
+		}
+		if errs != nil && errors.Is(errs[i], errNodeTimeout) {
+			// Stalled: undo in the background, bounded by the Mutex's
+			// cleanup timeout; waiting would only delay the failure.
+			go func() { _ = m.UnlockContext(uctx) }()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := m.UnlockContext(uctx)
+			omu.Lock()
+			out[i] = err
+			omu.Unlock()
+		}()
+	}
+	// A stalled node must not hold the release up either: wait at most the
+	// node timeout; the stragglers' releases finish on their own (each is
+	// bounded by its Mutex's cleanup timeout).
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(rl.timeo)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+	omu.Lock()
+	out = append([]error(nil), out...)
+	omu.Unlock()
+	for _, cancel := range rh.cancels {
+		if cancel != nil {
+			cancel(errReleased)
+		}
+	}
+	if errs != nil {
+		return nil // undoing a failed round: nothing to report
+	}
+	held := 0
+	var failed []error
+	for i, err := range out {
+		if rh.ctxs[i] == nil {
+			continue
+		}
+		if err == nil {
+			held++
+		} else {
+			failed = append(failed, err)
+		}
+	}
+	if held >= rl.quorum {
+		return nil
+	}
+	return errors.Join(append([]error{ErrNotHeld}, failed...)...)
+}
+
+// UnlockContext releases the innermost acquisition by the owner ctx carries
+// on every node. It returns nil if a majority released it, and an error
+// matching ErrNotHeld otherwise (the lock was lost, or that owner does not
+// hold rl through it).
+func (rl *RedLock) UnlockContext(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if rl.err != nil {
+		return rl.err
+	}
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return ErrNotHeld
+	}
+	rl.mu.Lock()
+	stack := rl.held[owner]
+	if len(stack) == 0 {
+		rl.mu.Unlock()
+		return ErrNotHeld
+	}
+	rh := stack[len(stack)-1]
+	if len(stack) == 1 {
+		delete(rl.held, owner)
+	} else {
+		rl.held[owner] = stack[:len(stack)-1]
+	}
+	rl.mu.Unlock()
+	err := rl.release(ctx, owner, rh, nil)
+	rh.cancel(errReleased)
+	return err
+}
+
+// Lock acquires rl with a fresh owner, blocking until it is held, as
+// sync.Mutex.Lock does. It retries after errors (a majority down) and
+// panics on errors waiting cannot cure (ErrClosed, ErrInvalidArgument).
+func (rl *RedLock) Lock() {
+	ctx := WithOwner(context.Background())
+	owner, _ := OwnerOf(ctx)
+	for n := 1; ; n++ {
+		_, err := rl.LockContext(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+			panic(err)
+		}
+		time.Sleep(backoff(n))
+	}
+	rl.mu.Lock()
+	rl.locker = owner
+	rl.mu.Unlock()
+}
+
+// TryLock tries to acquire rl once and reports whether it did.
+func (rl *RedLock) TryLock() bool {
+	ctx := WithOwner(context.Background())
+	if _, ok, err := rl.TryLockContext(ctx); err != nil || !ok {
+		return false
+	}
+	owner, _ := OwnerOf(ctx)
+	rl.mu.Lock()
+	rl.locker = owner
+	rl.mu.Unlock()
+	return true
+}
+
+// Unlock releases the hold taken by Lock or TryLock. It is a run-time error
+// (a panic) if rl was not locked by Lock or TryLock.
+func (rl *RedLock) Unlock() {
+	rl.mu.Lock()
+	owner := rl.locker
+	rl.locker = ""
+	rl.mu.Unlock()
+	if owner == "" {
+		panic("dsync: unlock of unlocked RedLock")
+	}
+	_ = rl.UnlockContext(context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner}))
+}
