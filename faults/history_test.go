@@ -218,7 +218,9 @@ func (r remote) call(q string) string {
 	return string(b[:n])
 }
 
-func (r remote) fence(tok uint64) bool { return r.call("/fence?tok="+strconv.FormatUint(tok, 10)) == "ok" }
+func (r remote) fence(tok uint64) bool {
+	return r.call("/fence?tok="+strconv.FormatUint(tok, 10)) == "ok"
+}
 func (r remote) get() int64 {
 	n, _ := strconv.ParseInt(r.call("/reg"), 10, 64)
 	return n

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
 )
 
 var prefixSeq struct {
@@ -28,9 +29,9 @@ func testPrefix() string {
 }
 
 // newDsync returns a Client on addr, closed when t ends.
-func newDsync(t testing.TB, addr, prefix string, lease time.Duration) *dsync.Client {
+func newDsync(t testing.TB, addr, prefix string, lease time.Duration, opts ...func(*rueidis.ClientOption)) *dsync.Client {
 	t.Helper()
-	c, err := dsync.NewClient(client(t, addr), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	c, err := dsync.NewClient(client(t, addr, opts...), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
