@@ -20,3 +20,8 @@ soak: redis
 
 quickstart:
 	go run ./examples/quickstart
+
+# make bench: dsync beside its peers on a private redis-server (~4 min;
+# BENCHFLAGS=-quick for ~1 min, -spin to keep CPUs awake). See bench/README.md.
+bench: redis
+	cd bench && go run ./cmd/bench $(BENCHFLAGS)

@@ -158,7 +158,15 @@ func childScale(addr string, n int, hold time.Duration) error {
 		return err
 	}
 	defer rc.Close()
-	c, err := dsync.NewClient(rc, dsync.WithLease(3*time.Second), dsync.WithKeyPrefix("scale"))
+	// The observer tells why locks are lost, if any are: failed renewal
+	// rounds (and their first error) or leases that ran out.
+	var renewFailed atomic.Int64
+	var firstRenewErr atomic.Value
+	obs := dsync.Observer{RenewFailed: func(e dsync.RenewFailed) {
+		renewFailed.Add(1)
+		firstRenewErr.CompareAndSwap(nil, e.Err.Error())
+	}}
+	c, err := dsync.NewClient(rc, dsync.WithLease(3*time.Second), dsync.WithKeyPrefix("scale"), dsync.WithObserver(obs))
 	if err != nil {
 		return err
 	}
@@ -211,8 +219,11 @@ func childScale(addr string, n int, hold time.Duration) error {
 		}
 		return nil
 	})
-	fmt.Printf("result {\"locks\":%d,\"acquire_s\":%.3f,\"window_s\":%.3f,\"cpu_pct\":%.3f,\"redis_cpu_pct\":%.3f,\"bytes_lock\":%.1f,\"renew_rt_s\":%.1f,\"lost\":%d,\"unlock_errors\":%d}\n",
-		n, acqTime.Seconds(), wall.Seconds(), 100*(cpu1-cpu0).Seconds()/wall.Seconds(),
+	if v := firstRenewErr.Load(); v != nil {
+		fmt.Fprintf(os.Stderr, "scale: %d renewal batches failed, first: %v\n", renewFailed.Load(), v)
+	}
+	fmt.Printf("result {\"renew_failed\":%d,\"locks\":%d,\"acquire_s\":%.3f,\"window_s\":%.3f,\"cpu_pct\":%.3f,\"redis_cpu_pct\":%.3f,\"bytes_lock\":%.1f,\"renew_rt_s\":%.1f,\"lost\":%d,\"unlock_errors\":%d}\n",
+		renewFailed.Load(), n, acqTime.Seconds(), wall.Seconds(), 100*(cpu1-cpu0).Seconds()/wall.Seconds(),
 		100*(rcpu1-rcpu0)/wall.Seconds(), float64(mem1-mem0)/float64(n), float64(rts)/wall.Seconds(), lost, unlockErrs.Load())
 	return nil
 }

@@ -70,7 +70,7 @@ func (r *report) finish() {
 					vs = append(vs, v)
 				}
 			}
-			if k == "stalls" || k == "errors" || k == "lost" {
+			if k == "stalls" || k == "errors" || k == "lost" || k == "renew_failed" || k == "unlock_errors" {
 				var sum float64
 				for _, v := range vs {
 					sum += v
@@ -290,6 +290,7 @@ func (r *report) markdown() string {
 	r.table(&b, fmt.Sprintf("serial: 1 goroutine, lock+unlock one key (%v per repeat)", st.Serial), "serial", []col{
 		{head: "ns/op", metric: "ns_op", format: "%.0f"}, {head: "vs raw", metric: "ns_op", ratioTo: "raw"},
 		{head: "allocs/op", metric: "allocs_op", format: "%.1f"}, {head: "B/op", metric: "bytes_op", format: "%.0f"},
+		{head: "round trips/op", metric: "rt_op", format: "%.2f"}, {head: "cmds/op", metric: "cmds_op", format: "%.2f"},
 	})
 	r.table(&b, fmt.Sprintf("parallel: 64 goroutines, random key of 10,000 (%v)", st.Parallel), "parallel", []col{
 		{head: "ops/s", metric: "ops_s", format: "%.0f"}, {head: "vs raw", metric: "ops_s", ratioTo: "raw"},
@@ -322,6 +323,7 @@ func (r *report) markdown() string {
 		{head: "renewal CPU % of a core", metric: "cpu_pct", format: "%.2f"}, {head: "Redis CPU %", metric: "redis_cpu_pct", format: "%.1f"},
 		{head: "Redis bytes/lock", metric: "bytes_lock", format: "%.0f"}, {head: "renew round trips/s", metric: "renew_rt_s", format: "%.1f"},
 		{head: "acquire all s", metric: "acquire_s", format: "%.1f"}, {head: "lost", metric: "lost", format: "%.0f"},
+		{head: "failed renewal batches", metric: "renew_failed", format: "%.0f"},
 	})
 	return b.String()
 }

@@ -55,7 +55,7 @@ func lockOnce(h handle) error {
 
 // serial: one goroutine, lock+unlock one key.
 func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
-	l, _, err := openLib(e, spec)
+	l, rt, err := openLib(e, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +74,11 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 		return h.Unlock(ctx)
 	}
 	const allocOps = 2000
+	calls0, err := commandCalls(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	rt0 := rt.Load()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	for range allocOps {
@@ -82,6 +87,11 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 		}
 	}
 	runtime.ReadMemStats(&m1)
+	rts := rt.Load() - rt0
+	calls1, err := commandCalls(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	n := 0
 	for time.Since(start) < d {
@@ -95,6 +105,8 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 		"ns_op":     float64(el.Nanoseconds()) / float64(n),
 		"allocs_op": float64(m1.Mallocs-m0.Mallocs) / allocOps,
 		"bytes_op":  float64(m1.TotalAlloc-m0.TotalAlloc) / allocOps,
+		"rt_op":     float64(rts) / allocOps,
+		"cmds_op":   float64(calls1-calls0) / allocOps,
 	}, nil
 }
 

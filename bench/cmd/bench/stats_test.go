@@ -1,0 +1,82 @@
+package main
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestJain(t *testing.T) {
+	for _, tc := range []struct {
+		counts []int64
+		want   float64
+	}{
+		{[]int64{5, 5, 5, 5}, 1},
+		{[]int64{8, 0, 0, 0}, 0.25},
+		{[]int64{2, 1}, 0.9},
+		{[]int64{0, 0}, 0},
+	} {
+		if got := jain(tc.counts); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("jain(%v) = %v, want %v", tc.counts, got, tc.want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var xs []time.Duration
+	for i := 100; i >= 1; i-- { // unsorted input must not matter
+		xs = append(xs, time.Duration(i))
+	}
+	for p, want := range map[float64]time.Duration{50: 50, 99: 99, 100: 100, 0: 1} {
+		if got := percentile(xs, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if xs[0] != 100 {
+		t.Error("percentile sorted its input in place")
+	}
+	if percentile(nil, 99) != 0 {
+		t.Error("percentile of nothing is not 0")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median odd = %v", got)
+	}
+	if got := median([]float64{4, 1, 2, 3}); got != 2.5 {
+		t.Errorf("median even = %v", got)
+	}
+}
+
+// A free stretch is measured from the latest release of all earlier holds,
+// not the previous hold's, and holds from several workers overlap.
+func TestGaps(t *testing.T) {
+	s := int64(time.Second)
+	iv := []interval{{0, 10 * s}, {2 * s, 3 * s}, {13 * s, 14 * s}, {14*s + 1, 15 * s}, {15 * s, 16 * s}}
+	longest, stalls := gaps(iv, 2*time.Second)
+	if longest != 3*time.Second || stalls != 1 {
+		t.Errorf("gaps = %v, %d stalls; want 3s, 1", longest, stalls)
+	}
+	if _, stalls := gaps(iv, 3*time.Second); stalls != 0 {
+		t.Errorf("a gap equal to the limit counted as a stall")
+	}
+}
+
+func TestMergeHolds(t *testing.T) {
+	ms := int64(time.Millisecond)
+	got := mergeHolds([]interval{{5 * ms, 6 * ms}, {0, ms}, {ms + 1, 2 * ms}, {10 * ms, 11 * ms}})
+	want := []interval{{0, 2 * ms}, {5 * ms, 6 * ms}, {10 * ms, 11 * ms}}
+	if len(got) != len(want) {
+		t.Fatalf("merged %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("merged %v, want %v", got, want)
+		}
+	}
+	// Merging must not hide a free stretch longer than mergeGap.
+	if l, _ := gaps(got, time.Second); l != 4*time.Millisecond {
+		t.Errorf("longest gap after merge = %v, want 4ms", l)
+	}
+}
