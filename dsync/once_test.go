@@ -214,7 +214,7 @@ func TestOnceRunnerKilled(t *testing.T) {
 	case at := <-ran:
 		d := at.Sub(killed)
 		t.Logf("f re-ran %v after the runner's SIGKILL (lease %v)", d, lease)
-		if d > lease+300*time.Millisecond {
+		if d > lease+500*time.Millisecond { // slack for a loaded CI machine
 			t.Fatalf("took %v, more than one lease", d)
 		}
 	case <-time.After(5 * time.Second):
