@@ -17,10 +17,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,32 +55,37 @@ func main() {
 	workers := flag.Int("workers", 8, "workers, spread over two Clients (two processes)")
 	rounds := flag.Int("rounds", 25, "critical sections per worker")
 	flag.Parse()
+	if _, err := run(os.Stdout, *workers, *rounds); err != nil {
+		log.Fatal(err)
+	}
+}
 
+func run(out io.Writer, workers, rounds int) ([]lockReport, error) {
 	mem := tracetest.NewInMemoryExporter()
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithSyncer(mem)}
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
 		exp, err := otlptracehttp.New(context.Background()) // reads the OTEL_EXPORTER_OTLP_* variables
 		if err != nil {
-			log.Fatal(err)
+			return nil, err
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
-		fmt.Println("exporting spans over OTLP to", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+		fmt.Fprintln(out, "exporting spans over OTLP to", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	defer tp.Shutdown(context.Background())
 
 	srv, err := exredis.Start()
 	if err != nil {
-		log.Fatal(err)
+		return nil, err
 	}
 	defer srv.Close()
-	fmt.Println("server:", srv.Describe())
-	prefix := fmt.Sprintf("contention-example-%d", os.Getpid())
+	fmt.Fprintln(out, "server:", srv.Describe())
+	prefix := fmt.Sprintf("contention-example-%d-%d", os.Getpid(), time.Now().UnixNano())
 	clients := make([]*dsync.Client, 2)
 	for i := range clients {
 		rc, err := srv.Client()
 		if err != nil {
-			log.Fatal(err)
+			return nil, err
 		}
 		defer rc.Close()
 		// Lock names are off by default in the telemetry (they can be
@@ -86,7 +93,7 @@ func main() {
 		obs := dsyncotel.NewObserver(dsyncotel.WithTracerProvider(tp), dsyncotel.WithLockNames(true))
 		clients[i], err = dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs))
 		if err != nil {
-			log.Fatal(err)
+			return nil, err
 		}
 		defer clients[i].Close()
 	}
@@ -94,11 +101,12 @@ func main() {
 	tracer := tp.Tracer("contention-example")
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range *workers {
+	errs := make(chan error, workers)
+	for w := range workers {
 		c := clients[w%len(clients)]
 		id := fmt.Sprintf("worker-%d", w)
 		wg.Go(func() {
-			for range *rounds {
+			for range rounds {
 				l := pick()
 				// The worker's own span: the lock's spans become its children,
 				// which is how the report knows who waited.
@@ -106,23 +114,32 @@ func main() {
 				m := c.NewMutex(l.name)
 				lctx, err := m.LockContext(ctx)
 				if err != nil {
-					log.Fatal(err)
+					errs <- err
+					return
 				}
 				time.Sleep(l.hold)
-				if err := m.UnlockContext(lctx); err != nil {
-					log.Fatal(err)
-				}
+				err = m.UnlockContext(lctx)
 				span.End()
+				if err != nil {
+					errs <- err
+					return
+				}
 				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // think
 			}
 		})
 	}
 	wg.Wait()
-	fmt.Printf("%d workers x %d critical sections in %v\n\n", *workers, *rounds, time.Since(start).Round(time.Millisecond))
-	if err := tp.ForceFlush(context.Background()); err != nil {
-		log.Fatal(err)
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
 	}
-	report(mem.GetSpans())
+	fmt.Fprintf(out, "%d workers x %d critical sections in %v\n\n", workers, rounds, time.Since(start).Round(time.Millisecond))
+	if err := tp.ForceFlush(context.Background()); err != nil {
+		return nil, err
+	}
+	reps := analyse(mem.GetSpans())
+	printReport(out, reps)
+	return reps, nil
 }
 
 func pick() lockSpec {
@@ -139,66 +156,70 @@ func pick() lockSpec {
 	return locks[0]
 }
 
-// report is the analysis: per lock, from the acquire spans alone.
-func report(spans tracetest.SpanStubs) {
+// lockReport is what the trace says about one lock.
+type lockReport struct {
+	name          string
+	waits         []time.Duration // of every acquisition that got the lock, sorted
+	total         time.Duration
+	top           []waiter // most total waiting first
+	p50, p99, max time.Duration
+}
+
+type waiter struct {
+	id   string
+	wait time.Duration
+}
+
+// analyse is the report's analysis, from the spans alone: each acquire span
+// is one wait, its lock is in dsync.lock.name and its waiter is the worker
+// of its parent span. Locks with the most total waiting come first.
+func analyse(spans tracetest.SpanStubs) []lockReport {
 	worker := map[trace.SpanID]string{}
 	for _, s := range spans {
 		if s.Name == "work" {
 			worker[s.SpanContext.SpanID()] = attr(s.Attributes, workerKey)
 		}
 	}
-	type stats struct {
-		waits []time.Duration
-		total time.Duration
-		byWho map[string]time.Duration
-	}
-	per := map[string]*stats{}
+	per := map[string]*lockReport{}
+	byWho := map[string]map[string]time.Duration{}
 	for _, s := range spans {
-		if s.Name != "dsync.mutex.acquire" {
+		if s.Name != "dsync.mutex.acquire" || attr(s.Attributes, dsyncotel.KeyOutcome) != dsyncotel.OutcomeAcquired {
 			continue
 		}
 		name := attr(s.Attributes, dsyncotel.KeyName)
-		st := per[name]
-		if st == nil {
-			st = &stats{byWho: map[string]time.Duration{}}
-			per[name] = st
-		}
-		if attr(s.Attributes, dsyncotel.KeyOutcome) != dsyncotel.OutcomeAcquired {
-			continue // waits that did not end with the lock (none here)
+		r := per[name]
+		if r == nil {
+			r = &lockReport{name: name}
+			per[name] = r
+			byWho[name] = map[string]time.Duration{}
 		}
 		d := s.EndTime.Sub(s.StartTime)
-		st.waits = append(st.waits, d)
-		st.total += d
-		st.byWho[worker[s.Parent.SpanID()]] += d
+		r.waits = append(r.waits, d)
+		r.total += d
+		byWho[name][worker[s.Parent.SpanID()]] += d
 	}
-	names := make([]string, 0, len(per))
-	for n := range per {
-		names = append(names, n)
+	var out []lockReport
+	for name, r := range per {
+		slices.Sort(r.waits)
+		r.p50, r.p99, r.max = pct(r.waits, 50), pct(r.waits, 99), r.waits[len(r.waits)-1]
+		for id, d := range byWho[name] {
+			r.top = append(r.top, waiter{id, d})
+		}
+		slices.SortFunc(r.top, func(a, b waiter) int { return cmp.Or(cmp.Compare(b.wait, a.wait), cmp.Compare(a.id, b.id)) })
+		out = append(out, *r)
 	}
-	// Most total waiting first: that is where to look.
-	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(per[b].total, per[a].total) })
-	fmt.Printf("%-10s %6s %9s %9s %9s %10s  %s\n", "lock", "acq", "wait p50", "p99", "max", "total", "top waiters (total wait)")
-	for _, n := range names {
-		st := per[n]
-		slices.Sort(st.waits)
-		type who struct {
-			id string
-			d  time.Duration
+	slices.SortFunc(out, func(a, b lockReport) int { return cmp.Or(cmp.Compare(b.total, a.total), cmp.Compare(a.name, b.name)) })
+	return out
+}
+
+func printReport(out io.Writer, reps []lockReport) {
+	fmt.Fprintf(out, "%-10s %6s %9s %9s %9s %10s  %s\n", "lock", "acq", "wait p50", "p99", "max", "total", "top waiters (total wait)")
+	for _, r := range reps {
+		var top []string
+		for _, w := range r.top[:min(3, len(r.top))] {
+			top = append(top, fmt.Sprintf("%s %v", w.id, ms(w.wait)))
 		}
-		var top []who
-		for id, d := range st.byWho {
-			top = append(top, who{id, d})
-		}
-		slices.SortFunc(top, func(a, b who) int { return cmp.Or(cmp.Compare(b.d, a.d), cmp.Compare(a.id, b.id)) })
-		line := ""
-		for i, w := range top[:min(3, len(top))] {
-			if i > 0 {
-				line += ", "
-			}
-			line += fmt.Sprintf("%s %v", w.id, ms(w.d))
-		}
-		fmt.Printf("%-10s %6d %9v %9v %9v %10v  %s\n", n, len(st.waits), ms(pct(st.waits, 50)), ms(pct(st.waits, 99)),
-			ms(st.waits[len(st.waits)-1]), ms(st.total), line)
+		fmt.Fprintf(out, "%-10s %6d %9v %9v %9v %10v  %s\n", r.name, len(r.waits), ms(r.p50), ms(r.p99), ms(r.max), ms(r.total), strings.Join(top, ", "))
 	}
 }
 

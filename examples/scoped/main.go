@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"sync"
@@ -53,71 +54,92 @@ func (s *FencedStore) Write(token uint64, who, value string) error {
 
 // job runs steps while it holds m. Each step does slow work that cannot be
 // interrupted and then writes; the lock context is checked between steps.
-func job(ctx context.Context, m *dsync.Mutex, who string, steps int, work time.Duration, store *FencedStore) error {
+func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps int, work time.Duration, store *FencedStore) error {
 	lctx, err := m.LockContext(ctx)
 	if err != nil {
 		return err
 	}
 	defer m.UnlockContext(lctx) // ErrNotHeld after a loss: nothing to undo
 	token, _ := dsync.FencingToken(lctx)
-	fmt.Printf("%s: holds the lock, fencing token %d\n", who, token)
+	fmt.Fprintf(out, "%s: holds the lock, fencing token %d\n", who, token)
 	for i := 1; i <= steps; i++ {
 		if lctx.Err() != nil {
-			fmt.Printf("%s: stops before step %d: %v\n", who, i, context.Cause(lctx))
+			fmt.Fprintf(out, "%s: stops before step %d: %v\n", who, i, context.Cause(lctx))
 			return context.Cause(lctx)
 		}
 		time.Sleep(work) // a step that, once started, runs to its end
 		if err := store.Write(token, who, fmt.Sprintf("step %d", i)); err != nil {
-			fmt.Printf("%s: write of step %d refused: %v\n", who, i, err)
+			fmt.Fprintf(out, "%s: write of step %d refused: %v\n", who, i, err)
 		}
 	}
 	return nil
 }
 
 func main() {
-	srv, err := exredis.Start()
-	if err != nil {
+	if _, err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// lockedWriter lets both workers print to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func run(w io.Writer) (*FencedStore, error) {
+	out := &lockedWriter{w: w}
+	srv, err := exredis.Start()
+	if err != nil {
+		return nil, err
+	}
 	defer srv.Close()
-	fmt.Println("server:", srv.Describe())
-	prefix := fmt.Sprintf("scoped-example-%d", os.Getpid())
+	fmt.Fprintln(out, "server:", srv.Describe())
+	prefix := fmt.Sprintf("scoped-example-%d-%d", os.Getpid(), time.Now().UnixNano())
 	// Two Clients, as two processes would have. A short lease makes the
 	// holder notice the loss within lease/3.
-	newClient := func() *dsync.Client {
+	var clients []*dsync.Client
+	for range 2 {
 		rc, err := srv.Client()
 		if err != nil {
-			log.Fatal(err)
+			return nil, err
 		}
+		defer rc.Close()
 		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(600*time.Millisecond))
 		if err != nil {
-			log.Fatal(err)
+			return nil, err
 		}
-		return c
+		defer c.Close()
+		clients = append(clients, c)
 	}
-	c1, c2 := newClient(), newClient()
-	defer c1.Close()
-	defer c2.Close()
+	c1, c2 := clients[0], clients[1]
 
 	store := &FencedStore{}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = job(ctx, c1.NewMutex("report"), "worker-1", 10, 150*time.Millisecond, store) })
+	wg.Go(func() { _ = job(ctx, out, c1.NewMutex("report"), "worker-1", 10, 150*time.Millisecond, store) })
 	time.Sleep(100 * time.Millisecond) // worker-1 first
-	wg.Go(func() { _ = job(ctx, c2.NewMutex("report"), "worker-2", 2, 10*time.Millisecond, store) })
+	wg.Go(func() { _ = job(ctx, out, c2.NewMutex("report"), "worker-2", 2, 10*time.Millisecond, store) })
 
 	// worker-1 is inside its second step when the operator forces the lock
 	// free; worker-2, waiting, takes it with a larger token at once.
 	time.Sleep(200 * time.Millisecond)
-	fmt.Println("operator: forcing the lock free")
+	fmt.Fprintln(out, "operator: forcing the lock free")
 	if _, err := c2.ForceUnlock(ctx, "report"); err != nil {
-		log.Fatal(err)
+		return nil, err
 	}
 	wg.Wait()
 
-	fmt.Println("\nstore log:")
+	fmt.Fprintln(out, "\nstore log:")
 	for _, l := range store.log {
-		fmt.Println("  " + l)
+		fmt.Fprintln(out, "  "+l)
 	}
-	fmt.Printf("final value %q written with token %d\n", store.value, store.max)
+	fmt.Fprintf(out, "final value %q written with token %d\n", store.value, store.max)
+	return store, nil
 }

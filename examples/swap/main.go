@@ -12,12 +12,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/examples/internal/exredis"
@@ -88,68 +90,76 @@ func main() {
 	transfers := flag.Int("transfers", 200, "transfers per process (and per goroutine)")
 	flag.Parse()
 	if os.Getenv("SWAP_CHILD") != "" {
-		child(*transfers)
+		child()
 		return
 	}
+	if err := run(os.Stdout, *procs, *transfers); err != nil {
+		log.Fatal(err)
+	}
+}
 
+func run(out io.Writer, procs, transfers int) error {
 	// 1. Goroutines and sync.Mutex.
 	bank := &Bank{mu: &sync.Mutex{}, st: memStore{"a": total}}
 	var wg sync.WaitGroup
-	for range *procs {
+	for range procs {
 		wg.Go(func() {
-			for range *transfers {
+			for range transfers {
 				bank.Transfer(rand.IntN(21) - 10)
 			}
 		})
 	}
 	wg.Wait()
-	fmt.Printf("sync.Mutex:  %d goroutines x %d transfers, a+b = %d (want %d)\n", *procs, *transfers, bank.Audit(), total)
+	fmt.Fprintf(out, "sync.Mutex:  %d goroutines x %d transfers, a+b = %d (want %d)\n", procs, transfers, bank.Audit(), total)
 
 	// 2. Processes and dsync.Mutex.
 	srv, err := exredis.Start()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer srv.Close()
-	fmt.Println("server:", srv.Describe())
-	prefix := fmt.Sprintf("swap-example-%d:", os.Getpid())
+	fmt.Fprintln(out, "server:", srv.Describe())
+	prefix := fmt.Sprintf("swap-example-%d-%d:", os.Getpid(), time.Now().UnixNano())
 	rc, err := srv.Client()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer rc.Close()
-	redisStore{rc, prefix}.set("a", total)
-	redisStore{rc, prefix}.set("b", 0)
+	st := redisStore{rc, prefix}
+	st.set("a", total)
+	st.set("b", 0)
 	self, err := os.Executable()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	cmds := make([]*exec.Cmd, *procs)
+	cmds := make([]*exec.Cmd, procs)
 	for i := range cmds {
-		cmd := exec.Command(self, "-transfers", strconv.Itoa(*transfers))
+		cmd := exec.Command(self)
 		cmd.Env = append(os.Environ(), "SWAP_CHILD=1", "SWAP_PREFIX="+prefix, "REDIS_ADDR="+srv.Addr,
-			"SWAP_RESP2="+strconv.FormatBool(srv.Embedded))
+			"SWAP_TRANSFERS="+strconv.Itoa(transfers), "SWAP_RESP2="+strconv.FormatBool(srv.Embedded))
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Start(); err != nil {
-			log.Fatal(err)
+			return err
 		}
 		cmds[i] = cmd
 	}
 	for _, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
-			log.Fatalf("a child failed: %v", err)
+			return fmt.Errorf("a child failed: %w", err)
 		}
 	}
-	sum := redisStore{rc, prefix}.get("a") + redisStore{rc, prefix}.get("b")
-	fmt.Printf("dsync.Mutex: %d processes x %d transfers, a+b = %d (want %d)\n", *procs, *transfers, sum, total)
+	sum := st.get("a") + st.get("b")
+	fmt.Fprintf(out, "dsync.Mutex: %d processes x %d transfers, a+b = %d (want %d)\n", procs, transfers, sum, total)
 	if sum != total {
-		os.Exit(1)
+		return fmt.Errorf("the invariant broke: a+b = %d", sum)
 	}
-	fmt.Println("the invariant held in both")
+	fmt.Fprintln(out, "the invariant held in both")
+	return nil
 }
 
 // child is one process of part 2: the same Bank, with a dsync.Mutex.
-func child(transfers int) {
+func child() {
+	transfers, _ := strconv.Atoi(os.Getenv("SWAP_TRANSFERS"))
 	rc, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:  []string{os.Getenv("REDIS_ADDR")},
 		AlwaysRESP2:  os.Getenv("SWAP_RESP2") == "true", // the embedded server speaks RESP2

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	dsyncotel "github.com/dsync/dsync/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestContention runs the example small and checks that the report
+// accounts for every critical section.
+func TestContention(t *testing.T) {
+	var b strings.Builder
+	reps, err := run(&b, 6, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+	n := 0
+	for _, r := range reps {
+		n += len(r.waits)
+		if !(r.p50 <= r.p99 && r.p99 <= r.max && r.max <= r.total) {
+			t.Errorf("%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
+		}
+		var sum time.Duration
+		for _, w := range r.top {
+			if !strings.HasPrefix(w.id, "worker-") {
+				t.Errorf("%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
+			}
+			sum += w.wait
+		}
+		if sum != r.total {
+			t.Errorf("%s: waiters add up to %v, total %v", r.name, sum, r.total)
+		}
+		if !strings.Contains(b.String(), "\n"+r.name+" ") {
+			t.Errorf("%s missing from the printed report", r.name)
+		}
+	}
+	if n != 6*8 {
+		t.Errorf("report counts %d acquisitions, want %d", n, 6*8)
+	}
+}
+
+// TestAnalyse checks the arithmetic on spans made by hand.
+func TestAnalyse(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var spans tracetest.SpanStubs
+	sid := byte(0)
+	span := func(name string, parent trace.SpanID, d time.Duration, attrs ...attribute.KeyValue) trace.SpanID {
+		sid++
+		id := trace.SpanID{sid}
+		spans = append(spans, tracetest.SpanStub{
+			Name:        name,
+			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: id}),
+			Parent:      trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: parent}),
+			StartTime:   t0, EndTime: t0.Add(d), Attributes: attrs,
+		})
+		return id
+	}
+	acquire := func(worker trace.SpanID, lock string, d time.Duration, outcome string) {
+		span("dsync.mutex.acquire", worker, d, dsyncotel.KeyName.String(lock), dsyncotel.KeyOutcome.String(outcome))
+	}
+	a := span("work", trace.SpanID{}, time.Second, workerKey.String("worker-a"))
+	b := span("work", trace.SpanID{}, time.Second, workerKey.String("worker-b"))
+	for i := 1; i <= 4; i++ {
+		acquire(a, "x", time.Duration(i)*time.Millisecond, "acquired")
+	}
+	acquire(b, "x", 12*time.Millisecond, "acquired")
+	acquire(b, "x", time.Hour, "cancelled") // not a wait that got the lock
+	acquire(b, "y", time.Millisecond, "acquired")
+
+	reps := analyse(spans)
+	if len(reps) != 2 || reps[0].name != "x" || reps[1].name != "y" {
+		t.Fatalf("reports = %+v", reps)
+	}
+	x := reps[0]
+	if len(x.waits) != 5 || x.p50 != 3*time.Millisecond || x.p99 != 12*time.Millisecond || x.max != 12*time.Millisecond || x.total != 22*time.Millisecond {
+		t.Errorf("x = %+v", x)
+	}
+	if len(x.top) != 2 || x.top[0] != (waiter{"worker-b", 12 * time.Millisecond}) || x.top[1] != (waiter{"worker-a", 10 * time.Millisecond}) {
+		t.Errorf("top waiters = %v", x.top)
+	}
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestScoped runs the example (on the embedded server unless REDIS_ADDR is
+// set) and checks its point: after the forced release, worker-1's late
+// write is rejected and the store ends with worker-2's data.
+func TestScoped(t *testing.T) {
+	var b strings.Builder
+	store, err := run(io.MultiWriter(&b, testWriter{t}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "worker-1: stops before step") || !strings.Contains(out, "dsync: lock lost") {
+		t.Errorf("worker-1 did not stop on the lost lock")
+	}
+	rejected := 0
+	for _, l := range store.log {
+		if strings.HasPrefix(l, "REJECTED worker-1") {
+			rejected++
+		}
+		if strings.HasPrefix(l, "REJECTED worker-2") || (rejected > 0 && strings.HasPrefix(l, "accepted worker-1")) {
+			t.Errorf("wrong write accepted or rejected: %s", l)
+		}
+	}
+	if rejected == 0 {
+		t.Errorf("no stale write was rejected")
+	}
+	if store.value != "step 2" || !strings.Contains(store.log[len(store.log)-1], "worker") {
+		t.Errorf("final value %q", store.value)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
