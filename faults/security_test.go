@@ -1,0 +1,236 @@
+package faults
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+)
+
+// The commands dsync needs: the connection handshake, the scripts (and
+// what they call), and pub/sub for wakeups.
+const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +pexpire +pttl +time +publish +subscribe +unsubscribe"
+
+// Security: a user restricted to the prefix's keys and channels runs the
+// Mutex (acquire, renewal, contention with wakeups, release); a user
+// without access to them gets a clear error naming the lock and NOPERM.
+func TestFaultSecurityACL(t *testing.T) {
+	srv := startRedis(t)
+	for _, u := range []string{
+		"ACL SETUSER locker on >lockpw resetkeys ~dsync:* resetchannels &dsync:* -@all " + dsyncCommands,
+		"ACL SETUSER outsider on >outpw resetkeys ~other:* resetchannels &other:* -@all " + dsyncCommands,
+	} {
+		if err := srv.do(t, strings.Fields(u)...).Error(); err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+	}
+	as := func(user, pw string) func(*rueidis.ClientOption) {
+		return func(o *rueidis.ClientOption) { o.Username, o.Password = user, pw }
+	}
+	const lease = 300 * time.Millisecond
+	c1 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
+	c2 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
+	m1, m2 := c1.NewMutex("acl"), c2.NewMutex("acl")
+	l1, err := m1.LockContext(context.Background())
+	if err != nil {
+		t.Fatalf("restricted user cannot lock: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := m2.LockContext(context.Background())
+		if err == nil {
+			err = m2.UnlockContext(l2)
+		}
+		got <- err
+	}()
+	time.Sleep(2 * lease) // hold across renewals while the other waits
+	if l1.Err() != nil {
+		t.Fatalf("restricted user's hold was lost: %v", context.Cause(l1))
+	}
+	if err := m1.UnlockContext(l1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("restricted user's waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("restricted user's waiter was never woken")
+	}
+	c3 := newDsync(t, srv.Addr, "dsync", lease, as("outsider", "outpw"))
+	_, err = c3.NewMutex("acl").LockContext(context.Background())
+	t.Logf("(j) ACL ~dsync:* &dsync:*: lock, renewal, wakeup and release work; a user without access gets: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), `"acl"`) {
+		t.Errorf("outsider's LockContext = %v; want an error naming the lock and NOPERM", err)
+	}
+	if errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("outsider's error is misleading: %v", err)
+	}
+}
+
+// Security: the client talks to redis-server over TLS only, with
+// certificates the test makes.
+func TestFaultSecurityTLS(t *testing.T) {
+	dir := t.TempDir()
+	pool := writeCerts(t, dir)
+	port := freePort(t)
+	s := &redisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, args: []string{
+		"--tls-port", strconv.Itoa(port), "--tls-cert-file", filepath.Join(dir, "server.crt"),
+		"--tls-key-file", filepath.Join(dir, "server.key"), "--tls-ca-cert-file", filepath.Join(dir, "ca.crt"),
+		"--tls-auth-clients", "no",
+	}}
+	if err := s.start(); err != nil {
+		t.Skipf("redis-server without TLS support: %v", err)
+	}
+	t.Cleanup(s.kill)
+	withTLS := func(o *rueidis.ClientOption) {
+		o.TLSConfig = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	}
+	c := newDsync(t, s.Addr, "dsync", time.Second, withTLS)
+	m := c.NewMutex("tls")
+	l, err := m.LockContext(context.Background())
+	if err != nil {
+		t.Fatalf("lock over TLS: %v", err)
+	}
+	if _, ok, err := newDsync(t, s.Addr, "dsync", time.Second, withTLS).NewMutex("tls").TryLockContext(context.Background()); ok || err != nil {
+		t.Fatalf("second owner over TLS: %v, %v", ok, err)
+	}
+	if err := m.UnlockContext(l); err != nil {
+		t.Fatal(err)
+	}
+	// Plain text is refused by the TLS port.
+	conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err == nil {
+		_ = conn.SetDeadline(time.Now().Add(time.Second))
+		_, _ = conn.Write([]byte("PING\r\n"))
+		buf := make([]byte, 7)
+		n, _ := conn.Read(buf)
+		conn.Close()
+		if string(buf[:n]) == "+PONG\r\n" {
+			t.Error("the TLS port answered plain text")
+		}
+	}
+	t.Logf("(j) TLS: lock, contention and release over --tls-port with test-made certificates")
+}
+
+// writeCerts writes a CA and a server certificate for 127.0.0.1 to dir.
+func writeCerts(t *testing.T, dir string) *x509.CertPool {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dsync test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	for name, blk := range map[string]*pem.Block{
+		"ca.crt": {Type: "CERTIFICATE", Bytes: caDER}, "server.crt": {Type: "CERTIFICATE", Bytes: der},
+		"server.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(blk), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	return pool
+}
+
+// Security: owner IDs are 128 random bits, and no other owner, guessed or
+// known, can release or renew a hold (only its own owner's Unlock frees it).
+func TestFaultSecurityGuessedOwner(t *testing.T) {
+	srv := startRedis(t)
+	prefix := testPrefix()
+	c := newDsync(t, srv.Addr, prefix, time.Second)
+	m := c.NewMutex("g")
+	l, err := m.LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := dsync.OwnerOf(l)
+	if b, err := hex.DecodeString(owner); err != nil || len(b) != 16 {
+		t.Fatalf("owner %q is not 128 bits of hex", owner)
+	}
+	attacker := newDsync(t, srv.Addr, prefix, time.Second).NewMutex("g")
+	seen := map[string]bool{owner: true}
+	const guesses = 2000
+	for range guesses {
+		g := dsync.WithOwner(context.Background())
+		id, _ := dsync.OwnerOf(g)
+		if seen[id] {
+			t.Fatalf("owner ID %s repeated", id)
+		}
+		seen[id] = true
+		if err := attacker.UnlockContext(g); !errors.Is(err, dsync.ErrNotHeld) {
+			t.Fatalf("Unlock by a guessed owner = %v, want ErrNotHeld", err)
+		}
+	}
+	// A client that bypasses the API and runs dsync's own release and
+	// renew scripts with near misses of the real owner gets nothing.
+	rel, err1 := os.ReadFile("../internal/scripts/mutex_release.lua")
+	ren, err2 := os.ReadFile("../internal/scripts/mutex_renew.lua")
+	if err1 != nil || err2 != nil {
+		t.Fatalf("reading the scripts: %v %v", err1, err2)
+	}
+	key, ch := prefix+":{g}:mutex", prefix+":{g}:mutex:ch"
+	tok := strconv.FormatUint(tokenOf(l), 10)
+	for _, g := range []string{owner[:31] + flip(owner[31]), owner[:16], owner + " ", "-", "", ".*"} {
+		if n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, tok, "1000").AsInt64(); err != nil || n != 0 {
+			t.Fatalf("release script as owner %q = %d, %v; want 0", g, n, err)
+		}
+		if n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, "0", "1000").AsInt64(); err != nil || n != 0 {
+			t.Fatalf("release script as owner %q, any token = %d, %v; want 0", g, n, err)
+		}
+		if n, err := srv.do(t, "EVAL", string(ren), "1", key, g+" "+tok+" ", "100000").AsInt64(); err != nil || n != 0 {
+			t.Fatalf("renew script as owner %q = %d, %v; want 0", g, n, err)
+		}
+	}
+	if _, ok, _ := attacker.TryLockContext(context.Background()); ok || l.Err() != nil {
+		t.Fatal("the hold did not survive the guesses")
+	}
+	if err := m.UnlockContext(l); err != nil {
+		t.Fatalf("the real owner's Unlock: %v", err)
+	}
+	t.Logf("(j) owner IDs 128-bit random: %d guessed owners got ErrNotHeld, 6 near misses running the release/renew scripts directly got 0; the hold survived", guesses)
+}
+
+func flip(b byte) string {
+	if b == '0' {
+		return "1"
+	}
+	return "0"
+}
