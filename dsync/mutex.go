@@ -519,7 +519,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			sub.drain()
 		}
 		sentAt := time.Now()
-		vals, err := scripts.MutexAcquire.Exec(ctx, c.rc, m.keys, args).AsIntSlice()
+		vals, err := m.execAcquire(ctx, args) // replica.go: WAIT with WithReplicaSync
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}

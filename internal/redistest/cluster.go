@@ -31,7 +31,7 @@ func StartCluster() (*Cluster, error) {
 		return nil, fmt.Errorf("redistest: redis-cli not installed: %w", err)
 	}
 	nodes, err := startMany(6, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "2000")
+		"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0")
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +117,14 @@ func (cl *Cluster) WaitOK(d time.Duration) error {
 			// every node sees all three, a failover has no target.
 			nodes, err := do(s.Addr, "CLUSTER", "NODES").ToString()
 			if err != nil || countReplicas(nodes) != len(cl.Nodes)/2 {
+				ok = false
+				break
+			}
+			// A replica counts once its initial sync is done: before, WAIT
+			// and a failover to it both fail.
+			repl, err := do(s.Addr, "INFO", "replication").ToString()
+			if err != nil || strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") ||
+				strings.Contains(repl, "role:master") && !strings.Contains(repl, "state=online") {
 				ok = false
 				break
 			}
@@ -283,11 +291,11 @@ const MasterSet = "mymaster"
 // StartSentinel starts the servers and sentinels and waits until every
 // sentinel knows the replica. The caller must Stop it.
 func StartSentinel() (*Sentinel, error) {
-	m, err := StartServer()
+	m, err := StartServer("--repl-diskless-sync-delay", "0")
 	if err != nil {
 		return nil, err
 	}
-	r, err := StartServer("--replicaof", "127.0.0.1", strconv.Itoa(m.Port))
+	r, err := StartServer("--replicaof", "127.0.0.1", strconv.Itoa(m.Port), "--repl-diskless-sync-delay", "0")
 	if err != nil {
 		m.Stop()
 		return nil, err
