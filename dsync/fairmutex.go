@@ -366,15 +366,8 @@ func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (i
 // that ends without the lock leaves the queue at once.
 func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64, sentAt time.Time, attempts int, err error) {
 	c := q.c
-	var sub *subscription
-	live := false
-	defer func() { sub.close() }()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	w := wakeup{c: c, ch: q.ch(owner)}
+	defer w.close()
 	queued := false
 	defer func() {
 		if vals == nil && queued && q.leave != nil {
@@ -386,9 +379,7 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 		}
 	}()
 	for attempts = 1; ; attempts++ {
-		if sub != nil {
-			sub.drain()
-		}
+		w.drain()
 		sentAt = time.Now()
 		v, err := q.step(ctx, owner, try)
 		if err == nil && len(v) != 2 {
@@ -415,33 +406,11 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			return nil, sentAt, attempts, nil
 		}
 		queued = q.queues
-		if sub == nil || !live {
-			sub.close()
-			sub, live = c.notify.subscribe(ctx, q.ch(owner))
-			if live {
-				continue // look again: the wakeup may have come before the subscription
-			}
+		if w.subscribe(ctx) {
+			continue // look again: the wakeup may have come before the subscription
 		}
-		wait := c.cfg.lease / 3
-		if hint := time.Duration(v[1]) * time.Millisecond; hint > 0 && hint < wait {
-			wait = hint
-		}
-		if !live {
-			wait = min(wait, backoff(attempts))
-		}
-		wait = max(wait, time.Millisecond)
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-sub.C:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, sentAt, attempts, ctx.Err()
-		case <-c.done:
-			return nil, sentAt, attempts, ErrClosed
+		if err := w.wait(ctx, time.Duration(v[1])*time.Millisecond, attempts); err != nil {
+			return nil, sentAt, attempts, err
 		}
 	}
 }

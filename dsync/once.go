@@ -170,15 +170,10 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 	c := o.c
 	keys := []string{o.state, o.run}
 	args := []string{owner, leaseMS(lease)}
-	var sub *subscription
-	live := false
-	defer func() { sub.close() }()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	w := wakeup{c: c, ch: o.ch}
+	defer w.close()
 	for attempt := 1; ; attempt++ {
-		if sub != nil {
-			sub.drain()
-		}
+		w.drain()
 		sentAt = time.Now()
 		res, err := scripts.OnceBegin.Exec(ctx, c.rc, keys, args).ToArray()
 		var code int64
@@ -209,28 +204,14 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 			return "", uint64(t), sentAt, attempt, err
 		}
 		pttl, _ := res[1].AsInt64()
-		if sub == nil || !live {
-			sub.close()
-			sub, live = c.notify.subscribe(ctx, o.ch)
-			if live {
-				continue // look again: the run may have ended before the subscription
-			}
+		if w.subscribe(ctx) {
+			continue // look again: the run may have ended before the subscription
 		}
-		wait := c.cfg.lease / 3
-		if p := time.Duration(pttl) * time.Millisecond; pttl >= 0 && p < wait {
-			wait = p
+		if pttl == 0 {
+			pttl = 1 // the marker expires now: look again soon
 		}
-		if !live {
-			wait = min(wait, backoff(attempt))
-		}
-		timer.Reset(max(wait, time.Millisecond))
-		select {
-		case <-sub.C:
-		case <-timer.C:
-		case <-ctx.Done():
-			return "", 0, sentAt, attempt, ctx.Err()
-		case <-c.done:
-			return "", 0, sentAt, attempt, ErrClosed
+		if err := w.wait(ctx, time.Duration(pttl)*time.Millisecond, attempt); err != nil {
+			return "", 0, sentAt, attempt, err
 		}
 	}
 }

@@ -273,11 +273,8 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	}
 	args := []string{owner, waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
 		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
-	var sub *subscription
-	live := false
-	defer func() { sub.close() }()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	w := wakeup{c: c, ch: s.chPfx + waiter}
+	defer w.close()
 	// giveUp removes the queue place under a context that outlives ctx.
 	giveUp := func(err error) (*hold, int, error) {
 		if !try {
@@ -288,9 +285,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		return nil, 0, err
 	}
 	for attempt := 1; ; attempt++ {
-		if sub != nil {
-			sub.drain()
-		}
+		w.drain()
 		sentAt := time.Now()
 		vals, err := scripts.SemAcquire.Exec(ctx, c.rc, s.keys, args).AsIntSlice()
 		if err == nil && len(vals) != 2 {
@@ -325,26 +320,11 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		if try {
 			return nil, attempt, nil
 		}
-		if sub == nil || !live {
-			sub.close()
-			sub, live = c.notify.subscribe(ctx, s.chPfx+waiter)
-			if live {
-				continue // look again: the wakeup may have come before the subscription
-			}
+		if w.subscribe(ctx) {
+			continue // look again: the wakeup may have come before the subscription
 		}
-		wait := min(c.cfg.lease/3, time.Duration(vals[1])*time.Millisecond)
-		if !live {
-			wait = min(wait, backoff(attempt))
-		}
-		timer.Reset(max(wait, time.Millisecond))
-		select {
-		case <-sub.C:
-		case <-timer.C:
-		case <-ctx.Done():
-			_, _, err := giveUp(ctx.Err())
-			return nil, attempt, err
-		case <-c.done:
-			_, _, err := giveUp(ErrClosed)
+		if err := w.wait(ctx, time.Duration(max(vals[1], 1))*time.Millisecond, attempt); err != nil {
+			_, _, err := giveUp(err)
 			return nil, attempt, err
 		}
 	}

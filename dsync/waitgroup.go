@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
@@ -76,19 +75,13 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 	if err := c.checkCall(ctx, wg.err); err != nil {
 		return err
 	}
-	var sub *subscription
-	live := false
-	defer func() { sub.close() }()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	w := wakeup{c: c, ch: wg.ch}
+	defer w.close()
 	for attempt := 1; ; attempt++ {
-		if sub == nil || !live {
-			// Subscribe before looking, so reaching zero after the look
-			// is not missed.
-			sub.close()
-			sub, live = c.notify.subscribe(ctx, wg.ch)
-		}
-		sub.drain()
+		// Subscribe before looking, so reaching zero after the look is
+		// not missed.
+		w.subscribe(ctx)
+		w.drain()
 		n, err := c.rc.Do(ctx, c.rc.B().Get().Key(wg.key).Build()).AsInt64()
 		switch {
 		case rueidis.IsRedisNil(err):
@@ -104,18 +97,8 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		case n <= 0:
 			return nil
 		}
-		wait := c.cfg.lease / 3
-		if !live {
-			wait = min(wait, backoff(attempt))
-		}
-		timer.Reset(wait)
-		select {
-		case <-sub.C:
-		case <-timer.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.done:
-			return ErrClosed
+		if err := w.wait(ctx, 0, attempt); err != nil {
+			return err
 		}
 	}
 }
