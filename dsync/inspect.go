@@ -21,16 +21,27 @@ const maxInspectWaiters = 1000
 type LockState struct {
 	Kind Kind
 	Name string
-	// Holders is empty when the lock is free. A Mutex or FairMutex has at
-	// most one.
+	// Holders is empty when the lock is free: for a Mutex, FairMutex or
+	// the writer of an RWMutex at most one; for RWMutex readers and
+	// Semaphore permits any number; for a Once, the caller running f.
 	Holders []Holder
 	// LastToken is the latest fencing token issued for the lock, also kept
 	// for a while after it was released; 0 when unknown.
 	LastToken uint64
-	// Waiters are the queued waiters of a FairMutex, first in line first.
-	// Only waiters whose place in the queue is live are reported, at most
-	// 1000. A plain Mutex has no queue in Redis.
+	// Waiters are the waiters queued in Redis, first in line first: for a
+	// FairMutex, the writers of an RWMutex, and a Semaphore. Only waiters
+	// whose place in the queue is live are reported, at most 1000. A plain
+	// Mutex keeps no queue in Redis.
 	Waiters []Waiter
+	// Mode is "read" or "write" for a held RWMutex, "" otherwise.
+	Mode string
+	// Size and Free are the permits of a Semaphore (Free counts permits
+	// whose holders' leases have not lapsed); 0 for other kinds.
+	Size, Free int64
+	// Done reports that a Once's function has succeeded.
+	Done bool
+	// Counter is a WaitGroup's counter.
+	Counter int64
 }
 
 // Holder is one owner holding a lock.
@@ -39,11 +50,16 @@ type Holder struct {
 	// Count is the number of acquisitions not yet released as Redis
 	// counts them: re-entries through the Client that holds the lock are
 	// counted by that Client alone, re-entries through other Clients here.
+	// It is 0 for a Semaphore, whose holders hold Permits.
 	Count int64
-	Token uint64 // fencing token of the hold
+	// Token is the fencing token of the hold; 0 where the layout keeps
+	// none per holder (Semaphore).
+	Token uint64
 	// Lease is how long the hold has left in Redis unless renewed; -1 if
 	// it has no expiry.
 	Lease time.Duration
+	// Permits is the number of Semaphore permits held; 1 for other kinds.
+	Permits int64
 }
 
 // Waiter is one owner queued for a lock.
@@ -52,6 +68,9 @@ type Waiter struct {
 	// Place is how long its place in the queue has left unless the waiter
 	// renews it (which a live waiter does every lease/3).
 	Place time.Duration
+	// Permits is the number of permits a Semaphore waiter asks for; 1
+	// otherwise.
+	Permits int64
 }
 
 // LockRef names a lock found in Redis.
@@ -60,9 +79,8 @@ type LockRef struct {
 	Name string
 }
 
-// inspectable are the layouts Inspect and ForceUnlock read: the kinds whose
-// lock is the value "<owner> <token> <count>". Other primitives keep
-// several keys of their own and are listed by List but not yet inspected.
+// inspectable are the kinds whose lock is the value "<owner> <token>
+// <count>", read by the InspectLock script and reset by ForceUnlock.
 var inspectable = []struct {
 	kind  Kind
 	part  string // the kind's part of the key
@@ -72,9 +90,26 @@ var inspectable = []struct {
 	{KindFairMutex, "fair", true},
 }
 
-// Inspect returns the state of every inspectable lock called name under the
-// Client's prefix: a Mutex and a FairMutex (each with its holder, fencing
-// token, remaining lease and, for the FairMutex, its queue in order). A lock
+// otherLayouts are the primitives with several keys, read by the
+// InspectOther script: the kind's part of the key and the key suffixes.
+var otherLayouts = []struct {
+	kind   Kind
+	part   string
+	layout string
+	keys   []string
+}{
+	{KindRWMutex, "rw", "rw", []string{"", ":readers", ":queue", ":places"}},
+	{KindSemaphore, "sem", "sem", []string{"", ":holders", ":permits", ":queue", ":want", ":qexp"}},
+	{KindOnce, "once", "once", []string{"", ":run"}},
+	{KindOnce, "oncevalue", "once", []string{"", ":run"}}, // OnceValue's Once
+	{KindWaitGroup, "wg", "wg", []string{""}},
+}
+
+// Inspect returns the state of every primitive called name under the
+// Client's prefix, one LockState per kind found: holders with their owner,
+// re-entry count, fencing token and remaining lease; the queue in order
+// (FairMutex, RWMutex writers, Semaphore); the permits held and free
+// (Semaphore); the done state (Once); the counter (WaitGroup). A primitive
 // that has never been used, or whose keys have expired, is not reported, so
 // an unknown name returns no states and no error.
 func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) {
@@ -105,7 +140,70 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 			out = append(out, st)
 		}
 	}
+	others := make([]rueidis.LuaExec, len(otherLayouts))
+	for i, l := range otherLayouts {
+		base := c.lockKey(l.part, name)
+		keys := make([]string, len(l.keys))
+		for j, suffix := range l.keys {
+			keys[j] = base + suffix
+		}
+		others[i] = rueidis.LuaExec{Keys: keys, Args: []string{l.layout, strconv.Itoa(maxInspectWaiters)}}
+	}
+	for i, r := range scripts.InspectOther.ExecMulti(ctx, c.rc, others...) {
+		vals, err := r.AsStrSlice()
+		if err != nil {
+			return nil, wrapErr(otherLayouts[i].kind, name, err)
+		}
+		st, ok, err := parseOtherState(vals)
+		if err != nil {
+			return nil, wrapErr(otherLayouts[i].kind, name, err)
+		}
+		if ok {
+			st.Kind, st.Name = otherLayouts[i].kind, name
+			out = append(out, st)
+		}
+	}
 	return out, nil
+}
+
+// parseOtherState decodes the reply of the InspectOther script.
+func parseOtherState(v []string) (st LockState, ok bool, err error) {
+	bad := fmt.Errorf("unexpected inspect reply %q", v)
+	if len(v) < 8 {
+		return st, false, bad
+	}
+	num := func(s string) int64 {
+		n, e := strconv.ParseInt(s, 10, 64)
+		if e != nil && err == nil {
+			err = bad
+		}
+		return n
+	}
+	if num(v[0]) == 0 {
+		return st, false, err
+	}
+	st.LastToken = uint64(max(num(v[1]), 0))
+	st.Mode = v[2]
+	st.Size, st.Free = max(num(v[3]), 0), max(num(v[4]), 0)
+	st.Done = v[5] == "1"
+	st.Counter = max(num(v[6]), 0)
+	nh := int(num(v[7]))
+	rest := v[8:]
+	if nh < 0 || len(rest) < 5*nh || (len(rest)-5*nh)%3 != 0 {
+		return st, false, bad
+	}
+	for i := 0; i < nh; i++ {
+		h := rest[5*i : 5*i+5]
+		lease := time.Duration(num(h[3])) * time.Millisecond
+		if lease < 0 {
+			lease = -1
+		}
+		st.Holders = append(st.Holders, Holder{Owner: h[0], Count: num(h[1]), Token: uint64(max(num(h[2]), 0)), Lease: lease, Permits: num(h[4])})
+	}
+	for w := rest[5*nh:]; len(w) >= 3; w = w[3:] {
+		st.Waiters = append(st.Waiters, Waiter{Owner: w[0], Place: time.Duration(num(w[1])) * time.Millisecond, Permits: num(w[2])})
+	}
+	return st, err == nil, err
 }
 
 // parseLockState decodes the reply of the inspect script; ok is false when
@@ -128,7 +226,7 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 		if err1 != nil || err2 != nil {
 			return st, false, fmt.Errorf("unexpected waiter in inspect reply")
 		}
-		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond})
+		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond, Permits: 1})
 	}
 	if v == "" {
 		return st, len(st.Waiters) > 0, nil
@@ -148,7 +246,7 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 		if pttl < 0 {
 			lease = -1
 		}
-		st.Holders = []Holder{{Owner: f[0], Count: n, Token: tok, Lease: lease}}
+		st.Holders = []Holder{{Owner: f[0], Count: n, Token: tok, Lease: lease, Permits: 1}}
 	}
 	return st, true, nil
 }
@@ -162,7 +260,8 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 // data it writes. The fencing sequence continues after a forced release.
 //
 // ForceUnlock returns the locks it released; none, and no error, when
-// nothing was held.
+// nothing was held. It does not touch the other primitives of that name
+// (RWMutex, Semaphore, Once), whose holders' leases are their way out.
 func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error) {
 	if err := c.checkCall(ctx, checkName(name)); err != nil {
 		return nil, err

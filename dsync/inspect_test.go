@@ -214,3 +214,138 @@ func TestInspectList(t *testing.T) {
 		t.Errorf("List(other}*) = %v, %v", odd, err)
 	}
 }
+
+func inspectKind(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) dsync.LockState {
+	t.Helper()
+	st, ok := inspectOne(t, c, name, kind)
+	if !ok {
+		t.Fatalf("Inspect(%q) found no %s", name, kind)
+	}
+	return st
+}
+
+func TestInspectRWMutex(t *testing.T) {
+	c := newClient(t)
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	ctx := ctxT(t)
+	rw := c.NewRWMutex("cfg")
+	r1, err := rw.RLockContext(dsync.WithOwner(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.RLockContext(dsync.WithOwner(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := inspectKind(t, c, "cfg", dsync.KindRWMutex)
+	if st.Mode != "read" || len(st.Holders) != 2 {
+		t.Fatalf("two readers: %+v", st)
+	}
+	for _, h := range st.Holders {
+		if h.Count != 1 || h.Token == 0 || h.Lease <= 0 {
+			t.Errorf("reader %+v", h)
+		}
+	}
+	// A writer queues behind the readers.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wctx = dsync.WithOwner(wctx)
+	wOwner, _ := dsync.OwnerOf(wctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := other.NewRWMutex("cfg").LockContext(wctx)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the writer to queue", func() bool {
+		st, _ := inspectOne(t, c, "cfg", dsync.KindRWMutex)
+		return len(st.Waiters) == 1 && st.Waiters[0].Owner == wOwner
+	})
+	for _, r := range []context.Context{r1, r2} {
+		if err := rw.RUnlockContext(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st = inspectKind(t, c, "cfg", dsync.KindRWMutex)
+	if st.Mode != "write" || len(st.Holders) != 1 || st.Holders[0].Owner != wOwner || len(st.Waiters) != 0 {
+		t.Errorf("writer: %+v", st)
+	}
+}
+
+func TestInspectSemaphore(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	sem := c.NewSemaphore("pool", 5)
+	a, err := sem.Acquire(dsync.WithOwner(ctx), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.Acquire(dsync.WithOwner(ctx), 2); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := sem.Acquire(dsync.WithOwner(wctx), 3)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the waiter to queue", func() bool {
+		st, _ := inspectOne(t, c, "pool", dsync.KindSemaphore)
+		return len(st.Waiters) == 1
+	})
+	st := inspectKind(t, c, "pool", dsync.KindSemaphore)
+	if st.Size != 5 || st.Free != 1 || len(st.Holders) != 2 || st.Waiters[0].Permits != 3 || st.LastToken == 0 {
+		t.Errorf("semaphore: %+v", st)
+	}
+	for _, h := range st.Holders {
+		if h.Permits != 2 || h.Lease <= 0 {
+			t.Errorf("holder %+v", h)
+		}
+	}
+	if err := sem.Release(a, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := inspectKind(t, c, "pool", dsync.KindSemaphore); st.Free != 0 || len(st.Waiters) != 0 {
+		t.Errorf("after the grant: %+v", st)
+	}
+}
+
+func TestInspectOnceAndWaitGroup(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	running, finish := make(chan string, 1), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.NewOnce("init").Do(ctx, func(ctx context.Context) error {
+			o, _ := dsync.OwnerOf(ctx)
+			running <- o
+			<-finish
+			return nil
+		})
+	}()
+	runner := <-running
+	st := inspectKind(t, c, "init", dsync.KindOnce)
+	if st.Done || len(st.Holders) != 1 || st.Holders[0].Owner != runner || st.Holders[0].Token == 0 {
+		t.Errorf("running Once: %+v", st)
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := inspectKind(t, c, "init", dsync.KindOnce); !st.Done || len(st.Holders) != 0 {
+		t.Errorf("done Once: %+v", st)
+	}
+
+	if err := c.NewWaitGroup("batch").Add(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if st := inspectKind(t, c, "batch", dsync.KindWaitGroup); st.Counter != 3 {
+		t.Errorf("WaitGroup counter = %d, want 3", st.Counter)
+	}
+}

@@ -44,16 +44,36 @@ func format(states []dsync.LockState) string {
 	var b strings.Builder
 	for _, s := range states {
 		fmt.Fprintf(&b, "%s %s\n", s.Kind, quote(s.Name))
-		if len(s.Holders) == 0 {
+		switch s.Kind {
+		case dsync.KindSemaphore:
+			fmt.Fprintf(&b, "  permits %d free of %d\n", s.Free, s.Size)
+		case dsync.KindOnce:
+			fmt.Fprintf(&b, "  done %v\n", s.Done)
+		case dsync.KindWaitGroup:
+			fmt.Fprintf(&b, "  counter %d\n", s.Counter)
+		case dsync.KindRWMutex:
+			if s.Mode != "" {
+				fmt.Fprintf(&b, "  mode %s\n", s.Mode)
+			}
+		}
+		if len(s.Holders) == 0 && s.Kind != dsync.KindWaitGroup {
 			fmt.Fprintf(&b, "  free (last fencing token %d)\n", s.LastToken)
 		}
 		for _, h := range s.Holders {
+			if s.Kind == dsync.KindSemaphore {
+				fmt.Fprintf(&b, "  holder  %s  permits %d  lease %s\n", h.Owner, h.Permits, lease(h.Lease))
+				continue
+			}
 			fmt.Fprintf(&b, "  holder  %s  count %d  token %d  lease %s\n", h.Owner, h.Count, h.Token, lease(h.Lease))
 		}
 		if len(s.Waiters) > 0 {
 			fmt.Fprintf(&b, "  waiters %d, in order:\n", len(s.Waiters))
 		}
 		for i, w := range s.Waiters {
+			if s.Kind == dsync.KindSemaphore {
+				fmt.Fprintf(&b, "    %d. %s  wants %d  place %s\n", i+1, w.Owner, w.Permits, lease(w.Place))
+				continue
+			}
 			fmt.Fprintf(&b, "    %d. %s  place %s\n", i+1, w.Owner, lease(w.Place))
 		}
 	}
@@ -65,11 +85,13 @@ type jsonHolder struct {
 	Count   int64  `json:"count"`
 	Token   uint64 `json:"token"`
 	LeaseMS int64  `json:"lease_ms"` // -1: no expiry
+	Permits int64  `json:"permits"`
 }
 
 type jsonWaiter struct {
 	Owner   string `json:"owner"`
 	PlaceMS int64  `json:"place_ms"`
+	Permits int64  `json:"permits"`
 }
 
 type jsonState struct {
@@ -79,6 +101,11 @@ type jsonState struct {
 	Holders   []jsonHolder `json:"holders"`
 	LastToken uint64       `json:"last_token"`
 	Waiters   []jsonWaiter `json:"waiters"`
+	Mode      string       `json:"mode,omitempty"`    // RWMutex
+	Size      *int64       `json:"size,omitempty"`    // Semaphore
+	Free      *int64       `json:"free,omitempty"`    // Semaphore
+	Done      *bool        `json:"done,omitempty"`    // Once
+	Counter   *int64       `json:"counter,omitempty"` // WaitGroup
 }
 
 func ms(d time.Duration) int64 {
@@ -94,10 +121,19 @@ func toJSON(states []dsync.LockState) []jsonState {
 		j := jsonState{Kind: string(s.Kind), Name: s.Name, Held: len(s.Holders) > 0, LastToken: s.LastToken,
 			Holders: []jsonHolder{}, Waiters: []jsonWaiter{}}
 		for _, h := range s.Holders {
-			j.Holders = append(j.Holders, jsonHolder{h.Owner, h.Count, h.Token, ms(h.Lease)})
+			j.Holders = append(j.Holders, jsonHolder{h.Owner, h.Count, h.Token, ms(h.Lease), h.Permits})
 		}
 		for _, w := range s.Waiters {
-			j.Waiters = append(j.Waiters, jsonWaiter{w.Owner, ms(w.Place)})
+			j.Waiters = append(j.Waiters, jsonWaiter{w.Owner, ms(w.Place), w.Permits})
+		}
+		j.Mode = s.Mode
+		switch s.Kind {
+		case dsync.KindSemaphore:
+			j.Size, j.Free = &s.Size, &s.Free
+		case dsync.KindOnce:
+			j.Done = &s.Done
+		case dsync.KindWaitGroup:
+			j.Counter = &s.Counter
 		}
 		out = append(out, j)
 	}

@@ -286,3 +286,29 @@ func TestCLIWatch(t *testing.T) {
 		t.Errorf("watch printed %d states, want 3:\n%s", n, out.String())
 	}
 }
+
+func TestCLIInspectSemaphore(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	if _, err := c.NewSemaphore("pool", 4).Acquire(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := e.run(ctx, "inspect", "pool")
+	if code != 0 || !strings.Contains(out, "semaphore pool\n  permits 1 free of 4\n  holder  ") || !strings.Contains(out, "permits 3") {
+		t.Fatalf("exit %d, out %q, err %q", code, out, errs)
+	}
+	code, out, _ = e.run(ctx, "--json", "inspect", "pool")
+	var js []jsonState
+	if err := json.Unmarshal([]byte(out), &js); err != nil || code != 0 {
+		t.Fatal(code, err)
+	}
+	if len(js) != 1 || js[0].Size == nil || *js[0].Size != 4 || *js[0].Free != 1 || js[0].Holders[0].Permits != 3 {
+		t.Errorf("--json = %s", out)
+	}
+	// unlock --force applies to mutexes only, and says so.
+	code, out, _ = e.run(ctx, "unlock", "--force", "--yes", "pool")
+	if code != 0 || !strings.Contains(out, "not held as a mutex or fair_mutex (found: semaphore)") {
+		t.Errorf("unlock of a semaphore: %d %q", code, out)
+	}
+}

@@ -235,7 +235,7 @@ func watch(ctx context.Context, c *dsync.Client, o options, name string, w io.Wr
 func stable(states []dsync.LockState) string {
 	var b strings.Builder
 	for _, s := range states {
-		fmt.Fprintf(&b, "%s %d|", s.Kind, s.LastToken)
+		fmt.Fprintf(&b, "%s %d %s %d %v %d|", s.Kind, s.LastToken, s.Mode, s.Free, s.Done, s.Counter)
 		for _, h := range s.Holders {
 			fmt.Fprintf(&b, "h %s %d %d|", h.Owner, h.Count, h.Token)
 		}
@@ -264,7 +264,13 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs))})
 	}
 	if len(refs) == 0 {
-		_, err := fmt.Fprintf(w, "%s is not held: nothing to release\n", quote(name))
+		var kinds []string
+		for _, s := range before {
+			kinds = append(kinds, string(s.Kind))
+		}
+		// Only a Mutex or FairMutex can be forced; the other primitives'
+		// holders are freed by their leases.
+		_, err := fmt.Fprintf(w, "%s is not held as a mutex or fair_mutex (found: %s): nothing released\n", quote(name), strings.Join(kinds, ", "))
 		return err
 	}
 	for _, s := range heldOnly(before, refs) {

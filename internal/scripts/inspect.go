@@ -11,11 +11,16 @@ var (
 	inspectLockSrc string
 	//go:embed force_unlock.lua
 	forceUnlockSrc string
+	//go:embed inspect_other.lua
+	inspectOtherSrc string
 )
 
-// Scripts behind Client.Inspect and Client.ForceUnlock. They read and reset
-// the "<owner> <token> <count>" value shared by Mutex and FairMutex.
+// Scripts behind Client.Inspect and Client.ForceUnlock. InspectLock and
+// ForceUnlock read and reset the "<owner> <token> <count>" value shared by
+// Mutex and FairMutex.
 var (
 	InspectLock = rueidis.NewLuaScript(inspectLockSrc)
 	ForceUnlock = rueidis.NewLuaScript(forceUnlockSrc)
+	// InspectOther reads the RWMutex, Semaphore, Once and WaitGroup layouts.
+	InspectOther = rueidis.NewLuaScript(inspectOtherSrc)
 )
