@@ -11,26 +11,12 @@ import (
 )
 
 // quote prints a name as is when that is unambiguous, else Go-quoted:
-// names may hold spaces, braces or binary.
+// names may hold spaces, quotes or binary.
 func quote(name string) string {
-	if utf8.ValidString(name) && !strings.ContainsAny(name, " \t\n\r\"\\") && strconv.IsPrint(firstRune(name)) {
-		plain := true
-		for _, r := range name {
-			if !strconv.IsPrint(r) {
-				plain = false
-				break
-			}
-		}
-		if plain {
-			return name
-		}
+	if !utf8.ValidString(name) || strings.ContainsAny(name, " \"\\") || strings.ContainsFunc(name, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return strconv.Quote(name)
 	}
-	return strconv.Quote(name)
-}
-
-func firstRune(s string) rune {
-	r, _ := utf8.DecodeRuneInString(s)
-	return r
+	return name
 }
 
 func lease(d time.Duration) string {

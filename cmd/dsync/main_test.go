@@ -312,3 +312,33 @@ func TestCLIInspectSemaphore(t *testing.T) {
 		t.Errorf("unlock of a semaphore: %d %q", code, out)
 	}
 }
+
+func TestCLIAuth(t *testing.T) {
+	redistest.Require(t)
+	s := redistest.Start(t)
+	if err := s.Do(t, "ACL", "SETUSER", "ops", "on", ">opspass", "~*", "&*", "+@all").Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Do(t, "CONFIG", "SET", "requirepass", "s3cret").Error(); err != nil { // last: Do would need it
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		code int
+		msg  string
+	}{
+		{[]string{"list"}, map[string]string{"REDIS_ADDR": s.Addr}, 1, "refused the connection"},
+		{[]string{"list"}, map[string]string{"REDIS_ADDR": s.Addr, "REDIS_PASSWORD": "wrong"}, 1, "refused the connection"},
+		{[]string{"list"}, map[string]string{"REDIS_ADDR": s.Addr, "REDIS_PASSWORD": "s3cret"}, 0, ""},
+		{[]string{"--user", "ops", "--password", "opspass", "list"}, map[string]string{"REDIS_ADDR": s.Addr}, 0, ""},
+		{[]string{"list"}, map[string]string{"REDIS_ADDR": s.Addr, "REDIS_USER": "ops", "REDIS_PASSWORD": "opspass"}, 0, ""},
+	} {
+		var out, errb syncBuffer
+		code := run(ctx, tc.args, func(k string) string { return tc.vars[k] }, &out, &errb)
+		if code != tc.code || !strings.Contains(errb.String(), tc.msg) {
+			t.Errorf("%v %v: exit %d, stderr %q; want %d with %q", tc.args, tc.vars, code, errb.String(), tc.code, tc.msg)
+		}
+	}
+}
