@@ -1,0 +1,103 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// sentinelRueidis returns a rueidis client that finds the master through
+// the package's sentinels, closed when t ends.
+func sentinelRueidis(t testing.TB) rueidis.Client {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  sentinel(t).Addrs(),
+		Sentinel:     rueidis.SentinelOption{MasterSet: redistest.MasterSet},
+		DisableCache: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+// TestSentinelFailover: a SENTINEL FAILOVER with a holder and a waiter
+// wedges neither. The holder keeps the lock or loses it with ErrLockLost,
+// the waiter gets it, and new acquisitions work on the new master.
+func TestSentinelFailover(t *testing.T) {
+	st := sentinel(t)
+	prefix := testPrefix(t)
+	const lease = 1500 * time.Millisecond
+	a := newClientOn(t, sentinelRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	b := newClientOn(t, sentinelRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	ctx := ctxT(t)
+
+	held, err := a.NewMutex("s").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ctx context.Context
+		err error
+	}
+	waiter := make(chan result, 1)
+	go func() {
+		// Errors during the failover are retried, as a caller would.
+		for {
+			l, err := b.NewMutex("s").LockContext(ctx)
+			if err == nil || ctx.Err() != nil {
+				waiter <- result{l, err}
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the waiter is waiting
+	start := time.Now()
+	next, err := st.Failover(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover to %s took %v", next.Addr, time.Since(start))
+
+	// Give the holder two leases to show whether it survived.
+	select {
+	case <-held.Done():
+		if !errors.Is(context.Cause(held), dsync.ErrLockLost) {
+			t.Fatalf("holder's context ended with %v, want ErrLockLost", context.Cause(held))
+		}
+		t.Log("the holder lost the lock in the failover")
+	case <-time.After(2 * lease):
+		t.Log("the holder kept the lock through the failover")
+	}
+	if err := a.NewMutex("s").UnlockContext(held); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("holder's unlock: %v", err)
+	}
+	var got result
+	select {
+	case got = <-waiter:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter is wedged after the failover")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if err := b.NewMutex("s").UnlockContext(got.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// New acquisitions go to the new master.
+	l, ok, err := a.NewMutex("after").TryLockContext(ctx)
+	if !ok || err != nil {
+		t.Fatalf("acquisition after the failover: %v %v", ok, err)
+	}
+	if v, err := next.Do(t, "EXISTS", prefix+":{after}:mutex").AsInt64(); err != nil || v != 1 {
+		t.Fatalf("the lock is not on the new master %s: %v %v", next.Addr, v, err)
+	}
+	a.NewMutex("after").UnlockContext(l)
+}
