@@ -8,6 +8,9 @@ import (
 	"strings"
 )
 
+// stallScenarios are the scenarios that count stalls.
+var stallScenarios = []string{"serial", "parallel", "contended", "xproc", "handoff"}
+
 // peers are the libs "best peer" is taken from: other people's locks, not
 // our reference (raw), not the floor, not dsync.
 var peers = []string{"rueidislock", "redsync", "redsync-1ms", "redislock"}
@@ -174,7 +177,7 @@ func (r *report) targets() []target {
 	{
 		var stalls float64
 		measured := false
-		for _, sc := range []string{"contended", "xproc", "handoff"} {
+		for _, sc := range stallScenarios {
 			for _, lib := range []string{"dsync", "dsync-h0"} {
 				if v, ok := r.get(sc, lib, "stalls"); ok {
 					stalls += v
@@ -291,10 +294,11 @@ func (r *report) markdown() string {
 		{head: "ns/op", metric: "ns_op", format: "%.0f"}, {head: "vs raw", metric: "ns_op", ratioTo: "raw"},
 		{head: "allocs/op", metric: "allocs_op", format: "%.1f"}, {head: "B/op", metric: "bytes_op", format: "%.0f"},
 		{head: "round trips/op", metric: "rt_op", format: "%.2f"}, {head: "cmds/op", metric: "cmds_op", format: "%.2f"},
+		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
 	r.table(&b, fmt.Sprintf("parallel: 64 goroutines, random key of 10,000 (%v)", st.Parallel), "parallel", []col{
 		{head: "ops/s", metric: "ops_s", format: "%.0f"}, {head: "vs raw", metric: "ops_s", ratioTo: "raw"},
-		{head: "vs best peer", metric: "ops_s", ratioTo: "peer"},
+		{head: "vs best peer", metric: "ops_s", ratioTo: "peer"}, {head: "stalls", metric: "stalls", format: "%.0f"},
 	})
 	contCols := []col{
 		{head: "acq/s", metric: "acq_s", format: "%.0f"}, {head: "vs best peer", metric: "acq_s", ratioTo: "peer"},
@@ -313,6 +317,7 @@ func (r *report) markdown() string {
 		{head: "PING p50 us", metric: "ping_p50_us", format: "%.0f"}, {head: "PING p99 us", metric: "ping_p99_us", format: "%.0f"},
 		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
+	r.liveness(&b)
 	r.table(&b, fmt.Sprintf("dsync primitives: 16 goroutines, one name, one process (%v)", st.Contended), "primitives", []col{
 		{head: "acq/s", metric: "acq_s", format: "%.0f"}, {head: "wait p50 ms", metric: "wait_p50_ms", format: "%.3f"},
 		{head: "wait p99 ms", metric: "wait_p99_ms", format: "%.2f"}, {head: "fairness", metric: "fairness", format: "%.4f"},
@@ -343,3 +348,34 @@ func (r *report) write(dir, md string) error {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// liveness sums each lib's stalls over all scenarios and repeats.
+func (r *report) liveness(b *strings.Builder) {
+	b.WriteString("\n### liveness: stalls (lock free > 2 s while waited for), all scenarios and repeats\n\n| lib | stalls |")
+	for _, sc := range stallScenarios {
+		fmt.Fprintf(b, " %s |", sc)
+	}
+	b.WriteString("\n| --- | ---: |")
+	for range stallScenarios {
+		b.WriteString(" ---: |")
+	}
+	b.WriteString("\n")
+	for _, l := range libs {
+		var total float64
+		var cells []string
+		seen := false
+		for _, sc := range stallScenarios {
+			v, ok := r.get(sc, l.name, "stalls")
+			if !ok {
+				cells = append(cells, "-")
+				continue
+			}
+			seen = true
+			total += v
+			cells = append(cells, fmt.Sprintf("%.0f", v))
+		}
+		if seen {
+			fmt.Fprintf(b, "| %s | %.0f | %s |\n", l.name, total, strings.Join(cells, " | "))
+		}
+	}
+}

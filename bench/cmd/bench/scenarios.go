@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -44,10 +45,16 @@ func openLib(e *env, spec libSpec) (lib, *atomic.Int64, error) {
 	return l, rt, nil
 }
 
+// lockOnce is a warm-up op. A warm-up wait that stalls is reported and
+// skipped rather than ending the whole run.
 func lockOnce(h handle) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.Lock(ctx); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(os.Stderr, "  warm-up wait stalled (lock free, not acquired in 5s)\n")
+			return nil
+		}
 		return err
 	}
 	return h.Unlock(ctx)
@@ -66,9 +73,19 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 			return nil, err
 		}
 	}
-	ctx := context.Background()
+	// One deadline for the whole run, not one per op (that would add
+	// allocations to every lib): a lib that stalls (rueidislock does) must
+	// not hang the bench. An op slower than 2 s counts as a stall.
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	stalls := 0
 	op := func() error {
-		if err := h.Lock(ctx); err != nil {
+		t0 := time.Now()
+		err := h.Lock(ctx)
+		if time.Since(t0) > 2*time.Second {
+			stalls++
+		}
+		if err != nil {
 			return err
 		}
 		return h.Unlock(ctx)
@@ -83,7 +100,7 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 	runtime.ReadMemStats(&m0)
 	for range allocOps {
 		if err := op(); err != nil {
-			return nil, err
+			return stalled(ctx, err, stalls)
 		}
 	}
 	runtime.ReadMemStats(&m1)
@@ -96,18 +113,29 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 	n := 0
 	for time.Since(start) < d {
 		if err := op(); err != nil {
-			return nil, err
+			return stalled(ctx, err, stalls)
 		}
 		n++
 	}
 	el := time.Since(start)
 	return sample{
+		"stalls":    float64(stalls),
 		"ns_op":     float64(el.Nanoseconds()) / float64(n),
 		"allocs_op": float64(m1.Mallocs-m0.Mallocs) / allocOps,
 		"bytes_op":  float64(m1.TotalAlloc-m0.TotalAlloc) / allocOps,
 		"rt_op":     float64(rts) / allocOps,
 		"cmds_op":   float64(calls1-calls0) / allocOps,
 	}, nil
+}
+
+// stalled turns a wait cut off by the run's deadline into a result with
+// the stalls (and no throughput), and passes other errors on.
+func stalled(ctx context.Context, err error, stalls int) (sample, error) {
+	if ctx.Err() == nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "  a wait outlived the run's deadline: %v\n", err)
+	return sample{"stalls": float64(stalls + 1), "aborted": 1}, nil
 }
 
 // parallel: 64 goroutines, each lock+unlock of a random key of 10,000.
@@ -124,10 +152,11 @@ func parallel(e *env, spec libSpec, key string, d time.Duration) (sample, error)
 	if err := lockOnce(l.handle(keys[0])); err != nil {
 		return nil, err
 	}
-	var ops, errs atomic.Int64
+	var ops, errs, stalls atomic.Int64
 	var firstErr atomic.Value
 	stopAt := time.Now().Add(d)
-	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(10*time.Second))
+	// A wait still running 3 s after the window is cut off (a stall).
+	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(3*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -137,7 +166,11 @@ func parallel(e *env, spec libSpec, key string, d time.Duration) (sample, error)
 			defer wg.Done()
 			for time.Now().Before(stopAt) {
 				h := l.handle(keys[rand.IntN(len(keys))])
+				t0 := time.Now()
 				err := h.Lock(ctx)
+				if time.Since(t0) > 2*time.Second {
+					stalls.Add(1)
+				}
 				if err == nil {
 					err = h.Unlock(ctx)
 				}
@@ -151,8 +184,8 @@ func parallel(e *env, spec libSpec, key string, d time.Duration) (sample, error)
 		}()
 	}
 	wg.Wait()
-	el := time.Since(start)
-	s := sample{"ops_s": float64(ops.Load()) / el.Seconds(), "errors": float64(errs.Load())}
+	el := min(time.Since(start), d) // a stalled straggler must not stretch the window
+	s := sample{"ops_s": float64(ops.Load()) / el.Seconds(), "errors": float64(errs.Load()), "stalls": float64(stalls.Load())}
 	if v := firstErr.Load(); v != nil {
 		fmt.Fprintf(os.Stderr, "  %s parallel: %d errors, first: %v\n", spec.name, errs.Load(), v)
 	}
@@ -409,6 +442,10 @@ func handoff(e *env, spec libSpec, key string, rounds int) (sample, error) {
 	stalls := 0
 	for range rounds + warm {
 		d, err := handoffRound(h, k)
+		if errors.Is(err, errHolderStalled) {
+			stalls++
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -445,9 +482,16 @@ func childHandoff(addr, libName, key string) error {
 			return nil
 		}
 		fmt.Println("waiting")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A waiter that has not got the free lock after 5 s has stalled;
+		// it reports when it gave up, and the rounds go on.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := h.Lock(ctx)
 		t1 := time.Now().UnixNano()
+		if err != nil && ctx.Err() != nil {
+			cancel()
+			fmt.Printf("acquired %d\n", t1)
+			continue
+		}
 		if err == nil {
 			err = h.Unlock(context.Background())
 		}
@@ -475,14 +519,24 @@ func pingRTT(e *env, n int) (p50, p99 time.Duration, err error) {
 	return percentile(lat, 50), percentile(lat, 99), nil
 }
 
+// errHolderStalled: the holder's own wait for the free lock timed out.
+var errHolderStalled = errors.New("holder stalled")
+
 // handoffRound: lock here, let the child start waiting, release, and return
 // how long after the release started the child's acquire returned.
 func handoffRound(h handle, k *child) (time.Duration, error) {
 	// ctx must outlive the hold: rueidislock releases when it ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	t := time.Now()
 	if err := h.Lock(ctx); err != nil {
+		if ctx.Err() != nil {
+			return 0, errHolderStalled
+		}
 		return 0, err
+	}
+	if time.Since(t) > 2*time.Second { // the lock was free: nobody else runs
+		fmt.Fprintf(os.Stderr, "  handoff: holder's own lock took %v\n", time.Since(t))
 	}
 	if err := k.send("wait"); err != nil {
 		return 0, err
