@@ -220,6 +220,12 @@ loop:
 			say("write", fmt.Sprintf("%d %v %d", tok, ok, now()))
 		}
 	}
+	if lctx.Err() != nil {
+		// One more write, as from a holder frozen between its check of the
+		// lock context and its write: only the fence can stop it.
+		ok := res.fence(tok)
+		say("write", fmt.Sprintf("%d %v %d", tok, ok, now()))
+	}
 	if !stop() { // AfterFunc ran (or runs): the lock context was cancelled
 		for cancelledAt.Load() == 0 {
 			time.Sleep(time.Millisecond)

@@ -44,7 +44,7 @@ func TestFaultSecurityACL(t *testing.T) {
 	as := func(user, pw string) func(*rueidis.ClientOption) {
 		return func(o *rueidis.ClientOption) { o.Username, o.Password = user, pw }
 	}
-	const lease = 300 * time.Millisecond
+	const lease = time.Second
 	c1 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
 	c2 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
 	m1, m2 := c1.NewMutex("acl"), c2.NewMutex("acl")
@@ -60,7 +60,7 @@ func TestFaultSecurityACL(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(2 * lease) // hold across renewals while the other waits
+	time.Sleep(lease + lease/5) // hold across renewals while the other waits
 	if l1.Err() != nil {
 		t.Fatalf("restricted user's hold was lost: %v", context.Cause(l1))
 	}
