@@ -157,14 +157,16 @@ func (h *hold) end(cause error, lost bool) bool {
 			h.onLost(h)
 		}
 	}
-	for i := len(cancels) - 1; i >= 0; i-- {
-		cancels[i](cause)
-	}
 	if lost {
+		// Report before cancelling, so whoever waits on a lock context
+		// finds the loss already recorded.
 		if f := c.cfg.observer.Lost; f != nil {
 			f(Lost{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
 		}
 		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
+	}
+	for i := len(cancels) - 1; i >= 0; i-- {
+		cancels[i](cause)
 	}
 	return true
 }
