@@ -209,11 +209,17 @@ func TestClusterWakeup(t *testing.T) {
 }
 
 // clusterHammer runs goroutines in two Clients over the cluster, each taking
-// the mutex name iters times; it fails on two holders at once. During runs
-// it calls during (if not nil) once, in its own goroutine.
-func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), opts ...dsync.Option) (errs int64) {
+// the mutex name iters times; it fails on two holders at once. With during,
+// it calls it once the hammer runs, and each goroutine goes on until it has
+// done iters more acquisitions after during returned; it reports how long
+// that took.
+func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), opts ...dsync.Option) (errs int64, after time.Duration) {
 	const clients, goroutines = 2, 4
 	var inside, done atomic.Int32
+	var faulted atomic.Bool
+	if during == nil {
+		faulted.Store(true)
+	}
 	var nerr atomic.Int64
 	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
 	defer cancel()
@@ -227,6 +233,9 @@ func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), 
 				defer done.Add(1)
 				m := c.NewMutex(name)
 				for i := 0; i < iters; {
+					if !faulted.Load() {
+						i = 0 // count only the acquisitions after the fault
+					}
 					lctx, err := m.LockContext(ctx)
 					if err != nil {
 						if ctx.Err() != nil {
@@ -256,18 +265,24 @@ func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), 
 			}()
 		}
 	}
+	var faultDone time.Time
 	if during != nil {
-		waitFor(t, 10*time.Second, "the hammer to start", func() bool { return inside.Load() > 0 || done.Load() > 0 })
+		waitFor(t, 10*time.Second, "the hammer to start", func() bool { return inside.Load() > 0 })
 		during()
+		faultDone = time.Now()
+		faulted.Store(true)
 	}
 	wg.Wait()
-	return nerr.Load()
+	if during != nil {
+		after = time.Since(faultDone)
+	}
+	return nerr.Load(), after
 }
 
 func TestClusterMutexHammer(t *testing.T) {
 	prefix := testPrefix(t)
 	for _, name := range namesOnMasters(t, prefix)[:2] {
-		if errs := clusterHammer(t, prefix, name, 25, nil); errs != 0 {
+		if errs, _ := clusterHammer(t, prefix, name, 25, nil); errs != 0 {
 			t.Fatalf("%d errors without a fault", errs)
 		}
 	}
@@ -284,16 +299,22 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	// A release caught by the failover's write pause can fail; its key then
 	// frees itself when the lease runs out, so the lease bounds the stall.
-	errs := clusterHammer(t, prefix, name, 60, func() {
+	const lease = 3 * time.Second
+	errs, after := clusterHammer(t, prefix, name, 20, func() {
 		if err := cl.Failover(replica, 10*time.Second); err != nil {
 			t.Error(err)
 		}
-	}, dsync.WithLease(3*time.Second))
+	}, dsync.WithLease(lease))
 	if role, err := redistest.Role(replica); err != nil || role != "master" {
 		t.Fatalf("replica role %q, %v: no failover happened", role, err)
 	}
-	t.Logf("480 acquisitions across a failover in %v, %d failed calls retried", time.Since(start), errs)
+	t.Logf("160 acquisitions after the failover took %v; %d failed calls retried", after, errs)
+	// Waiters of the other Client are woken by the release message; were
+	// they not, each crossing would wait up to lease/3, and 160 acquisitions
+	// (handed over in-process at most 8 in a row) would take far longer.
+	if after > lease+3*time.Second {
+		t.Fatalf("waiters not woken after the failover: %v for 160 acquisitions", after)
+	}
 }
