@@ -318,3 +318,98 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		t.Fatalf("waiters not woken after the failover: %v for 160 acquisitions", after)
 	}
 }
+
+// TestClusterPrimitives runs a small cross-Client hammer of every other
+// primitive on the cluster: exclusion (or the permit bound) holds, and
+// Once runs its function once.
+func TestClusterPrimitives(t *testing.T) {
+	prefix := testPrefix(t)
+	var clients []*dsync.Client
+	for range 2 {
+		clients = append(clients, newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix)))
+	}
+	type lockFn func(c *dsync.Client, ctx context.Context) (context.Context, func() error, error)
+	cases := []struct {
+		name  string
+		limit int32
+		lock  lockFn
+	}{
+		{"FairMutex", 1, func(c *dsync.Client, ctx context.Context) (context.Context, func() error, error) {
+			m := c.NewFairMutex("fair")
+			l, err := m.LockContext(ctx)
+			return l, func() error { return m.UnlockContext(l) }, err
+		}},
+		{"RWMutex", 1, func(c *dsync.Client, ctx context.Context) (context.Context, func() error, error) {
+			rw := c.NewRWMutex("rw")
+			l, err := rw.LockContext(ctx)
+			return l, func() error { return rw.UnlockContext(l) }, err
+		}},
+		{"Semaphore", 2, func(c *dsync.Client, ctx context.Context) (context.Context, func() error, error) {
+			s := c.NewSemaphore("sem", 2)
+			l, err := s.Acquire(ctx, 1)
+			return l, func() error { return s.Release(l, 1) }, err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctxT(t), 20*time.Second)
+			defer cancel()
+			var inside, peak atomic.Int32
+			var wg sync.WaitGroup
+			for _, c := range clients {
+				for range 3 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 10 {
+							_, unlock, err := tc.lock(c, ctx)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							n := inside.Add(1)
+							if n > tc.limit {
+								t.Errorf("%d holders, limit %d", n, tc.limit)
+							}
+							for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+							}
+							time.Sleep(200 * time.Microsecond)
+							inside.Add(-1)
+							if err := unlock(); err != nil {
+								t.Error(err)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			if tc.limit > 1 && peak.Load() < 2 {
+				t.Logf("semaphore never had two holders at once (peak %d)", peak.Load())
+			}
+		})
+	}
+	t.Run("Once", func(t *testing.T) {
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := c.NewOnce("once").Do(ctxT(t), func(context.Context) error {
+						runs.Add(1)
+						time.Sleep(20 * time.Millisecond)
+						return nil
+					})
+					if err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("Once ran f %d times", n)
+		}
+	})
+}
