@@ -99,7 +99,9 @@ func (rl *RedLock) orderKey() string {
 	if len(rl.nodes) == 0 {
 		return ""
 	}
-	return rl.nodes[0].key
+	// Apart from the Mutex of the same name, which a MultiLock must not
+	// take for a duplicate of this RedLock.
+	return rl.nodes[0].key + ":redlock"
 }
 
 // LockContext acquires rl on a majority of nodes for the owner ctx carries
