@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -47,6 +48,7 @@ func main() {
 		libsFlag  = flag.String("libs", "", "comma-separated libs to run (default all)")
 		scenFlag  = flag.String("scenarios", "", "comma-separated scenarios: serial,parallel,contended,xproc,handoff,primitives,scale (default all)")
 		out       = flag.String("out", "results", "directory for latest.json and latest.md")
+		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process (not of children) to this file")
 		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
 		childRole = flag.String("child", "", "internal: run as a child process (xproc, handoff, scale, spin)")
 		addr      = flag.String("addr", "", "internal: Redis address for a child")
@@ -73,7 +75,19 @@ func main() {
 	if *reps > 0 {
 		st.Reps = *reps
 	}
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(st, split(*libsFlag), split(*scenFlag), *out, *redisBin); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

@@ -148,7 +148,23 @@ func (r *report) targets() []target {
 		add("contended acq/s", ">= 3x best peer", fmt.Sprintf("%.1fx %s", x, who), x >= 3, ok)
 	}
 	if x, who, ok := peerRatio("contended", "wait_p99_ms", true); true {
-		add("contended wait p99", "<= 1/5 of best peer's", fmt.Sprintf("%.3fx %s", x, who), x <= 0.2, ok)
+		m := fmt.Sprintf("%.3fx %s", x, who)
+		// A barging peer's p99 is low because its losers sleep and are
+		// rarely counted; say how dsync compares with the fair peers too.
+		if f, _ := r.get("contended", who, "fairness"); f < 0.9 {
+			a, _ := r.get("contended", "dsync", "wait_p99_ms")
+			var best float64
+			var fair string
+			for _, p := range peers {
+				v, ok1 := r.get("contended", p, "wait_p99_ms")
+				pf, _ := r.get("contended", p, "fairness")
+				if ok1 && pf >= 0.9 && (fair == "" || v < best) {
+					best, fair = v, p
+				}
+			}
+			m += fmt.Sprintf(" (fairness %.2f); %.3fx %s, the best peer with fairness >= 0.9", f, a/best, fair)
+		}
+		add("contended wait p99", "<= 1/5 of best peer's", m, x <= 0.2, ok)
 	}
 	if f, ok := r.get("contended", "dsync", "fairness"); true {
 		add("contended fairness", ">= 0.9", fmt.Sprintf("%.3f", f), f >= 0.9, ok)
@@ -298,7 +314,9 @@ func (r *report) markdown() string {
 	})
 	r.table(&b, fmt.Sprintf("parallel: 64 goroutines, random key of 10,000 (%v)", st.Parallel), "parallel", []col{
 		{head: "ops/s", metric: "ops_s", format: "%.0f"}, {head: "vs raw", metric: "ops_s", ratioTo: "raw"},
-		{head: "vs best peer", metric: "ops_s", ratioTo: "peer"}, {head: "stalls", metric: "stalls", format: "%.0f"},
+		{head: "vs best peer", metric: "ops_s", ratioTo: "peer"},
+		{head: "client CPU us/op", metric: "client_cpu_us_op", format: "%.1f"}, {head: "Redis CPU us/op", metric: "redis_cpu_us_op", format: "%.1f"},
+		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
 	contCols := []col{
 		{head: "acq/s", metric: "acq_s", format: "%.0f"}, {head: "vs best peer", metric: "acq_s", ratioTo: "peer"},

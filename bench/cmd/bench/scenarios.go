@@ -159,6 +159,11 @@ func parallel(e *env, spec libSpec, key string, d time.Duration) (sample, error)
 	ctx, cancel := context.WithDeadline(context.Background(), stopAt.Add(3*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
+	rcpu0, err := redisCPU(context.Background(), e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := cpuTime()
 	start := time.Now()
 	for range 64 {
 		wg.Add(1)
@@ -185,7 +190,16 @@ func parallel(e *env, spec libSpec, key string, d time.Duration) (sample, error)
 	}
 	wg.Wait()
 	el := min(time.Since(start), d) // a stalled straggler must not stretch the window
-	s := sample{"ops_s": float64(ops.Load()) / el.Seconds(), "errors": float64(errs.Load()), "stalls": float64(stalls.Load())}
+	cpu := cpuTime() - cpu0
+	rcpu1, err := redisCPU(context.Background(), e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(max(ops.Load(), 1))
+	s := sample{"ops_s": float64(ops.Load()) / el.Seconds(), "errors": float64(errs.Load()), "stalls": float64(stalls.Load()),
+		// Where an op's time goes: this process's CPU and Redis's CPU per op
+		// (2 vCPUs carry both, so their sum bounds the throughput).
+		"client_cpu_us_op": us(cpu) / n, "redis_cpu_us_op": (rcpu1 - rcpu0) * 1e6 / n}
 	if v := firstErr.Load(); v != nil {
 		fmt.Fprintf(os.Stderr, "  %s parallel: %d errors, first: %v\n", spec.name, errs.Load(), v)
 	}
