@@ -298,6 +298,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
+	ctx = releaseCtx(ctx)
 	owner, ok := OwnerOf(ctx)
 	if !ok {
 		return ErrNotHeld
@@ -324,6 +325,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 	}
 	st.h = nil
 	st.mu.Unlock()
+	h.beginRelease()
 	code, err := q.releaseRedis(ctx, owner, h.token)
 	ended := h.end(errReleased, false)
 	c.putMutex(key, st) // the hold's reference

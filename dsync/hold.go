@@ -32,10 +32,11 @@ type hold struct {
 	// commands from the hold itself, so a hold costs no closures.
 	ops holdOps
 
-	mu      sync.Mutex
-	ended   bool
-	timer   *time.Timer
-	cancels []context.CancelCauseFunc // one per acquisition, innermost last
+	mu        sync.Mutex
+	ended     bool
+	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
+	timer     *time.Timer
+	cancels   []context.CancelCauseFunc // one per acquisition, innermost last
 }
 
 // holdOps describes the holds of one primitive; see hold.ops.
@@ -169,6 +170,20 @@ func (h *hold) end(cause error, lost bool) bool {
 		cancels[i](cause)
 	}
 	return true
+}
+
+// beginRelease marks the hold as being released, so that a renewal in flight
+// that finds it already gone does not report it lost.
+func (h *hold) beginRelease() {
+	h.mu.Lock()
+	h.releasing = true
+	h.mu.Unlock()
+}
+
+func (h *hold) isReleasing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.releasing
 }
 
 func (h *hold) isEnded() bool {

@@ -148,6 +148,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		return err
 	}
 	owner, ok := OwnerOf(ctx)
+	ctx = releaseCtx(ctx)
 	if !ok {
 		return ErrNotHeld
 	}
@@ -367,6 +368,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
 	defer c.putMutex(m.key, st) // the hold's reference
+	h.beginRelease()
 	if len(st.queue) > 0 && st.passes < c.cfg.handoffs && !h.isEnded() {
 		w := st.queue[0]
 		st.queue = st.queue[1:]

@@ -340,3 +340,37 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Renewal batches EVALSHA itself; after SCRIPT FLUSH (as after a restart or
+// failover) it must load the scripts again rather than lose the holds.
+func TestRenewalAfterScriptFlush(t *testing.T) {
+	s := redistest.Start(t)
+	const lease = 240 * time.Millisecond
+	c := newClientOn(t, s.Client(t), dsync.WithLease(lease))
+	var held []context.Context
+	for _, n := range []string{"a", "b", "c"} {
+		l, err := c.NewMutex(n).LockContext(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if err := s.Do(t, "SCRIPT", "FLUSH").Error(); err != nil {
+		t.Fatal(err)
+	}
+	// Proving a negative: for 4 leases no hold may be lost.
+	deadline := time.Now().Add(4 * lease)
+	for time.Now().Before(deadline) {
+		for _, l := range held {
+			if l.Err() != nil {
+				t.Fatalf("hold lost after SCRIPT FLUSH: %v", context.Cause(l))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, n := range []string{"a", "b", "c"} {
+		if err := c.NewMutex(n).UnlockContext(held[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

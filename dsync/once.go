@@ -254,6 +254,7 @@ func (o *Once) runF(ctx context.Context, h *hold, sentAt time.Time, lease time.D
 	defer func() {
 		if !ok {
 			// f panicked: give the next caller its turn; the panic goes on.
+			h.beginRelease()
 			_, err := o.end(ctx, mark, "fail", "")
 			released(err)
 		}
@@ -261,12 +262,14 @@ func (o *Once) runF(ctx context.Context, h *hold, sentAt time.Time, lease time.D
 	val, err = f(lctx)
 	ok = true
 	if err != nil {
+		h.beginRelease()
 		_, eerr := o.end(ctx, mark, "fail", "")
 		released(eerr)
 		return "", err
 	}
 	// The hold ends after the outcome is recorded, so a lease lost during
 	// f still shows in its context.
+	h.beginRelease()
 	res, eerr := o.end(ctx, mark, "ok", val)
 	released(eerr)
 	if eerr != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 )
 
@@ -47,13 +48,15 @@ func (r *renewer) loop() {
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		next := interval
 		if !r.round() {
 			// Retry sooner: a hold is lost only when its lease clock runs
 			// out, so a few more tries fit before that.
 			next = interval / 3
 		}
-		t.Reset(next)
+		// Rounds start every interval, however long the last one took.
+		t.Reset(max(next-time.Since(start), time.Millisecond))
 	}
 }
 
@@ -70,8 +73,10 @@ func (r *renewer) round() bool {
 	if len(holds) == 0 {
 		return true
 	}
-	// c.ctx ends with Close, which must not wait for a slow round.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/3)
+	// c.ctx ends with Close, which must not wait for a slow round. A round
+	// may take up to lease/2: its holds' lease clocks, not this bound,
+	// decide when they are lost.
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
 	defer cancel()
 	type group struct {
 		holds []*hold
@@ -93,7 +98,7 @@ func (r *renewer) round() bool {
 		for i := 0; i < len(g.execs); i += renewBatch {
 			j := min(i+renewBatch, len(g.execs))
 			sentAt := time.Now()
-			res := s.ExecMulti(ctx, c.rc, g.execs[i:j]...)
+			res := r.exec(ctx, s, g.execs[i:j])
 			var failed error
 			for k, rr := range res {
 				h := g.holds[i+k]
@@ -103,6 +108,8 @@ func (r *renewer) round() bool {
 					failed = err
 				case n == 1:
 					h.renewed(sentAt, c.cfg.lease)
+				case h.isReleasing():
+					// Released while the renewal was in flight: the releaser ends it.
 				default:
 					h.end(ErrLockLost, true)
 				}
@@ -121,4 +128,36 @@ func (r *renewer) round() bool {
 		}
 	}
 	return ok
+}
+
+// exec runs a batch of one script in one round trip per node: EVALSHA
+// through DoMulti, then, only for the commands the server did not know the
+// script for (a restart, a failover, SCRIPT FLUSH), ExecMulti, which loads it.
+func (r *renewer) exec(ctx context.Context, s *rueidis.Lua, execs []rueidis.LuaExec) []rueidis.RedisResult {
+	rc := r.c.rc
+	sha, ok := scripts.SHA1(s)
+	if !ok {
+		return s.ExecMulti(ctx, rc, execs...)
+	}
+	cmds := make(rueidis.Commands, len(execs))
+	for i, e := range execs {
+		cmds[i] = rc.B().Evalsha().Sha1(sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	res := rc.DoMulti(ctx, cmds...)
+	var missing []int
+	for i, rr := range res {
+		if e, ok := rueidis.IsRedisErr(rr.Error()); ok && e.IsNoScript() {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		again := make([]rueidis.LuaExec, len(missing))
+		for k, i := range missing {
+			again[k] = execs[i]
+		}
+		for k, rr := range s.ExecMulti(ctx, rc, again...) {
+			res[missing[k]] = rr
+		}
+	}
+	return res
 }

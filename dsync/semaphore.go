@@ -116,7 +116,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if !ok {
 		return ErrNotHeld
 	}
-	cctx, cancel := cleanupCtx(ctx)
+	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	// Not retried on a lost reply: a second decrement would release permits
 	// of another acquisition. The local holds end either way, so at worst

@@ -1,10 +1,6 @@
 package scripts
 
-import (
-	_ "embed"
-
-	"github.com/redis/rueidis"
-)
+import _ "embed"
 
 var (
 	//go:embed fair_lib.lua
@@ -21,7 +17,7 @@ var (
 // renewed with MutexRenew. FairLeave serves every fair queue (also the
 // RWMutex writer queue). The shared prelude is prepended before hashing.
 var (
-	FairAcquire = rueidis.NewLuaScript(fairLibSrc + fairAcquireSrc)
-	FairRelease = rueidis.NewLuaScript(fairLibSrc + fairReleaseSrc)
-	FairLeave   = rueidis.NewLuaScript(fairLibSrc + fairLeaveSrc)
+	FairAcquire = newScript(fairLibSrc + fairAcquireSrc)
+	FairRelease = newScript(fairLibSrc + fairReleaseSrc)
+	FairLeave   = newScript(fairLibSrc + fairLeaveSrc)
 )

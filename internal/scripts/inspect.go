@@ -1,10 +1,6 @@
 package scripts
 
-import (
-	_ "embed"
-
-	"github.com/redis/rueidis"
-)
+import _ "embed"
 
 var (
 	//go:embed inspect_lock.lua
@@ -19,8 +15,8 @@ var (
 // ForceUnlock read and reset the "<owner> <token> <count>" value shared by
 // Mutex and FairMutex.
 var (
-	InspectLock = rueidis.NewLuaScript(inspectLockSrc)
-	ForceUnlock = rueidis.NewLuaScript(forceUnlockSrc)
+	InspectLock = newScript(inspectLockSrc)
+	ForceUnlock = newScript(forceUnlockSrc)
 	// InspectOther reads the RWMutex, Semaphore, Once and WaitGroup layouts.
-	InspectOther = rueidis.NewLuaScript(inspectOtherSrc)
+	InspectOther = newScript(inspectOtherSrc)
 )

@@ -1,10 +1,6 @@
 package scripts
 
-import (
-	_ "embed"
-
-	"github.com/redis/rueidis"
-)
+import _ "embed"
 
 var (
 	//go:embed rw_lib.lua
@@ -19,7 +15,7 @@ var (
 
 // The rw mutex's scripts, each prefixed with the fair-queue and rw preludes.
 var (
-	RWAcquire = rueidis.NewLuaScript(fairLibSrc + rwLibSrc + rwAcquireSrc)
-	RWRelease = rueidis.NewLuaScript(fairLibSrc + rwLibSrc + rwReleaseSrc)
-	RWRenew   = rueidis.NewLuaScript(fairLibSrc + rwLibSrc + rwRenewSrc)
+	RWAcquire = newScript(fairLibSrc + rwLibSrc + rwAcquireSrc)
+	RWRelease = newScript(fairLibSrc + rwLibSrc + rwReleaseSrc)
+	RWRenew   = newScript(fairLibSrc + rwLibSrc + rwRenewSrc)
 )

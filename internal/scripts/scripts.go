@@ -4,7 +4,9 @@
 package scripts
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 
 	"github.com/redis/rueidis"
 )
@@ -23,8 +25,27 @@ var (
 // Scripts run through EVALSHA with an EVAL fallback; the SHA-1 is computed by
 // rueidis from the source, never copied by hand.
 var (
-	MutexAcquire = rueidis.NewLuaScript(mutexAcquireSrc)
-	MutexRelease = rueidis.NewLuaScript(mutexReleaseSrc)
-	MutexHandoff = rueidis.NewLuaScript(mutexHandoffSrc)
-	MutexRenew   = rueidis.NewLuaScript(mutexRenewSrc)
+	MutexAcquire = newScript(mutexAcquireSrc)
+	MutexRelease = newScript(mutexReleaseSrc)
+	MutexHandoff = newScript(mutexHandoffSrc)
+	MutexRenew   = newScript(mutexRenewSrc)
 )
+
+// shas maps each script to its SHA-1, for callers that batch EVALSHA
+// themselves (rueidis' ExecMulti sends SCRIPT LOAD before every batch).
+var shas = map[*rueidis.Lua]string{}
+
+// newScript wraps src for EVALSHA with an EVAL fallback and records its
+// SHA-1, computed here from the source as rueidis computes it.
+func newScript(src string) *rueidis.Lua {
+	l := rueidis.NewLuaScript(src)
+	sum := sha1.Sum([]byte(src))
+	shas[l] = hex.EncodeToString(sum[:])
+	return l
+}
+
+// SHA1 returns the SHA-1 of a script made by this package.
+func SHA1(l *rueidis.Lua) (string, bool) {
+	s, ok := shas[l]
+	return s, ok
+}

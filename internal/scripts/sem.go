@@ -1,10 +1,6 @@
 package scripts
 
-import (
-	_ "embed"
-
-	"github.com/redis/rueidis"
-)
+import _ "embed"
 
 // Semaphore, Once and WaitGroup scripts. The semaphore scripts share a
 // prelude (pruning, waking), prepended here so each script stays one
@@ -31,12 +27,12 @@ var (
 )
 
 var (
-	SemAcquire   = rueidis.NewLuaScript(semCommonSrc + semAcquireSrc)
-	SemRelease   = rueidis.NewLuaScript(semCommonSrc + semReleaseSrc)
-	SemRenew     = rueidis.NewLuaScript(semCommonSrc + semRenewSrc)
-	SemCancel    = rueidis.NewLuaScript(semCommonSrc + semCancelSrc)
-	OnceBegin    = rueidis.NewLuaScript(onceBeginSrc)
-	OnceEnd      = rueidis.NewLuaScript(onceEndSrc)
-	OnceRenew    = rueidis.NewLuaScript(onceRenewSrc)
-	WaitGroupAdd = rueidis.NewLuaScript(wgAddSrc)
+	SemAcquire   = newScript(semCommonSrc + semAcquireSrc)
+	SemRelease   = newScript(semCommonSrc + semReleaseSrc)
+	SemRenew     = newScript(semCommonSrc + semRenewSrc)
+	SemCancel    = newScript(semCommonSrc + semCancelSrc)
+	OnceBegin    = newScript(onceBeginSrc)
+	OnceEnd      = newScript(onceEndSrc)
+	OnceRenew    = newScript(onceRenewSrc)
+	WaitGroupAdd = newScript(wgAddSrc)
 )
