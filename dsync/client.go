@@ -29,6 +29,7 @@ type Client struct {
 	ctx    context.Context // cancelled by Close, for the Client's own calls
 	cancel context.CancelFunc
 	loops  sync.WaitGroup // the renewal loop and the notifier
+	bg     sync.WaitGroup // cleanups handed to the background
 	timers sync.WaitGroup // lease timers armed and not yet stopped or fired
 
 	notify *notifier
@@ -95,6 +96,7 @@ func (c *Client) Close() error {
 	}
 	c.cancel()
 	c.loops.Wait()
+	c.bg.Wait()
 	c.timers.Wait()
 	return nil
 }
@@ -180,6 +182,24 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 		d = min(d, max(time.Until(dl), 0)+cleanupGrace)
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// background runs a cleanup on its own goroutine, under a context that
+// Close cancels (what is left undone then expires with its lease), so that
+// the caller can return by its deadline. Close waits for it.
+func (c *Client) background(f func(ctx context.Context)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, cleanupTimeout)
+		defer cancel()
+		f(ctx)
+	}()
 }
 
 // releaseCtx is the context a release runs under: ctx itself, or, if ctx

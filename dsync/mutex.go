@@ -488,7 +488,10 @@ func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code i
 		return err
 	}
 	if token == 0 {
-		// An owner-only release could decrement twice if repeated.
+		// An owner-only release could decrement twice if repeated: one try.
+		if ctx.Err() == nil {
+			return code, call(ctx)
+		}
 		cctx, cancel := cleanupCtx(ctx)
 		defer cancel()
 		return code, call(cctx)
@@ -528,7 +531,14 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 		if err != nil {
 			if !isRedisErr(err) {
 				// The script may have run with its reply lost: undo it.
-				_, _ = m.release(ctx, owner, 0)
+				// An owner made for this call alone can be released in the
+				// background, so the call returns by its deadline; a caller's
+				// owner cannot, since the caller may acquire again with it.
+				if freshOwner(ctx) {
+					c.background(func(bctx context.Context) { _, _ = m.release(bctx, owner, 0) })
+				} else {
+					_, _ = m.release(ctx, owner, 0)
+				}
 			}
 			if ctx.Err() != nil {
 				return nil, false, attempt, ctx.Err()

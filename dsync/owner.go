@@ -13,6 +13,9 @@ type ownerKey struct{}
 type ownerVal struct {
 	id    string
 	token uint64
+	// fresh marks an owner made by an acquire call for itself: nobody else
+	// knows it until the call returns a lock context carrying it.
+	fresh bool
 }
 
 // WithOwner returns a copy of ctx carrying a fresh owner: 128 random bits
@@ -64,5 +67,12 @@ func ownerFrom(ctx context.Context) (context.Context, string) {
 		return ctx, id
 	}
 	id := newOwnerID()
-	return context.WithValue(ctx, ownerKey{}, &ownerVal{id: id}), id
+	return context.WithValue(ctx, ownerKey{}, &ownerVal{id: id, fresh: true}), id
+}
+
+// freshOwner reports whether ctx's owner was made by the acquire call that
+// is running with it (see ownerVal.fresh).
+func freshOwner(ctx context.Context) bool {
+	v, ok := ctx.Value(ownerKey{}).(*ownerVal)
+	return ok && v.fresh
 }

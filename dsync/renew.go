@@ -40,6 +40,7 @@ func (r *renewer) loop() {
 	c := r.c
 	defer c.loops.Done()
 	interval := c.cfg.lease / 3
+	r.preload()
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -160,4 +161,27 @@ func (r *renewer) exec(ctx context.Context, s *rueidis.Lua, execs []rueidis.LuaE
 		}
 	}
 	return res
+}
+
+// preload loads every script into every node, so that the first renewal
+// round is one EVALSHA round trip like the others, however far away Redis
+// is. A node that lost them later (restart, failover) is served by exec's
+// NOSCRIPT fallback.
+func (r *renewer) preload() {
+	c := r.c
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/3)
+	defer cancel()
+	srcs := scripts.All()
+	for _, n := range c.rc.Nodes() {
+		cmds := make(rueidis.Commands, len(srcs))
+		for i, src := range srcs {
+			cmds[i] = n.B().ScriptLoad().Script(src).Build()
+		}
+		for _, rr := range n.DoMulti(ctx, cmds...) {
+			if err := rr.Error(); err != nil {
+				c.cfg.logger.Debug("dsync: preloading scripts failed", "err", err)
+				break
+			}
+		}
+	}
 }

@@ -33,7 +33,10 @@ var (
 
 // shas maps each script to its SHA-1, for callers that batch EVALSHA
 // themselves (rueidis' ExecMulti sends SCRIPT LOAD before every batch).
-var shas = map[*rueidis.Lua]string{}
+var (
+	shas    = map[*rueidis.Lua]string{}
+	sources = map[*rueidis.Lua]string{}
+)
 
 // newScript wraps src for EVALSHA with an EVAL fallback and records its
 // SHA-1, computed here from the source as rueidis computes it.
@@ -41,7 +44,18 @@ func newScript(src string) *rueidis.Lua {
 	l := rueidis.NewLuaScript(src)
 	sum := sha1.Sum([]byte(src))
 	shas[l] = hex.EncodeToString(sum[:])
+	sources[l] = src
 	return l
+}
+
+// All returns the source of every script made by this package, for loading
+// them into a server ahead of use.
+func All() []string {
+	srcs := make([]string, 0, len(sources))
+	for _, src := range sources {
+		srcs = append(srcs, src)
+	}
+	return srcs
 }
 
 // SHA1 returns the SHA-1 of a script made by this package.
