@@ -10,18 +10,9 @@
 //
 // and the long soak with -soak.
 //
-// What the core does not meet yet (the default run asserts the bound the
-// core meets and logs the figure; -strict asserts the bound):
-//
-//   - Calls under a blackhole or a stalled server overrun their context's
-//     deadline: after a failed acquire, the possibly applied script is undone
-//     synchronously under cleanupCtx (2 s, ignoring the caller's deadline),
-//     so LockContext(800ms) returns after about 1.3 s.
-//   - Holds are lost at a round trip of 0.3x lease: the renewer's
-//     Lua.ExecMulti sends SCRIPT LOAD before EVALSHA (two round trips), its
-//     round is bounded by lease/3, and the next round starts lease/3 after
-//     the last one ended. 0.1x lease is fine.
-//   - A renewal in flight while the hold is released finds the key free and
-//     ends the hold as lost: UnlockContext then returns ErrNotHeld for a
-//     release that succeeded, and the observer sees a spurious Lost.
+// Every scenario asserts the bounds. Three core faults this suite
+// found are fixed: calls under a blackhole or a stalled server overran their
+// deadline (a synchronous undo after a failed acquire), holds were lost at a
+// 0.3x lease round trip (renewal sent SCRIPT LOAD before EVALSHA and rounds
+// drifted), and a renewal racing a release reported a spurious loss.
 package faults

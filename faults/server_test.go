@@ -130,9 +130,6 @@ func TestFaultServerStall(t *testing.T) {
 	c2 := newDsync(t, srv.Addr, prefix, lease)
 	lctx, at, done := holdOne(t, c, "st")
 	slack := 50 * time.Millisecond
-	if !*strict {
-		slack += 2 * time.Second // the core's synchronous undo; see TestFaultNetworkBlackhole
-	}
 	for _, stall := range [][]string{{"DEBUG", "SLEEP", "0.3"}, {"CLIENT", "PAUSE", "500", "WRITE"}} {
 		go func() { _ = srv.do(t, stall...).Error() }()
 		time.Sleep(20 * time.Millisecond) // let the stall begin
