@@ -21,8 +21,9 @@ import (
 // A Client is safe for concurrent use. Create one per process and prefix,
 // and Close it when done; Close does not close the rueidis client.
 type Client struct {
-	rc  rueidis.Client
-	cfg config
+	rc      rueidis.Client
+	cfg     config
+	cluster bool // rc is a cluster client
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -61,6 +62,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c := &Client{
 		rc:      rc,
 		cfg:     cfg,
+		cluster: rc.Mode() == rueidis.ClientModeCluster,
 		done:    make(chan struct{}),
 		holds:   make(map[*hold]struct{}),
 		mutexes: make(map[string]*mutexState),

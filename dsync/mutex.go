@@ -219,12 +219,13 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 // Client holds it, and the local goroutines waiting for it. Only one
 // goroutine at a time talks to Redis for it (busy); the others wait here.
 type mutexState struct {
-	refs   int // guarded by Client.mu: calls in progress plus one for a hold
-	mu     sync.Mutex
-	h      *hold
-	queue  []*mutexWaiter
-	busy   bool // a goroutine is acquiring, releasing or handing off in Redis
-	passes int  // consecutive handoffs inside this Client
+	refs    int // guarded by Client.mu: calls in progress plus one for a hold
+	mu      sync.Mutex
+	h       *hold
+	queue   []*mutexWaiter
+	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
+	passes  int  // consecutive handoffs inside this Client
+	yielded bool // the lock was just released to other processes' waiters
 }
 
 type mutexWaiter struct {
@@ -303,6 +304,21 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	st.mu.Unlock()
 	for {
 		if lead {
+			st.mu.Lock()
+			yielded := st.yielded
+			st.yielded = false
+			st.mu.Unlock()
+			if yielded {
+				// Let the other processes' waiter take it first.
+				if err := c.sleepCtx(ctx, yieldWait); err != nil {
+					st.mu.Lock()
+					st.busy = false
+					st.wakeNext()
+					st.mu.Unlock()
+					c.putMutex(m.key, st)
+					return nil, nil, false, attempts, err
+				}
+			}
 			h, again, n, err := m.acquireRedis(ctx, owner, try)
 			attempts += n
 			st.mu.Lock()
@@ -362,37 +378,61 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	}
 }
 
+// yieldWait is how long a Client's next local waiter holds back after the
+// Client yielded a lock to other processes, so that their waiter, woken by
+// the release message, gets it first.
+const yieldWait = 2 * time.Millisecond
+
 // passOn ends hold h (removed from st.h, no acquisitions left): it hands the
 // lock to the next local waiter in one script, or releases it in Redis and
 // lets the next local waiter compete. Called with st.mu held; unlocks it.
+//
+// Handoffs are cheap but keep the lock in this process. Every
+// WithMaxLocalHandoffs-th consecutive handoff therefore asks Redis whether
+// other processes wait (their waiters are subscribed to the lock's channel),
+// and if so releases the lock to them instead: the yield. Without waiters
+// elsewhere the lock keeps passing locally, up to a hard cap of 8 times the
+// bound, in case a waiter could not subscribe.
 func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
 	defer c.putMutex(m.key, st) // the hold's reference
 	h.beginRelease()
-	if len(st.queue) > 0 && st.passes < c.cfg.handoffs && !h.isEnded() {
+	bound := c.cfg.handoffs
+	check := bound > 0 && st.passes > 0 && st.passes%bound == 0
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster) && !h.isEnded() {
+		// In a cluster, PUBSUB NUMSUB sees only one node's subscribers, so
+		// a check there always yields (the plain release below).
 		w := st.queue[0]
 		st.queue = st.queue[1:]
 		w.woken = true
 		st.busy = true
 		st.passes++
 		st.mu.Unlock()
-		nh, err := m.handoff(ctx, h, w.owner)
+		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
 		h.end(errReleased, false)
 		st.mu.Lock()
 		st.busy = false
-		if nh != nil {
+		switch {
+		case nh != nil:
 			st.h = nh
 			w.ch <- nh
-			st.mu.Unlock()
-			return nil
+		case yielded:
+			// Back to the head of the queue, to compete after the others.
+			w.woken = false
+			st.queue = append([]*mutexWaiter{w}, st.queue...)
+			st.passes = 0
+			st.yielded = true
+			st.wakeNext()
+		default:
+			// Not handed over: the waiter acquires through Redis.
+			st.busy = true
+			w.ch <- nil
 		}
-		// Not handed over: the waiter acquires through Redis.
-		st.busy = true
-		w.ch <- nil
 		st.mu.Unlock()
 		return err
 	}
 	st.busy = true
+	st.yielded = len(st.queue) > 0 && st.passes > 0
 	st.passes = 0
 	st.mu.Unlock()
 	code, err := m.release(ctx, h.owner, h.token)
@@ -408,20 +448,31 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 }
 
 // handoff moves the lock from hold h to owner to in one script and returns
-// the new hold, or nil with the reason if it could not.
-func (m *Mutex) handoff(ctx context.Context, h *hold, to string) (*hold, error) {
+// the new hold; with check, it yields instead if other processes wait. It
+// returns nil with the reason if it could do neither.
+func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh *hold, yielded bool, err error) {
 	c := m.c
 	lease := m.lease()
-	args := []string{h.owner, strconv.FormatUint(h.token, 10), to, m.leaseArg}
+	own := "-1"
+	if check {
+		own = "0"
+		if c.notify.isLive(m.ch) {
+			own = "1"
+		}
+	}
+	args := []string{h.owner, strconv.FormatUint(h.token, 10), to, m.leaseArg, own, m.markArg}
 	var vals []int64
 	var sentAt time.Time
-	err := idempotent(ctx, func(ctx context.Context) (err error) {
+	err = idempotent(ctx, func(ctx context.Context) (err error) {
 		sentAt = time.Now()
-		vals, err = scripts.MutexHandoff.Exec(ctx, c.rc, m.keys, args).AsIntSlice()
+		vals, err = scripts.MutexHandoff.Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
 		return err
 	})
 	if err != nil {
-		return nil, wrapErr(KindMutex, m.name, err)
+		return nil, false, wrapErr(KindMutex, m.name, err)
+	}
+	if len(vals) == 1 && vals[0] == 2 {
+		return nil, true, nil
 	}
 	if len(vals) < 2 || vals[0] != 1 {
 		// h was not this owner's alone (lost, or re-entered through another
@@ -430,13 +481,13 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string) (*hold, error) 
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
-		return nil, wrapErr(KindMutex, m.name, err)
+		return nil, false, wrapErr(KindMutex, m.name, err)
 	}
-	nh := m.newHold(to, uint64(vals[1]))
+	nh = m.newHold(to, uint64(vals[1]))
 	if !nh.track(sentAt, lease) {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
-	return nh, nil
+	return nh, false, nil
 }
 
 func (m *Mutex) lease() time.Duration {

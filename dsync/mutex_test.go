@@ -344,3 +344,61 @@ func TestMutexHammerProcesses(t *testing.T) {
 		t.Fatalf("counter = %d, want %d: updates lost across processes", got, want)
 	}
 }
+
+// A Client whose goroutines pass a lock among themselves must still let a
+// waiter of another Client (another process) in promptly: every
+// WithMaxLocalHandoffs-th handoff asks Redis whether others wait.
+func TestMutexYieldsToOtherClients(t *testing.T) {
+	prefix := testPrefix(t)
+	busy := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var passes atomic.Int64
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := busy.NewMutex("y")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lctx, err := m.LockContext(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				passes.Add(1)
+				if err := m.UnlockContext(lctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, 5*time.Second, "the busy Client to pass the lock around", func() bool { return passes.Load() > 100 })
+	m := other.NewMutex("y")
+	var worst time.Duration
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		lctx, err := m.LockContext(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, time.Since(start))
+		if err := m.UnlockContext(lctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := passes.Load()
+	waitFor(t, 5*time.Second, "the busy Client to go on after the other's turns", func() bool { return passes.Load() > before+20 })
+	close(stop)
+	wg.Wait()
+	t.Logf("other Client's worst wait %v with %d local passes", worst, passes.Load())
+	if worst > 500*time.Millisecond {
+		t.Fatalf("another Client waited %v for a lock passed around locally", worst)
+	}
+}

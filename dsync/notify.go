@@ -86,6 +86,14 @@ func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, boo
 	return s, true
 }
 
+// isLive reports whether this Client is subscribed to ch right now.
+func (n *notifier) isLive(ch string) bool {
+	n.subsMu.RLock()
+	defer n.subsMu.RUnlock()
+	cs := n.subs[ch]
+	return cs != nil && cs.live
+}
+
 // drain discards a pending signal; call it before each look at the lock, so
 // a message that arrives during the look is not missed.
 func (s *subscription) drain() {

@@ -1,10 +1,15 @@
 -- Hand the mutex from one owner to another of the same Client in one step,
--- with a fresh fencing token, instead of a release and an acquire.
+-- with a fresh fencing token, instead of a release and an acquire; or, when
+-- asked to check and other processes wait, release it to them instead.
 --
--- KEYS[1] lock key
+-- KEYS[1] lock key, KEYS[2] wakeup channel
 -- ARGV[1] from owner, ARGV[2] from token, ARGV[3] to owner,
--- ARGV[4] lease in ms for the new holder
--- Reply: {1, token} handed over; {0} the from owner no longer holds it alone.
+-- ARGV[4] lease in ms for the new holder,
+-- ARGV[5] "-1": hand over; n >= 0: yield instead if the channel has more
+-- than n subscribers (n being the caller's own subscription, 0 or 1),
+-- ARGV[6] free-marker lifetime in ms (for a yield)
+-- Reply: {1, token} handed over; {2} released to other processes (yield);
+-- {0} the from owner no longer holds it alone.
 local v = redis.call('get', KEYS[1])
 if not v then
   return {0}
@@ -14,8 +19,23 @@ if o == ARGV[3] and c == '1' then
   -- A retry of a handoff that was applied.
   return {1, tonumber(t)}
 end
+if o == '-' and t == ARGV[2] then
+  -- A retry of a yield that was applied.
+  return {2}
+end
 if o ~= ARGV[1] or t ~= ARGV[2] or c ~= '1' then
   return {0}
+end
+local own = tonumber(ARGV[5])
+if own >= 0 then
+  -- Waiters of other processes are subscribed to the channel while they
+  -- wait; the handing Client's own waiters are not (they wait locally).
+  local n = redis.call('pubsub', 'numsub', KEYS[2])[2]
+  if n > own then
+    redis.call('set', KEYS[1], '- ' .. t .. ' 0', 'px', ARGV[6])
+    redis.call('publish', KEYS[2], t)
+    return {2}
+  end
 end
 local now = redis.call('time')
 local tok = math.max(tonumber(t) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))

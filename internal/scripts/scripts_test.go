@@ -109,7 +109,7 @@ func TestMutexScripts(t *testing.T) {
 	}
 	// Handoff B -> C: new token, count 1, idempotent on retry.
 	hand := func() []int64 {
-		return ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key}, []string{"B", strconv.FormatInt(b[1], 10), "C", "5000"}))
+		return ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"B", strconv.FormatInt(b[1], 10), "C", "5000", "-1", "60000"}))
 	}
 	h := hand()
 	if h[0] != 1 || h[1] <= b[1] || get() != "C "+strconv.FormatInt(h[1], 10)+" 1" {
@@ -118,14 +118,42 @@ func TestMutexScripts(t *testing.T) {
 	if h2 := hand(); h2[0] != 1 || h2[1] != h[1] {
 		t.Fatalf("retried handoff = %v", h2)
 	}
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key}, []string{"X", "1", "D", "5000"})); r[0] != 0 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"X", "1", "D", "5000", "-1", "60000"})); r[0] != 0 {
 		t.Fatalf("handoff from a non-holder = %v", r)
 	}
 	// A handoff is refused while the holder has re-entered (count 2).
 	acq("C")
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000"})); r[0] != 0 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000", "-1", "60000"})); r[0] != 0 {
 		t.Fatalf("handoff with count 2 = %v", r)
 	}
+	// With a check, a handoff hands over while only the caller's own
+	// subscription (or none) is on the channel, and yields to other
+	// subscribers: the lock becomes free and they are told.
+	rel("C", 0) // back to count 1
+	cur := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000"})) // {0, pttl}: held by C
+	if cur[0] != 0 {
+		t.Fatalf("C lost the lock: %v", cur)
+	}
+	tokC := strconv.FormatInt(h[1], 10)
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000"})); r[0] != 1 {
+		t.Fatalf("checked handoff with only the own subscriber (1) = %v, want handed over", r)
+	}
+	tokD := strconv.FormatInt(ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000"}))[1], 10)
+	rel("D", 0) // undo the re-entry just made to read the token
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000"})); r[0] != 2 {
+		t.Fatalf("checked handoff with a foreign subscriber = %v, want a yield", r)
+	}
+	if v := get(); v != "- "+tokD+" 0" {
+		t.Fatalf("after a yield the value is %q, want the free marker", v)
+	}
+	if m := <-msgs; m != tokD {
+		t.Fatalf("yield published %q", m)
+	}
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000"})); r[0] != 2 {
+		t.Fatalf("retried yield = %v", r)
+	}
+	acq("C")
+	acq("C")
 	// Token-less release (owner only) works for the owner.
 	if rel("C", 0) != 2 || rel("C", 0) != 1 {
 		t.Fatal("owner-only releases failed")
