@@ -172,6 +172,17 @@ const (
 	cleanupGrace   = 40 * time.Millisecond
 )
 
+// ownErr turns a context error that rueidis returned while the caller's
+// context was still live (its own dial or handshake timeout) into a plain
+// error, so errors.Is(err, context.DeadlineExceeded) holds only when the
+// caller's context ended the call.
+func ownErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("dsync: redis connection: %v", err)
+	}
+	return err
+}
+
 // cleanupCtx is the context releases run under after a cancelled or failed
 // path: the caller's values without its cancellation, bounded by
 // cleanupTimeout, or by the caller's deadline plus cleanupGrace if sooner.

@@ -399,7 +399,7 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			if c.closed.Load() {
 				return nil, sentAt, attempts, ErrClosed
 			}
-			return nil, sentAt, attempts, err
+			return nil, sentAt, attempts, ownErr(err)
 		}
 		if v[0] != 0 {
 			return v, sentAt, attempts, nil

@@ -597,7 +597,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			if c.closed.Load() {
 				return nil, false, attempt, ErrClosed
 			}
-			return nil, false, attempt, err
+			return nil, false, attempt, ownErr(err)
 		}
 		if vals[0] != 0 {
 			h := m.newHold(owner, uint64(vals[1]))

@@ -3,6 +3,7 @@ package dsync_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -370,6 +371,51 @@ func TestRenewalAfterScriptFlush(t *testing.T) {
 	}
 	for i, n := range []string{"a", "b", "c"} {
 		if err := c.NewMutex(n).UnlockContext(held[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The renewal loop renews mutex holds in batches of many keys per script:
+// every hold of a batch is kept, and a hold whose key is gone is lost alone.
+func TestRenewalBatches(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	const lease, n = 300 * time.Millisecond, 600 // more than two batches
+	c := newClientOn(t, rc, dsync.WithLease(lease), dsync.WithKeyPrefix("b"))
+	held := make([]context.Context, n)
+	for i := range held {
+		l, err := c.NewMutex(strconv.Itoa(i)).LockContext(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	const victim = 417
+	rc.Do(context.Background(), rc.B().Del().Key("b:{"+strconv.Itoa(victim)+"}:mutex").Build())
+	waitFor(t, lease, "the hold whose key was deleted to be lost", func() bool { return held[victim].Err() != nil })
+	if !errors.Is(context.Cause(held[victim]), dsync.ErrLockLost) {
+		t.Fatalf("cause %v", context.Cause(held[victim]))
+	}
+	// Proving a negative: over 3 more leases no other hold is lost.
+	deadline := time.Now().Add(3 * lease)
+	for time.Now().Before(deadline) {
+		for i, l := range held {
+			if i != victim && l.Err() != nil {
+				t.Fatalf("hold %d lost: %v", i, context.Cause(l))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, l := range held {
+		if i == victim {
+			continue
+		}
+		pttl, _ := rc.Do(context.Background(), rc.B().Pttl().Key("b:{"+strconv.Itoa(i)+"}:mutex").Build()).AsInt64()
+		if pttl <= 0 {
+			t.Fatalf("hold %d has pttl %d", i, pttl)
+		}
+		if err := c.NewMutex(strconv.Itoa(i)).UnlockContext(l); err != nil {
 			t.Fatal(err)
 		}
 	}

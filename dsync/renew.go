@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -9,8 +10,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// renewBatch bounds the scripts pipelined in one renewal round trip.
-const renewBatch = 1024
+// renewBatch bounds the holds renewed by one script call.
+const renewBatch = 256
 
 // The renewer is the Client's single watchdog: every lease/3 it renews all
 // watchdog holds, pipelined, one batch per script.
@@ -61,8 +62,9 @@ func (r *renewer) loop() {
 	}
 }
 
-// round renews every watchdog hold once; it reports false if any batch could
-// not reach Redis.
+// round renews every watchdog hold once, all in one pipelined round trip;
+// it reports false if any part of it could not reach Redis. Off a cluster,
+// mutex holds (the common case) go up to renewBatch to one script call.
 func (r *renewer) round() bool {
 	c := r.c
 	r.mu.Lock()
@@ -79,86 +81,114 @@ func (r *renewer) round() bool {
 	// decide when they are lost.
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
 	defer cancel()
-	type group struct {
-		holds []*hold
-		execs []rueidis.LuaExec
-	}
-	groups := make(map[*rueidis.Lua]*group)
+
+	var calls []renewCall
+	batches := make(map[string]*renewCall) // by lease argument
 	for _, h := range holds {
 		s, e := h.renewCmd()
-		g := groups[s]
-		if g == nil {
-			g = &group{}
-			groups[s] = g
-		}
-		g.holds = append(g.holds, h)
-		g.execs = append(g.execs, e)
-	}
-	ok := true
-	for s, g := range groups {
-		for i := 0; i < len(g.execs); i += renewBatch {
-			j := min(i+renewBatch, len(g.execs))
-			sentAt := time.Now()
-			res := r.exec(ctx, s, g.execs[i:j])
-			var failed error
-			for k, rr := range res {
-				h := g.holds[i+k]
-				n, err := rr.AsInt64()
-				switch {
-				case err != nil:
-					failed = err
-				case n == 1:
-					h.renewed(sentAt, c.cfg.lease)
-				case h.isReleasing():
-					// Released while the renewal was in flight: the releaser ends it.
-				default:
-					h.end(ErrLockLost, true)
+		if !c.cluster && s == scripts.MutexRenew && len(e.Keys) == 1 && len(e.Args) == 2 {
+			b := batches[e.Args[1]]
+			if b == nil || len(b.holds) == renewBatch {
+				if b != nil {
+					calls = append(calls, *b)
 				}
+				b = &renewCall{s: scripts.MutexRenewMany, many: true, e: rueidis.LuaExec{Args: []string{e.Args[1]}}}
+				batches[e.Args[1]] = b
 			}
-			if failed != nil {
-				ok = false
-				if f := c.cfg.observer.RenewFailed; f != nil {
-					ids := make([]uint64, 0, j-i)
-					for _, h := range g.holds[i:j] {
-						ids = append(ids, h.id)
-					}
-					f(RenewFailed{Err: failed, Holds: j - i, HoldIDs: ids})
-				}
-				c.cfg.logger.Warn("dsync: renewal failed", "err", failed, "holds", j-i)
+			b.holds = append(b.holds, h)
+			b.e.Keys = append(b.e.Keys, e.Keys[0])
+			b.e.Args = append(b.e.Args, e.Args[0])
+			continue
+		}
+		calls = append(calls, renewCall{s: s, e: e, holds: []*hold{h}})
+	}
+	for _, b := range batches {
+		calls = append(calls, *b)
+	}
+
+	sentAt := time.Now()
+	res := r.exec(ctx, calls)
+	var failed []*hold
+	var failure error
+	for i, call := range calls {
+		var got []int64
+		var err error
+		if call.many {
+			got, err = res[i].AsIntSlice()
+			if err == nil && len(got) != len(call.holds) {
+				err = errors.New("dsync: unexpected reply from the renewal script")
+			}
+		} else {
+			var n int64
+			n, err = res[i].AsInt64()
+			got = []int64{n}
+		}
+		if err != nil {
+			failed = append(failed, call.holds...)
+			failure = err
+			continue
+		}
+		for k, h := range call.holds {
+			switch {
+			case got[k] == 1:
+				h.renewed(sentAt, c.cfg.lease)
+			case h.isReleasing():
+				// Released while the renewal was in flight: the releaser ends it.
+			default:
+				h.end(ErrLockLost, true)
 			}
 		}
 	}
-	return ok
+	if len(failed) == 0 {
+		return true
+	}
+	if f := c.cfg.observer.RenewFailed; f != nil {
+		ids := make([]uint64, len(failed))
+		for i, h := range failed {
+			ids[i] = h.id
+		}
+		f(RenewFailed{Err: failure, Holds: len(failed), HoldIDs: ids})
+	}
+	c.cfg.logger.Warn("dsync: renewal failed", "err", failure, "holds", len(failed))
+	return false
 }
 
-// exec runs a batch of one script in one round trip per node: EVALSHA
-// through DoMulti, then, only for the commands the server did not know the
-// script for (a restart, a failover, SCRIPT FLUSH), ExecMulti, which loads it.
-func (r *renewer) exec(ctx context.Context, s *rueidis.Lua, execs []rueidis.LuaExec) []rueidis.RedisResult {
+// A renewCall is one script call of a renewal round, for one hold or, with
+// many, a batch of mutex holds.
+type renewCall struct {
+	s     *rueidis.Lua
+	e     rueidis.LuaExec
+	holds []*hold
+	many  bool
+}
+
+// exec sends the calls in one pipeline as EVALSHA; the few the server did
+// not know the script for (a restart, a failover, SCRIPT FLUSH), and any
+// script not made by the scripts package, go through Exec, which falls back
+// to EVAL.
+func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisResult {
 	rc := r.c.rc
-	sha, ok := scripts.SHA1(s)
-	if !ok {
-		return s.ExecMulti(ctx, rc, execs...)
+	res := make([]rueidis.RedisResult, len(calls))
+	cmds := make(rueidis.Commands, 0, len(calls))
+	idx := make([]int, 0, len(calls))
+	var single []int
+	for i, call := range calls {
+		sha, ok := scripts.SHA1(call.s)
+		if !ok {
+			single = append(single, i)
+			continue
+		}
+		cmds = append(cmds, rc.B().Evalsha().Sha1(sha).Numkeys(int64(len(call.e.Keys))).Key(call.e.Keys...).Arg(call.e.Args...).Build())
+		idx = append(idx, i)
 	}
-	cmds := make(rueidis.Commands, len(execs))
-	for i, e := range execs {
-		cmds[i] = rc.B().Evalsha().Sha1(sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
-	}
-	res := rc.DoMulti(ctx, cmds...)
-	var missing []int
-	for i, rr := range res {
+	for k, rr := range rc.DoMulti(ctx, cmds...) {
+		res[idx[k]] = rr
 		if e, ok := rueidis.IsRedisErr(rr.Error()); ok && e.IsNoScript() {
-			missing = append(missing, i)
+			single = append(single, idx[k])
 		}
 	}
-	if len(missing) > 0 {
-		again := make([]rueidis.LuaExec, len(missing))
-		for k, i := range missing {
-			again[k] = execs[i]
-		}
-		for k, rr := range s.ExecMulti(ctx, rc, again...) {
-			res[missing[k]] = rr
-		}
+	for _, i := range single {
+		res[i] = calls[i].s.Exec(ctx, rc, calls[i].e.Keys, calls[i].e.Args)
 	}
 	return res
 }

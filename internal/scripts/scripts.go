@@ -20,6 +20,8 @@ var (
 	mutexHandoffSrc string
 	//go:embed mutex_renew.lua
 	mutexRenewSrc string
+	//go:embed mutex_renew_many.lua
+	mutexRenewManySrc string
 )
 
 // Scripts run through EVALSHA with an EVAL fallback; the SHA-1 is computed by
@@ -29,6 +31,8 @@ var (
 	MutexRelease = newScript(mutexReleaseSrc)
 	MutexHandoff = newScript(mutexHandoffSrc)
 	MutexRenew   = newScript(mutexRenewSrc)
+	// MutexRenewMany is MutexRenew for many keys at once (not on a cluster).
+	MutexRenewMany = newScript(mutexRenewManySrc)
 )
 
 // shas maps each script to its SHA-1, for callers that batch EVALSHA
