@@ -31,6 +31,9 @@ type hold struct {
 	// ops, when set, replaces renew, release and onLost: it builds the
 	// commands from the hold itself, so a hold costs no closures.
 	ops holdOps
+	// renewTag caches what the renewal loop sends for a mutex hold; only
+	// that loop's goroutine touches it.
+	renewTag string
 
 	mu        sync.Mutex
 	ended     bool

@@ -505,8 +505,17 @@ func (m *Mutex) newHold(owner string, token uint64) *hold {
 }
 
 func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	prefix := h.owner + " " + strconv.FormatUint(h.token, 10) + " "
+	_, prefix := m.renewKey(h)
 	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.keys, Args: []string{prefix, leaseMS(m.c.cfg.lease)}}
+}
+
+// renewKey returns the lock key and the value prefix "<owner> <token> "
+// that the renewal scripts check, for the batched renewal.
+func (m *Mutex) renewKey(h *hold) (key, prefix string) {
+	if h.renewTag == "" {
+		h.renewTag = h.owner + " " + strconv.FormatUint(h.token, 10) + " "
+	}
+	return m.key, h.renewTag
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {

@@ -83,27 +83,29 @@ func (r *renewer) round() bool {
 	defer cancel()
 
 	var calls []renewCall
-	batches := make(map[string]*renewCall) // by lease argument
+	var batch *renewCall
 	for _, h := range holds {
-		s, e := h.renewCmd()
-		if !c.cluster && s == scripts.MutexRenew && len(e.Keys) == 1 && len(e.Args) == 2 {
-			b := batches[e.Args[1]]
-			if b == nil || len(b.holds) == renewBatch {
-				if b != nil {
-					calls = append(calls, *b)
+		if br, ok := h.ops.(batchRenewer); ok && !c.cluster {
+			if batch == nil || len(batch.holds) == renewBatch {
+				if batch != nil {
+					calls = append(calls, *batch)
 				}
-				b = &renewCall{s: scripts.MutexRenewMany, many: true, e: rueidis.LuaExec{Args: []string{e.Args[1]}}}
-				batches[e.Args[1]] = b
+				batch = &renewCall{s: scripts.MutexRenewMany, many: true, e: rueidis.LuaExec{
+					Keys: make([]string, 0, renewBatch),
+					Args: append(make([]string, 0, renewBatch+1), leaseMS(c.cfg.lease)),
+				}}
 			}
-			b.holds = append(b.holds, h)
-			b.e.Keys = append(b.e.Keys, e.Keys[0])
-			b.e.Args = append(b.e.Args, e.Args[0])
+			key, prefix := br.renewKey(h)
+			batch.holds = append(batch.holds, h)
+			batch.e.Keys = append(batch.e.Keys, key)
+			batch.e.Args = append(batch.e.Args, prefix)
 			continue
 		}
+		s, e := h.renewCmd()
 		calls = append(calls, renewCall{s: s, e: e, holds: []*hold{h}})
 	}
-	for _, b := range batches {
-		calls = append(calls, *b)
+	if batch != nil {
+		calls = append(calls, *batch)
 	}
 
 	sentAt := time.Now()
@@ -151,6 +153,12 @@ func (r *renewer) round() bool {
 	}
 	c.cfg.logger.Warn("dsync: renewal failed", "err", failure, "holds", len(failed))
 	return false
+}
+
+// A batchRenewer's holds are renewed by MutexRenewMany: it names the key
+// and the value prefix that prove the hold is still the owner's.
+type batchRenewer interface {
+	renewKey(h *hold) (key, prefix string)
 }
 
 // A renewCall is one script call of a renewal round, for one hold or, with
