@@ -9,8 +9,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -26,17 +29,23 @@ const (
 )
 
 func main() {
-	srv, err := exredis.Start()
-	if err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
+}
+
+func run(out io.Writer) error {
+	srv, err := exredis.Start()
+	if err != nil {
+		return err
+	}
 	defer srv.Close()
-	fmt.Println("using", srv.Describe())
+	fmt.Fprintln(out, "using", srv.Describe())
 
 	ctx := context.Background()
 	admin, err := srv.Client()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer admin.Close()
 	admin.Do(ctx, admin.B().Del().Key(counterKey).Build())
@@ -46,12 +55,12 @@ func main() {
 	for w := 0; w < workers; w++ {
 		rc, err := srv.Client()
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		defer rc.Close()
 		client, err := dsync.NewClient(rc)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		defer client.Close()
 		m := client.NewMutex("quickstart")
@@ -71,22 +80,23 @@ func main() {
 	// The context form: the lock context carries a fencing token.
 	c, err := dsync.NewClient(admin)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer c.Close()
 	m := c.NewMutex("quickstart")
 	lctx, err := m.LockContext(ctx)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	token, _ := dsync.FencingToken(lctx)
 	total, _ := admin.Do(ctx, admin.B().Get().Key(counterKey).Build()).AsInt64()
 	if err := m.UnlockContext(lctx); err != nil {
-		log.Fatal(err)
+		return err
 	}
-	fmt.Printf("%d workers x %d increments = %d (want %d) in %v\n", workers, increments, total, workers*increments, time.Since(start).Round(time.Millisecond))
-	fmt.Printf("fencing token of the last acquisition: %d\n", token)
+	fmt.Fprintf(out, "%d workers x %d increments = %d (want %d) in %v\n", workers, increments, total, workers*increments, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "fencing token of the last acquisition: %d\n", token)
 	if total != workers*increments {
-		log.Fatal("updates were lost")
+		return errors.New("updates were lost")
 	}
+	return nil
 }
