@@ -188,6 +188,8 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 				err = ctx.Err()
 			} else if c.closed.Load() {
 				err = ErrClosed
+			} else {
+				err = ownErr(err)
 			}
 			// A lost reply may hide a started run: its marker lapses
 			// unrenewed within one lease.

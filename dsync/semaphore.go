@@ -298,6 +298,8 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 				err = ctx.Err()
 			} else if c.closed.Load() {
 				err = ErrClosed
+			} else {
+				err = ownErr(err)
 			}
 			_, _, err = giveUp(err)
 			return nil, attempt, err
