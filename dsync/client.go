@@ -172,6 +172,19 @@ const (
 	cleanupGrace   = 40 * time.Millisecond
 )
 
+// ctxErr is ctx.Err(), counting a deadline that has passed as reached even
+// before ctx's own timer says so (rueidis times a call out on the deadline
+// itself, and can report it first).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // ownErr turns a context error that rueidis returned while the caller's
 // context was still live (its own dial or handshake timeout) into a plain
 // error, so errors.Is(err, context.DeadlineExceeded) holds only when the

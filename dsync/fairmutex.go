@@ -393,8 +393,8 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 				queued = queued || (q.queues && !try)
 				_, _ = q.releaseRedis(ctx, owner, 0)
 			}
-			if ctx.Err() != nil {
-				return nil, sentAt, attempts, ctx.Err()
+			if err := ctxErr(ctx); err != nil {
+				return nil, sentAt, attempts, err
 			}
 			if c.closed.Load() {
 				return nil, sentAt, attempts, ErrClosed

@@ -600,8 +600,8 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 					_, _ = m.release(ctx, owner, 0)
 				}
 			}
-			if ctx.Err() != nil {
-				return nil, false, attempt, ctx.Err()
+			if err := ctxErr(ctx); err != nil {
+				return nil, false, attempt, err
 			}
 			if c.closed.Load() {
 				return nil, false, attempt, ErrClosed
