@@ -145,6 +145,9 @@ func runChild(role string) int {
 	case "holder":
 		return childHolder(c, res)
 	}
+	if f := childRoles[role]; f != nil {
+		return f(c, res)
+	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
 }
