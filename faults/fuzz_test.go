@@ -1,0 +1,408 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+)
+
+// Issue 8 item 10: sequences of lock, unlock, acquire and release on two
+// names, by three owners (in two Clients), with random counts, cancelled
+// contexts and invalid arguments, run against redis-server and an
+// in-memory reference model. After every step the state Redis shows
+// (Client.Inspect) must equal the model's, and every call must return what
+// the model says: success, a refusal (Try...), or one of the documented
+// errors ErrNotHeld, ErrInvalidArgument and the context's error.
+//
+// The seed corpus runs in every go test; explore with
+//
+//	go test -run '^$' -fuzz FuzzOperations -fuzztime 60s
+//
+// Each input byte triple is one step: op, owner and name, argument.
+
+const (
+	fuzzOwners = 3
+	fuzzNames  = 2
+	fuzzSize   = 3 // semaphore size
+)
+
+var fuzzSeq atomic.Int64
+
+// fuzzModel is the reference: per name a Mutex, an RWMutex and a
+// Semaphore. Holders are owner indexes; counts are acquisitions.
+type fuzzModel struct {
+	mu [fuzzNames]struct{ owner, count int }
+	rw [fuzzNames]struct {
+		w, wc int
+		r     map[int]int
+	}
+	sem [fuzzNames]map[int]int64
+}
+
+func newFuzzModel() *fuzzModel {
+	m := &fuzzModel{}
+	for k := range fuzzNames {
+		m.mu[k].owner = -1
+		m.rw[k].w = -1
+		m.rw[k].r = map[int]int{}
+		m.sem[k] = map[int]int64{}
+	}
+	return m
+}
+
+func (m *fuzzModel) semUsed(k int) (t int64) {
+	for _, n := range m.sem[k] {
+		t += n
+	}
+	return t
+}
+
+// fuzzEnv is the system under test for one input.
+type fuzzEnv struct {
+	t      *testing.T
+	cs     [2]*dsync.Client
+	ctxs   [fuzzOwners]context.Context // each carries its owner
+	owners [fuzzOwners]string
+	names  [fuzzNames]string
+	m      *fuzzModel
+	log    []string
+}
+
+func (e *fuzzEnv) client(o int) *dsync.Client { return e.cs[o%2] }
+
+// step runs one operation and checks its outcome against the model.
+func (e *fuzzEnv) step(op, who, arg byte) {
+	t, m := e.t, e.m
+	o, k := int(who)%fuzzOwners, int(who/fuzzOwners)%fuzzNames
+	cancelled := arg&0x80 != 0
+	ctx := e.ctxs[o]
+	if cancelled {
+		c, cancel := context.WithCancel(ctx)
+		cancel()
+		ctx = c
+	}
+	c, name := e.client(o), e.names[k]
+	var got, want error
+	var ok, wantOK bool
+	var what string
+	// acq runs an acquisition: with a cancelled context it must fail with
+	// context.Canceled and change nothing; otherwise grant decides.
+	acq := func(try func(context.Context) (bool, error), grant func() bool) {
+		ok, got = try(ctx)
+		if cancelled {
+			want = context.Canceled
+			return
+		}
+		wantOK = grant()
+	}
+	switch op % 10 {
+	case 0, 1: // Mutex TryLockContext / LockContext where it cannot wait
+		mx := c.NewMutex(name)
+		s := &m.mu[k]
+		free := s.owner == -1 || s.owner == o
+		blocking := op%10 == 1 && (free || cancelled)
+		what = fmt.Sprintf("mutex(%d).lock(o%d, blocking %v, cancelled %v)", k, o, blocking, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			if blocking {
+				l, err := mx.LockContext(ctx)
+				return l != nil, err
+			}
+			_, ok, err := mx.TryLockContext(ctx)
+			return ok, err
+		}, func() bool {
+			if !free {
+				return false
+			}
+			s.owner = o
+			s.count++
+			return true
+		})
+	case 2: // Mutex UnlockContext
+		what = fmt.Sprintf("mutex(%d).unlock(o%d, cancelled %v)", k, o, cancelled)
+		got = c.NewMutex(name).UnlockContext(ctx)
+		s := &m.mu[k]
+		if s.owner != o {
+			want = dsync.ErrNotHeld
+		} else if s.count--; s.count == 0 {
+			s.owner = -1
+		}
+	case 3: // RWMutex TryLockContext
+		what = fmt.Sprintf("rw(%d).lock(o%d, cancelled %v)", k, o, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			_, ok, err := c.NewRWMutex(name).TryLockContext(ctx)
+			return ok, err
+		}, func() bool {
+			s := &m.rw[k]
+			switch {
+			case s.w == o:
+				s.wc++
+				return true
+			case s.w != -1:
+				return false
+			}
+			for r := range s.r {
+				if r != o {
+					return false // another reader: no upgrade
+				}
+			}
+			s.w, s.wc = o, 1
+			return true
+		})
+	case 4: // RWMutex TryRLockContext
+		what = fmt.Sprintf("rw(%d).rlock(o%d, cancelled %v)", k, o, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			_, ok, err := c.NewRWMutex(name).TryRLockContext(ctx)
+			return ok, err
+		}, func() bool {
+			s := &m.rw[k]
+			if s.r[o] == 0 && s.w != -1 && s.w != o {
+				return false
+			}
+			s.r[o]++
+			return true
+		})
+	case 5: // RWMutex UnlockContext
+		what = fmt.Sprintf("rw(%d).unlock(o%d, cancelled %v)", k, o, cancelled)
+		got = c.NewRWMutex(name).UnlockContext(ctx)
+		s := &m.rw[k]
+		if s.w != o {
+			want = dsync.ErrNotHeld
+		} else if s.wc--; s.wc == 0 {
+			s.w = -1
+		}
+	case 6: // RWMutex RUnlockContext
+		what = fmt.Sprintf("rw(%d).runlock(o%d, cancelled %v)", k, o, cancelled)
+		got = c.NewRWMutex(name).RUnlockContext(ctx)
+		s := &m.rw[k]
+		if s.r[o] == 0 {
+			want = dsync.ErrNotHeld
+		} else if s.r[o]--; s.r[o] == 0 {
+			delete(s.r, o)
+		}
+	case 7, 8: // Semaphore TryAcquire of 0..size+1 permits
+		n := int64(arg&0x7f) % (fuzzSize + 2)
+		what = fmt.Sprintf("sem(%d).acquire(o%d, %d, cancelled %v)", k, o, n, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			_, ok, err := c.NewSemaphore(name, fuzzSize).TryAcquire(ctx, n)
+			return ok, err
+		}, func() bool {
+			if n < 1 || n > fuzzSize {
+				want = dsync.ErrInvalidArgument
+				return false
+			}
+			if m.semUsed(k)+n > fuzzSize {
+				return false
+			}
+			m.sem[k][o] += n
+			return true
+		})
+		if cancelled && (n < 1 || n > fuzzSize) {
+			want = nil // either refusal is documented; checked below
+		}
+	case 9: // Semaphore Release of 0..size+1 permits
+		n := int64(arg&0x7f) % (fuzzSize + 2)
+		what = fmt.Sprintf("sem(%d).release(o%d, %d, cancelled %v)", k, o, n, cancelled)
+		got = c.NewSemaphore(name, fuzzSize).Release(ctx, n)
+		switch {
+		case n < 1 || n > fuzzSize:
+			want = dsync.ErrInvalidArgument
+		case m.sem[k][o] < n:
+			want = dsync.ErrNotHeld
+		default:
+			if m.sem[k][o] -= n; m.sem[k][o] == 0 {
+				delete(m.sem[k], o)
+			}
+		}
+	}
+	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
+	if got != nil && !documented(got) {
+		t.Fatalf("undocumented error from %s: %v\n%s", what, got, e.history())
+	}
+	switch {
+	case want == nil && op%10 >= 7 && op%10 <= 8 && cancelled:
+		// An invalid count with a cancelled context: ErrInvalidArgument or
+		// context.Canceled, nothing granted.
+		if got == nil || ok {
+			t.Fatalf("%s: got %v, %v; want a refusal\n%s", what, ok, got, e.history())
+		}
+	case want == nil && got != nil, want != nil && !errors.Is(got, want):
+		t.Fatalf("%s: error %v, want %v\n%s", what, got, want, e.history())
+	case ok != wantOK:
+		t.Fatalf("%s: acquired %v, model says %v\n%s", what, ok, wantOK, e.history())
+	}
+	e.compare(what)
+}
+
+func documented(err error) bool {
+	return errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, dsync.ErrInvalidArgument) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func (e *fuzzEnv) history() string { return "steps:\n  " + strings.Join(e.log, "\n  ") }
+
+// compare checks that Redis shows exactly the model's holders, modes and
+// free permits, and no waiters.
+func (e *fuzzEnv) compare(after string) {
+	t, m := e.t, e.m
+	for k, name := range e.names {
+		sts, err := e.cs[0].Inspect(context.Background(), name)
+		if err != nil {
+			t.Fatalf("Inspect after %s: %v", after, err)
+		}
+		var mx, rw, sem dsync.LockState
+		semFound := false
+		for _, st := range sts {
+			switch st.Kind {
+			case dsync.KindMutex:
+				mx = st
+			case dsync.KindRWMutex:
+				rw = st
+			case dsync.KindSemaphore:
+				sem, semFound = st, true
+			default:
+				t.Fatalf("Inspect after %s shows a %s", after, st.Kind)
+			}
+			if len(st.Waiters) != 0 {
+				t.Fatalf("after %s Redis shows %d waiters on %s %d\n%s", after, len(st.Waiters), st.Kind, k, e.history())
+			}
+		}
+		var want, got []string
+		// Redis counts one acquisition per owner: re-entries through the
+		// Client that holds the lock are counted there alone, and each
+		// owner here always uses the same Client.
+		if s := m.mu[k]; s.owner >= 0 {
+			want = append(want, "mutex "+e.owners[s.owner]+" 1")
+		}
+		for _, h := range mx.Holders {
+			got = append(got, fmt.Sprintf("mutex %s %d", h.Owner, h.Count))
+		}
+		rs := m.rw[k]
+		mode := ""
+		if rs.w >= 0 {
+			mode = "write"
+			want = append(want, "w "+e.owners[rs.w]+" 1")
+		} else if len(rs.r) > 0 {
+			mode = "read"
+		}
+		for r := range rs.r {
+			want = append(want, "r "+e.owners[r]+" 1")
+		}
+		for i, h := range rw.Holders {
+			kind := "r"
+			if i == 0 && rw.Mode == "write" {
+				kind = "w"
+			}
+			got = append(got, fmt.Sprintf("%s %s %d", kind, h.Owner, h.Count))
+		}
+		if rw.Mode != mode {
+			t.Fatalf("after %s: rw %d mode %q in Redis, %q in the model\n%s", after, k, rw.Mode, mode, e.history())
+		}
+		for o, n := range m.sem[k] {
+			want = append(want, fmt.Sprintf("sem %s %d", e.owners[o], n))
+		}
+		for _, h := range sem.Holders {
+			got = append(got, fmt.Sprintf("sem %s %d", h.Owner, h.Permits))
+		}
+		free := int64(fuzzSize) - m.semUsed(k)
+		if semFound && (sem.Size != fuzzSize || sem.Free != free) {
+			t.Fatalf("after %s: semaphore %d shows %d/%d free, model %d/%d\n%s", after, k, sem.Free, sem.Size, free, fuzzSize, e.history())
+		}
+		if !semFound && free != fuzzSize {
+			t.Fatalf("after %s: semaphore %d not in Redis, model holds %d permits\n%s", after, k, fuzzSize-free, e.history())
+		}
+		sort.Strings(want)
+		sort.Strings(got)
+		if strings.Join(want, "; ") != strings.Join(got, "; ") {
+			t.Fatalf("after %s, name %d:\nRedis: %v\nmodel: %v\n%s", after, k, got, want, e.history())
+		}
+	}
+}
+
+// cleanup releases everything the model holds, checking each release,
+// so that the Clients carry no holds into the next input.
+func (e *fuzzEnv) cleanup() {
+	m := e.m
+	for k, name := range e.names {
+		for m.mu[k].owner >= 0 {
+			o := m.mu[k].owner
+			if err := e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]); err != nil {
+				e.t.Fatalf("cleanup: mutex unlock: %v\n%s", err, e.history())
+			}
+			if m.mu[k].count--; m.mu[k].count == 0 {
+				m.mu[k].owner = -1
+			}
+		}
+		for ; m.rw[k].w >= 0 && m.rw[k].wc > 0; m.rw[k].wc-- {
+			o := m.rw[k].w
+			if err := e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]); err != nil {
+				e.t.Fatalf("cleanup: rw unlock: %v\n%s", err, e.history())
+			}
+		}
+		m.rw[k].w = -1
+		for o, n := range m.rw[k].r {
+			for range n {
+				if err := e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]); err != nil {
+					e.t.Fatalf("cleanup: rw runlock: %v\n%s", err, e.history())
+				}
+			}
+			delete(m.rw[k].r, o)
+		}
+		for o, n := range m.sem[k] {
+			if err := e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n); err != nil {
+				e.t.Fatalf("cleanup: sem release: %v\n%s", err, e.history())
+			}
+			delete(m.sem[k], o)
+		}
+	}
+	e.compare("cleanup")
+}
+
+func FuzzOperations(f *testing.F) {
+	// Hand-written seeds: re-entry, upgrade and downgrade, foreign
+	// releases, permits beyond the size, cancelled contexts.
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                            // mutex re-entry, foreign and extra unlock
+	f.Add([]byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})          // rw upgrade, downgrade
+	f.Add([]byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})          // rw upgrade blocked by another reader
+	f.Add([]byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3}) // permits
+	f.Add([]byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81}) // cancelled contexts
+	f.Add([]byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})          // blocking lock where it cannot wait
+	// Random seeds from a fixed source.
+	r := rand.New(rand.NewPCG(8, 10))
+	for range 6 {
+		b := make([]byte, 3*40)
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		f.Add(b)
+	}
+	srv := startRedis(f)
+	prefix := testPrefix()
+	const lease = 5 * time.Second
+	cs := [2]*dsync.Client{newDsync(f, srv.Addr, prefix, lease), newDsync(f, srv.Addr, prefix, lease)}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 3*200 {
+			ops = ops[:3*200]
+		}
+		seq := fuzzSeq.Add(1)
+		e := &fuzzEnv{t: t, cs: cs, m: newFuzzModel()}
+		for k := range fuzzNames {
+			e.names[k] = fmt.Sprintf("fz%d-%c", seq, 'a'+k)
+		}
+		for o := range fuzzOwners {
+			e.ctxs[o] = dsync.WithOwner(context.Background())
+			e.owners[o], _ = dsync.OwnerOf(e.ctxs[o])
+		}
+		for i := 0; i+2 < len(ops); i += 3 {
+			e.step(ops[i], ops[i+1], ops[i+2])
+		}
+		e.cleanup()
+	})
+}
