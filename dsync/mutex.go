@@ -234,6 +234,9 @@ type mutexWaiter struct {
 	// ch receives nil ("acquire through Redis now") or the hold handed over.
 	ch    chan *hold
 	woken bool // a value was sent on ch; guarded by mutexState.mu
+	// lctx, set before the hold is sent on ch, is the waiter's acquisition
+	// when it re-enters a hold its owner took meanwhile (see shareHold).
+	lctx context.Context
 }
 
 func (c *Client) getMutex(key string) *mutexState {
@@ -267,6 +270,25 @@ func (st *mutexState) wakeNext() {
 	w.woken = true
 	st.busy = true
 	w.ch <- nil
+}
+
+// shareHold lets the queued waiters of h's owner re-enter h, as they would
+// had they arrived just after it was taken: leaving them queued until the
+// owner releases would deadlock a holder that waits for them. Their lock
+// contexts are made here, under st.mu, so a release cannot end h first.
+func (st *mutexState) shareHold(h *hold) {
+	q := st.queue[:0]
+	for _, w := range st.queue {
+		if w.owner != h.owner {
+			q = append(q, w)
+			continue
+		}
+		w.woken = true
+		w.lctx = h.newCtx(w.ctx)
+		w.ch <- h
+	}
+	clear(st.queue[len(q):])
+	st.queue = q
 }
 
 func (st *mutexState) remove(w *mutexWaiter) {
@@ -332,6 +354,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			st.h = h
 			st.passes = 0
 			lctx := h.newCtx(ctx)
+			st.shareHold(h)
 			st.mu.Unlock()
 			return lctx, h, again, attempts, nil
 		}
@@ -341,6 +364,10 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			if h == nil {
 				lead = true
 				continue
+			}
+			if w.lctx != nil {
+				c.putMutex(m.key, st) // re-entered: the hold has its reference
+				return w.lctx, h, true, attempts, nil
 			}
 			return h.newCtx(ctx), h, false, attempts, nil
 		case <-ctx.Done():
@@ -356,8 +383,15 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			return nil, nil, false, attempts, done
 		}
 		st.mu.Unlock()
+		h := <-w.ch
+		if w.lctx != nil {
+			// Re-entered as we gave up: the acquisition is made, so report
+			// it rather than undo it (its context ends with ctx).
+			c.putMutex(m.key, st)
+			return w.lctx, h, true, attempts, nil
+		}
 		// Woken as we gave up: pass on what we were given.
-		if h := <-w.ch; h != nil {
+		if h != nil {
 			cctx, cancel := cleanupCtx(ctx)
 			st.mu.Lock()
 			if st.h == h {

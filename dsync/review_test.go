@@ -53,3 +53,59 @@ func TestOwnTimeoutIsNotContextError(t *testing.T) {
 		}
 	}
 }
+
+// Two goroutines acquiring with the same owner while another process holds
+// the lock (one waits in Redis, one in the local queue): when the lock comes to the owner, the second re-enters at once,
+// as it would had it arrived a moment later, instead of waiting in the
+// local queue for the first to release (which deadlocks a holder that waits
+// for its partner). A later acquisition gets a new fencing token.
+func TestMutexSameOwnerWaitersReenter(t *testing.T) {
+	c := newClient(t)
+	m := c.NewMutex("m")
+	elsewhere := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c))).NewMutex("m")
+	other, err := elsewhere.LockContext(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := dsync.WithOwner(ctxT(t))
+	type result struct {
+		l   context.Context
+		err error
+	}
+	got := make(chan result, 2)
+	for range 2 {
+		go func() {
+			l, err := m.LockContext(owner)
+			got <- result{l, err}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // both wait: one in Redis, one locally
+	if err := elsewhere.UnlockContext(other); err != nil {
+		t.Fatal(err)
+	}
+	var ls []context.Context
+	for range 2 {
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			ls = append(ls, r.l)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the owner's second acquisition did not re-enter while the owner held the lock")
+		}
+	}
+	t1, _ := dsync.FencingToken(ls[0])
+	t2, _ := dsync.FencingToken(ls[1])
+	if t1 != t2 {
+		t.Fatalf("re-entries of one hold have tokens %d and %d", t1, t2)
+	}
+	for _, l := range ls {
+		if err := m.UnlockContext(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := c.NewMutex("m").TryLockContext(ctxT(t)); !ok || err != nil {
+		t.Fatalf("after both releases: %v %v", ok, err)
+	}
+}
