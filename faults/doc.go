@@ -1,7 +1,16 @@
 // Package faults is dsync's fault-injection suite. It has no API: its tests
 // run real redis-server processes on loopback, put an in-process toxiproxy
 // in front of them, stop and kill lock holders that run as child processes,
-// and check the recorded histories with porcupine against a mutex model.
+// and check the recorded histories with porcupine against mutex,
+// read-write and semaphore models (primitives_test.go also checks a
+// FairMutex's grants against its queue as Redis shows it). kill_test.go
+// SIGKILLs holders of each primitive, and FuzzOperations (fuzz_test.go)
+// runs operation sequences against redis-server and a reference model;
+// its seed corpus runs with the suite, and
+//
+//	go test -run '^$' -fuzz FuzzOperations -fuzztime 60s
+//
+// explores further.
 //
 // It is a module of its own so that its test dependencies (porcupine,
 // toxiproxy) never reach the go.mod of dsync's users. Run it with

@@ -750,3 +750,49 @@ func TestFaultFairMutexContention(t *testing.T) {
 		t.Errorf("%d grants out of queue order", bad)
 	}
 }
+
+// TestFaultModelsCatchViolations feeds the read-write and semaphore models
+// hand-made histories, so that a model that accepts everything cannot pass
+// the contention scenarios unnoticed.
+func TestFaultModelsCatchViolations(t *testing.T) {
+	op := func(who int, in interface{}, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: who, Input: in, Call: call, Return: ret}
+	}
+	hold := func(who int, read bool, from, to int64) []porcupine.Operation {
+		return []porcupine.Operation{op(who, rwIn{read: read, who: who}, from, from+1), op(who, rwIn{rel: true, read: read, who: who}, to, to+1)}
+	}
+	rw := []struct {
+		name string
+		ops  []porcupine.Operation
+		ok   bool
+	}{
+		{"two readers overlap", append(hold(0, true, 0, 10), hold(1, true, 2, 12)...), true},
+		{"writer after reader", append(hold(0, true, 0, 10), hold(1, false, 12, 20)...), true},
+		{"two writers overlap", append(hold(0, false, 0, 10), hold(1, false, 2, 12)...), false},
+		{"writer overlaps reader", append(hold(0, true, 0, 10), hold(1, false, 2, 12)...), false},
+		{"reader inside writer", append(hold(0, false, 0, 10), hold(1, true, 2, 5)...), false},
+	}
+	for _, c := range rw {
+		if got := porcupine.CheckOperations(rwModel, c.ops); got != c.ok {
+			t.Errorf("rw model, %s: linearizable %v, want %v", c.name, got, c.ok)
+		}
+	}
+	sh := func(who int, n, from, to int64) []porcupine.Operation {
+		return []porcupine.Operation{op(who, semIn{who: who, n: n}, from, from+1), op(who, semIn{rel: true, who: who, n: n}, to, to+1)}
+	}
+	sem := []struct {
+		name string
+		ops  []porcupine.Operation
+		ok   bool
+	}{
+		{"2 + 1 of 3", append(sh(0, 2, 0, 10), sh(1, 1, 2, 12)...), true},
+		{"2 + 2 of 3", append(sh(0, 2, 0, 10), sh(1, 2, 2, 12)...), false},
+		{"release of another's permits", []porcupine.Operation{op(0, semIn{who: 0, n: 1}, 0, 1), op(1, semIn{rel: true, who: 1, n: 1}, 2, 3)}, false},
+		{"release of more than held", []porcupine.Operation{op(0, semIn{who: 0, n: 1}, 0, 1), op(0, semIn{rel: true, who: 0, n: 2}, 2, 3)}, false},
+	}
+	for _, c := range sem {
+		if got := porcupine.CheckOperations(semModel(3), c.ops); got != c.ok {
+			t.Errorf("semaphore model, %s: linearizable %v, want %v", c.name, got, c.ok)
+		}
+	}
+}
