@@ -184,8 +184,8 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 			err = errors.New("dsync: unexpected reply from the once script")
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
+			if e := ctxErr(ctx); e != nil {
+				err = e
 			} else if c.closed.Load() {
 				err = ErrClosed
 			} else {

@@ -294,8 +294,8 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		if err != nil {
 			// A lost reply may hide a grant: nobody renews it, so those
 			// permits come back within one lease.
-			if ctx.Err() != nil {
-				err = ctx.Err()
+			if e := ctxErr(ctx); e != nil {
+				err = e
 			} else if c.closed.Load() {
 				err = ErrClosed
 			} else {
