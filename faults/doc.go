@@ -8,7 +8,7 @@
 // runs operation sequences against redis-server and a reference model;
 // its seed corpus runs with the suite, and
 //
-//	go test -run '^$' -fuzz FuzzOperations -fuzztime 60s
+//	go test -run '^$' -fuzz FuzzOperations -fuzztime 60s -fuzzminimizetime 5s
 //
 // explores further.
 //

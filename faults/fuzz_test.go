@@ -24,7 +24,7 @@ import (
 //
 // The seed corpus runs in every go test; explore with
 //
-//	go test -run '^$' -fuzz FuzzOperations -fuzztime 60s
+//	go test -run '^$' -fuzz FuzzOperations -fuzztime 60s -fuzzminimizetime 5s
 //
 // Each input byte triple is one step: op, owner and name, argument.
 
@@ -112,6 +112,9 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		what = fmt.Sprintf("mutex(%d).lock(o%d, blocking %v, cancelled %v)", k, o, blocking, cancelled)
 		acq(func(ctx context.Context) (bool, error) {
 			if blocking {
+				// The model says it cannot wait: a wait fails the step.
+				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
 				l, err := mx.LockContext(ctx)
 				return l != nil, err
 			}
