@@ -92,6 +92,9 @@ func (c *Client) Close() error {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
+	for _, h := range holds {
+		h.beginRelease() // a renewal in flight must not report them lost
+	}
 	c.releaseOnClose(holds)
 	for _, h := range holds {
 		h.end(ErrClosed, false)

@@ -44,8 +44,9 @@
 // whichever is sooner. Goroutines of one Client waiting for the same lock
 // wait in a local queue, and one of them talks to Redis; on unlock the lock
 // is handed to the next local waiter in one script, with a fresh fencing
-// token, at most WithMaxLocalHandoffs times in a row before it is released
-// to other processes.
+// token. Every WithMaxLocalHandoffs-th handoff in a row also asks Redis
+// whether waiters of other processes are subscribed to the lock's channel;
+// if so the lock is released to them instead.
 //
 // # Keys
 //

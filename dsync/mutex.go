@@ -138,6 +138,14 @@ func (m *Mutex) TryLockContext(ctx context.Context) (context.Context, bool, erro
 // that owner does not hold m. The release runs even if ctx is already
 // cancelled, since a lost lock's context is.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
+	err := m.unlock(ctx)
+	if err != nil && ctx != nil && ctxErr(ctx) == nil {
+		err = ownErr(err) // a timeout of the release's own budget, not ctx's
+	}
+	return err
+}
+
+func (m *Mutex) unlock(ctx context.Context) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
 	}
@@ -450,6 +458,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		case nh != nil:
 			st.h = nh
 			w.ch <- nh
+			st.shareHold(nh) // other waiters of the same owner re-enter
 		case yielded:
 			// Back to the head of the queue, to compete after the others.
 			w.woken = false
@@ -519,6 +528,8 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	}
 	nh = m.newHold(to, uint64(vals[1]))
 	if !nh.track(sentAt, lease) {
+		// Closed meanwhile: nobody will renew or release the new hold.
+		_, _ = m.release(ctx, to, nh.token)
 		return nil, false, ErrClosed
 	}
 	return nh, false, nil

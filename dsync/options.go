@@ -14,9 +14,10 @@ const (
 	// DefaultLease is the watchdog lease: a held lock lives this long in
 	// Redis past its last renewal, and is renewed every DefaultLease/3.
 	DefaultLease = 30 * time.Second
-	// DefaultMaxLocalHandoffs bounds how many times in a row a lock is handed
-	// from one goroutine to another inside one Client before it is released
-	// to Redis, so other processes get their turn.
+	// DefaultMaxLocalHandoffs is how many times in a row a lock is handed
+	// from one goroutine to another inside one Client before the Client
+	// asks Redis whether other processes wait for it (and if so releases it
+	// to them).
 	DefaultMaxLocalHandoffs = 8
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 4096
@@ -85,9 +86,12 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithMaxLocalHandoffs bounds consecutive in-process handoffs of one lock
-// (DefaultMaxLocalHandoffs if not set). 0 disables handoff: every unlock goes
-// through Redis and waiters of this process compete like remote ones.
+// WithMaxLocalHandoffs sets how many consecutive in-process handoffs of one
+// lock pass before the Client checks for waiters in other processes
+// (DefaultMaxLocalHandoffs if not set): with some, it releases the lock to
+// them; with none, it goes on handing off, at most 8n times in a row. 0
+// disables handoff: every unlock goes through Redis and waiters of this
+// process compete like remote ones.
 func WithMaxLocalHandoffs(n int) Option {
 	return func(c *config) {
 		if n >= 0 {
