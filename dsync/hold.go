@@ -28,6 +28,9 @@ type hold struct {
 	// onLost is called (without locks held) when the hold is lost, before
 	// its contexts are cancelled, so the primitive can forget it.
 	onLost func(*hold)
+	// onEnd, when set, is called (without locks held) when the hold ends,
+	// by release, loss or Close, before its contexts are cancelled.
+	onEnd func(*hold)
 	// ops, when set, replaces renew, release and onLost: it builds the
 	// commands from the hold itself, so a hold costs no closures.
 	ops holdOps
@@ -160,6 +163,9 @@ func (h *hold) end(cause error, lost bool) bool {
 		case h.onLost != nil:
 			h.onLost(h)
 		}
+	}
+	if h.onEnd != nil {
+		h.onEnd(h)
 	}
 	if lost {
 		// Report before cancelling, so whoever waits on a lock context

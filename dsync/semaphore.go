@@ -349,8 +349,7 @@ func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
 	semHolds.Lock()
 	s.setHolds(owner, append(semHolds.m[s.holdsKey()][owner], h))
 	semHolds.Unlock()
-	// However the hold ends (release, loss, Client.Close), forget it; a
-	// context of its own, since a lock context also ends with its parent.
-	context.AfterFunc(h.newCtx(context.Background()), func() { s.forget(h) })
+	// However the hold ends (release, loss, Client.Close), forget it.
+	h.onEnd = s.forget
 	return h
 }
