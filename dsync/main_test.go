@@ -113,3 +113,18 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// waitSubscribed waits until some connection is subscribed to channel ch on
+// any node rc knows (a waiter subscribes before it blocks).
+func waitSubscribed(t testing.TB, rc rueidis.Client, ch string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "a waiter to subscribe to "+ch, func() bool {
+		for _, n := range rc.Nodes() {
+			m, err := n.Do(context.Background(), n.B().PubsubNumsub().Channel(ch).Build()).AsIntMap()
+			if err == nil && m[ch] > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}

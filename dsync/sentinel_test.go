@@ -58,7 +58,7 @@ func TestSentinelFailover(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond) // the waiter is waiting
+	waitSubscribed(t, sentinelRueidis(t), prefix+":{s}:mutex:ch") // the waiter is waiting
 	start := time.Now()
 	next, err := st.Failover(20 * time.Second)
 	if err != nil {
