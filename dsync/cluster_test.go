@@ -188,7 +188,7 @@ func TestClusterWakeup(t *testing.T) {
 			bctx, err = b.NewMutex(name).LockContext(ctx)
 			got <- err
 		}()
-		waitSubscribed(t, clusterRueidis(t), prefix+":{"+name+"}:mutex:ch")
+		waitSubscribedOn(t, cluster(t).Addrs(), prefix+":{"+name+"}:mutex:ch")
 		released := time.Now()
 		if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
 			t.Fatal(err)

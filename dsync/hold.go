@@ -38,7 +38,15 @@ type hold struct {
 	// that loop's goroutine touches it.
 	renewTag string
 
+	// rOwner and rToken are the hold as Redis knows it, which scripts
+	// check: for a Mutex they differ from owner and token after a handoff
+	// inside the Client, which takes a token from the block reserved in
+	// Redis instead of a round trip (see Mutex.passOn).
+	rOwner string
+	rToken uint64
+
 	mu        sync.Mutex
+	deadline  time.Time // when the lease clock runs out
 	ended     bool
 	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
 	timer     *time.Timer
@@ -74,13 +82,19 @@ func (h *hold) releaseCmd() (s *rueidis.Lua, e rueidis.LuaExec, ok bool) {
 }
 
 func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
-	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, start: time.Now()}
+	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now()}
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
 // moved on by each renewal. It registers the hold for Close and, with a
 // watchdog, for renewal. It reports false if the Client is closed.
 func (h *hold) track(sentAt time.Time, lease time.Duration) bool {
+	return h.trackUntil(sentAt.Add(validity(lease)))
+}
+
+// trackUntil is track with the lease clock's end given: a hold that takes
+// over another's lease in Redis takes over its clock too.
+func (h *hold) trackUntil(deadline time.Time) bool {
 	c := h.c
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -90,7 +104,8 @@ func (h *hold) track(sentAt time.Time, lease time.Duration) bool {
 	c.holds[h] = struct{}{}
 	c.timers.Add(1)
 	h.mu.Lock()
-	h.timer = time.AfterFunc(time.Until(sentAt.Add(validity(lease))), h.expire)
+	h.deadline = deadline
+	h.timer = time.AfterFunc(time.Until(deadline), h.expire)
 	h.mu.Unlock()
 	c.mu.Unlock()
 	if h.watchdog {
@@ -223,6 +238,14 @@ func (h *hold) renewed(sentAt time.Time, lease time.Duration) {
 	}
 	// Re-arm only a timer that had not fired; a fired one has ended the hold.
 	if h.timer.Stop() {
-		h.timer.Reset(time.Until(sentAt.Add(validity(lease))))
+		h.deadline = sentAt.Add(validity(lease))
+		h.timer.Reset(time.Until(h.deadline))
 	}
+}
+
+// leaseEnd returns when the hold's lease clock runs out.
+func (h *hold) leaseEnd() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
 }

@@ -25,8 +25,10 @@ type LockState struct {
 	// the writer of an RWMutex at most one; for RWMutex readers and
 	// Semaphore permits any number; for a Once, the caller running f.
 	Holders []Holder
-	// LastToken is the latest fencing token issued for the lock, also kept
-	// for a while after it was released; 0 when unknown.
+	// LastToken is the latest fencing token issued or reserved for the lock,
+	// also kept for a while after it was released; 0 when unknown. A Mutex
+	// reserves a few tokens per acquisition for handoffs inside the holder's
+	// Client, so its LastToken may be above the holder's token.
 	LastToken uint64
 	// Waiters are the waiters queued in Redis, first in line first: for a
 	// FairMutex, the writers of an RWMutex, and a Semaphore. Only waiters
@@ -52,8 +54,11 @@ type Holder struct {
 	// counted by that Client alone, re-entries through other Clients here.
 	// It is 0 for a Semaphore, whose holders hold Permits.
 	Count int64
-	// Token is the fencing token of the hold; 0 where the layout keeps
-	// none per holder (Semaphore).
+	// Token is the fencing token of the hold as Redis records it: for a
+	// Mutex, the last of the tokens reserved by the holder's Client (the
+	// holder's own is at most that); 0 where the layout keeps none per
+	// holder (Semaphore). Owner is likewise the owner Redis knows: after a
+	// handoff inside one Client, the one that acquired in Redis.
 	Token uint64
 	// Lease is how long the hold has left in Redis unless renewed; -1 if
 	// it has no expiry.

@@ -39,6 +39,12 @@ type Mutex struct {
 	relKeys  []string // {key, ch}
 	leaseArg string   // lease of a new hold, in ms
 	markArg  string   // free-marker lifetime, in ms
+	// block is how many fencing tokens a Redis acquisition or handoff
+	// reserves: the first for its holder, the others for handoffs inside
+	// this Client that need no round trip. 1 with a fixed lease, since each
+	// hold must then start its own lease in Redis.
+	block    int
+	blockArg string
 
 	lmu    sync.Mutex
 	locker string // owner of the hold taken by Lock or TryLock
@@ -53,6 +59,11 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	m.relKeys = []string{m.key, m.ch}
 	m.leaseArg = leaseMS(m.lease())
 	m.markArg = leaseMS(freeMarkerTTL)
+	m.block = 1
+	if m.lc.leaseTime == 0 && c.cfg.handoffs > 0 {
+		m.block = c.cfg.handoffs
+	}
+	m.blockArg = strconv.Itoa(m.block)
 	return m
 }
 
@@ -234,6 +245,9 @@ type mutexState struct {
 	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
 	passes  int  // consecutive handoffs inside this Client
 	yielded bool // the lock was just released to other processes' waiters
+	// next..last are the fencing tokens reserved in Redis for handoffs
+	// inside this Client (see Mutex.block); empty when next > last.
+	next, last uint64
 }
 
 type mutexWaiter struct {
@@ -361,6 +375,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			}
 			st.h = h
 			st.passes = 0
+			st.next, st.last = h.token+1, h.rToken
 			lctx := h.newCtx(ctx)
 			st.shareHold(h)
 			st.mu.Unlock()
@@ -440,7 +455,34 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	defer c.putMutex(m.key, st) // the hold's reference
 	h.beginRelease()
 	bound := c.cfg.handoffs
-	check := bound > 0 && st.passes > 0 && st.passes%bound == 0
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.next <= st.last && !h.isEnded() {
+		// A token from the block reserved in Redis: no round trip. The new
+		// hold is the same hold in Redis, so it takes over its lease clock.
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.woken = true
+		st.passes++
+		nh := m.newHold(w.owner, st.next)
+		st.next++
+		nh.rOwner, nh.rToken = h.rOwner, h.rToken
+		if nh.trackUntil(h.leaseEnd()) {
+			h.end(errReleased, false)
+			st.h = nh
+			w.ch <- nh
+			st.shareHold(nh) // other waiters of the same owner re-enter
+			st.mu.Unlock()
+			return nil
+		}
+		// Closed meanwhile: the waiter finds out through Redis.
+		st.busy = true
+		w.ch <- nil
+		st.mu.Unlock()
+		h.end(errReleased, false)
+		return ErrClosed
+	}
+	// A handoff through Redis reserves a new block; with blocks each is a
+	// yield check, without them every bound-th.
+	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
 	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster) && !h.isEnded() {
 		// In a cluster, PUBSUB NUMSUB sees only one node's subscribers, so
 		// a check there always yields (the plain release below).
@@ -457,6 +499,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		switch {
 		case nh != nil:
 			st.h = nh
+			st.next, st.last = nh.token+1, nh.rToken
 			w.ch <- nh
 			st.shareHold(nh) // other waiters of the same owner re-enter
 		case yielded:
@@ -478,7 +521,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	st.yielded = len(st.queue) > 0 && st.passes > 0
 	st.passes = 0
 	st.mu.Unlock()
-	code, err := m.release(ctx, h.owner, h.token)
+	code, err := m.release(ctx, h.rOwner, h.rToken)
 	ended := h.end(errReleased, false)
 	st.mu.Lock()
 	st.busy = false
@@ -503,7 +546,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 			own = "1"
 		}
 	}
-	args := []string{h.owner, strconv.FormatUint(h.token, 10), to, m.leaseArg, own, m.markArg}
+	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.markArg, m.blockArg}
 	var vals []int64
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {
@@ -520,16 +563,17 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	if len(vals) < 2 || vals[0] != 1 {
 		// h was not this owner's alone (lost, or re-entered through another
 		// Client): release our part normally.
-		code, err := m.release(ctx, h.owner, h.token)
+		code, err := m.release(ctx, h.rOwner, h.rToken)
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
 		return nil, false, wrapErr(KindMutex, m.name, err)
 	}
 	nh = m.newHold(to, uint64(vals[1]))
+	nh.rToken = nh.token + uint64(m.block) - 1
 	if !nh.track(sentAt, lease) {
 		// Closed meanwhile: nobody will renew or release the new hold.
-		_, _ = m.release(ctx, to, nh.token)
+		_, _ = m.release(ctx, to, nh.rToken)
 		return nil, false, ErrClosed
 	}
 	return nh, false, nil
@@ -558,13 +602,13 @@ func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
 // that the renewal scripts check, for the batched renewal.
 func (m *Mutex) renewKey(h *hold) (key, prefix string) {
 	if h.renewTag == "" {
-		h.renewTag = h.owner + " " + strconv.FormatUint(h.token, 10) + " "
+		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " "
 	}
 	return m.key, h.renewTag
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), m.markArg}}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.markArg}}
 }
 
 // lost forgets a lost hold, so the next local waiter can try.
@@ -614,7 +658,7 @@ func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code i
 func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	lease := m.lease()
-	args := []string{owner, m.leaseArg}
+	args := []string{owner, m.leaseArg, m.blockArg}
 	var sub *subscription
 	live := false
 	defer func() { sub.close() }()
@@ -655,8 +699,11 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 		}
 		if vals[0] != 0 {
 			h := m.newHold(owner, uint64(vals[1]))
+			if vals[0] == 1 {
+				h.rToken = h.token + uint64(m.block) - 1
+			}
 			if !h.track(sentAt, lease) {
-				_, _ = m.release(ctx, owner, h.token)
+				_, _ = m.release(ctx, owner, h.rToken)
 				return nil, false, attempt, ErrClosed
 			}
 			return h, vals[0] == 2, attempt, nil

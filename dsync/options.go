@@ -18,7 +18,7 @@ const (
 	// from one goroutine to another inside one Client before the Client
 	// asks Redis whether other processes wait for it (and if so releases it
 	// to them).
-	DefaultMaxLocalHandoffs = 8
+	DefaultMaxLocalHandoffs = 32
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 4096
 	// minLease keeps renewal intervals and lease arithmetic meaningful.

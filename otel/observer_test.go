@@ -411,7 +411,9 @@ func TestObserverLost(t *testing.T) {
 func TestObserverRenewFailed(t *testing.T) {
 	s := redistest.Start(t) // a server of its own: it gets stopped
 	tel := newTelemetry(t)
-	c := client(t, s, newPrefix(), tel.observer(), dsync.WithLease(600*time.Millisecond))
+	// A round fails lease/2 after it starts (every lease/3), well before the
+	// hold's lease clock ends it as lost, so the event lands on the open span.
+	c := client(t, s, newPrefix(), tel.observer(), dsync.WithLease(2*time.Second))
 	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
 	m := c.NewMutex("renewed")
 	lctx, err := m.LockContext(ctx)

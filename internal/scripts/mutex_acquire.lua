@@ -5,11 +5,14 @@
 -- continues the sequence even if the server clock steps back.
 --
 -- KEYS[1] lock key
--- ARGV[1] owner, ARGV[2] lease in ms
--- Reply: {1, token} acquired; {2, token} re-entered (the owner already held
--- it through another Client); {0, pttl} held by another owner.
+-- ARGV[1] owner, ARGV[2] lease in ms, ARGV[3] tokens to reserve (>= 1): the
+-- value records the last of them, so the acquiring Client can hand the lock
+-- on inside its process with the others, without a round trip
+-- Reply: {1, token} acquired (token is the first reserved); {2, token}
+-- re-entered (the owner already held it through another Client; the
+-- recorded token); {0, pttl} held by another owner.
 local v = redis.call('get', KEYS[1])
-local last = 0
+local prev = 0
 if v then
   local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
   if o == ARGV[1] then
@@ -19,12 +22,13 @@ if v then
   if o ~= '-' then
     return {0, redis.call('pttl', KEYS[1])}
   end
-  last = tonumber(t)
+  prev = tonumber(t)
 end
 -- Fencing token: one more than the last, and never below the server clock in
 -- microseconds, so a FLUSHALL, a restart or a failover to a lagging replica
 -- cannot make a token repeat.
 local now = redis.call('time')
-local tok = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', tok) .. ' 1', 'px', ARGV[2])
+local tok = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+local last = tok + tonumber(ARGV[3]) - 1
+redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
 return {1, tok}

@@ -7,7 +7,8 @@
 -- ARGV[4] lease in ms for the new holder,
 -- ARGV[5] "-1": hand over; n >= 0: yield instead if the channel has more
 -- than n subscribers (n being the caller's own subscription, 0 or 1),
--- ARGV[6] free-marker lifetime in ms (for a yield)
+-- ARGV[6] free-marker lifetime in ms (for a yield),
+-- ARGV[7] tokens to reserve for the new holder's Client (>= 1)
 -- Reply: {1, token} handed over; {2} released to other processes (yield);
 -- {0} the from owner no longer holds it alone.
 local v = redis.call('get', KEYS[1])
@@ -17,7 +18,7 @@ end
 local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
 if o == ARGV[3] and c == '1' then
   -- A retry of a handoff that was applied.
-  return {1, tonumber(t)}
+  return {1, tonumber(t) - tonumber(ARGV[7]) + 1}
 end
 if o == '-' and t == ARGV[2] then
   -- A retry of a yield that was applied.
@@ -39,5 +40,6 @@ if own >= 0 then
 end
 local now = redis.call('time')
 local tok = math.max(tonumber(t) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-redis.call('set', KEYS[1], ARGV[3] .. ' ' .. string.format('%.0f', tok) .. ' 1', 'px', ARGV[4])
+local last = tok + tonumber(ARGV[7]) - 1
+redis.call('set', KEYS[1], ARGV[3] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[4])
 return {1, tok}

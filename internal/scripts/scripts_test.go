@@ -40,7 +40,7 @@ func TestMutexScripts(t *testing.T) {
 		return v
 	}
 	acq := func(owner string) []int64 {
-		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000"}))
+		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
 	}
 	rel := func(owner string, tok int64) int64 {
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{owner, strconv.FormatInt(tok, 10), "60000"}))
@@ -109,7 +109,7 @@ func TestMutexScripts(t *testing.T) {
 	}
 	// Handoff B -> C: new token, count 1, idempotent on retry.
 	hand := func() []int64 {
-		return ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"B", strconv.FormatInt(b[1], 10), "C", "5000", "-1", "60000"}))
+		return ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"B", strconv.FormatInt(b[1], 10), "C", "5000", "-1", "60000", "1"}))
 	}
 	h := hand()
 	if h[0] != 1 || h[1] <= b[1] || get() != "C "+strconv.FormatInt(h[1], 10)+" 1" {
@@ -118,29 +118,29 @@ func TestMutexScripts(t *testing.T) {
 	if h2 := hand(); h2[0] != 1 || h2[1] != h[1] {
 		t.Fatalf("retried handoff = %v", h2)
 	}
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"X", "1", "D", "5000", "-1", "60000"})); r[0] != 0 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"X", "1", "D", "5000", "-1", "60000", "1"})); r[0] != 0 {
 		t.Fatalf("handoff from a non-holder = %v", r)
 	}
 	// A handoff is refused while the holder has re-entered (count 2).
 	acq("C")
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000", "-1", "60000"})); r[0] != 0 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000", "-1", "60000", "1"})); r[0] != 0 {
 		t.Fatalf("handoff with count 2 = %v", r)
 	}
 	// With a check, a handoff hands over while only the caller's own
 	// subscription (or none) is on the channel, and yields to other
 	// subscribers: the lock becomes free and they are told.
 	rel("C", 0)                                                                               // back to count 1
-	cur := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000"})) // {0, pttl}: held by C
+	cur := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000", "1"})) // {0, pttl}: held by C
 	if cur[0] != 0 {
 		t.Fatalf("C lost the lock: %v", cur)
 	}
 	tokC := strconv.FormatInt(h[1], 10)
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000"})); r[0] != 1 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"})); r[0] != 1 {
 		t.Fatalf("checked handoff with only the own subscriber (1) = %v, want handed over", r)
 	}
-	tokD := strconv.FormatInt(ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000"}))[1], 10)
+	tokD := strconv.FormatInt(ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000", "1"}))[1], 10)
 	rel("D", 0) // undo the re-entry just made to read the token
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000"})); r[0] != 2 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"})); r[0] != 2 {
 		t.Fatalf("checked handoff with a foreign subscriber = %v, want a yield", r)
 	}
 	if v := get(); v != "- "+tokD+" 0" {
@@ -149,11 +149,27 @@ func TestMutexScripts(t *testing.T) {
 	if m := <-msgs; m != tokD {
 		t.Fatalf("yield published %q", m)
 	}
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000"})); r[0] != 2 {
+	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"})); r[0] != 2 {
 		t.Fatalf("retried yield = %v", r)
 	}
 	acq("C")
 	acq("C")
+	// Reservations: an acquisition reserving 4 tokens records the last, and
+	// the next acquisition anywhere starts above it; a handoff reserves too.
+	rc.Do(ctx, rc.B().Del().Key("p:{r}:mutex").Build())
+	rk := []string{"p:{r}:mutex"}
+	r1 := ints(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
+	if v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString(); v != "R "+strconv.FormatInt(r1[1]+3, 10)+" 1" {
+		t.Fatalf("reserving acquire: %v, value %q", r1, v)
+	}
+	last := strconv.FormatInt(r1[1]+3, 10)
+	h4 := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
+	if h4[0] != 1 || h4[1] <= r1[1]+3 {
+		t.Fatalf("reserving handoff = %v, want a first token above %d", h4, r1[1]+3)
+	}
+	if again := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"})); again[0] != 1 || again[1] != h4[1] {
+		t.Fatalf("retried reserving handoff = %v, want %v", again, h4)
+	}
 	// Token-less release (owner only) works for the owner.
 	if rel("C", 0) != 2 || rel("C", 0) != 1 {
 		t.Fatal("owner-only releases failed")
