@@ -47,10 +47,11 @@
 // looks again after at most the holder's remaining lease or lease/3,
 // whichever is sooner. Goroutines of one Client waiting for the same lock
 // wait in a local queue, and one of them talks to Redis; on unlock the lock
-// is handed to the next local waiter in one script, with a fresh fencing
-// token. Every WithMaxLocalHandoffs-th handoff in a row also asks Redis
-// whether waiters of other processes are subscribed to the lock's channel;
-// if so the lock is released to them instead.
+// is handed to the next local waiter with the next fencing token of a block
+// that the acquisition reserved in Redis, without a round trip. When the
+// block (WithMaxLocalHandoffs tokens) runs out, one script reserves the next
+// and asks whether waiters of other processes are subscribed to the lock's
+// channel; if so the lock is released to them instead.
 //
 // # Keys
 //

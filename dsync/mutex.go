@@ -441,15 +441,18 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 const yieldWait = 2 * time.Millisecond
 
 // passOn ends hold h (removed from st.h, no acquisitions left): it hands the
-// lock to the next local waiter in one script, or releases it in Redis and
-// lets the next local waiter compete. Called with st.mu held; unlocks it.
+// lock to the next local waiter, or releases it in Redis and lets the next
+// local waiter compete. Called with st.mu held; unlocks it.
 //
-// Handoffs are cheap but keep the lock in this process. Every
-// WithMaxLocalHandoffs-th consecutive handoff therefore asks Redis whether
-// other processes wait (their waiters are subscribed to the lock's channel),
-// and if so releases the lock to them instead: the yield. Without waiters
-// elsewhere the lock keeps passing locally, up to a hard cap of 8 times the
-// bound, in case a waiter could not subscribe.
+// Every acquisition in Redis reserves m.block fencing tokens (the value
+// records the last), so the next m.block-1 handoffs inside this Client need
+// no round trip: the new holder takes the next token and the same hold in
+// Redis. When the block runs out, a handoff script reserves the next one in
+// one round trip, and first asks Redis whether other processes wait (their
+// waiters are subscribed to the lock's channel); if so it releases the lock
+// to them instead: the yield. Without waiters elsewhere the lock keeps
+// passing locally, up to a hard cap of 8 blocks, in case a waiter could not
+// subscribe.
 func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
 	defer c.putMutex(m.key, st) // the hold's reference

@@ -14,10 +14,11 @@ const (
 	// DefaultLease is the watchdog lease: a held lock lives this long in
 	// Redis past its last renewal, and is renewed every DefaultLease/3.
 	DefaultLease = 30 * time.Second
-	// DefaultMaxLocalHandoffs is how many times in a row a lock is handed
+	// DefaultMaxLocalHandoffs is how many times in a row a Mutex is handed
 	// from one goroutine to another inside one Client before the Client
 	// asks Redis whether other processes wait for it (and if so releases it
-	// to them).
+	// to them). It is also the number of fencing tokens one acquisition
+	// reserves, so that those handoffs need no round trip.
 	DefaultMaxLocalHandoffs = 32
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 4096
@@ -87,11 +88,14 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMaxLocalHandoffs sets how many consecutive in-process handoffs of one
-// lock pass before the Client checks for waiters in other processes
+// Mutex pass before the Client checks for waiters in other processes
 // (DefaultMaxLocalHandoffs if not set): with some, it releases the lock to
-// them; with none, it goes on handing off, at most 8n times in a row. 0
-// disables handoff: every unlock goes through Redis and waiters of this
-// process compete like remote ones.
+// them; with none, it goes on handing off, at most 8n times in a row. Each
+// acquisition in Redis reserves n fencing tokens, so handoffs within a block
+// cost no round trip; a larger n is faster under contention inside one
+// process and makes other processes wait longer for their turn. 0 disables
+// handoff: every unlock goes through Redis and waiters of this process
+// compete like remote ones.
 func WithMaxLocalHandoffs(n int) Option {
 	return func(c *config) {
 		if n >= 0 {

@@ -45,7 +45,7 @@ type libSpec struct {
 const fixedTTL = 8 * time.Second
 
 var libs = []libSpec{
-	{name: "dsync", note: "dsync Mutex, default (in-process handoffs, yield check every 8)", lock: true, open: openDsync(dsync.DefaultMaxLocalHandoffs)},
+	{name: "dsync", note: "dsync Mutex, default (in-process handoffs from a reserved token block of 32, then a yield check)", lock: true, open: openDsync(dsync.DefaultMaxLocalHandoffs)},
 	{name: "dsync-h0", note: "dsync Mutex, WithMaxLocalHandoffs(0): no cohorting", lock: true, open: openDsync(0)},
 	{name: "raw", note: "rueidis SET NX PX + EVALSHA compare-and-delete, 1 ms spin", lock: true, open: openRaw},
 	{name: "floor", note: "two PINGs per op (not a lock)", open: openFloor},
