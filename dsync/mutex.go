@@ -24,6 +24,12 @@ const freeMarkerTTL = time.Hour
 // fresh owner, so, as with sync.Mutex, a second Lock blocks until Unlock,
 // and any goroutine may call Unlock.
 //
+// Goroutines of one Client that wait for the same Mutex queue locally and
+// are handed the lock without a round trip (see WithMaxLocalHandoffs); Redis
+// then still names the owner that acquired it there. So a holder that got
+// the lock by such a handoff re-enters and releases it through the same
+// Client only.
+//
 // A Mutex is safe for concurrent use. Its zero value is not usable; create
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
 type Mutex struct {
