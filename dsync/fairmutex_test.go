@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -481,45 +480,8 @@ func TestFairMutexScripts(t *testing.T) {
 
 // Mutual exclusion across two Clients, every goroutine queueing in Redis.
 func TestFairMutexHammerClients(t *testing.T) {
-	prefix := testPrefix(t)
+	prefix := hammerClients(t, 4, 25, func(c *dsync.Client) dsync.ContextLocker { return c.NewFairMutex("hammer") })
 	rcv := newRueidis(t)
-	const goroutines, iters = 4, 25
-	var inside atomic.Int32
-	var wg sync.WaitGroup
-	for ci := 0; ci < 2; ci++ {
-		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-		f := c.NewFairMutex("hammer")
-		for g := 0; g < goroutines; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < iters; i++ {
-					l, err := f.LockContext(context.Background())
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders at once", n)
-					}
-					unguardedIncr(t, rcv, prefix+":counter")
-					inside.Add(-1)
-					if err := f.UnlockContext(l); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	got, err := rcv.Do(context.Background(), rcv.B().Get().Key(prefix+":counter").Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int64(2 * goroutines * iters); got != want {
-		t.Fatalf("counter = %d, want %d: updates lost", got, want)
-	}
 	keys := fairKeys(prefix, "hammer")
 	if len(lrange(t, rcv, keys[1])) != 0 || zcard(t, rcv, keys[2]) != 0 {
 		t.Fatal("queue not empty after every waiter was served")

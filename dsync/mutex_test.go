@@ -162,9 +162,16 @@ func prefixOf(t testing.TB, c *dsync.Client) string {
 var clientPrefix = map[*dsync.Client]string{}
 
 func TestMutexHammerClients(t *testing.T) {
+	hammerClients(t, 8, 60, func(c *dsync.Client) dsync.ContextLocker { return c.NewMutex("hammer") })
+}
+
+// hammerClients runs goroutines x iters unguarded increments on each of two
+// Clients, under the lock newLock returns, and fails on any overlap or lost
+// update. It returns the key prefix used.
+func hammerClients(t *testing.T, goroutines, iters int, newLock func(*dsync.Client) dsync.ContextLocker) string {
+	t.Helper()
 	prefix := testPrefix(t)
 	rcv := newRueidis(t)
-	const goroutines, iters = 8, 60
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	for ci := 0; ci < 2; ci++ {
@@ -173,9 +180,9 @@ func TestMutexHammerClients(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				m := c.NewMutex("hammer")
+				l := newLock(c)
 				for i := 0; i < iters; i++ {
-					lctx, err := m.LockContext(context.Background())
+					lctx, err := l.LockContext(context.Background())
 					if err != nil {
 						t.Error(err)
 						return
@@ -185,7 +192,7 @@ func TestMutexHammerClients(t *testing.T) {
 					}
 					unguardedIncr(t, rcv, prefix+":counter")
 					inside.Add(-1)
-					if err := m.UnlockContext(lctx); err != nil {
+					if err := l.UnlockContext(lctx); err != nil {
 						t.Error(err)
 						return
 					}
@@ -201,6 +208,7 @@ func TestMutexHammerClients(t *testing.T) {
 	if want := int64(2 * goroutines * iters); got != want {
 		t.Fatalf("counter = %d, want %d: updates lost", got, want)
 	}
+	return prefix
 }
 
 // unguardedIncr is a read-modify-write with a gap: it loses updates unless

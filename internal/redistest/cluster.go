@@ -378,7 +378,7 @@ func (s *Server) run(argv ...string) error {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
-			return errors.New("redistest: sentinel did not answer PING within 10s on " + s.Addr)
+			return errors.New("redistest: redis-server did not answer PING within 10s on " + s.Addr)
 		}
 	}
 	s.mu.Lock()

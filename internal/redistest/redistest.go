@@ -98,49 +98,7 @@ func (s *Server) start() error {
 		"--enable-debug-command", "local", "--loglevel", "warning",
 	}
 	argv = append(argv, s.args...)
-	cmd := exec.Command("redis-server", argv...)
-	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if conn, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond); err == nil {
-			ok := ping(conn)
-			conn.Close()
-			if ok {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("redistest: redis-server on %s exited: %v", s.Addr, err)
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			return errors.New("redistest: redis-server did not answer PING within 10s on " + s.Addr)
-		}
-	}
-	s.mu.Lock()
-	s.cmd = cmd
-	s.mu.Unlock()
-	go func() { <-exited }()
-	return nil
-}
-
-func ping(conn net.Conn) bool {
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	buf := make([]byte, 7)
-	n, _ := conn.Read(buf)
-	return string(buf[:n]) == "+PONG\r\n"
+	return s.run(argv...)
 }
 
 // Stop kills the server and removes its directory. It is idempotent.
