@@ -79,7 +79,7 @@ func TestMutexSameOwnerWaitersReenter(t *testing.T) {
 			got <- result{l, err}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // both wait: one in Redis, one locally
+	waitSubscribed(t, newRueidis(t), prefixOf(t, c)+":{m}:mutex:ch") // one waits in Redis (the other locally, or re-enters on arrival)
 	if err := elsewhere.UnlockContext(other); err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func TestFaultHolderKill(t *testing.T) {
 		lctx, lerr = m.LockContext(ctx)
 		got <- time.Now()
 	}()
-	time.Sleep(100 * time.Millisecond) // the fault: let the waiter settle first
+	waitSubscribed(t, srv, prefix+":{k}:mutex:ch") // the waiter waits
 	killed := time.Now()
 	hc.signal(t, syscall.SIGKILL)
 	at := <-got

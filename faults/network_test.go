@@ -203,7 +203,7 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	werr := make(chan error, 1)
 	wstart := time.Now()
 	go func() { _, err := wc.NewMutex("w").LockContext(wctx); werr <- err }()
-	time.Sleep(100 * time.Millisecond) // let the waiter reach its wait
+	waitSubscribed(t, srv, prefix+":{w}:mutex:ch") // the waiter waits
 	unblock := px.blackhole(t)
 	blackholed := time.Now()
 	// Another process (direct) waits for "bh".
@@ -317,4 +317,14 @@ func TestFaultNetworkReset(t *testing.T) {
 	if !survived {
 		t.Errorf("hold lost over brief connection resets: %v", context.Cause(lctx))
 	}
+}
+
+// waitSubscribed waits until a waiter is subscribed to channel ch: waiters
+// subscribe before they block.
+func waitSubscribed(t testing.TB, srv *redisServer, ch string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "a waiter subscribed to "+ch, func() bool {
+		m, err := srv.do(t, "PUBSUB", "NUMSUB", ch).AsIntMap()
+		return err == nil && m[ch] > 0
+	})
 }
