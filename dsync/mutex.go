@@ -692,7 +692,9 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 				// An owner made for this call alone can be released in the
 				// background, so the call returns by its deadline; a caller's
 				// owner cannot, since the caller may acquire again with it.
-				if freshOwner(ctx) {
+				// A known acquisition that replicas did not acknowledge is
+				// undone before the call returns, as ErrNotReplicated says.
+				if freshOwner(ctx) && !errors.Is(err, ErrNotReplicated) {
 					c.background(func(bctx context.Context) { _, _ = m.release(bctx, owner, 0) })
 				} else {
 					_, _ = m.release(ctx, owner, 0)
