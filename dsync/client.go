@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 )
 
@@ -24,6 +25,7 @@ type Client struct {
 	rc      rueidis.Client
 	cfg     config
 	cluster bool // rc is a cluster client
+	sharded bool // wakeups use sharded pub/sub (a Redis 7 cluster)
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -68,6 +70,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		mutexes: make(map[string]*mutexState),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
 	c.renew = newRenewer(c)
 	c.loops.Add(2)
@@ -116,7 +119,7 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
 		if s, e, ok := h.releaseCmd(); ok {
-			groups[s] = append(groups[s], e)
+			groups[c.lua(s)] = append(groups[c.lua(s)], e)
 		}
 	}
 	for s, execs := range groups {
@@ -126,6 +129,29 @@ func (c *Client) releaseOnClose(holds []*hold) {
 			}
 		}
 	}
+}
+
+// shardedProbeTimeout bounds the question NewClient asks a cluster.
+const shardedProbeTimeout = 2 * time.Second
+
+// shardedPubSub reports whether the cluster behind rc has sharded pub/sub
+// (Redis 7). A server that rejects the command (Redis 6; a stand-in such as
+// miniredis, which answers CLUSTER SLOTS and so gets a cluster client) does
+// not; one that cannot be asked now is assumed to.
+func shardedPubSub(rc rueidis.Client) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), shardedProbeTimeout)
+	defer cancel()
+	err := rc.Do(ctx, rc.B().PubsubShardnumsub().Build()).Error()
+	return err == nil || !isRedisErr(err)
+}
+
+// lua returns the variant of a script for this Client's deployment: with
+// sharded pub/sub, scripts publish wakeups with SPUBLISH (see notifier).
+func (c *Client) lua(l *rueidis.Lua) *rueidis.Lua {
+	if c.sharded {
+		return scripts.Sharded(l)
+	}
+	return l
 }
 
 func (c *Client) checkOpen() error {

@@ -188,7 +188,7 @@ func TestClusterWakeup(t *testing.T) {
 			bctx, err = b.NewMutex(name).LockContext(ctx)
 			got <- err
 		}()
-		waitSubscribedOn(t, cluster(t).Addrs(), prefix+":{"+name+"}:mutex:ch")
+		waitShardSubscribed(t, prefix+":{"+name+"}:mutex")
 		released := time.Now()
 		if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
 			t.Fatal(err)
@@ -206,6 +206,58 @@ func TestClusterWakeup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Close drops the subscriptions from the rueidis client's connections,
+	// which outlive the Client.
+	b.Close()
+	for _, name := range namesOnMasters(t, prefix) {
+		key := prefix + ":{" + name + "}:mutex"
+		m, _, err := cluster(t).MasterOf(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the subscription to "+key+":ch to end", func() bool {
+			return shardNumsub(t, m.Addr, key+":ch") == 0
+		})
+	}
+}
+
+// waitShardSubscribed waits until a waiter is subscribed to the channel of
+// the lock at key with SSUBSCRIBE on the master that owns the key's slot,
+// and checks that no node has a classic subscription to it.
+func waitShardSubscribed(t testing.TB, key string) {
+	t.Helper()
+	cl := cluster(t)
+	m, _, err := cl.MasterOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := key + ":ch"
+	waitFor(t, 5*time.Second, "a waiter to SSUBSCRIBE to "+ch+" on "+m.Addr, func() bool {
+		return shardNumsub(t, m.Addr, ch) > 0
+	})
+	for _, addr := range cl.Addrs() {
+		if n := numsubOn(t, "NUMSUB", addr, ch); n != 0 {
+			t.Fatalf("%d classic subscribers of %s on %s; wakeups in a cluster are sharded", n, ch, addr)
+		}
+	}
+}
+
+func shardNumsub(t testing.TB, addr, ch string) int64 { return numsubOn(t, "SHARDNUMSUB", addr, ch) }
+
+// numsubOn asks the node at addr for PUBSUB sub (NUMSUB or SHARDNUMSUB) of ch.
+func numsubOn(t testing.TB, sub, addr, ch string) int64 {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	v, err := rc.Do(context.Background(), rc.B().Arbitrary("PUBSUB", sub).Args(ch).Build()).ToArray()
+	if err != nil || len(v) != 2 {
+		t.Fatalf("PUBSUB %s on %s: %v %v", sub, addr, v, err)
+	}
+	n, _ := v[1].AsInt64()
+	return n
 }
 
 // clusterHammer runs goroutines in two Clients over the cluster, each taking
@@ -388,7 +440,11 @@ func TestClusterPrimitives(t *testing.T) {
 			}
 		})
 	}
+	// Waiters poll only every lease/3 = 10s without wakeups; the 5s bounds
+	// below hold only if the sharded wakeups arrive.
 	t.Run("Once", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+		defer cancel()
 		var runs atomic.Int32
 		var wg sync.WaitGroup
 		for _, c := range clients {
@@ -396,7 +452,7 @@ func TestClusterPrimitives(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					err := c.NewOnce("once").Do(ctxT(t), func(context.Context) error {
+					err := c.NewOnce("once").Do(ctx, func(context.Context) error {
 						runs.Add(1)
 						time.Sleep(20 * time.Millisecond)
 						return nil
@@ -412,4 +468,78 @@ func TestClusterPrimitives(t *testing.T) {
 			t.Fatalf("Once ran f %d times", n)
 		}
 	})
+	t.Run("WaitGroup", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+		defer cancel()
+		a, b := clients[0].NewWaitGroup("wg"), clients[1].NewWaitGroup("wg")
+		if err := a.Add(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- b.Wait(ctx) }()
+		waitShardSubscribed(t, prefix+":{wg}:wg")
+		for range 3 {
+			select {
+			case err := <-waited:
+				t.Fatalf("Wait returned before the counter reached zero: %v", err)
+			default:
+			}
+			if err := a.Done(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-waited; err != nil {
+			t.Fatalf("Wait on the other Client: %v", err)
+		}
+	})
+}
+
+// TestClusterRenewalBySlot: in a cluster the watchdog renews the holds of
+// one slot in one script call. Holds sharing slots (and others alone in
+// theirs) stay held over several leases; deleting one key of a shared slot
+// loses that hold only.
+func TestClusterRenewalBySlot(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := clusterRueidis(t)
+	const lease = 300 * time.Millisecond
+	c := newClientOn(t, rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	key := func(name string) string { return prefix + ":{" + name + "}:mutex" }
+	// Names grouped by slot: three slots with three names each.
+	bySlot := map[uint16][]string{}
+	var shared [][]string
+	for i := 0; len(shared) < 3 && i < 200000; i++ {
+		name := fmt.Sprintf("s%d", i)
+		cmd := rc.B().Get().Key(key(name)).Build()
+		slot := cmd.Slot()
+		bySlot[slot] = append(bySlot[slot], name)
+		if len(bySlot[slot]) == 3 {
+			shared = append(shared, bySlot[slot])
+		}
+	}
+	if len(shared) < 3 {
+		t.Fatal("found no three slots with three names each")
+	}
+	names := append([]string{"alone1", "alone2"}, shared[0]...)
+	names = append(append(names, shared[1]...), shared[2]...)
+	held := map[string]context.Context{}
+	for _, name := range names {
+		l, err := c.NewMutex(name).LockContext(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name] = l
+	}
+	victim := shared[1][1]
+	if err := rc.Do(context.Background(), rc.B().Del().Key(key(victim)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	onlyVictimLost(t, lease, held, victim)
+	for name, l := range held {
+		if name == victim {
+			continue
+		}
+		if err := c.NewMutex(name).UnlockContext(l); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
 }

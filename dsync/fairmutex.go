@@ -56,10 +56,10 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		queues: true,
 		step: func(ctx context.Context, owner string, try bool) ([]int64, error) {
 			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
-			return scripts.FairAcquire.Exec(ctx, c.rc, keys, args).AsIntSlice()
+			return c.lua(scripts.FairAcquire).Exec(ctx, c.rc, keys, args).AsIntSlice()
 		},
 		leave: func(ctx context.Context, owner string) error {
-			return scripts.FairLeave.Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
+			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
 		},
 		release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
 			args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), wch}
@@ -353,7 +353,7 @@ func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (i
 	var code int64
 	var err error
 	for try := 1; try <= 3; try++ {
-		code, err = s.Exec(cctx, q.c.rc, e.Keys, e.Args).AsInt64()
+		code, err = q.c.lua(s).Exec(cctx, q.c.rc, e.Keys, e.Args).AsInt64()
 		if err == nil || isRedisErr(err) || cctx.Err() != nil || token == 0 || !q.retryRelease {
 			break
 		}

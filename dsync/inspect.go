@@ -280,7 +280,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 			keys = append(keys, key+":queue", key+":places")
 			args[1], args[2] = "", key+":w:"
 		}
-		owner, err := scripts.ForceUnlock.Exec(ctx, c.rc, keys, args).ToString()
+		owner, err := c.lua(scripts.ForceUnlock).Exec(ctx, c.rc, keys, args).ToString()
 		if err != nil {
 			return out, wrapErr(l.kind, name, err)
 		}

@@ -129,26 +129,3 @@ func waitSubscribed(t testing.TB, rc rueidis.Client, ch string) {
 	})
 }
 
-// waitSubscribedOn is waitSubscribed for a cluster: it asks every node at
-// addrs, replicas included (a subscription may sit on any of them).
-func waitSubscribedOn(t testing.TB, addrs []string, ch string) {
-	t.Helper()
-	var nodes []rueidis.Client
-	for _, a := range addrs {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, ForceSingleClient: true, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		nodes = append(nodes, rc)
-	}
-	waitFor(t, 5*time.Second, "a waiter to subscribe to "+ch, func() bool {
-		for _, n := range nodes {
-			m, err := n.Do(context.Background(), n.B().PubsubNumsub().Channel(ch).Build()).AsIntMap()
-			if err == nil && m[ch] > 0 {
-				return true
-			}
-		}
-		return false
-	})
-}

@@ -492,9 +492,10 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	// A handoff through Redis reserves a new block; with blocks each is a
 	// yield check, without them every bound-th.
 	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster) && !h.isEnded() {
-		// In a cluster, PUBSUB NUMSUB sees only one node's subscribers, so
-		// a check there always yields (the plain release below).
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster && !c.sharded) && !h.isEnded() {
+		// In a cluster without sharded pub/sub, PUBSUB NUMSUB sees only one
+		// node's subscribers, so a check there always yields (the plain
+		// release below).
 		w := st.queue[0]
 		st.queue = st.queue[1:]
 		w.woken = true
@@ -560,7 +561,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {
 		sentAt = time.Now()
-		vals, err = scripts.MutexHandoff.Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
+		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
 		return err
 	})
 	if err != nil {
@@ -642,7 +643,7 @@ func (m *Mutex) lost(h *hold) {
 func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code int64, err error) {
 	args := []string{owner, strconv.FormatUint(token, 10), m.markArg}
 	call := func(ctx context.Context) (err error) {
-		code, err = scripts.MutexRelease.Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
+		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
 		return err
 	}
 	if token == 0 {

@@ -383,40 +383,49 @@ func TestRenewalBatches(t *testing.T) {
 	rc := s.Client(t)
 	const lease, n = 300 * time.Millisecond, 600 // more than two batches
 	c := newClientOn(t, rc, dsync.WithLease(lease), dsync.WithKeyPrefix("b"))
-	held := make([]context.Context, n)
-	for i := range held {
-		l, err := c.NewMutex(strconv.Itoa(i)).LockContext(ctxT(t))
+	held := make(map[string]context.Context, n)
+	for i := range n {
+		name := strconv.Itoa(i)
+		l, err := c.NewMutex(name).LockContext(ctxT(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		held[i] = l
+		held[name] = l
 	}
-	const victim = 417
-	rc.Do(context.Background(), rc.B().Del().Key("b:{"+strconv.Itoa(victim)+"}:mutex").Build())
-	waitFor(t, lease, "the hold whose key was deleted to be lost", func() bool { return held[victim].Err() != nil })
+	const victim = "417"
+	rc.Do(context.Background(), rc.B().Del().Key("b:{"+victim+"}:mutex").Build())
+	onlyVictimLost(t, lease, held, victim)
+	for name, l := range held {
+		if name == victim {
+			continue
+		}
+		pttl, _ := rc.Do(context.Background(), rc.B().Pttl().Key("b:{"+name+"}:mutex").Build()).AsInt64()
+		if pttl <= 0 {
+			t.Fatalf("hold %s has pttl %d", name, pttl)
+		}
+		if err := c.NewMutex(name).UnlockContext(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// onlyVictimLost checks the renewal loop's verdicts after the key of held's
+// victim was deleted: within two leases that hold is lost, with cause
+// ErrLockLost, and over three more leases no other hold is.
+func onlyVictimLost(t *testing.T, lease time.Duration, held map[string]context.Context, victim string) {
+	t.Helper()
+	waitFor(t, 2*lease, "the hold whose key was deleted to be lost", func() bool { return held[victim].Err() != nil })
 	if !errors.Is(context.Cause(held[victim]), dsync.ErrLockLost) {
 		t.Fatalf("cause %v", context.Cause(held[victim]))
 	}
 	// Proving a negative: over 3 more leases no other hold is lost.
 	deadline := time.Now().Add(3 * lease)
 	for time.Now().Before(deadline) {
-		for i, l := range held {
-			if i != victim && l.Err() != nil {
-				t.Fatalf("hold %d lost: %v", i, context.Cause(l))
+		for name, l := range held {
+			if name != victim && l.Err() != nil {
+				t.Fatalf("hold %s lost: %v", name, context.Cause(l))
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	for i, l := range held {
-		if i == victim {
-			continue
-		}
-		pttl, _ := rc.Do(context.Background(), rc.B().Pttl().Key("b:{"+strconv.Itoa(i)+"}:mutex").Build()).AsInt64()
-		if pttl <= 0 {
-			t.Fatalf("hold %d has pttl %d", i, pttl)
-		}
-		if err := c.NewMutex(strconv.Itoa(i)).UnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

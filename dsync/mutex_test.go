@@ -356,10 +356,16 @@ func TestMutexHammerProcesses(t *testing.T) {
 // A Client whose goroutines pass a lock among themselves must still let a
 // waiter of another Client (another process) in promptly: every
 // WithMaxLocalHandoffs-th handoff asks Redis whether others wait.
+// In a cluster Redis is asked with PUBSUB SHARDNUMSUB on the lock's master.
 func TestMutexYieldsToOtherClients(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { testYields(t, newRueidis) })
+	t.Run("cluster", func(t *testing.T) { testYields(t, clusterRueidis) })
+}
+
+func testYields(t *testing.T, newRC func(testing.TB) rueidis.Client) {
 	prefix := testPrefix(t)
-	busy := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	busy := newClientOn(t, newRC(t), dsync.WithKeyPrefix(prefix))
+	other := newClientOn(t, newRC(t), dsync.WithKeyPrefix(prefix))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var passes atomic.Int64

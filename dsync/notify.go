@@ -18,6 +18,10 @@ const subLinger = 2 * time.Second
 // breaks (a message may have been lost, so they must look again).
 type notifier struct {
 	c *Client
+	// sharded: in a Redis 7 cluster each channel is subscribed with SSUBSCRIBE on
+	// the node that owns its slot, by one receive loop per channel (see
+	// receive), instead of on the one dedicated connection.
+	sharded bool
 
 	// opMu guards dc. Subscribers share it (and never wait for it: if the
 	// loop is reconnecting or sweeping they poll instead); the loop takes it
@@ -34,6 +38,11 @@ type channelSubs struct {
 	waiters map[*subscription]struct{}
 	live    bool      // subscribed on the current connection
 	idle    time.Time // when the last waiter left
+
+	// Sharded mode: stop ends the channel's receive loop; ready is closed
+	// when the subscription is confirmed, and replaced when it breaks.
+	stop  context.CancelFunc
+	ready chan struct{}
 }
 
 // A subscription is one waiter's interest in one channel.
@@ -45,7 +54,7 @@ type subscription struct {
 }
 
 func newNotifier(c *Client) *notifier {
-	return &notifier{c: c, subs: make(map[string]*channelSubs)}
+	return &notifier{c: c, sharded: c.sharded, subs: make(map[string]*channelSubs)}
 }
 
 // subscribe registers interest in ch. It reports whether the channel is
@@ -64,6 +73,9 @@ func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, boo
 	n.subsMu.Unlock()
 	if live {
 		return s, true
+	}
+	if n.sharded {
+		return s, n.awaitSharded(ctx, ch, cs)
 	}
 	if !n.opMu.TryRLock() {
 		return s, false
@@ -125,6 +137,116 @@ func signal(s *subscription) {
 	}
 }
 
+// awaitSharded starts the receive loop of ch if it has none, and waits
+// briefly for its subscription to be confirmed.
+func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs) bool {
+	n.subsMu.Lock()
+	if cs.stop == nil {
+		if !n.startReceive(ch, cs) {
+			n.subsMu.Unlock()
+			return false
+		}
+	}
+	ready := cs.ready
+	n.subsMu.Unlock()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-n.c.done:
+	}
+	return false
+}
+
+// startReceive starts the receive loop of ch, unless the Client is closed.
+// subsMu is held.
+func (n *notifier) startReceive(ch string, cs *channelSubs) bool {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	cs.stop, cs.ready = stop, make(chan struct{})
+	c.loops.Add(1)
+	go n.receive(ctx, ch, cs)
+	return true
+}
+
+// receive keeps ch subscribed with SSUBSCRIBE until ctx ends. rueidis sends
+// the command to the node that owns the channel's slot and returns when the
+// subscription ends: the connection broke, or the slot moved (the node
+// sends SUNSUBSCRIBE); then every waiter is told to look again, and the
+// channel is subscribed anew where its slot is now.
+func (n *notifier) receive(ctx context.Context, ch string, cs *channelSubs) {
+	c := n.c
+	defer c.loops.Done()
+	onSub := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
+		if p.Kind == "ssubscribe" && p.Channel == ch {
+			n.setLive(cs, true)
+		}
+	})
+	// Leaving for good: drop the subscription on the connection, which
+	// belongs to the caller's rueidis client and outlives this Client.
+	onSub = rueidis.WithOnReceiveReturnHook(onSub, func(err error, cc rueidis.CommandClient) error {
+		if ctx.Err() != nil {
+			uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = cc.Do(uctx, cc.B().Sunsubscribe().Channel(ch).Build()).Error()
+		}
+		return err
+	})
+	wake := func(rueidis.PubSubMessage) { n.wakeAll(cs) }
+	for attempt := 1; ; attempt++ {
+		err := c.rc.Receive(onSub, c.rc.B().Ssubscribe().Channel(ch).Build(), wake)
+		n.setLive(cs, false)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			attempt = 0 // unsubscribed by the node (slot moved): at once
+			continue
+		}
+		c.cfg.logger.Debug("dsync: wakeup subscription broke", "channel", ch, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff(attempt)):
+		}
+	}
+}
+
+// setLive records whether cs is subscribed, and wakes its waiters: after a
+// confirmation they look again, since a message may have been sent before
+// it; after a break they poll until it is back.
+func (n *notifier) setLive(cs *channelSubs, live bool) {
+	n.subsMu.Lock()
+	if cs.live != live {
+		cs.live = live
+		if live {
+			close(cs.ready)
+		} else {
+			cs.ready = make(chan struct{})
+		}
+	}
+	for s := range cs.waiters {
+		signal(s)
+	}
+	n.subsMu.Unlock()
+}
+
+func (n *notifier) wakeAll(cs *channelSubs) {
+	n.subsMu.RLock()
+	for s := range cs.waiters {
+		signal(s)
+	}
+	n.subsMu.RUnlock()
+}
+
 func (n *notifier) onMessage(m rueidis.PubSubMessage) {
 	n.subsMu.RLock()
 	if cs := n.subs[m.Channel]; cs != nil {
@@ -154,6 +276,16 @@ func (n *notifier) loop() {
 	defer c.loops.Done()
 	sweep := time.NewTicker(subLinger)
 	defer sweep.Stop()
+	if n.sharded {
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-sweep.C:
+				n.sweep()
+			}
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		dc, cancel := c.rc.Dedicate()
 		errc := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: n.onMessage})
@@ -233,6 +365,10 @@ func (n *notifier) sweep() {
 	for ch, cs := range n.subs {
 		if len(cs.waiters) == 0 && time.Since(cs.idle) >= subLinger {
 			delete(n.subs, ch)
+			if cs.stop != nil {
+				cs.stop() // its receive loop unsubscribes
+				continue
+			}
 			if cs.live {
 				idle = append(idle, ch)
 			}

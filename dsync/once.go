@@ -295,7 +295,7 @@ func (o *Once) end(ctx context.Context, marker, outcome, val string) ([]rueidis.
 	var res []rueidis.RedisMessage
 	var err error
 	for try := 1; try <= 3; try++ {
-		res, err = scripts.OnceEnd.Exec(cctx, o.c.rc, []string{o.state, o.run, o.ch}, []string{marker, outcome, val}).ToArray()
+		res, err = o.c.lua(scripts.OnceEnd).Exec(cctx, o.c.rc, []string{o.state, o.run, o.ch}, []string{marker, outcome, val}).ToArray()
 		if err == nil || isRedisErr(err) || cctx.Err() != nil {
 			break
 		}

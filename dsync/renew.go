@@ -63,8 +63,9 @@ func (r *renewer) loop() {
 }
 
 // round renews every watchdog hold once, all in one pipelined round trip;
-// it reports false if any part of it could not reach Redis. Off a cluster,
-// mutex holds (the common case) go up to renewBatch to one script call.
+// it reports false if any part of it could not reach Redis. Mutex holds (the
+// common case) go up to renewBatch to one script call: all together off a
+// cluster, per slot in one.
 func (r *renewer) round() bool {
 	c := r.c
 	r.mu.Lock()
@@ -83,19 +84,28 @@ func (r *renewer) round() bool {
 	defer cancel()
 
 	var calls []renewCall
-	var batch *renewCall
+	// One open batch per cluster slot (a script's keys must share one); off
+	// a cluster, one for all.
+	batches := map[uint16]*renewCall{}
 	for _, h := range holds {
-		if br, ok := h.ops.(batchRenewer); ok && !c.cluster {
+		if br, ok := h.ops.(batchRenewer); ok {
+			key, prefix := br.renewKey(h)
+			var slot uint16
+			if c.cluster {
+				cmd := c.rc.B().Get().Key(key).Build()
+				slot = cmd.Slot()
+			}
+			batch := batches[slot]
 			if batch == nil || len(batch.holds) == renewBatch {
 				if batch != nil {
 					calls = append(calls, *batch)
 				}
 				batch = &renewCall{s: scripts.MutexRenewMany, many: true, e: rueidis.LuaExec{
-					Keys: make([]string, 0, renewBatch),
-					Args: append(make([]string, 0, renewBatch+1), leaseMS(c.cfg.lease)),
+					Keys: make([]string, 0, 1),
+					Args: append(make([]string, 0, 2), leaseMS(c.cfg.lease)),
 				}}
+				batches[slot] = batch
 			}
-			key, prefix := br.renewKey(h)
 			batch.holds = append(batch.holds, h)
 			batch.e.Keys = append(batch.e.Keys, key)
 			batch.e.Args = append(batch.e.Args, prefix)
@@ -104,7 +114,7 @@ func (r *renewer) round() bool {
 		s, e := h.renewCmd()
 		calls = append(calls, renewCall{s: s, e: e, holds: []*hold{h}})
 	}
-	if batch != nil {
+	for _, batch := range batches {
 		calls = append(calls, *batch)
 	}
 
@@ -180,7 +190,9 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 	cmds := make(rueidis.Commands, 0, len(calls))
 	idx := make([]int, 0, len(calls))
 	var single []int
-	for i, call := range calls {
+	for i := range calls {
+		calls[i].s = r.c.lua(calls[i].s)
+		call := calls[i]
 		sha, ok := scripts.SHA1(call.s)
 		if !ok {
 			single = append(single, i)

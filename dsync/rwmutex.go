@@ -68,7 +68,7 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 		lease := q.lease()
 		q.step = func(ctx context.Context, owner string, try bool) ([]int64, error) {
 			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch}
-			return scripts.RWAcquire.Exec(ctx, c.rc, keys, args).AsIntSlice()
+			return c.lua(scripts.RWAcquire).Exec(ctx, c.rc, keys, args).AsIntSlice()
 		}
 		if mode == "write" {
 			// One write hold per owner and Client; "\x00" keeps these slot
@@ -78,7 +78,7 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			q.leave = func(ctx context.Context, owner string) error {
 				// When the last queued writer leaves, readers held back by
 				// it may go.
-				return scripts.FairLeave.Exec(ctx, c.rc, keys[2:], []string{owner, wch, rch}).Error()
+				return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[2:], []string{owner, wch, rch}).Error()
 			}
 		} else {
 			q.slot = func(owner string) string { return key + "\x00r\x00" + owner }

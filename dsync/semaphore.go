@@ -121,7 +121,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	// Not retried on a lost reply: a second decrement would release permits
 	// of another acquisition. The local holds end either way, so at worst
 	// the permits come back when the owner's lease lapses.
-	vals, err := scripts.SemRelease.Exec(cctx, s.c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).AsIntSlice()
+	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).AsIntSlice()
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the release script")
 	}
@@ -279,7 +279,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	giveUp := func(err error) (*hold, int, error) {
 		if !try {
 			cctx, cancel := cleanupCtx(ctx)
-			_ = scripts.SemCancel.Exec(cctx, c.rc, s.keys, []string{waiter, s.chPfx}).Error()
+			_ = c.lua(scripts.SemCancel).Exec(cctx, c.rc, s.keys, []string{waiter, s.chPfx}).Error()
 			cancel()
 		}
 		return nil, 0, err
@@ -287,7 +287,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	for attempt := 1; ; attempt++ {
 		w.drain()
 		sentAt := time.Now()
-		vals, err := scripts.SemAcquire.Exec(ctx, c.rc, s.keys, args).AsIntSlice()
+		vals, err := c.lua(scripts.SemAcquire).Exec(ctx, c.rc, s.keys, args).AsIntSlice()
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}
@@ -312,7 +312,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 			h := s.newHold(owner, n, uint64(vals[1]))
 			if !h.track(sentAt, lease) {
 				cctx, cancel := cleanupCtx(ctx)
-				_ = scripts.SemRelease.Exec(cctx, c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
+				_ = c.lua(scripts.SemRelease).Exec(cctx, c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
 				cancel()
 				h.end(ErrClosed, false)
 				return nil, attempt, ErrClosed

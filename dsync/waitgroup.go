@@ -48,7 +48,7 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 	if err := c.checkCall(ctx, wg.err); err != nil {
 		return err
 	}
-	vals, err := scripts.WaitGroupAdd.Exec(ctx, c.rc, []string{wg.key, wg.ch}, []string{strconv.FormatInt(delta, 10)}).AsIntSlice()
+	vals, err := c.lua(scripts.WaitGroupAdd).Exec(ctx, c.rc, []string{wg.key, wg.ch}, []string{strconv.FormatInt(delta, 10)}).AsIntSlice()
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the wait group script")
 	}

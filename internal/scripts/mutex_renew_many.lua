@@ -1,6 +1,6 @@
 -- Extend the leases of many holds in one call, each only if it is still
--- that owner's hold: the renewal loop's batch form of mutex_renew.lua, for
--- servers where the keys need not share a slot (not a cluster).
+-- that owner's hold: the renewal loop's batch form of mutex_renew.lua. In a
+-- cluster the caller batches only keys of one slot.
 --
 -- KEYS[i] lock key of hold i
 -- ARGV[1] lease in ms, ARGV[i+1] "<owner> <token> " of hold i

@@ -7,6 +7,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -31,7 +32,8 @@ var (
 	MutexRelease = newScript(mutexReleaseSrc)
 	MutexHandoff = newScript(mutexHandoffSrc)
 	MutexRenew   = newScript(mutexRenewSrc)
-	// MutexRenewMany is MutexRenew for many keys at once (not on a cluster).
+	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in a
+	// cluster).
 	MutexRenewMany = newScript(mutexRenewManySrc)
 )
 
@@ -42,15 +44,48 @@ var (
 	sources = map[*rueidis.Lua]string{}
 )
 
+// sharded maps each script that publishes to its variant for Redis Cluster,
+// which publishes with SPUBLISH and counts subscribers with PUBSUB
+// SHARDNUMSUB, so wakeups stay on the node that owns the lock's slot.
+var sharded = map[*rueidis.Lua]*rueidis.Lua{}
+
+// The classic pub/sub calls of the scripts and their sharded forms. Scripts
+// spell them exactly so; a test checks that no other spelling is used.
+var shardedCalls = strings.NewReplacer(
+	"redis.call('publish',", "redis.call('spublish',",
+	"redis.call('pubsub', 'numsub',", "redis.call('pubsub', 'shardnumsub',",
+)
+
 // newScript wraps src for EVALSHA with an EVAL fallback and records its
-// SHA-1, computed here from the source as rueidis computes it.
+// SHA-1, computed here from the source as rueidis computes it; a script that
+// publishes gets a sharded variant as well.
 func newScript(src string) *rueidis.Lua {
+	l := register(src)
+	if s := shardedCalls.Replace(src); s != src {
+		sharded[l] = register(s)
+	}
+	return l
+}
+
+func register(src string) *rueidis.Lua {
 	l := rueidis.NewLuaScript(src)
 	sum := sha1.Sum([]byte(src))
 	shas[l] = hex.EncodeToString(sum[:])
 	sources[l] = src
 	return l
 }
+
+// Sharded returns the variant of l for sharded pub/sub (Redis Cluster), or l
+// itself if l does not publish.
+func Sharded(l *rueidis.Lua) *rueidis.Lua {
+	if s, ok := sharded[l]; ok {
+		return s
+	}
+	return l
+}
+
+// Source returns the source of a script made by this package.
+func Source(l *rueidis.Lua) string { return sources[l] }
 
 // All returns the source of every script made by this package, for loading
 // them into a server ahead of use.

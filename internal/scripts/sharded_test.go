@@ -1,0 +1,58 @@
+package scripts
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var redisCall = regexp.MustCompile(`redis\.call\(\s*['"]([A-Za-z]+)['"]\s*(?:,\s*['"]([A-Za-z]+)['"])?`)
+
+// TestShardedVariants: every script that publishes or counts subscribers has
+// a sharded variant, and the variant has no classic pub/sub call left, so
+// in a cluster no wakeup goes to a channel nobody subscribed to.
+func TestShardedVariants(t *testing.T) {
+	variants := map[string]bool{}
+	for _, s := range sharded {
+		variants[sources[s]] = true
+	}
+	classic := 0
+	for l, src := range sources {
+		if variants[src] {
+			continue
+		}
+		usesPubSub := false
+		for _, m := range redisCall.FindAllStringSubmatch(src, -1) {
+			cmd := strings.ToLower(m[1])
+			if cmd == "publish" || cmd == "pubsub" {
+				usesPubSub = true
+			}
+		}
+		if !usesPubSub {
+			if _, ok := sharded[l]; ok {
+				t.Errorf("a script without pub/sub calls has a sharded variant")
+			}
+			continue
+		}
+		classic++
+		s, ok := sharded[l]
+		if !ok {
+			t.Errorf("script with pub/sub calls has no sharded variant:\n%s", firstLine(src))
+			continue
+		}
+		for _, m := range redisCall.FindAllStringSubmatch(sources[s], -1) {
+			cmd, sub := strings.ToLower(m[1]), strings.ToLower(m[2])
+			if cmd == "publish" || (cmd == "pubsub" && sub != "shardnumsub") {
+				t.Errorf("sharded variant still calls %s %s:\n%s", cmd, sub, firstLine(src))
+			}
+		}
+	}
+	if classic < 10 {
+		t.Fatalf("found %d publishing scripts; the pattern no longer matches them", classic)
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
