@@ -56,7 +56,7 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		queues: true,
 		step: func(ctx context.Context, owner string, try bool) ([]int64, error) {
 			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
-			return c.lua(scripts.FairAcquire).Exec(ctx, c.rc, keys, args).AsIntSlice()
+			return c.execAcquire(ctx, &f.q.lc, scripts.FairAcquire, keys, args)
 		},
 		leave: func(ctx context.Context, owner string) error {
 			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()

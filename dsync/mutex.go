@@ -683,7 +683,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			sub.drain()
 		}
 		sentAt := time.Now()
-		vals, err := m.execAcquire(ctx, args) // replica.go: WAIT with WithReplicaSync
+		vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, m.keys, args) // WAIT with WithReplicaSync
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}

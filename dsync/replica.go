@@ -20,17 +20,19 @@ const DefaultReplicaSyncTimeout = time.Second
 // been undone.
 var ErrNotReplicated = errors.New("dsync: acquisition not acknowledged by enough replicas")
 
-// WithReplicaSync makes each acquisition of a Mutex wait until n replicas
-// of the master acknowledged it (Redis WAIT), at most timeout
-// (DefaultReplicaSyncTimeout if timeout <= 0). If fewer did, the
-// acquisition is released again and fails with ErrNotReplicated. n <= 0
-// turns it off.
+// WithReplicaSync makes each acquisition of a Mutex, FairMutex, RWMutex
+// (both modes) or Semaphore wait until n replicas of the master
+// acknowledged it (Redis WAIT), at most timeout (DefaultReplicaSyncTimeout
+// if timeout <= 0). If fewer did, the acquisition is released again and
+// fails with ErrNotReplicated. n <= 0 turns it off. Once ignores it: its
+// run lock is held only while f runs, and a second run after a failover is
+// what its result record, not WAIT, has to prevent.
 //
 // It narrows one hole: a failover that promotes a replica which never saw
 // the acquisition, so that a second owner gets the lock. It cannot close
 // it: WAIT does not make the write durable (a replica may restart and lose
 // it, or the replica that acknowledged may not be the one promoted), it
-// does not cover renewals or in-process handoffs (see
+// does not cover renewals, releases or in-process handoffs (see
 // WithMaxLocalHandoffs), and it costs a dedicated connection and a
 // replication round trip per acquisition. See docs/scale-out.md.
 func WithReplicaSync(n int, timeout time.Duration) LockOption {
@@ -43,41 +45,46 @@ func WithReplicaSync(n int, timeout time.Duration) LockOption {
 	}
 }
 
-// execAcquire runs the acquire script; with WithReplicaSync it is followed
+// execAcquire runs an acquire script, whose reply is {code, value} with a
+// code other than 0 when it acquired. With WithReplicaSync it is followed
 // by WAIT on the same connection, since WAIT counts only the writes of its
-// own connection. A failed WAIT after a successful acquire returns an error
-// that is not a Redis error, so the caller undoes the acquisition.
-func (m *Mutex) execAcquire(ctx context.Context, args []string) ([]int64, error) {
-	if m.lc.replicas == 0 {
-		return scripts.MutexAcquire.Exec(ctx, m.c.rc, m.keys, args).AsIntSlice()
+// own connection. When the script acquired but too few replicas
+// acknowledged, or WAIT's reply is missing, it returns the script's reply
+// with an error wrapping ErrNotReplicated, which is not a Redis error: the
+// caller must undo the acquisition.
+func (c *Client) execAcquire(ctx context.Context, lc *lockConfig, l *rueidis.Lua, keys, args []string) ([]int64, error) {
+	l = c.lua(l)
+	if lc.replicas == 0 {
+		return l.Exec(ctx, c.rc, keys, args).AsIntSlice()
 	}
+	sha, _ := scripts.SHA1(l)
 	var vals []int64
 	var acks int64
-	err := m.c.rc.Dedicated(func(dc rueidis.DedicatedClient) error {
-		wait := dc.B().Wait().Numreplicas(int64(m.lc.replicas)).Timeout(m.lc.replicaTimeout.Milliseconds()).Build()
-		eval := dc.B().Evalsha().Sha1(scripts.MutexAcquireSHA).Numkeys(int64(len(m.keys))).Key(m.keys...).Arg(args...).Build()
-		res := dc.DoMulti(ctx, eval, wait)
+	err := c.rc.Dedicated(func(dc rueidis.DedicatedClient) error {
+		wait := func() rueidis.Completed {
+			return dc.B().Wait().Numreplicas(int64(lc.replicas)).Timeout(lc.replicaTimeout.Milliseconds()).Build()
+		}
+		res := dc.DoMulti(ctx, dc.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
 		if err := res[0].Error(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			eval = dc.B().Eval().Script(scripts.MutexAcquireSource).Numkeys(int64(len(m.keys))).Key(m.keys...).Arg(args...).Build()
-			wait = dc.B().Wait().Numreplicas(int64(m.lc.replicas)).Timeout(m.lc.replicaTimeout.Milliseconds()).Build()
-			res = dc.DoMulti(ctx, eval, wait)
+			eval := dc.B().Eval().Script(scripts.Source(l)).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+			res = dc.DoMulti(ctx, eval, wait())
 		}
 		var err error
 		if vals, err = res[0].AsIntSlice(); err != nil {
+			vals = nil
 			return err
 		}
 		acks, err = res[1].AsInt64()
 		return err
 	})
-	if err != nil {
-		if vals != nil && vals[0] != 0 {
-			// Acquired, but WAIT's reply is missing: not known to be synced.
-			return nil, fmt.Errorf("%w: %v", ErrNotReplicated, err)
-		}
+	acquired := len(vals) == 2 && vals[0] != 0
+	switch {
+	case err != nil && acquired:
+		return vals, fmt.Errorf("%w: %v", ErrNotReplicated, err)
+	case err != nil:
 		return nil, err
-	}
-	if len(vals) == 2 && vals[0] != 0 && acks < int64(m.lc.replicas) {
-		return nil, fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, acks, m.lc.replicas, m.lc.replicaTimeout)
+	case acquired && acks < int64(lc.replicas):
+		return vals, fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, acks, lc.replicas, lc.replicaTimeout)
 	}
 	return vals, nil
 }

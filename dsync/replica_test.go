@@ -1,6 +1,7 @@
 package dsync_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -10,12 +11,74 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
-	"github.com/redis/rueidis"
 )
 
-// TestReplicaSync: an acquisition with WithReplicaSync is on the replica
-// when it returns; with the replica stalled (SIGSTOP) it fails with
-// ErrNotReplicated and leaves the lock free; after SIGCONT it works again.
+// replicaKinds are the lock kinds WithReplicaSync applies to. Each takes
+// its lock "r" through c with opts (try: without waiting, and every permit
+// or the write side, so that it succeeds only on a free lock) and returns
+// the release; key is the key its hold writes, under the test prefix.
+var replicaKinds = []struct {
+	kind string
+	key  string
+	lock func(c *dsync.Client, ctx context.Context, try bool, opts ...dsync.LockOption) (release func() error, err error)
+}{
+	{"Mutex", "{r}:mutex", func(c *dsync.Client, ctx context.Context, try bool, opts ...dsync.LockOption) (func() error, error) {
+		m := c.NewMutex("r", opts...)
+		return tookIt(m.UnlockContext)(lockOrTry(ctx, try, m.LockContext, m.TryLockContext))
+	}},
+	{"FairMutex", "{r}:fair", func(c *dsync.Client, ctx context.Context, try bool, opts ...dsync.LockOption) (func() error, error) {
+		m := c.NewFairMutex("r", opts...)
+		return tookIt(m.UnlockContext)(lockOrTry(ctx, try, m.LockContext, m.TryLockContext))
+	}},
+	{"RWMutex", "{r}:rw", func(c *dsync.Client, ctx context.Context, try bool, opts ...dsync.LockOption) (func() error, error) {
+		m := c.NewRWMutex("r", opts...)
+		return tookIt(m.UnlockContext)(lockOrTry(ctx, try, m.LockContext, m.TryLockContext))
+	}},
+	{"RWMutex.RLock", "{r}:rw", func(c *dsync.Client, ctx context.Context, try bool, opts ...dsync.LockOption) (func() error, error) {
+		m := c.NewRWMutex("r", opts...)
+		if try {
+			return tookIt(m.UnlockContext)(m.TryLockContext(ctx))
+		}
+		return tookIt(m.RUnlockContext)(lockOrTry(ctx, false, m.RLockContext, nil))
+	}},
+	{"Semaphore", "{r}:sem:holders", func(c *dsync.Client, ctx context.Context, try bool, opts ...dsync.LockOption) (func() error, error) {
+		s := c.NewSemaphore("r", 2, opts...)
+		if try {
+			l, ok, err := s.TryAcquire(ctx, 2)
+			return tookIt(func(context.Context) error { return s.Release(l, 2) })(l, ok, err)
+		}
+		l, err := s.Acquire(ctx, 1)
+		return tookIt(func(context.Context) error { return s.Release(l, 1) })(l, err == nil, err)
+	}},
+}
+
+func lockOrTry(ctx context.Context, try bool, lock func(context.Context) (context.Context, error),
+	tryLock func(context.Context) (context.Context, bool, error)) (context.Context, bool, error) {
+	if try {
+		return tryLock(ctx)
+	}
+	l, err := lock(ctx)
+	return l, err == nil, err
+}
+
+// tookIt turns an acquisition's result into a release of the lock context,
+// or an error if nothing was acquired.
+func tookIt(unlock func(context.Context) error) func(context.Context, bool, error) (func() error, error) {
+	return func(l context.Context, ok bool, err error) (func() error, error) {
+		if err == nil && !ok {
+			err = errors.New("not acquired: the lock is not free")
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return unlock(l) }, nil
+	}
+}
+
+// TestReplicaSync: for every lock kind, an acquisition with WithReplicaSync
+// is on the replica when it returns; with the replica stalled (SIGSTOP) it
+// fails with ErrNotReplicated and leaves the lock free; after SIGCONT it
+// works again.
 func TestReplicaSync(t *testing.T) {
 	// No diskless-sync delay (5s by default): the replica syncs at once.
 	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
@@ -26,64 +89,65 @@ func TestReplicaSync(t *testing.T) {
 		info, err := master.Do(t, "INFO", "replication").ToString()
 		return err == nil && strings.Contains(info, "state=online")
 	})
-	prefix := testPrefix(t)
-	c := newClientOn(t, master.Client(t), dsync.WithKeyPrefix(prefix))
-	key := prefix + ":{r}:mutex"
-	ctx := ctxT(t)
-	// A generous bound where the replica runs: its first acknowledgement
-	// after a full sync can be slow on a loaded machine.
-	m := c.NewMutex("r", dsync.WithReplicaSync(1, 2*time.Second))
+	for _, k := range replicaKinds {
+		t.Run(k.kind, func(t *testing.T) {
+			prefix := testPrefix(t)
+			c := newClientOn(t, master.Client(t), dsync.WithKeyPrefix(prefix))
+			key := prefix + ":" + k.key
+			ctx := ctxT(t)
+			// A generous bound where the replica runs: its first
+			// acknowledgement after a full sync can be slow on a loaded machine.
+			synced := dsync.WithReplicaSync(1, 2*time.Second)
 
-	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, _ := dsync.OwnerOf(lctx)
-	// WAIT returned: the replica has the hold already, no polling needed.
-	if v, err := replica.Do(t, "GET", key).ToString(); err != nil || !strings.HasPrefix(v, owner+" ") {
-		t.Fatalf("replica has %q, %v; want the owner's hold", v, err)
-	}
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+			release, err := k.lock(c, ctx, false, synced)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// WAIT returned: the replica has the hold already, no polling.
+			if n, err := replica.Do(t, "EXISTS", key).AsInt64(); err != nil || n != 1 {
+				t.Fatalf("replica has no %s (%v)", key, err)
+			}
+			if err := release(); err != nil {
+				t.Fatal(err)
+			}
 
-	if err := replica.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
+			if err := replica.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stopped := true
+			defer func() {
+				if stopped {
+					replica.Signal(syscall.SIGCONT)
+				}
+			}()
+			start := time.Now()
+			_, err = k.lock(c, ctx, false, dsync.WithReplicaSync(1, 300*time.Millisecond))
+			if !errors.Is(err, dsync.ErrNotReplicated) {
+				t.Fatalf("with the replica stopped: %v, want ErrNotReplicated", err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("failed after %v; the sync timeout is 300ms", took)
+			}
+			// Nothing left behind: without the option the lock is free at once.
+			release, err = k.lock(c, ctx, true)
+			if err != nil {
+				t.Fatalf("after the failed synced acquisition: %v", err)
+			}
+			if err := release(); err != nil {
+				t.Fatal(err)
+			}
+
 			replica.Signal(syscall.SIGCONT)
-		}
-	}()
-	start := time.Now()
-	_, err = c.NewMutex("r", dsync.WithReplicaSync(1, 300*time.Millisecond)).LockContext(ctx)
-	if !errors.Is(err, dsync.ErrNotReplicated) {
-		t.Fatalf("with the replica stopped: %v, want ErrNotReplicated", err)
+			stopped = false
+			release, err = k.lock(c, ctx, false, synced)
+			if err != nil {
+				t.Fatalf("after SIGCONT: %v", err)
+			}
+			if err := release(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("failed after %v; the sync timeout is 300ms", took)
-	}
-	// Nothing left behind: the master holds no lock.
-	if v, err := master.Do(t, "GET", key).ToString(); err == nil && !strings.HasPrefix(v, "- ") {
-		t.Fatalf("master left holding %q", v)
-	} else if err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatal(err)
-	}
-	// Without the option the lock is simply taken.
-	l2, ok, err := c.NewMutex("r").TryLockContext(ctx)
-	if !ok || err != nil {
-		t.Fatalf("lock not free after the failed synced acquisition: %v %v", ok, err)
-	}
-	c.NewMutex("r").UnlockContext(l2)
-
-	replica.Signal(syscall.SIGCONT)
-	stopped = false
-	lctx, err = m.LockContext(ctx)
-	if err != nil {
-		t.Fatalf("after SIGCONT: %v", err)
-	}
-	m.UnlockContext(lctx)
 }
 
 // TestReplicaSyncCluster: the synced acquisition runs on the slot's master

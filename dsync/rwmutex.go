@@ -68,7 +68,7 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 		lease := q.lease()
 		q.step = func(ctx context.Context, owner string, try bool) ([]int64, error) {
 			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch}
-			return c.lua(scripts.RWAcquire).Exec(ctx, c.rc, keys, args).AsIntSlice()
+			return c.execAcquire(ctx, &q.lc, scripts.RWAcquire, keys, args)
 		}
 		if mode == "write" {
 			// One write hold per owner and Client; "\x00" keeps these slot

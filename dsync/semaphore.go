@@ -287,9 +287,13 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	for attempt := 1; ; attempt++ {
 		w.drain()
 		sentAt := time.Now()
-		vals, err := c.lua(scripts.SemAcquire).Exec(ctx, c.rc, s.keys, args).AsIntSlice()
+		vals, err := c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
+		}
+		if errors.Is(err, ErrNotReplicated) {
+			s.giveBack(ctx, owner, n) // granted, but not synced
+			return nil, attempt, err
 		}
 		if err != nil {
 			// A lost reply may hide a grant: nobody renews it, so those
@@ -311,9 +315,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		case 1:
 			h := s.newHold(owner, n, uint64(vals[1]))
 			if !h.track(sentAt, lease) {
-				cctx, cancel := cleanupCtx(ctx)
-				_ = c.lua(scripts.SemRelease).Exec(cctx, c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
-				cancel()
+				s.giveBack(ctx, owner, n)
 				h.end(ErrClosed, false)
 				return nil, attempt, ErrClosed
 			}
@@ -352,4 +354,12 @@ func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
 	// However the hold ends (release, loss, Client.Close), forget it.
 	h.onEnd = s.forget
 	return h
+}
+
+// giveBack releases n permits just granted to owner, under a context that
+// outlives ctx.
+func (s *Semaphore) giveBack(ctx context.Context, owner string, n int64) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	_ = s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
 }
