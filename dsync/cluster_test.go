@@ -181,27 +181,9 @@ func TestClusterWakeup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		var bctx context.Context
-		go func() {
-			var err error
-			bctx, err = b.NewMutex(name).LockContext(ctx)
-			got <- err
-		}()
+		wait := waitForLock(ctx, b, name)
 		waitShardSubscribed(t, prefix+":{"+name+"}:mutex")
-		released := time.Now()
-		if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: woken %v after the release", name, time.Since(released))
-		case <-time.After(2 * time.Second):
-			t.Fatalf("%s: waiter not woken within 2s of the release", name)
-		}
+		bctx := releaseWakes(t, a, name, lctx, wait)
 		if err := b.NewMutex(name).UnlockContext(bctx); err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +200,45 @@ func TestClusterWakeup(t *testing.T) {
 		waitFor(t, 5*time.Second, "the subscription to "+key+":ch to end", func() bool {
 			return shardNumsub(t, m.Addr, key+":ch") == 0
 		})
+	}
+}
+
+// waitForLock starts LockContext of the mutex name through c; the returned
+// channel delivers its outcome.
+func waitForLock(ctx context.Context, c *dsync.Client, name string) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		l, err := c.NewMutex(name).LockContext(ctx)
+		got <- lockResult{l, err}
+	}()
+	return got
+}
+
+type lockResult struct {
+	ctx context.Context
+	err error
+}
+
+// releaseWakes releases lctx, the hold of name through a, and checks that
+// the waiter started by waitForLock gets the lock within 2s (the fallback
+// poll is lease/3 = 10s, so only a wakeup message can do it). It returns
+// the waiter's lock context.
+func releaseWakes(t *testing.T, a *dsync.Client, name string, lctx context.Context, wait <-chan lockResult) context.Context {
+	t.Helper()
+	released := time.Now()
+	if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-wait:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		t.Logf("%s: woken %v after the release", name, time.Since(released))
+		return r.ctx
+	case <-time.After(2 * time.Second):
+		t.Fatalf("%s: waiter not woken within 2s of the release", name)
+		return nil
 	}
 }
 
@@ -541,5 +562,48 @@ func TestClusterRenewalBySlot(t *testing.T) {
 		if err := c.NewMutex(name).UnlockContext(l); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestClusterSlotMigration: when the slot of a lock moves to another master
+// while a waiter of another Client is subscribed, the old master ends the
+// sharded subscription and the waiter subscribes again on the new one;
+// the release there wakes it at once (its fallback poll is lease/3 = 10s).
+func TestClusterSlotMigration(t *testing.T) {
+	prefix := testPrefix(t)
+	a := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	b := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	const name = "moving"
+	key := prefix + ":{" + name + "}:mutex"
+	lctx, err := a.NewMutex(name).LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := dsync.FencingToken(lctx)
+	wait := waitForLock(ctx, b, name)
+	waitShardSubscribed(t, key)
+	from, _, err := cluster(t).MasterOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := cluster(t).MigrateSlot(key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("slot of %s moved from %s to %s", key, from.Addr, to.Addr)
+	waitShardSubscribed(t, key) // now on the new master
+	if shardNumsub(t, from.Addr, key+":ch") != 0 {
+		t.Fatalf("still subscribed on the old master %s", from.Addr)
+	}
+	if lctx.Err() != nil {
+		t.Fatalf("the hold was lost in the migration: %v", context.Cause(lctx))
+	}
+	bctx := releaseWakes(t, a, name, lctx, wait)
+	if tok2, _ := dsync.FencingToken(bctx); tok2 <= tok {
+		t.Fatalf("token %d after %d", tok2, tok)
+	}
+	if err := b.NewMutex(name).UnlockContext(bctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -265,6 +265,83 @@ func (cl *Cluster) Failover(replica *Server, d time.Duration) error {
 	}
 }
 
+// MigrateSlot moves the slot of key, with its keys, from its master to
+// another master, the way redis-cli --cluster reshard does (SETSLOT
+// IMPORTING and MIGRATING, MIGRATE, SETSLOT NODE), and waits until every
+// node agrees. It returns the new owner.
+func (cl *Cluster) MigrateSlot(key string, d time.Duration) (*Server, error) {
+	slot, err := do(cl.Nodes[0].Addr, "CLUSTER", "KEYSLOT", key).AsInt64()
+	if err != nil {
+		return nil, err
+	}
+	src, _, err := cl.MasterOf(key)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := cl.Topology()
+	if err != nil {
+		return nil, err
+	}
+	var srcID, dstID string
+	var dst *Server
+	for _, n := range nodes {
+		switch {
+		case n.Addr == src.Addr:
+			srcID = n.ID
+		case n.Master && dst == nil:
+			dst, dstID = cl.byAddr(n.Addr), n.ID
+		}
+	}
+	if srcID == "" || dst == nil {
+		return nil, errors.New("redistest: no second master to migrate to")
+	}
+	sl := strconv.FormatInt(slot, 10)
+	if err := do(dst.Addr, "CLUSTER", "SETSLOT", sl, "IMPORTING", srcID).Error(); err != nil {
+		return nil, err
+	}
+	if err := do(src.Addr, "CLUSTER", "SETSLOT", sl, "MIGRATING", dstID).Error(); err != nil {
+		return nil, err
+	}
+	for {
+		keys, err := do(src.Addr, "CLUSTER", "GETKEYSINSLOT", sl, "100").AsStrSlice()
+		if err != nil {
+			return nil, err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := append([]string{"MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS"}, keys...)
+		if err := do(src.Addr, args...).Error(); err != nil {
+			return nil, err
+		}
+	}
+	// The new owner first, then the old one, then the rest (as redis-cli).
+	for _, n := range append([]*Server{dst, src}, cl.Nodes...) {
+		if n.Pid() == 0 {
+			continue
+		}
+		if err := do(n.Addr, "CLUSTER", "SETSLOT", sl, "NODE", dstID).Error(); err != nil && n.Addr != src.Addr && n.Addr != dst.Addr {
+			// A replica refuses SETSLOT; gossip tells it.
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(d)
+	for {
+		if m, _, err := cl.MasterOf(key); err == nil && m.Addr == dst.Addr {
+			if err := cl.WaitOK(time.Until(deadline)); err != nil {
+				return nil, err
+			}
+			return dst, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("redistest: slot %d not on %s within %v", slot, dst.Addr, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // do runs one command on addr over a short-lived standalone connection.
 func do(addr string, args ...string) rueidis.RedisResult {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
