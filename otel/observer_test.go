@@ -411,9 +411,11 @@ func TestObserverLost(t *testing.T) {
 func TestObserverRenewFailed(t *testing.T) {
 	s := redistest.Start(t) // a server of its own: it gets stopped
 	tel := newTelemetry(t)
-	// A round fails lease/2 after it starts (every lease/3), well before the
-	// hold's lease clock ends it as lost, so the event lands on the open span.
-	c := client(t, s, newPrefix(), tel.observer(), dsync.WithLease(2*time.Second))
+	// A round fails lease/2 after it starts (every lease/3), at 5/6 of the
+	// lease: before the hold's lease clock ends it as lost, so the event
+	// lands on the open span. A 4s lease leaves that 667ms of slack on a
+	// loaded machine (2s left 333ms, which a busy CI machine overran).
+	c := client(t, s, newPrefix(), tel.observer(), dsync.WithLease(4*time.Second))
 	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
 	m := c.NewMutex("renewed")
 	lctx, err := m.LockContext(ctx)
@@ -425,7 +427,7 @@ func TestObserverRenewFailed(t *testing.T) {
 	}
 	cont := func() { _ = s.Signal(syscall.SIGCONT) }
 	defer cont()
-	waitFor(t, 5*time.Second, "a failed renewal round", func() bool {
+	waitFor(t, 8*time.Second, "a failed renewal round", func() bool {
 		v, _ := tel.value(t, "dsync.lock.renewal.failures")
 		return v >= 1
 	})
