@@ -7,6 +7,7 @@ redis:
 		apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 
 vet:
+	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
 test: redis vet

@@ -15,9 +15,10 @@ import (
 
 // A Client gives access to the locks under one key prefix of one Redis
 // deployment. It owns the machinery every lock shares: one renewal loop for
-// all held locks, one pub/sub connection for wakeups, and the local queues
-// that let goroutines of this process wait for a lock without each talking
-// to Redis.
+// all held locks, one pub/sub connection for wakeups (in a Redis 7 cluster,
+// sharded subscriptions on the rueidis client's connections to the masters
+// instead), and the local queues that let goroutines of this process wait
+// for a lock without each talking to Redis.
 //
 // A Client is safe for concurrent use. Create one per process and prefix,
 // and Close it when done; Close does not close the rueidis client.

@@ -128,4 +128,3 @@ func waitSubscribed(t testing.TB, rc rueidis.Client, ch string) {
 		return false
 	})
 }
-

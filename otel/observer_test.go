@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/redis/rueidis"
 	dsyncotel "github.com/dsync/dsync/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -411,11 +412,17 @@ func TestObserverLost(t *testing.T) {
 func TestObserverRenewFailed(t *testing.T) {
 	s := redistest.Start(t) // a server of its own: it gets stopped
 	tel := newTelemetry(t)
-	// A round fails lease/2 after it starts (every lease/3), at 5/6 of the
-	// lease: before the hold's lease clock ends it as lost, so the event
-	// lands on the open span. A 4s lease leaves that 667ms of slack on a
-	// loaded machine (2s left 333ms, which a busy CI machine overran).
-	c := client(t, s, newPrefix(), tel.observer(), dsync.WithLease(4*time.Second))
+	// The round must fail well before the hold's lease clock ends it as
+	// lost, so that the event lands on the open span. Left to its own
+	// timeout (lease/2 after a round starts, every lease/3) it fails at 5/6
+	// of the lease at the latest, too close to the end on a loaded machine;
+	// rueidis' ConnWriteTimeout fails it within ~0.3s of the stall instead.
+	rc := s.Client(t, func(o *rueidis.ClientOption) { o.ConnWriteTimeout = 300 * time.Millisecond })
+	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(newPrefix()), dsync.WithObserver(tel.observer()), dsync.WithLease(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
 	m := c.NewMutex("renewed")
 	lctx, err := m.LockContext(ctx)
