@@ -190,7 +190,7 @@ func (q *qlock) unlockLocker(mu *sync.Mutex, locker *string, msg string) {
 }
 
 func (q *qlock) unlockOwner(owner string) {
-	ctx := context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner})
+	ctx := withOwnerVal(context.Background(), ownerVal{id: owner})
 	if err := q.unlock(ctx); err != nil {
 		q.c.cfg.logger.Warn("dsync: unlock failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
 	}

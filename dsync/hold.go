@@ -116,7 +116,7 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 
 // newCtx returns a lock context for one more acquisition of this hold.
 func (h *hold) newCtx(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancelCause(context.WithValue(parent, ownerKey{}, &ownerVal{id: h.owner, token: h.token}))
+	ctx, cancel := context.WithCancelCause(withOwnerVal(parent, ownerVal{id: h.owner, token: h.token}))
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()

@@ -115,7 +115,7 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 		mh.ctxs = append(mh.ctxs, lctx)
 	}
 	// The lock context derives from ctx carrying the owner only.
-	octx := context.WithValue(ctx, ownerKey{}, &ownerVal{id: owner})
+	octx := withOwnerVal(ctx, ownerVal{id: owner})
 	lctx, cancel := context.WithCancelCause(octx)
 	mh.cancel = cancel
 	for _, mctx := range mh.ctxs {
@@ -208,5 +208,5 @@ func (ml *MultiLock) Unlock() {
 	if owner == "" {
 		panic("dsync: unlock of unlocked MultiLock")
 	}
-	_ = ml.UnlockContext(context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner}))
+	_ = ml.UnlockContext(withOwnerVal(context.Background(), ownerVal{id: owner}))
 }

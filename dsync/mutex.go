@@ -125,7 +125,7 @@ func (m *Mutex) Unlock() {
 	if owner == "" {
 		panic("dsync: unlock of unlocked Mutex")
 	}
-	ctx := context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner})
+	ctx := withOwnerVal(context.Background(), ownerVal{id: owner})
 	if err := m.UnlockContext(ctx); err != nil {
 		m.c.cfg.logger.Warn("dsync: Unlock failed", "name", shortName(m.name), "err", err)
 	}

@@ -35,11 +35,23 @@ func TestMutexLockUnlock(t *testing.T) {
 	if _, ok, err := m.TryLockContext(ctx); err != nil || ok {
 		t.Fatalf("TryLockContext by another owner = %v, %v; want false, nil", ok, err)
 	}
+	// Work derived from the lock context ends with it, and carries its
+	// owner and token.
+	child, cancel := context.WithTimeout(lctx, time.Hour)
+	defer cancel()
+	if tc, _ := dsync.FencingToken(child); tc != tok {
+		t.Fatalf("derived context carries token %d, want %d", tc, tok)
+	}
 	if err := m.UnlockContext(lctx); err != nil {
 		t.Fatal(err)
 	}
 	if lctx.Err() == nil {
 		t.Fatal("lock context not cancelled by the release")
+	}
+	select {
+	case <-child.Done():
+	case <-time.After(time.Second):
+		t.Fatal("a context derived from the lock context outlived the release")
 	}
 	if errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
 		t.Fatal("a released lock reports ErrLockLost")

@@ -242,7 +242,7 @@ const KindRedLock Kind = "redlock"
 // keep records rh and returns its lock context, which a loss of so many
 // nodes that no majority remains cancels with ErrLockLost.
 func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.Context {
-	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, ownerKey{}, &ownerVal{id: owner}))
+	lctx, cancel := context.WithCancelCause(withOwnerVal(ctx, ownerVal{id: owner}))
 	rh.cancel = cancel
 	var mu sync.Mutex
 	alive := 0
@@ -282,7 +282,7 @@ func (rl *RedLock) release(ctx context.Context, owner string, rh *redHold, errs 
 	for _, s := range rh.stops {
 		s()
 	}
-	octx := context.WithValue(ctx, ownerKey{}, &ownerVal{id: owner})
+	octx := withOwnerVal(ctx, ownerVal{id: owner})
 	out := make([]error, len(rl.nodes))
 	for i := range out {
 		out[i] = errNodeTimeout
@@ -432,5 +432,5 @@ func (rl *RedLock) Unlock() {
 	if owner == "" {
 		panic("dsync: unlock of unlocked RedLock")
 	}
-	_ = rl.UnlockContext(context.WithValue(context.Background(), ownerKey{}, &ownerVal{id: owner}))
+	_ = rl.UnlockContext(withOwnerVal(context.Background(), ownerVal{id: owner}))
 }
