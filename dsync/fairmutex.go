@@ -257,9 +257,16 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		c.putMutex(key, st)
 		return nil, nil, false, attempts, ErrClosed
 	}
+	// A hold of another owner still here was lost in Redis (its lease ran
+	// out before its lease clock here did): its onLost will find st.h
+	// replaced, so its reference is given back now.
+	stale := st.h != nil
 	st.h = h
 	lctx = h.newCtx(ctx)
 	st.mu.Unlock()
+	if stale {
+		c.putMutex(key, st)
+	}
 	return lctx, h, vals[0] == 2, attempts, nil // st's reference is now the hold's
 }
 
