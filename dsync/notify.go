@@ -40,9 +40,11 @@ type channelSubs struct {
 	idle    time.Time // when the last waiter left
 
 	// Sharded mode: stop ends the channel's receive loop; ready is closed
-	// when the subscription is confirmed, and replaced when it breaks.
-	stop  context.CancelFunc
-	ready chan struct{}
+	// when the subscription is confirmed, and replaced when it breaks;
+	// broken is set while the loop retries after an error.
+	stop   context.CancelFunc
+	ready  chan struct{}
+	broken bool
 }
 
 // A subscription is one waiter's interest in one channel.
@@ -138,7 +140,9 @@ func signal(s *subscription) {
 }
 
 // awaitSharded starts the receive loop of ch if it has none, and waits
-// briefly for its subscription to be confirmed.
+// briefly for its subscription to be confirmed. While the loop retries
+// after an error (Redis unreachable) it does not wait: the waiter polls,
+// and is signalled when the subscription is back.
 func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs) bool {
 	n.subsMu.Lock()
 	if cs.stop == nil {
@@ -147,8 +151,11 @@ func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs)
 			return false
 		}
 	}
-	ready := cs.ready
+	ready, broken := cs.ready, cs.broken
 	n.subsMu.Unlock()
+	if broken {
+		return false
+	}
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	select {
@@ -211,6 +218,9 @@ func (n *notifier) receive(ctx context.Context, ch string, cs *channelSubs) {
 			attempt = 0 // unsubscribed by the node (slot moved): at once
 			continue
 		}
+		n.subsMu.Lock()
+		cs.broken = true
+		n.subsMu.Unlock()
 		c.cfg.logger.Debug("dsync: wakeup subscription broke", "channel", ch, "err", err)
 		select {
 		case <-ctx.Done():
@@ -228,6 +238,7 @@ func (n *notifier) setLive(cs *channelSubs, live bool) {
 	if cs.live != live {
 		cs.live = live
 		if live {
+			cs.broken = false
 			close(cs.ready)
 		} else {
 			cs.ready = make(chan struct{})
