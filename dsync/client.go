@@ -303,9 +303,11 @@ func (c *Client) sleepCtx(ctx context.Context, d time.Duration) error {
 
 // idempotent runs call, a script that is safe to repeat, until it gets an
 // answer from Redis: first under ctx while ctx is live (no allocation in the
-// common case), then, if ctx ended or the reply was lost, up to three more
-// times under cleanupCtx(ctx), since a release must not be abandoned because
-// the caller's context ended.
+// common case), then, if ctx ended or the reply was lost, again under
+// cleanupCtx(ctx) with a growing pause (10 ms, 20 ms, ...) until that ends,
+// since a release must not be abandoned because the caller's context ended
+// or because a cluster's topology changed under it (rueidis learns a new
+// master up to a second after its first failed call).
 func idempotent(ctx context.Context, call func(context.Context) error) error {
 	if ctx.Err() == nil {
 		err := call(ctx)
@@ -316,12 +318,18 @@ func idempotent(ctx context.Context, call func(context.Context) error) error {
 	cctx, cancel := cleanupCtx(ctx)
 	defer cancel()
 	var err error
-	for range 3 {
+	for n := 1; ; n++ {
 		if err = call(cctx); err == nil || isRedisErr(err) || cctx.Err() != nil {
-			break
+			return err
+		}
+		t := time.NewTimer(backoff(n))
+		select {
+		case <-t.C:
+		case <-cctx.Done():
+			t.Stop()
+			return err
 		}
 	}
-	return err
 }
 
 func isRedisErr(err error) bool {

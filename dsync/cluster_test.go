@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -604,6 +605,101 @@ func TestClusterSlotMigration(t *testing.T) {
 		t.Fatalf("token %d after %d", tok2, tok)
 	}
 	if err := b.NewMutex(name).UnlockContext(bctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClusterMasterKilled: the master of a lock's slot dies (SIGKILL) and
+// the cluster promotes its replica (node timeout 2 s). The hold survives
+// (its lease outlasts the failover and renewal finds the new master); the
+// waiter of another Client, whose sharded subscription broke with the node,
+// subscribes again on the new master and is woken there by the release,
+// well within its fallback poll (lease/3), and gets a larger token. The
+// node is restarted afterwards and rejoins as a replica.
+func TestClusterMasterKilled(t *testing.T) {
+	prefix := testPrefix(t)
+	cl := cluster(t)
+	const name, lease = "killed", 12 * time.Second
+	key := prefix + ":{" + name + "}:mutex"
+	master, replica, err := cl.MasterOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	b := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	ctx := ctxT(t)
+	lctx, err := a.NewMutex(name).LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := dsync.FencingToken(lctx)
+	waitFor(t, 5*time.Second, "the hold to reach the replica", func() bool {
+		n, err := replica.Do(t, "EXISTS", key).AsInt64()
+		return err == nil && n == 1
+	})
+	// A wait can fail while the slot has no master (retrying is the
+	// caller's job, as with sync.Locker's Lock): the waiter retries.
+	wait := make(chan lockResult, 1)
+	var failed atomic.Int32
+	go func() {
+		for {
+			l, err := b.NewMutex(name).LockContext(ctx)
+			if err == nil || ctx.Err() != nil {
+				wait <- lockResult{l, err}
+				return
+			}
+			if failed.Add(1) == 1 {
+				t.Logf("wait failed during the failover (retried): %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	waitShardSubscribed(t, key)
+
+	if err := master.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := master.Restart(); err != nil {
+			t.Errorf("restarting %s: %v", master.Addr, err)
+			return
+		}
+		if err := cl.WaitOK(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	killed := time.Now()
+	waitFor(t, 30*time.Second, "the replica to be promoted", func() bool {
+		role, err := redistest.Role(replica)
+		return err == nil && role == "master"
+	})
+	promoted := time.Since(killed)
+	waitFor(t, 10*time.Second, "the waiter to subscribe on the new master", func() bool {
+		return shardNumsub(t, replica.Addr, key+":ch") > 0
+	})
+	resubscribed := time.Since(killed)
+	released := time.Now()
+	if lctx.Err() != nil {
+		t.Fatalf("the hold was lost in the failover: %v", context.Cause(lctx))
+	}
+	if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
+		t.Fatalf("release on the new master: %v", err)
+	}
+	var r lockResult
+	select {
+	case r = <-wait:
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiter not woken within 2s of the release on the new master")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("promoted after %v, waiter resubscribed after %v, lock taken %v after the release; %d failed waits retried",
+		promoted.Round(time.Millisecond), resubscribed.Round(time.Millisecond), time.Since(released).Round(time.Millisecond), failed.Load())
+	if tok2, _ := dsync.FencingToken(r.ctx); tok2 <= tok {
+		t.Fatalf("token %d after %d", tok2, tok)
+	}
+	if err := b.NewMutex(name).UnlockContext(r.ctx); err != nil {
 		t.Fatal(err)
 	}
 }
