@@ -60,4 +60,15 @@
 // %25 and %7D), so each script touches one slot. A released mutex leaves a
 // small marker key for an hour, from which the next fencing token
 // continues.
+//
+// # Cluster, Sentinel, replicas
+//
+// NewClient takes a rueidis standalone, sentinel or cluster client. In a
+// Redis 7 cluster, wakeups use sharded pub/sub: scripts publish with
+// SPUBLISH and waiters subscribe with SSUBSCRIBE on the master that owns the
+// lock's slot, following the slot when it moves. WithReplicaSync makes an
+// acquisition wait for replicas (WAIT). Replication stays asynchronous: a
+// failover can still let a second owner in, which the fencing token lets a
+// protected store detect. The repository's docs/scale-out.md states what
+// each mode guarantees.
 package dsync
