@@ -44,6 +44,16 @@ type Client struct {
 	mutexes map[string]*mutexState
 
 	holdSeq atomic.Uint64
+
+	// id and attemptSeq name acquisition attempts (see Client.attemptID).
+	id         string
+	attemptSeq atomic.Uint64
+}
+
+// attemptID returns a name for one acquisition attempt, unique across
+// Clients and processes.
+func (c *Client) attemptID() string {
+	return c.id + strconv.FormatUint(c.attemptSeq.Add(1), 36)
 }
 
 // NewClient returns a Client using rc, which may be a standalone, sentinel
@@ -69,6 +79,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		done:    make(chan struct{}),
 		holds:   make(map[*hold]struct{}),
 		mutexes: make(map[string]*mutexState),
+		id:      newOwnerID()[:16] + "-",
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)

@@ -658,6 +658,16 @@ func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code i
 	return code, idempotent(ctx, call)
 }
 
+// undo releases the acquisition made by the attempt with marker, if the
+// acquire script applied it, and nothing otherwise. It can be repeated.
+func (m *Mutex) undo(ctx context.Context, owner, marker string) {
+	keys := []string{m.key, m.ch, marker}
+	args := []string{owner, "0", m.markArg}
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
+	})
+}
+
 // acquireRedis loops on the acquire script until the lock is held, ctx is
 // done or Redis fails; between attempts it waits for a release message, or
 // at most the holder's remaining lease or lease/3, whichever is sooner, in
@@ -669,6 +679,14 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 	c := m.c
 	lease := m.lease()
 	args := []string{owner, m.leaseArg, m.blockArg}
+	keys := m.keys
+	// An owner the caller supplied may hold the lock through another Client
+	// too; an attempt marker lets a lost reply be undone exactly (undo).
+	var marker string
+	if !freshOwner(ctx) {
+		marker = m.key + ":a:" + c.attemptID()
+		keys = []string{m.key, marker}
+	}
 	var sub *subscription
 	live := false
 	defer func() { sub.close() }()
@@ -683,22 +701,29 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			sub.drain()
 		}
 		sentAt := time.Now()
-		vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, m.keys, args) // WAIT with WithReplicaSync
+		vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, keys, args) // WAIT with WithReplicaSync
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}
 		if err != nil {
 			if !isRedisErr(err) {
-				// The script may have run with its reply lost: undo it.
-				// An owner made for this call alone can be released in the
-				// background, so the call returns by its deadline; a caller's
-				// owner cannot, since the caller may acquire again with it.
-				// A known acquisition that replicas did not acknowledge is
-				// undone before the call returns, as ErrNotReplicated says.
-				if freshOwner(ctx) && !errors.Is(err, ErrNotReplicated) {
+				switch {
+				case errors.Is(err, ErrNotReplicated) && len(vals) == 2 && vals[0] == 1:
+					// Acquired, not synced: undone by its token before the
+					// call returns, as ErrNotReplicated says.
+					_, _ = m.release(ctx, owner, uint64(vals[1])+uint64(m.block)-1)
+				case marker != "":
+					// The script may have run with its reply lost (or was a
+					// re-entry replicas did not acknowledge): undo exactly
+					// this attempt, whatever else the owner holds. Exact,
+					// so it can run in the background (the call returns by
+					// its deadline) even if the caller acquires again.
+					c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
+				default:
+					// An owner made for this call alone holds nothing else:
+					// released in the background, so the call returns by
+					// its deadline.
 					c.background(func(bctx context.Context) { _, _ = m.release(bctx, owner, 0) })
-				} else {
-					_, _ = m.release(ctx, owner, 0)
 				}
 			}
 			if err := ctxErr(ctx); err != nil {

@@ -95,3 +95,80 @@ func TestMutexTokenBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// waitUntil polls cond until it holds, failing after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// queued reports how many goroutines of c wait locally for the mutex key.
+func queued(c *Client, key string) int {
+	c.mu.Lock()
+	st := c.mutexes[key]
+	c.mu.Unlock()
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.queue)
+}
+
+// A handoff through Redis to the owner Redis already names (the one that
+// reserved the block, which stays recorded through local handoffs) is a
+// real handoff with a new token, not a retry of an applied one: tokens keep
+// growing. (Found in review: the script's retry check matched it and handed
+// the old block out again.)
+func TestMutexHandoffToRecordedOwner(t *testing.T) {
+	s := redistest.Start(t)
+	c, err := NewClient(s.Client(t), WithMaxLocalHandoffs(2), WithKeyPrefix("rec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := c.NewMutex("m")
+	ctxA, ctxB := WithOwner(context.Background()), WithOwner(context.Background())
+	lockAsync := func(ctx context.Context) <-chan context.Context {
+		got := make(chan context.Context, 1)
+		go func() {
+			l, err := m.LockContext(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		return got
+	}
+	lA, err := m.LockContext(ctxA) // reserves tokens t1, t1+1; Redis names A
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := lockAsync(ctxB)
+	waitUntil(t, 5*time.Second, "B to queue", func() bool { return queued(c, m.key) == 1 })
+	if err := m.UnlockContext(lA); err != nil { // local handoff: B gets t1+1
+		t.Fatal(err)
+	}
+	lB := <-gotB
+	gotA := lockAsync(ctxA)
+	waitUntil(t, 5*time.Second, "A to queue again", func() bool { return queued(c, m.key) == 1 })
+	if err := m.UnlockContext(lB); err != nil { // block used up: handoff through Redis to A
+		t.Fatal(err)
+	}
+	lA2 := <-gotA
+	t1, _ := FencingToken(lA)
+	t2, _ := FencingToken(lB)
+	t3, _ := FencingToken(lA2)
+	if !(t1 < t2 && t2 < t3) {
+		t.Fatalf("fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
+	}
+	if err := m.UnlockContext(lA2); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -8,6 +8,11 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// shardedConfirmWait bounds how long a waiter waits for a new sharded
+// subscription to be confirmed (normally one round trip) before it polls;
+// it is signalled when the confirmation comes.
+const shardedConfirmWait = 250 * time.Millisecond
+
 // subLinger is how long a channel nobody waits on stays subscribed, so a
 // busy lock does not subscribe and unsubscribe on every wait.
 const subLinger = 2 * time.Second
@@ -156,7 +161,7 @@ func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs)
 	if broken {
 		return false
 	}
-	t := time.NewTimer(time.Second)
+	t := time.NewTimer(shardedConfirmWait)
 	defer t.Stop()
 	select {
 	case <-ready:
@@ -197,10 +202,19 @@ func (n *notifier) receive(ctx context.Context, ch string, cs *channelSubs) {
 			n.setLive(cs, true)
 		}
 	})
-	// Leaving for good: drop the subscription on the connection, which
-	// belongs to the caller's rueidis client and outlives this Client.
+	// Called after every attempt of Receive. Leaving for good (ctx ended):
+	// drop the subscription on the connection, which belongs to the
+	// caller's rueidis client and outlives this Client.
 	onSub = rueidis.WithOnReceiveReturnHook(onSub, func(err error, cc rueidis.CommandClient) error {
-		if ctx.Err() != nil {
+		if ctx.Err() == nil {
+			// rueidis' cluster Receive retries a broken connection itself,
+			// calling this hook after every attempt: record the break here,
+			// so waiters poll until the subscription is confirmed again.
+			n.subsMu.Lock()
+			cs.broken = err != nil
+			n.subsMu.Unlock()
+			n.setLive(cs, false)
+		} else {
 			uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = cc.Do(uctx, cc.B().Sunsubscribe().Channel(ch).Build()).Error()

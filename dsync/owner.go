@@ -64,6 +64,9 @@ type ownerCtx struct {
 }
 
 func withOwnerVal(parent context.Context, v ownerVal) context.Context {
+	if parent == nil {
+		panic("cannot create context from nil parent") // as context.WithValue
+	}
 	return &ownerCtx{Context: parent, v: v}
 }
 

@@ -77,7 +77,7 @@ func (c *Client) execAcquire(ctx context.Context, lc *lockConfig, l *rueidis.Lua
 		acks, err = res[1].AsInt64()
 		return err
 	})
-	acquired := len(vals) == 2 && vals[0] != 0
+	acquired := len(vals) == 2 && vals[0] > 0
 	switch {
 	case err != nil && acquired:
 		return vals, fmt.Errorf("%w: %v", ErrNotReplicated, err)

@@ -519,3 +519,23 @@ func TestSemaphoreObserver(t *testing.T) {
 		t.Fatalf("events %s\nwant   %s", got, want)
 	}
 }
+
+// A size mismatch is ErrInvalidArgument also with WithReplicaSync, and
+// touches nothing: the owner's permits taken with the right size stay.
+// (Found in review: the {-1, size} reply was taken for a grant, became
+// ErrNotReplicated without replicas, and its undo released those permits.)
+func TestSemaphoreSizeMismatchWithReplicaSync(t *testing.T) {
+	c := newClient(t) // a server without replicas: WAIT 1 answers 0
+	ctx := dsync.WithOwner(ctxT(t))
+	s := c.NewSemaphore("s", 3)
+	if _, err := s.Acquire(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.NewSemaphore("s", 5, dsync.WithReplicaSync(1, 50*time.Millisecond)).Acquire(ctx, 2)
+	if !errors.Is(err, dsync.ErrInvalidArgument) {
+		t.Fatalf("size 5 against 3 with WithReplicaSync: %v, want ErrInvalidArgument", err)
+	}
+	if _, ok, err := s.TryAcquire(dsync.WithOwner(ctxT(t)), 2); err != nil || ok {
+		t.Fatalf("another owner got 2 of 3 permits while 2 are held: %v %v", ok, err)
+	}
+}

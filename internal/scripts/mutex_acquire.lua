@@ -4,19 +4,29 @@
 -- key is kept as a free marker "- <token> 0" for a while, so the next token
 -- continues the sequence even if the server clock steps back.
 --
--- KEYS[1] lock key
+-- KEYS[1] lock key; KEYS[2], optional, an attempt marker: set to "1" (for
+-- one lease) when this call acquires or re-enters, so that a caller whose
+-- reply was lost can undo exactly this call (mutex_undo.lua), never another
+-- Client's hold of the same owner. If the undo ran first (rueidis may send
+-- it on another connection), it left the marker "x": then do nothing.
 -- ARGV[1] owner, ARGV[2] lease in ms, ARGV[3] tokens to reserve (>= 1): the
 -- value records the last of them, so the acquiring Client can hand the lock
 -- on inside its process with the others, without a round trip
 -- Reply: {1, token} acquired (token is the first reserved); {2, token}
 -- re-entered (the owner already held it through another Client; the
 -- recorded token); {0, pttl} held by another owner.
+if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
+  return {0, 0}
+end
 local v = redis.call('get', KEYS[1])
 local prev = 0
 if v then
   local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
   if o == ARGV[1] then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1), 'px', ARGV[2])
+    if KEYS[2] then
+      redis.call('set', KEYS[2], '1', 'px', ARGV[2])
+    end
     return {2, tonumber(t)}
   end
   if o ~= '-' then
@@ -31,4 +41,7 @@ local now = redis.call('time')
 local tok = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 local last = tok + tonumber(ARGV[3]) - 1
 redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
+if KEYS[2] then
+  redis.call('set', KEYS[2], '1', 'px', ARGV[2])
+end
 return {1, tok}

@@ -16,7 +16,7 @@ if not v then
   return {0}
 end
 local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
-if o == ARGV[3] and c == '1' then
+if o == ARGV[3] and c == '1' and t ~= ARGV[2] then
   -- A retry of a handoff that was applied.
   return {1, tonumber(t) - tonumber(ARGV[7]) + 1}
 end

@@ -23,6 +23,8 @@ var (
 	mutexRenewSrc string
 	//go:embed mutex_renew_many.lua
 	mutexRenewManySrc string
+	//go:embed mutex_undo.lua
+	mutexUndoSrc string
 )
 
 // Scripts run through EVALSHA with an EVAL fallback; the SHA-1 is computed by
@@ -32,6 +34,9 @@ var (
 	MutexRelease = newScript(mutexReleaseSrc)
 	MutexHandoff = newScript(mutexHandoffSrc)
 	MutexRenew   = newScript(mutexRenewSrc)
+	// MutexUndo releases an acquisition whose reply was lost only if the
+	// acquire script ran (its attempt marker is there).
+	MutexUndo = newScript(mutexUndoSrc + mutexReleaseSrc)
 	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in a
 	// cluster).
 	MutexRenewMany = newScript(mutexRenewManySrc)

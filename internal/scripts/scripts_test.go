@@ -180,3 +180,50 @@ func TestMutexScripts(t *testing.T) {
 		t.Fatalf("after DEL: %v, want a token above %d", r, h[1])
 	}
 }
+
+// TestMutexUndo: an attempt marker makes the undo of a lost acquire reply
+// exact in either order: after the acquire it releases exactly that count;
+// before it (the acquire still on its way) it makes the acquire a no-op.
+func TestMutexUndo(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, ch := "p:{u}:mutex", "p:{u}:mutex:ch"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	acq := func(marker string) []int64 {
+		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000", "1"}))
+	}
+	undo := func(marker string) int64 {
+		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, ch, marker}, []string{"O", "0", "60000"}))
+	}
+	first := acq(key + ":a:1") // the owner's hold through some Client
+	if first[0] != 1 {
+		t.Fatalf("acquire = %v", first)
+	}
+	held := get()
+	if r := acq(key + ":a:2"); r[0] != 2 { // re-entry through another
+		t.Fatalf("re-entry = %v", r)
+	}
+	if r := undo(key + ":a:2"); r != 2 {
+		t.Fatalf("undo after the acquire = %d, want 2 (count decremented)", r)
+	}
+	if v := get(); v != held {
+		t.Fatalf("after the undo %q, want %q", v, held)
+	}
+	if r := undo(key + ":a:2"); r != 0 {
+		t.Fatalf("repeated undo = %d, want 0", r)
+	}
+	// The undo overtakes its acquire: the acquire then changes nothing.
+	if r := undo(key + ":a:3"); r != 0 {
+		t.Fatalf("undo before the acquire = %d, want 0", r)
+	}
+	if r := acq(key + ":a:3"); r[0] != 0 {
+		t.Fatalf("acquire after its undo = %v, want {0, 0}", r)
+	}
+	if v := get(); v != held {
+		t.Fatalf("after the late acquire %q, want %q", v, held)
+	}
+}
