@@ -45,17 +45,9 @@ func TestFairStaleHoldState(t *testing.T) {
 	if !errors.Is(context.Cause(a), ErrLockLost) {
 		t.Fatalf("stale hold ended with %v, want ErrLockLost", context.Cause(a))
 	}
-	deadline := time.Now().Add(time.Second)
-	for {
+	waitUntil(t, time.Second, "the Client to forget the name", func() bool {
 		c.mu.Lock()
-		n := len(c.mutexes)
-		c.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d name states left after every hold ended", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return len(c.mutexes) == 0
+	})
 }
