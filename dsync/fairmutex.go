@@ -54,10 +54,12 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		slot:   func(string) string { return key },
 		ch:     func(owner string) string { return wch + owner },
 		queues: true,
-		step: func(ctx context.Context, owner string, try bool) ([]int64, error) {
+		step: func(ctx context.Context, owner string, try bool, marker string) ([]int64, error) {
 			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
-			return c.execAcquire(ctx, &f.q.lc, scripts.FairAcquire, keys, args)
+			return c.execAcquire(ctx, &f.q.lc, scripts.FairAcquire, withMarker(keys, marker), args)
 		},
+		base: key,
+		undo: scripts.FairUndo,
 		leave: func(ctx context.Context, owner string) error {
 			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
 		},
@@ -130,8 +132,12 @@ type qlock struct {
 	ch     func(owner string) string // channel this waiter is woken on
 	queues bool                      // waiting puts the owner in a Redis queue
 
-	// step makes one attempt: {1|2, token} held, {0, ms} look again within ms.
-	step         func(ctx context.Context, owner string, try bool) ([]int64, error)
+	// step makes one attempt: {1|2, token} held, {0, ms} look again within
+	// ms. With a marker (an extra key) the script records a grant in it, so
+	// that undo can take back exactly that attempt (see undoAttempt).
+	step         func(ctx context.Context, owner string, try bool, marker string) ([]int64, error)
+	base         string       // the lock's key, to name attempt markers
+	undo         *rueidis.Lua // release behind an attempt marker
 	leave        func(ctx context.Context, owner string) error
 	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
 	retryRelease bool // the release script makes a retried release a no-op
@@ -387,18 +393,39 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			cancel()
 		}
 	}()
+	// An owner the caller supplied may hold the lock through another Client
+	// too: an attempt marker lets a lost reply be undone exactly.
+	var marker string
+	if !freshOwner(ctx) {
+		marker = q.base + ":a:" + c.attemptID()
+	}
 	for attempts = 1; ; attempts++ {
 		w.drain()
 		sentAt = time.Now()
-		v, err := q.step(ctx, owner, try)
+		v, err := q.step(ctx, owner, try, marker)
 		if err == nil && len(v) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}
 		if err != nil {
 			if !isRedisErr(err) {
-				// The script may have run with its reply lost: undo it.
+				// The script may have run with its reply lost, or acquired
+				// without the replicas' acknowledgement: undo it.
 				queued = queued || (q.queues && !try)
-				_, _ = q.releaseRedis(ctx, owner, 0)
+				notSynced := errors.Is(err, ErrNotReplicated)
+				switch {
+				case notSynced && len(v) == 2 && v[0] == 1:
+					_, _ = q.releaseRedis(ctx, owner, uint64(v[1]))
+				case marker != "" && notSynced:
+					q.undoAttempt(ctx, owner, marker)
+				case marker != "":
+					// Exact, so it can run in the background: the call
+					// returns by its deadline even if the caller acquires
+					// again at once.
+					c.background(func(bctx context.Context) { q.undoAttempt(bctx, owner, marker) })
+				default:
+					// An owner made for this call holds nothing else.
+					_, _ = q.releaseRedis(ctx, owner, 0)
+				}
 			}
 			if err := ctxErr(ctx); err != nil {
 				return nil, sentAt, attempts, err
@@ -422,4 +449,22 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			return nil, sentAt, attempts, err
 		}
 	}
+}
+
+// undoAttempt releases what the attempt with marker acquired, if its script
+// ran, and nothing otherwise. It can be repeated.
+func (q *qlock) undoAttempt(ctx context.Context, owner, marker string) {
+	_, e := q.release(owner, 0)
+	keys := withMarker(e.Keys, marker)
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return q.c.lua(q.undo).Exec(ctx, q.c.rc, keys, e.Args).Error()
+	})
+}
+
+// withMarker returns keys with an attempt marker appended, if there is one.
+func withMarker(keys []string, marker string) []string {
+	if marker == "" {
+		return keys
+	}
+	return append(keys[:len(keys):len(keys)], marker)
 }

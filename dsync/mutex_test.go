@@ -429,58 +429,76 @@ func testYields(t *testing.T, newRC func(testing.TB) rueidis.Client) {
 	}
 }
 
-// An owner holds m through Client B; its acquisitions through Client A keep
-// failing on a deadline that expires while the acquire script may or may
-// not run. Whatever A undoes must be its own attempt only: B's hold stays,
-// and no other owner gets m. (Found in review: the undo released any hold
-// of the owner, B's included.)
-func TestMutexFailedAttemptKeepsOtherClientsHold(t *testing.T) {
-	prefix := testPrefix(t)
-	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	p := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	owner := dsync.WithOwner(context.Background())
-	lb, err := b.NewMutex("m").LockContext(owner)
-	if err != nil {
-		t.Fatal(err)
+// An owner holds a lock through Client B; its acquisitions through Client A
+// keep failing on a deadline that expires while the acquire script may or
+// may not run. Whatever A undoes must be its own attempt only: B's hold
+// stays, no other owner gets the lock, and once B releases nothing of A's
+// attempts is left. (Found in review: the undo released any hold of the
+// owner, B's included.) For Mutex, FairMutex and RWMutex (write).
+func TestFailedAttemptKeepsOtherClientsHold(t *testing.T) {
+	type locker interface {
+		LockContext(context.Context) (context.Context, error)
+		TryLockContext(context.Context) (context.Context, bool, error)
+		UnlockContext(context.Context) error
 	}
-	ma := a.NewMutex("m")
-	failed := 0
-	for i := 0; i < 200; i++ {
-		ctx, cancel := context.WithTimeout(owner, time.Duration(i%50)*time.Microsecond+time.Microsecond)
-		lctx, err := ma.LockContext(ctx)
-		cancel()
-		if err == nil {
-			// Re-entered through A: give that acquisition back.
-			if err := ma.UnlockContext(lctx); err != nil {
+	kinds := []struct {
+		name string
+		open func(c *dsync.Client) locker
+	}{
+		{"Mutex", func(c *dsync.Client) locker { return c.NewMutex("m") }},
+		{"FairMutex", func(c *dsync.Client) locker { return c.NewFairMutex("m") }},
+		{"RWMutex", func(c *dsync.Client) locker { return c.NewRWMutex("m") }},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			prefix := testPrefix(t)
+			a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+			b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+			p := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+			owner := dsync.WithOwner(context.Background())
+			lb, err := k.open(b).LockContext(owner)
+			if err != nil {
 				t.Fatal(err)
 			}
-			continue
-		}
-		failed++
-		if lp, ok, err := p.NewMutex("m").TryLockContext(context.Background()); err != nil || ok {
-			if ok {
-				_ = p.NewMutex("m").UnlockContext(lp)
+			ma := k.open(a)
+			failed := 0
+			for i := 0; i < 200; i++ {
+				ctx, cancel := context.WithTimeout(owner, time.Duration(i%50)*time.Microsecond+time.Microsecond)
+				lctx, err := ma.LockContext(ctx)
+				cancel()
+				if err == nil {
+					// Re-entered through A: give that acquisition back.
+					if err := ma.UnlockContext(lctx); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				failed++
+				if lp, ok, err := k.open(p).TryLockContext(context.Background()); err != nil || ok {
+					if ok {
+						_ = k.open(p).UnlockContext(lp)
+					}
+					t.Fatalf("attempt %d (%d failed): another owner acquired the lock while the owner holds it through B (%v)", i, failed, err)
+				}
 			}
-			t.Fatalf("attempt %d (%d failed): another owner acquired m while the owner holds it through B (%v)", i, failed, err)
-		}
+			if failed == 0 {
+				t.Fatal("no attempt failed: the deadlines never cut an acquisition short")
+			}
+			if lb.Err() != nil {
+				t.Fatalf("B's hold ended: %v", context.Cause(lb))
+			}
+			if err := k.open(b).UnlockContext(lb); err != nil {
+				t.Fatal(err)
+			}
+			// A's attempts are undone in the background, within the
+			// cleanup bound: then the lock is free.
+			waitFor(t, 5*time.Second, "the lock to be free after B's release", func() bool {
+				l, ok, err := k.open(p).TryLockContext(context.Background())
+				if ok {
+					_ = k.open(p).UnlockContext(l)
+				}
+				return err == nil && ok
+			})
+		})
 	}
-	if failed == 0 {
-		t.Fatal("no attempt failed: the deadlines never cut an acquisition short")
-	}
-	if lb.Err() != nil {
-		t.Fatalf("B's hold ended: %v", context.Cause(lb))
-	}
-	if err := b.NewMutex("m").UnlockContext(lb); err != nil {
-		t.Fatal(err)
-	}
-	// Nothing of A's attempts is left: undone in the background, within
-	// the cleanup bound, the lock is free.
-	waitFor(t, 5*time.Second, "the lock to be free after B's release", func() bool {
-		l, ok, err := p.NewMutex("m").TryLockContext(context.Background())
-		if ok {
-			_ = p.NewMutex("m").UnlockContext(l)
-		}
-		return err == nil && ok
-	})
 }

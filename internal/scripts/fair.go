@@ -20,4 +20,6 @@ var (
 	FairAcquire = newScript(fairLibSrc + fairAcquireSrc)
 	FairRelease = newScript(fairLibSrc + fairReleaseSrc)
 	FairLeave   = newScript(fairLibSrc + fairLeaveSrc)
+	// FairUndo is FairRelease behind an attempt marker (mutex_undo.lua).
+	FairUndo = newScript(fairLibSrc + mutexUndoSrc + fairReleaseSrc)
 )

@@ -4,11 +4,22 @@
 -- after a release a free marker "- <token> 0". The lock goes only to the head
 -- of the queue (or to anyone when the queue is empty).
 --
--- KEYS[1] lock, KEYS[2] queue list, KEYS[3] queue places zset
+-- KEYS[1] lock, KEYS[2] queue list, KEYS[3] queue places zset, KEYS[4]
+-- optional attempt marker (as in mutex_acquire.lua)
 -- ARGV[1] owner, ARGV[2] lease in ms, ARGV[3] queue-place lease in ms,
 -- ARGV[4] "1" for a try (never queues), ARGV[5] waiter channel prefix
 -- Reply: {1, token} acquired; {2, token} re-entered (the owner held it
 -- through another Client); {0, ms} not granted: call again within ms.
+-- An attempt marker (mutex_acquire.lua): an undo ran first, do nothing.
+if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then
+  return {0, 0}
+end
+local function granted(r)
+  if KEYS[4] then
+    redis.call('set', KEYS[4], '1', 'px', ARGV[2])
+  end
+  return r
+end
 local now, us = server_now()
 local head = prune_queue(KEYS[2], KEYS[3], now)
 local owner = ARGV[1]
@@ -18,7 +29,7 @@ if v then
   local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
   if o == owner then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1), 'px', ARGV[2])
-    return {2, tonumber(t)}
+    return granted({2, tonumber(t)})
   end
   if o == '-' then
     last = tonumber(t)
@@ -34,7 +45,7 @@ if not held and (not head or head == owner) then
   -- Fencing token as for the mutex: past the last one and the clock in µs.
   local tok = math.max(last + 1, us)
   redis.call('set', KEYS[1], owner .. ' ' .. fmt(tok) .. ' 1', 'px', ARGV[2])
-  return {1, tok}
+  return granted({1, tok})
 end
 local wait
 if held then

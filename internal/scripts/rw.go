@@ -18,4 +18,6 @@ var (
 	RWAcquire = newScript(fairLibSrc + rwLibSrc + rwAcquireSrc)
 	RWRelease = newScript(fairLibSrc + rwLibSrc + rwReleaseSrc)
 	RWRenew   = newScript(fairLibSrc + rwLibSrc + rwRenewSrc)
+	// RWUndo is RWRelease behind an attempt marker (mutex_undo.lua).
+	RWUndo = newScript(fairLibSrc + rwLibSrc + mutexUndoSrc + rwReleaseSrc)
 )

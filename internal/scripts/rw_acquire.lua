@@ -6,11 +6,23 @@
 -- may take the read lock (to downgrade), and an owner that is the only
 -- reader may take the write lock.
 --
+-- KEYS[1] hash, KEYS[2] readers zset, KEYS[3] writer queue, KEYS[4] queue
+-- places, KEYS[5] optional attempt marker (as in mutex_acquire.lua)
 -- ARGV[1] "read" or "write", ARGV[2] owner, ARGV[3] lease in ms,
 -- ARGV[4] queue-place lease in ms, ARGV[5] "1" for a try, ARGV[6] writer
 -- channel prefix
 -- Reply: {1, token} acquired; {2, token} re-entered; {0, ms} not granted:
 -- call again within ms.
+-- An attempt marker (mutex_acquire.lua): an undo ran first, do nothing.
+if KEYS[5] and redis.call('exists', KEYS[5]) == 1 then
+  return {0, 0}
+end
+local function granted(r)
+  if KEYS[5] then
+    redis.call('set', KEYS[5], '1', 'px', ARGV[3])
+  end
+  return r
+end
 local now, us = server_now()
 rw_prune(now)
 local owner, lease = ARGV[2], tonumber(ARGV[3])
@@ -23,7 +35,7 @@ if ARGV[1] == 'read' then
     local s = tonumber(redis.call('zscore', KEYS[2], owner))
     redis.call('zadd', KEYS[2], math.max(s, now + lease), owner)
     rw_touch(now)
-    return {2, tonumber(t)}
+    return granted({2, tonumber(t)})
   end
   local blocked
   if w then
@@ -39,14 +51,14 @@ if ARGV[1] == 'read' then
   redis.call('zadd', KEYS[2], now + lease, owner)
   rw_mode()
   rw_touch(now)
-  return {1, tok}
+  return granted({1, tok})
 end
 if w == owner then
   redis.call('hincrby', KEYS[1], 'wc', 1)
   local e = math.max(tonumber(redis.call('hget', KEYS[1], 'wexp')), now + lease)
   redis.call('hset', KEYS[1], 'wexp', fmt(e))
   rw_touch(now)
-  return {2, tonumber(redis.call('hget', KEYS[1], 'wt'))}
+  return granted({2, tonumber(redis.call('hget', KEYS[1], 'wt'))})
 end
 local readers = redis.call('zcard', KEYS[2])
 if redis.call('zscore', KEYS[2], owner) then
@@ -62,7 +74,7 @@ if not w and readers == 0 and (not head or head == owner) then
   redis.call('hset', KEYS[1], 'w', owner, 'wt', fmt(tok), 'wc', 1, 'wexp', fmt(now + lease))
   rw_mode()
   rw_touch(now)
-  return {1, tok}
+  return granted({1, tok})
 end
 local wait = rw_wait(now)
 if not w and readers == 0 then
