@@ -10,15 +10,8 @@
 -- ARGV[4] "1" for a try (never queues), ARGV[5] waiter channel prefix
 -- Reply: {1, token} acquired; {2, token} re-entered (the owner held it
 -- through another Client); {0, ms} not granted: call again within ms.
--- An attempt marker (mutex_acquire.lua): an undo ran first, do nothing.
-if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then
-  return {0, 0}
-end
-local function granted(r)
-  if KEYS[4] then
-    redis.call('set', KEYS[4], '1', 'px', ARGV[2])
-  end
-  return r
+if undone(KEYS[4]) then
+  return {0, 0} -- the undo of this attempt ran first: do nothing
 end
 local now, us = server_now()
 local head = prune_queue(KEYS[2], KEYS[3], now)
@@ -29,7 +22,7 @@ if v then
   local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
   if o == owner then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1), 'px', ARGV[2])
-    return granted({2, tonumber(t)})
+    return granted(KEYS[4], ARGV[2], {2, tonumber(t)})
   end
   if o == '-' then
     last = tonumber(t)
@@ -45,7 +38,7 @@ if not held and (not head or head == owner) then
   -- Fencing token as for the mutex: past the last one and the clock in µs.
   local tok = math.max(last + 1, us)
   redis.call('set', KEYS[1], owner .. ' ' .. fmt(tok) .. ' 1', 'px', ARGV[2])
-  return granted({1, tok})
+  return granted(KEYS[4], ARGV[2], {1, tok})
 end
 local wait
 if held then

@@ -56,3 +56,17 @@ end
 local function fmt(n)
   return string.format('%.0f', n)
 end
+
+-- Attempt markers (see mutex_acquire.lua): undone(k) reports that the undo
+-- of this attempt ran first; granted(k, lease, r) records a grant and
+-- returns the reply r.
+local function undone(k)
+  return k ~= nil and redis.call('exists', k) == 1
+end
+
+local function granted(k, lease, r)
+  if k then
+    redis.call('set', k, '1', 'px', lease)
+  end
+  return r
+end

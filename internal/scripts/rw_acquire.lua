@@ -13,15 +13,8 @@
 -- channel prefix
 -- Reply: {1, token} acquired; {2, token} re-entered; {0, ms} not granted:
 -- call again within ms.
--- An attempt marker (mutex_acquire.lua): an undo ran first, do nothing.
-if KEYS[5] and redis.call('exists', KEYS[5]) == 1 then
-  return {0, 0}
-end
-local function granted(r)
-  if KEYS[5] then
-    redis.call('set', KEYS[5], '1', 'px', ARGV[3])
-  end
-  return r
+if undone(KEYS[5]) then
+  return {0, 0} -- the undo of this attempt ran first: do nothing
 end
 local now, us = server_now()
 rw_prune(now)
@@ -35,7 +28,7 @@ if ARGV[1] == 'read' then
     local s = tonumber(redis.call('zscore', KEYS[2], owner))
     redis.call('zadd', KEYS[2], math.max(s, now + lease), owner)
     rw_touch(now)
-    return granted({2, tonumber(t)})
+    return granted(KEYS[5], ARGV[3], {2, tonumber(t)})
   end
   local blocked
   if w then
@@ -51,14 +44,14 @@ if ARGV[1] == 'read' then
   redis.call('zadd', KEYS[2], now + lease, owner)
   rw_mode()
   rw_touch(now)
-  return granted({1, tok})
+  return granted(KEYS[5], ARGV[3], {1, tok})
 end
 if w == owner then
   redis.call('hincrby', KEYS[1], 'wc', 1)
   local e = math.max(tonumber(redis.call('hget', KEYS[1], 'wexp')), now + lease)
   redis.call('hset', KEYS[1], 'wexp', fmt(e))
   rw_touch(now)
-  return granted({2, tonumber(redis.call('hget', KEYS[1], 'wt'))})
+  return granted(KEYS[5], ARGV[3], {2, tonumber(redis.call('hget', KEYS[1], 'wt'))})
 end
 local readers = redis.call('zcard', KEYS[2])
 if redis.call('zscore', KEYS[2], owner) then
@@ -74,7 +67,7 @@ if not w and readers == 0 and (not head or head == owner) then
   redis.call('hset', KEYS[1], 'w', owner, 'wt', fmt(tok), 'wc', 1, 'wexp', fmt(now + lease))
   rw_mode()
   rw_touch(now)
-  return granted({1, tok})
+  return granted(KEYS[5], ARGV[3], {1, tok})
 end
 local wait = rw_wait(now)
 if not w and readers == 0 then
