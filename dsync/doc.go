@@ -40,9 +40,10 @@
 // ended by its context returns an error for which errors.Is(err, ctx.Err())
 // holds, by the deadline plus a few tens of milliseconds, and leaves nothing
 // behind in Redis: an acquisition whose reply the wait gave up on is undone
-// (in the background when the owner was made for the call, since nobody else
-// can use it); only if Redis cannot be reached then does it stay, until its
-// lease runs out. Waiters do not poll: a release
+// in the background (for an owner the caller supplied, exactly that attempt:
+// its script records a grant in a marker key kept for one lease, so the
+// owner's holds through other Clients are untouched); only if Redis cannot
+// be reached then does it stay, until its lease runs out. Waiters do not poll: a release
 // publishes a message and waiters wake on it; if a message is lost, a waiter
 // looks again after at most the holder's remaining lease or lease/3,
 // whichever is sooner. Goroutines of one Client waiting for the same lock
