@@ -85,9 +85,10 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
 	c.renew = newRenewer(c)
-	c.loops.Add(2)
+	c.loops.Add(3)
 	go c.notify.loop()
 	go c.renew.loop()
+	go c.renew.preload()
 	return c, nil
 }
 

@@ -41,7 +41,6 @@ func (r *renewer) loop() {
 	c := r.c
 	defer c.loops.Done()
 	interval := c.cfg.lease / 3
-	r.preload()
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -213,21 +212,23 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 	return res
 }
 
-// preload loads every script into every node, so that the first renewal
-// round is one EVALSHA round trip like the others, however far away Redis
-// is. A node that lost them later (restart, failover) is served by exec's
-// NOSCRIPT fallback.
+// preload loads the Client's scripts into every node, so that the first
+// renewal round is one EVALSHA round trip like the others, however far away
+// Redis is. It runs on its own goroutine, with no deadline but Close: on a
+// slow server a deadline could cut a batch short, and a RESP2 connection
+// whose call is abandoned is closed under every call sharing it. A node
+// that lacks a script (not loaded yet, restart, failover) is served by
+// exec's NOSCRIPT fallback.
 func (r *renewer) preload() {
 	c := r.c
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/3)
-	defer cancel()
-	srcs := scripts.All()
+	defer c.loops.Done()
+	srcs := scripts.Used(c.sharded)
 	for _, n := range c.rc.Nodes() {
 		cmds := make(rueidis.Commands, len(srcs))
 		for i, src := range srcs {
 			cmds[i] = n.B().ScriptLoad().Script(src).Build()
 		}
-		for _, rr := range n.DoMulti(ctx, cmds...) {
+		for _, rr := range n.DoMulti(c.ctx, cmds...) {
 			if err := rr.Error(); err != nil {
 				c.cfg.logger.Debug("dsync: preloading scripts failed", "err", err)
 				break

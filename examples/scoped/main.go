@@ -54,7 +54,8 @@ func (s *FencedStore) Write(token uint64, who, value string) error {
 
 // job runs steps while it holds m. Each step does slow work that cannot be
 // interrupted and then writes; the lock context is checked between steps.
-func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps int, work time.Duration, store *FencedStore) error {
+// done(i) is called when step i has written (done(0): the lock is held).
+func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps int, work time.Duration, store *FencedStore, done func(step int)) error {
 	lctx, err := m.LockContext(ctx)
 	if err != nil {
 		return err
@@ -62,6 +63,7 @@ func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps i
 	defer m.UnlockContext(lctx) // ErrNotHeld after a loss: nothing to undo
 	token, _ := dsync.FencingToken(lctx)
 	fmt.Fprintf(out, "%s: holds the lock, fencing token %d\n", who, token)
+	done(0)
 	for i := 1; i <= steps; i++ {
 		if lctx.Err() != nil {
 			fmt.Fprintf(out, "%s: stops before step %d: %v\n", who, i, context.Cause(lctx))
@@ -71,6 +73,7 @@ func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps i
 		if err := store.Write(token, who, fmt.Sprintf("step %d", i)); err != nil {
 			fmt.Fprintf(out, "%s: write of step %d refused: %v\n", who, i, err)
 		}
+		done(i)
 	}
 	return nil
 }
@@ -123,13 +126,37 @@ func run(w io.Writer) (*FencedStore, error) {
 	store := &FencedStore{}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = job(ctx, out, c1.NewMutex("report"), "worker-1", 10, 150*time.Millisecond, store) })
-	time.Sleep(100 * time.Millisecond) // worker-1 first
-	wg.Go(func() { _ = job(ctx, out, c2.NewMutex("report"), "worker-2", 2, 10*time.Millisecond, store) })
+	// A job's error other than the expected loss is printed.
+	report := func(who string, err error) {
+		if err != nil && !errors.Is(err, dsync.ErrLockLost) {
+			fmt.Fprintf(out, "%s: %v\n", who, err)
+		}
+	}
+	held, step1, w1 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	wg.Go(func() {
+		defer close(w1)
+		report("worker-1", job(ctx, out, c1.NewMutex("report"), "worker-1", 10, 150*time.Millisecond, store, func(step int) {
+			switch step {
+			case 0:
+				close(held)
+			case 1:
+				close(step1)
+			}
+		}))
+	})
+	// worker-1 first; worker-2 waits for the lock.
+	if !reached(held, w1) {
+		return store, errors.New("worker-1 ended without the lock")
+	}
+	wg.Go(func() {
+		report("worker-2", job(ctx, out, c2.NewMutex("report"), "worker-2", 2, 10*time.Millisecond, store, func(int) {}))
+	})
 
 	// worker-1 is inside its second step when the operator forces the lock
 	// free; worker-2, waiting, takes it with a larger token at once.
-	time.Sleep(200 * time.Millisecond)
+	if !reached(step1, w1) {
+		return store, errors.New("worker-1 ended before its first step")
+	}
 	fmt.Fprintln(out, "operator: forcing the lock free")
 	if _, err := c2.ForceUnlock(ctx, "report"); err != nil {
 		return nil, err
@@ -142,4 +169,20 @@ func run(w io.Writer) (*FencedStore, error) {
 	}
 	fmt.Fprintf(out, "final value %q written with token %d\n", store.value, store.max)
 	return store, nil
+}
+
+// reached waits for event and reports whether it came before the worker
+// ended.
+func reached(event, ended <-chan struct{}) bool {
+	select {
+	case <-event:
+		return true
+	case <-ended:
+		select {
+		case <-event:
+			return true
+		default:
+			return false
+		}
+	}
 }

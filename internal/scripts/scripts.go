@@ -69,8 +69,12 @@ func newScript(src string) *rueidis.Lua {
 	if s := shardedCalls.Replace(src); s != src {
 		sharded[l] = register(s)
 	}
+	primaries = append(primaries, l)
 	return l
 }
+
+// primaries are the scripts newScript made, without their sharded variants.
+var primaries []*rueidis.Lua
 
 func register(src string) *rueidis.Lua {
 	l := rueidis.NewLuaScript(src)
@@ -92,12 +96,15 @@ func Sharded(l *rueidis.Lua) *rueidis.Lua {
 // Source returns the source of a script made by this package.
 func Source(l *rueidis.Lua) string { return sources[l] }
 
-// All returns the source of every script made by this package, for loading
-// them into a server ahead of use.
-func All() []string {
-	srcs := make([]string, 0, len(sources))
-	for _, src := range sources {
-		srcs = append(srcs, src)
+// Used returns the source of every script a Client runs: with sharded
+// pub/sub the sharded variants, otherwise the classic ones.
+func Used(shardedPubSub bool) []string {
+	srcs := make([]string, 0, len(primaries))
+	for _, l := range primaries {
+		if shardedPubSub {
+			l = Sharded(l)
+		}
+		srcs = append(srcs, sources[l])
 	}
 	return srcs
 }

@@ -31,12 +31,14 @@ func Start() (*Server, error) {
 }
 
 // Client returns a new rueidis client for the server. The embedded server
-// speaks RESP2 only and has no client-side caching.
+// speaks RESP2 only, has no client-side caching, and is one node: it
+// answers CLUSTER SLOTS, which would make rueidis treat it as a cluster.
 func (s *Server) Client() (rueidis.Client, error) {
 	return rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:  []string{s.Addr},
-		AlwaysRESP2:  s.Embedded,
-		DisableCache: true,
+		InitAddress:       []string{s.Addr},
+		AlwaysRESP2:       s.Embedded,
+		DisableCache:      true,
+		ForceSingleClient: s.Embedded,
 	})
 }
 
