@@ -132,7 +132,8 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
 		if s, e, ok := h.releaseCmd(); ok {
-			groups[c.lua(s)] = append(groups[c.lua(s)], e)
+			s = c.lua(s)
+			groups[s] = append(groups[s], e)
 		}
 	}
 	for s, execs := range groups {

@@ -661,7 +661,7 @@ func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code i
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
-	keys := []string{m.key, m.ch, marker}
+	keys := withMarker(m.relKeys, marker)
 	args := []string{owner, "0", m.markArg}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
@@ -679,14 +679,13 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 	c := m.c
 	lease := m.lease()
 	args := []string{owner, m.leaseArg, m.blockArg}
-	keys := m.keys
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	var marker string
 	if !freshOwner(ctx) {
 		marker = m.key + ":a:" + c.attemptID()
-		keys = []string{m.key, marker}
 	}
+	keys := withMarker(m.keys, marker)
 	var sub *subscription
 	live := false
 	defer func() { sub.close() }()
