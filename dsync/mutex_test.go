@@ -1,6 +1,7 @@
 package dsync_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -336,6 +337,25 @@ func startChild(t testing.TB, role, prefix string, env ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), childEnv+"="+role, "DSYNC_TEST_ADDR="+server(t).Addr, "DSYNC_TEST_PREFIX="+prefix)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// childSaying starts a child as startChild makes it, waits until it prints the
+// line want (it holds what the test needs), and kills it when t ends.
+func childSaying(t testing.TB, want, role, prefix string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := startChild(t, role, prefix, env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != want+"\n" {
+		t.Fatalf("child said %q, %v; want %q", line, err, want)
+	}
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package dsync_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -178,18 +177,7 @@ func childOnceHang(c *dsync.Client, rc rueidis.Client, prefix string) int {
 func TestOnceRunnerKilled(t *testing.T) {
 	prefix := testPrefix(t)
 	const lease = time.Second
-	cmd := startChild(t, "oncehang", prefix, "DSYNC_TEST_LEASE="+lease.String())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "running\n" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	cmd := childSaying(t, "running", "oncehang", prefix, "DSYNC_TEST_LEASE="+lease.String())
 	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 	ctx := ctxT(t)
 	ran := make(chan time.Time, 1)

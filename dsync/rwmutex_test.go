@@ -1,7 +1,6 @@
 package dsync_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -341,19 +340,7 @@ func TestRWMutexReaderCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := startChild(t, "rwreader", prefix, "DSYNC_TEST_NAME="+name, "DSYNC_TEST_LEASE="+lease.String())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
-		t.Fatalf("child said %q", line)
-	}
+	cmd := childSaying(t, "held", "rwreader", prefix, "DSYNC_TEST_NAME="+name, "DSYNC_TEST_LEASE="+lease.String())
 	if n := zcard(t, rc, keys[1]); n != 2 {
 		t.Fatalf("%d readers, want 2", n)
 	}

@@ -1,7 +1,6 @@
 package dsync_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -343,18 +342,7 @@ func childSemHold(c *dsync.Client, rc rueidis.Client, prefix string) int {
 func TestSemaphoreCrash(t *testing.T) {
 	prefix := testPrefix(t)
 	const lease = time.Second
-	cmd := startChild(t, "semhold", prefix, "DSYNC_TEST_LEASE="+lease.String(), "DSYNC_TEST_N=3", "DSYNC_TEST_SIZE=3")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "held\n" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	cmd := childSaying(t, "held", "semhold", prefix, "DSYNC_TEST_LEASE="+lease.String(), "DSYNC_TEST_N=3", "DSYNC_TEST_SIZE=3")
 	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 	s := c.NewSemaphore("crash", 3)
 	ctx := ctxT(t)
