@@ -23,8 +23,9 @@
 // watchdog renews it every lease/3 (see WithLease), and the lock context is
 // cancelled as soon as the Client learns the lock is gone, or could not renew
 // it before the lease — counted on the local monotonic clock from when the
-// acquire was sent, less 1% for clock drift — would have run out. Mutual
-// exclusion therefore holds as long as Redis keeps its data and a holder
+// acquire was sent, less 1% for clock drift and 5 ms for timer lateness —
+// would have run out. Mutual exclusion therefore holds as long as Redis
+// keeps its data and a holder
 // notices its lock context in time. A process paused longer than its lease
 // (GC, SIGSTOP, a VM migration) can act after its lock was granted to
 // another; so can any holder after a Redis failover that lost the latest
