@@ -121,9 +121,12 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	// Not retried on a lost reply: a second decrement would release permits
 	// of another acquisition. The local holds end either way, so at worst
 	// the permits come back when the owner's lease lapses.
-	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).AsIntSlice()
+	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, s.releaseArgs(owner, n)).AsIntSlice()
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the release script")
+	}
+	if err == nil && vals[0] == -1 {
+		return s.sizeMismatch(vals[1])
 	}
 	if err == nil && vals[0] == 0 {
 		return ErrNotHeld
@@ -310,8 +313,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		}
 		switch vals[0] {
 		case -1:
-			return nil, attempt, fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d",
-				ErrInvalidArgument, shortName(s.name), vals[1], s.size)
+			return nil, attempt, s.sizeMismatch(vals[1])
 		case 1:
 			h := s.newHold(owner, n, uint64(vals[1]))
 			if !h.track(sentAt, lease) {
@@ -341,7 +343,7 @@ func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
 	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
 	h.watchdog = s.lc.leaseTime == 0
 	renewArgs := []string{owner, leaseMS(c.cfg.lease), s.chPfx}
-	relArgs := []string{owner, strconv.FormatInt(n, 10), s.chPfx}
+	relArgs := s.releaseArgs(owner, n)
 	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
 		return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: renewArgs}
 	}
@@ -361,5 +363,19 @@ func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
 func (s *Semaphore) giveBack(ctx context.Context, owner string, n int64) {
 	cctx, cancel := cleanupCtx(ctx)
 	defer cancel()
-	_ = s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, []string{owner, strconv.FormatInt(n, 10), s.chPfx}).Error()
+	_ = s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, s.releaseArgs(owner, n)).Error()
+}
+
+// sizeMismatch is the error of a call through s when Redis stores another
+// size for the semaphore.
+func (s *Semaphore) sizeMismatch(stored int64) error {
+	return fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d",
+		ErrInvalidArgument, shortName(s.name), stored, s.size)
+}
+
+// releaseArgs are the release script's arguments for n permits of owner.
+// The size is checked as the acquire checks it: a Semaphore opened with
+// another size must not release permits counted against the stored one.
+func (s *Semaphore) releaseArgs(owner string, n int64) []string {
+	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10)}
 }

@@ -145,6 +145,11 @@ func TestSemaphoreInvalid(t *testing.T) {
 	if _, ok, _ := c2.NewSemaphore("inv", 3).TryAcquire(ctx, 3); ok {
 		t.Fatal("size mismatch changed the semaphore")
 	}
+	// A release through another size is refused too, and releases nothing:
+	// the permit is still l's below.
+	if err := c2.NewSemaphore("inv", 5).Release(l, 1); !errors.Is(err, dsync.ErrInvalidArgument) {
+		t.Fatalf("Release through another size = %v, want ErrInvalidArgument", err)
+	}
 	if err := s.Release(l, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func semAcq(t *testing.T, rc rueidis.Client, owner, waiter string, n, size int, 
 
 func semRel(t *testing.T, rc rueidis.Client, owner string, n int) []int64 {
 	t.Helper()
-	return semInts(t, scripts.SemRelease.Exec(context.Background(), rc, semKeys, []string{owner, strconv.Itoa(n), semCh}))
+	return semInts(t, scripts.SemRelease.Exec(context.Background(), rc, semKeys, []string{owner, strconv.Itoa(n), semCh, "4"}))
 }
 
 // TestSemaphoreScripts drives the semaphore scripts directly: grants, FIFO
@@ -99,6 +99,11 @@ func TestSemaphoreScripts(t *testing.T) {
 	}
 	if n := zcard(semKeys[3]); n != 2 {
 		t.Fatalf("queue has %d, want 2 (try must not queue)", n)
+	}
+	// A release through another size is refused like an acquire, and
+	// changes nothing.
+	if r := semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "5"})); r[0] != -1 || r[1] != 4 {
+		t.Fatalf("release with size 5 = %v, want [-1 4]", r)
 	}
 	// Over-release changes nothing.
 	if r := semRel(t, rc, "A", 4); r[0] != 0 || r[1] != 3 {
