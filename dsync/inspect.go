@@ -297,6 +297,24 @@ var kindOfPart = map[string]Kind{
 	"once": KindOnce, "oncevalue": KindOnce, "wg": KindWaitGroup,
 }
 
+// globEscape quotes the glob characters of s (Redis MATCH syntax), so that
+// a key prefix such as "app[1]" matches itself.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 4)
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // List returns the locks under the Client's prefix whose name matches the
 // glob pattern (Redis MATCH syntax: *, ?, [...], \ to escape; "" or "*"
 // for all), sorted by name and kind. It walks the keyspace of every node
@@ -310,7 +328,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
-	match := c.cfg.prefix + ":{" + escapeName(pattern) + "}:*"
+	match := globEscape(c.cfg.prefix) + ":{" + escapeName(pattern) + "}:*"
 	seen := make(map[LockRef]bool)
 	for _, node := range c.rc.Nodes() {
 		var cursor uint64

@@ -217,6 +217,25 @@ func TestInspectList(t *testing.T) {
 	}
 }
 
+// A key prefix with glob characters is matched as itself: List used to put
+// it into SCAN MATCH unescaped and found nothing.
+func TestListGlobPrefix(t *testing.T) {
+	for _, prefix := range []string{"app[1]", "a*b?", `back\slash`} {
+		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(testPrefix(t)+prefix))
+		ctx := ctxT(t)
+		if _, ok, err := c.NewMutex("held").TryLockContext(ctx); err != nil || !ok {
+			t.Fatal(prefix, ok, err)
+		}
+		refs, err := c.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []dsync.LockRef{{dsync.KindMutex, "held"}}; !slices.Equal(refs, want) {
+			t.Errorf("prefix %q: List = %v, want %v", prefix, refs, want)
+		}
+	}
+}
+
 func inspectKind(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) dsync.LockState {
 	t.Helper()
 	st, ok := inspectOne(t, c, name, kind)
