@@ -59,8 +59,10 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // run took over, Do returns an error that errors.Is ErrLockLost and the
 // result is not recorded.
 //
-// Calling Do from inside f with f's context returns ErrInvalidArgument
-// (sync.Once would deadlock). A wait ended by ctx returns an error for
+// Calling Do from inside f with f's context (or one derived from it)
+// returns ErrInvalidArgument (sync.Once would deadlock). That is decided per
+// call, not per owner: concurrent calls whose contexts carry the same owner
+// wait for the run like any other. A wait ended by ctx returns an error for
 // which errors.Is(err, ctx.Err()) holds.
 func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 	if f == nil {
@@ -132,6 +134,9 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if err := c.checkCall(ctx, o.err); err != nil {
 		return "", err
 	}
+	if ctx.Value(onceRunKey{o.state}) != nil {
+		return "", fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))
+	}
 	ctx, owner := ownerFrom(ctx)
 	lease := o.lc.leaseTime
 	if lease == 0 {
@@ -180,7 +185,7 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 		if err == nil && len(res) > 0 {
 			code, err = res[0].AsInt64()
 		}
-		if err == nil && code != -1 && len(res) != 2 {
+		if err == nil && len(res) != 2 {
 			err = errors.New("dsync: unexpected reply from the once script")
 		}
 		if err != nil {
@@ -199,8 +204,6 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 		case 2:
 			val, err := res[1].ToString()
 			return val, 0, sentAt, attempt, err
-		case -1:
-			return "", 0, sentAt, attempt, fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))
 		case 1:
 			t, err := res[1].AsInt64()
 			return "", uint64(t), sentAt, attempt, err
@@ -217,6 +220,11 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 		}
 	}
 }
+
+// onceRunKey marks the context a run passes to f, so that a Do through it
+// (one inside f) is told apart from a concurrent Do of the same owner. The
+// state key names the Once across Clients of one prefix.
+type onceRunKey struct{ state string }
 
 // marker is the running marker's value for hold h.
 func marker(h *hold) string { return h.owner + " " + strconv.FormatUint(h.token, 10) }
@@ -245,7 +253,7 @@ func (o *Once) runF(ctx context.Context, h *hold, sentAt time.Time, lease time.D
 		o.end(ctx, mark, "fail", "")
 		return "", ErrClosed
 	}
-	lctx := h.newCtx(ctx)
+	lctx := h.newCtx(context.WithValue(ctx, onceRunKey{o.state}, true))
 	released := func(err error) {
 		h.end(errReleased, false)
 		if f := o.c.cfg.observer.Released; f != nil {

@@ -161,6 +161,53 @@ func TestOnceMisuse(t *testing.T) {
 	}
 }
 
+// Two concurrent Do calls whose contexts carry the same owner, neither
+// inside f, on two Clients: the second waits for the first run and sees it
+// done (it used to fail with "Do called from inside its own f", since the
+// check was made per owner). A Do through f's context is still refused.
+func TestOnceSameOwnerConcurrent(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	ctx := dsync.WithOwner(ctxT(t))
+	started, finish := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	first := make(chan error, 1)
+	go func() {
+		first <- c.NewOnce("same-owner").Do(ctx, func(fctx context.Context) error {
+			runs.Add(1)
+			close(started)
+			<-finish
+			return nil
+		})
+	}()
+	<-started
+	second := make(chan error, 1)
+	go func() {
+		second <- c2.NewOnce("same-owner").Do(ctx, func(context.Context) error {
+			runs.Add(1)
+			return nil
+		})
+	}()
+	// The second call must be waiting (subscribed for the run's end), not
+	// failed, while the run goes on.
+	waitSubscribed(t, newRueidis(t), prefixOf(t, c)+":{same-owner}:once:ch")
+	select {
+	case err := <-second:
+		t.Fatalf("second Do with the same owner returned %v while the first ran, want it to wait", err)
+	default:
+	}
+	close(finish)
+	if err := <-first; err != nil {
+		t.Fatalf("first Do = %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second Do = %v, want nil (the run is done)", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("f ran %d times, want 1", n)
+	}
+}
+
 // childOnceHang: run Do("crash") with an f that prints "running" and never
 // returns.
 func childOnceHang(c *dsync.Client, rc rueidis.Client, prefix string) int {

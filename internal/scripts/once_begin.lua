@@ -3,16 +3,13 @@
 -- KEYS[1] state hash: done ("1" once f succeeded), val (its result), tok
 -- KEYS[2] run key "<owner> <token>", alive while the runner's lease lasts
 -- ARGV[1] owner, ARGV[2] lease ms
--- Reply: {2, val} done; {1, token} this owner runs f now; {0, pttl} another
--- run is in progress; {-1} this owner is already running it (Do inside f).
+-- Reply: {2, val} done; {1, token} this owner runs f now; {0, pttl} a run
+-- is in progress, by any owner: a call is only "inside its own f" when it
+-- comes through f's context, which the Go side detects per call.
 if redis.call('hget', KEYS[1], 'done') then
   return {2, redis.call('hget', KEYS[1], 'val') or ''}
 end
-local v = redis.call('get', KEYS[2])
-if v then
-  if string.match(v, '^(%S+) ') == ARGV[1] then
-    return {-1}
-  end
+if redis.call('exists', KEYS[2]) == 1 then
   return {0, redis.call('pttl', KEYS[2])}
 end
 local t = redis.call('time')
