@@ -15,6 +15,12 @@ import (
 // CountDownLatch). Its counter lives in Redis under the key prefix and
 // name, so every Client using them shares it.
 //
+// Wait follows sync.WaitGroup's generations: a Wait belongs to the
+// generation it observed (a stretch of the counter above zero), and when
+// the counter reaches zero that generation ends and every Wait of it
+// returns nil, even if an Add raises the counter again before the waiter
+// has looked. The counter is an exact int64.
+//
 // The counter has no lease: a task whose process dies before Done leaves it
 // above zero, as a goroutine that never calls Done would; bound Wait with
 // its context.
@@ -25,6 +31,7 @@ type WaitGroup struct {
 	c    *Client
 	name string
 	key  string // the counter; absent means zero
+	gen  string // the generation: server µs when the counter left zero
 	ch   string // published when the counter reaches zero
 	err  error
 }
@@ -33,13 +40,14 @@ type WaitGroup struct {
 // every call fail with ErrInvalidArgument.
 func (c *Client) NewWaitGroup(name string) *WaitGroup {
 	key := c.lockKey("wg", name)
-	return &WaitGroup{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name)}
+	return &WaitGroup{c: c, name: name, key: key, gen: key + ":gen", ch: key + ":ch", err: checkName(name)}
 }
 
 // Add adds delta, which may be negative, to the counter. When the counter
 // reaches zero, every Wait in progress returns. If the counter would go
-// negative, Add returns an error that errors.Is ErrInvalidArgument and
-// leaves the counter unchanged (sync.WaitGroup panics instead).
+// negative, or out of the int64 range, Add returns an error that errors.Is
+// ErrInvalidArgument and leaves the counter unchanged (sync.WaitGroup
+// panics instead).
 //
 // Add is not retried after a lost reply, since it is not idempotent: a
 // Redis error leaves it unknown whether delta was applied.
@@ -48,15 +56,18 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 	if err := c.checkCall(ctx, wg.err); err != nil {
 		return err
 	}
-	vals, err := c.lua(scripts.WaitGroupAdd).Exec(ctx, c.rc, []string{wg.key, wg.ch}, []string{strconv.FormatInt(delta, 10)}).AsIntSlice()
+	vals, err := c.lua(scripts.WaitGroupAdd).Exec(ctx, c.rc, []string{wg.key, wg.ch, wg.gen}, []string{strconv.FormatInt(delta, 10)}).AsIntSlice()
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the wait group script")
 	}
 	if err != nil {
 		return wrapErr(KindWaitGroup, wg.name, err)
 	}
-	if vals[0] == 0 {
+	switch vals[0] {
+	case 0:
 		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d would make it negative", ErrInvalidArgument, shortName(wg.name), delta, vals[1])
+	case -1:
+		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d leaves the int64 range", ErrInvalidArgument, shortName(wg.name), delta, vals[1])
 	}
 	return nil
 }
@@ -66,10 +77,12 @@ func (wg *WaitGroup) Done(ctx context.Context) error {
 	return wg.Add(ctx, -1)
 }
 
-// Wait blocks until the counter is zero or ctx is done. It is woken by a
-// message when the counter reaches zero and, in case the message is lost,
-// looks again at least every lease/3 of the Client. A wait ended by ctx
-// returns an error for which errors.Is(err, ctx.Err()) holds.
+// Wait blocks until the counter is zero, or the generation it observed has
+// ended (the counter reached zero since, see WaitGroup), or ctx is done. It
+// is woken by a message when the counter reaches zero and, in case the
+// message is lost, looks again at least every lease/3 of the Client. A
+// wait ended by ctx returns an error for which errors.Is(err, ctx.Err())
+// holds.
 func (wg *WaitGroup) Wait(ctx context.Context) error {
 	c := wg.c
 	if err := c.checkCall(ctx, wg.err); err != nil {
@@ -77,16 +90,17 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 	}
 	w := wakeup{c: c, ch: wg.ch}
 	defer w.close()
+	var observed string // the generation this Wait belongs to
 	for attempt := 1; ; attempt++ {
 		// Subscribe before looking, so reaching zero after the look is
 		// not missed.
 		w.subscribe(ctx)
 		w.drain()
-		n, err := c.rc.Do(ctx, c.rc.B().Get().Key(wg.key).Build()).AsInt64()
-		switch {
-		case rueidis.IsRedisNil(err):
-			return nil
-		case err != nil:
+		vals, err := c.rc.Do(ctx, c.rc.B().Mget().Key(wg.key, wg.gen).Build()).ToArray()
+		if err == nil && len(vals) != 2 {
+			err = errors.New("dsync: unexpected reply to MGET")
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -94,11 +108,26 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 				return ErrClosed
 			}
 			return wrapErr(KindWaitGroup, wg.name, err)
-		case n <= 0:
-			return nil
+		}
+		n, err := vals[0].AsInt64()
+		if rueidis.IsRedisNil(err) || (err == nil && n <= 0) {
+			return nil // zero
+		}
+		gen, _ := vals[1].ToString()
+		if attempt == 1 {
+			observed = gen
+			if waitGroupObserved != nil {
+				waitGroupObserved()
+			}
+		} else if gen != observed {
+			return nil // the generation observed ended; this is another
 		}
 		if err := w.wait(ctx, 0, attempt); err != nil {
 			return err
 		}
 	}
 }
+
+// waitGroupObserved, when set by a test, is called when a Wait has
+// observed its generation (the counter above zero).
+var waitGroupObserved func()

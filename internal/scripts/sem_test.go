@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -254,17 +255,33 @@ func TestOnceScripts(t *testing.T) {
 	}
 }
 
-// TestWaitGroupScript: counting, zero deletes the key, negative refused.
+// TestWaitGroupScript: counting, zero deletes the keys, negative refused,
+// exact int64 arithmetic, a generation per stretch above zero.
 func TestWaitGroupScript(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	keys := []string{"p:{w}:wg", "p:{w}:wg:ch"}
-	add := func(d int) []int64 {
-		return semInts(t, scripts.WaitGroupAdd.Exec(ctx, rc, keys, []string{strconv.Itoa(d)}))
+	keys := []string{"p:{w}:wg", "p:{w}:wg:ch", "p:{w}:wg:gen"}
+	add64 := func(d int64) []int64 {
+		return semInts(t, scripts.WaitGroupAdd.Exec(ctx, rc, keys, []string{strconv.FormatInt(d, 10)}))
+	}
+	add := func(d int) []int64 { return add64(int64(d)) }
+	gen := func() string {
+		v, err := rc.Do(ctx, rc.B().Get().Key(keys[2]).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
 	if r := add(2); r[0] != 1 || r[1] != 2 {
 		t.Fatalf("add 2 = %v", r)
+	}
+	g1 := gen()
+	if g1 == "" {
+		t.Fatal("no generation while the counter is above zero")
 	}
 	if r := add(-3); r[0] != 0 || r[1] != 2 {
 		t.Fatalf("add -3 = %v, want refused at 2", r)
@@ -275,10 +292,31 @@ func TestWaitGroupScript(t *testing.T) {
 	if r := add(-1); r[0] != 1 || r[1] != 0 {
 		t.Fatalf("add -1 = %v", r)
 	}
-	if n, _ := rc.Do(ctx, rc.B().Exists().Key(keys[0]).Build()).AsInt64(); n != 0 {
-		t.Fatal("counter key left at zero")
+	if n, _ := rc.Do(ctx, rc.B().Exists().Key(keys[0]).Key(keys[2]).Build()).AsInt64(); n != 0 {
+		t.Fatal("counter or generation key left at zero")
 	}
 	if r := add(-1); r[0] != 0 || r[1] != 0 {
 		t.Fatalf("add -1 at zero = %v", r)
+	}
+	// Leaving zero again starts a new generation.
+	if r := add(1); r[0] != 1 || r[1] != 1 {
+		t.Fatalf("add 1 = %v", r)
+	}
+	if g2 := gen(); g2 == "" || g2 == g1 {
+		t.Fatalf("generation after a zero crossing = %q, first was %q", g2, g1)
+	}
+	// Exact past 2^53 (a Lua double would lose the 1), and a clear refusal
+	// past int64, leaving the counter as it was.
+	if r := add64(1 << 53); r[0] != 1 || r[1] != 1<<53+1 {
+		t.Fatalf("add 2^53 = %v, want %d", r, int64(1<<53+1))
+	}
+	if r := add(1); r[0] != 1 || r[1] != 1<<53+2 {
+		t.Fatalf("add 1 = %v, want %d", r, int64(1<<53+2))
+	}
+	if r := add64(math.MaxInt64); r[0] != -1 || r[1] != 1<<53+2 {
+		t.Fatalf("add MaxInt64 = %v, want refused at %d", r, int64(1<<53+2))
+	}
+	if r := add64(-(1<<53 + 2)); r[0] != 1 || r[1] != 0 {
+		t.Fatalf("add -(2^53+2) = %v, want 0", r)
 	}
 }
