@@ -142,6 +142,30 @@ type qlock struct {
 	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
 	retryRelease bool // the release script makes a retried release a no-op
 	renew        func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+
+	// rwWrite and rwRead name the RWMutex (its key) this qlock is the
+	// write or the read lock of, for downgrades (see rwBase).
+	rwWrite, rwRead string
+}
+
+// rwBase is the context value by which a write lock context of an RWMutex
+// records the context the write lock was taken with. A read lock taken
+// with the write lock context (a downgrade) is based on that context
+// instead, so it is not cancelled when the write lock is released.
+type rwBase struct{ key string }
+
+// lockParent returns the parent of the lock context of an acquisition
+// with ctx by owner.
+func (q *qlock) lockParent(ctx context.Context, owner string) context.Context {
+	if q.rwWrite == "" {
+		return ctx
+	}
+	if base, ok := ctx.Value(rwBase{q.rwWrite}).(context.Context); ok {
+		if o, _ := OwnerOf(base); o == owner {
+			return ctx // a re-entry: the outer acquisition's base stays
+		}
+	}
+	return context.WithValue(ctx, rwBase{q.rwWrite}, ctx)
 }
 
 func (q *qlock) lease() time.Duration {
@@ -208,6 +232,13 @@ func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, erro
 		return nil, false, err
 	}
 	ctx, owner := ownerFrom(ctx)
+	if q.rwRead != "" {
+		if base, ok := ctx.Value(rwBase{q.rwRead}).(context.Context); ok {
+			if o, _ := OwnerOf(base); o == owner {
+				ctx = base // a downgrade: see rwBase
+			}
+		}
+	}
 	obs := c.cfg.observer
 	octx := ctx
 	if obs.AcquireStart != nil {
@@ -233,7 +264,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	st := c.getMutex(key)
 	st.mu.Lock()
 	if h := st.h; h != nil && h.owner == owner {
-		lctx := h.newCtx(ctx)
+		lctx := h.newCtx(q.lockParent(ctx, owner))
 		st.mu.Unlock()
 		c.putMutex(key, st)
 		return lctx, h, true, 0, nil
@@ -250,7 +281,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		// A goroutine of the same owner got the hold meanwhile, and the
 		// script counted this acquisition in Redis too: share the hold and
 		// take the extra count back.
-		lctx := h.newCtx(ctx)
+		lctx := h.newCtx(q.lockParent(ctx, owner))
 		st.mu.Unlock()
 		_, _ = q.releaseRedis(ctx, owner, tok)
 		c.putMutex(key, st)
@@ -268,7 +299,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	// replaced, so its reference is given back now.
 	stale := st.h != nil
 	st.h = h
-	lctx = h.newCtx(ctx)
+	lctx = h.newCtx(q.lockParent(ctx, owner))
 	st.mu.Unlock()
 	if stale {
 		c.putMutex(key, st)

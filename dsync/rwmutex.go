@@ -13,17 +13,30 @@ import (
 // that uses the same key prefix and name: any number of readers, or one
 // writer.
 //
-// Writers are not starved: once a writer waits, new readers wait behind it,
-// as with sync.RWMutex, and waiting writers are served in arrival order.
+// Admission is phase-fair, so neither side starves:
+//   - Waiting writers are served in arrival order, and once a writer waits,
+//     new readers wait behind it (as with sync.RWMutex, whose RLock blocks
+//     while a writer waits).
+//   - When a writer releases, the readers that were waiting are admitted
+//     before any later writer (as sync.RWMutex's Unlock admits the readers
+//     blocked behind it); the next writer goes when they have left.
+//     Readers that arrive after that release wait for the next one.
+//   - The only reader may take the write lock (an upgrade) ahead of queued
+//     writers, which could not get in before it leaves anyway; with other
+//     readers, the upgrade waits until it is the only reader left, and is
+//     then granted ahead of the queue. sync.RWMutex has no upgrade.
+//   - An owner holding the write lock may take the read lock, then release
+//     the write lock and keep reading (a downgrade). A read lock taken with
+//     the write lock's context is based on the context the write lock was
+//     taken with, not on the write lock context, so releasing the write lock
+//     does not end it.
+//
 // Each hold, read or write, has its own lease, renewed only by its own
 // Client's watchdog (unless WithLeaseTime is given), so a crashed reader's
 // hold lapses within one lease however long the other readers keep theirs.
-//
-// Both locks are reentrant by owner. An owner holding the write lock may
-// take the read lock, then release the write lock and keep reading (a
-// downgrade). An owner that is the only reader may take the write lock; any
-// other upgrade waits until the other readers leave. Every acquisition gets
-// a fencing token; tokens grow across both modes.
+// A waiting reader or writer whose process dies drops out within one lease;
+// one whose context ends leaves at once. Both locks are reentrant by owner.
+// Every acquisition gets a fencing token; tokens grow across both modes.
 //
 // Lock, Unlock, RLock and RUnlock follow sync.RWMutex: each call takes a
 // fresh owner, so a second Lock blocks until Unlock, and any goroutine may
@@ -44,18 +57,24 @@ type RWMutex struct {
 // longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 	key := c.lockKey("rw", name)
-	keys := []string{key, key + ":readers", key + ":queue", key + ":places"}
+	keys := []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"}
 	rch := key + ":r"  // every waiting reader
 	wch := key + ":w:" // + owner: each waiting writer on its own channel
 	lc := newLockConfig(opts)
 	rw := &RWMutex{}
 	mk := func(mode string) qlock {
 		q := qlock{
-			c:      c,
-			info:   Lock{Kind: KindRWMutex, Name: name, Mode: mode, N: 1},
-			err:    checkName(name),
-			lc:     lc,
-			queues: mode == "write",
+			c:    c,
+			info: Lock{Kind: KindRWMutex, Name: name, Mode: mode, N: 1},
+			err:  checkName(name),
+			lc:   lc,
+			// Both wait in Redis: writers in the queue, readers as
+			// registered waiters to be admitted (phase-fair), so both
+			// leave at once when their wait ends.
+			queues: true,
+			leave: func(ctx context.Context, owner string) error {
+				return c.lua(scripts.RWLeave).Exec(ctx, c.rc, keys, []string{mode, owner, wch, rch}).Error()
+			},
 			release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
 				args := []string{mode, owner, strconv.FormatUint(token, 10), rch, wch}
 				return scripts.RWRelease, rueidis.LuaExec{Keys: keys, Args: args}
@@ -76,14 +95,11 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			// keys apart from every real key.
 			q.slot = func(string) string { return key + "\x00w" }
 			q.ch = func(owner string) string { return wch + owner }
-			q.leave = func(ctx context.Context, owner string) error {
-				// When the last queued writer leaves, readers held back by
-				// it may go.
-				return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[2:], []string{owner, wch, rch}).Error()
-			}
+			q.rwWrite = key
 		} else {
 			q.slot = func(owner string) string { return key + "\x00r\x00" + owner }
 			q.ch = func(string) string { return rch }
+			q.rwRead = key
 		}
 		return q
 	}
@@ -171,8 +187,10 @@ func (rw *RWMutex) TryLockContext(ctx context.Context) (context.Context, bool, e
 
 // RLockContext acquires a read lock for the owner ctx carries (a fresh one
 // if none), waiting while another owner holds the write lock or a writer is
-// queued, until ctx is done. An owner that already holds the read lock, or
-// the write lock, gets it at once.
+// queued (until the next write release admits it; see RWMutex), until ctx
+// is done. An owner that already holds the read lock, or the write lock,
+// gets it at once; with the write lock's context it gets a read lock that
+// outlives the write lock (a downgrade).
 func (rw *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
 	lctx, _, err := rw.r.lock(ctx, false)
 	return lctx, err

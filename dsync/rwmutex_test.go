@@ -24,7 +24,7 @@ func init() {
 // rwKeys returns the hash, readers, queue and places keys of rw mutex name.
 func rwKeys(prefix, name string) []string {
 	k := prefix + ":{" + name + "}:rw"
-	return []string{k, k + ":readers", k + ":queue", k + ":places"}
+	return []string{k, k + ":readers", k + ":queue", k + ":places", k + ":rwait", k + ":radmit"}
 }
 
 func hgetall(t testing.TB, rc rueidis.Client, key string) map[string]string {
@@ -534,6 +534,10 @@ func TestRWMutexScripts(t *testing.T) {
 	if ch := <-msgs; ch != rch {
 		t.Fatalf("write release woke %q, want the readers", ch)
 	}
+	// c, which waited for w1, is admitted ahead of the queued w2.
+	if z := zcard(t, rc, keys[5]); z != 1 {
+		t.Fatalf("%d admitted readers after the write release, want 1 (c)", z)
+	}
 	if h := hgetall(t, rc, keys[0]); h["mode"] != "read" || h["w"] != "" {
 		t.Fatalf("after downgrade: %v", h)
 	}
@@ -541,7 +545,7 @@ func TestRWMutexScripts(t *testing.T) {
 		t.Fatal("writer got in past a downgraded reader")
 	}
 	// w2 leaves: the queue is empty, so readers are told.
-	if n, err := scripts.FairLeave.Exec(ctx, rc, keys[2:], []string{"w2", wch, rch}).AsInt64(); err != nil || n != 1 {
+	if n, err := scripts.RWLeave.Exec(ctx, rc, keys, []string{"write", "w2", wch, rch}).AsInt64(); err != nil || n != 1 {
 		t.Fatalf("leave = %d %v", n, err)
 	}
 	if ch := <-msgs; ch != rch {

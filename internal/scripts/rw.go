@@ -11,6 +11,8 @@ var (
 	rwReleaseSrc string
 	//go:embed rw_renew.lua
 	rwRenewSrc string
+	//go:embed rw_leave.lua
+	rwLeaveSrc string
 )
 
 // The rw mutex's scripts, each prefixed with the fair-queue and rw preludes.
@@ -18,6 +20,7 @@ var (
 	RWAcquire = newScript(fairLibSrc + rwLibSrc + rwAcquireSrc)
 	RWRelease = newScript(fairLibSrc + rwLibSrc + rwReleaseSrc)
 	RWRenew   = newScript(fairLibSrc + rwLibSrc + rwRenewSrc)
+	RWLeave   = newScript(fairLibSrc + rwLibSrc + rwLeaveSrc)
 	// RWUndo is RWRelease behind an attempt marker (mutex_undo.lua).
 	RWUndo = newScript(fairLibSrc + rwLibSrc + mutexUndoSrc + rwReleaseSrc)
 )

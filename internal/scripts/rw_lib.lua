@@ -1,7 +1,23 @@
 -- Shared prelude of the rw scripts (prepended after fair_lib.lua in Go).
 --
 -- KEYS[1] lock hash, KEYS[2] reader leases zset (owner -> lease end, server
--- ms), KEYS[3] writer queue list, KEYS[4] writer queue places zset.
+-- ms), KEYS[3] writer queue list, KEYS[4] writer queue places zset,
+-- KEYS[5] waiting readers zset (owner -> place end), KEYS[6] admitted
+-- readers zset (owner -> place end).
+--
+-- The rules (the RWMutex type doc says them for users):
+--  - Readers share; a writer excludes everyone. Writers queue in arrival
+--    order; while one is queued, new readers wait (writers are not starved).
+--  - Phase-fair: a reader that waits is registered in KEYS[5]. When a
+--    writer releases, every registered reader is admitted (moved to
+--    KEYS[6]): admitted readers pass the queued writers, and no writer is
+--    granted while an admitted reader has not yet taken its hold (or left,
+--    or let its place lapse). So neither side starves.
+--  - Upgrade: the only reader may take the write lock ahead of queued
+--    writers (they could not get in before it leaves anyway); with other
+--    readers it queues and is woken when it is the only reader left.
+--  - Downgrade: the writer may take the read lock; releasing the write lock
+--    then keeps the read hold.
 --
 -- Hash fields: mode ("read" or "write", absent when free, as in Redisson),
 -- tok (last fencing token, kept while free as a marker), w, wt, wc, wexp
@@ -39,7 +55,32 @@ local function rw_prune(now)
     redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp')
   end
   prune_queue(KEYS[3], KEYS[4], now)
+  redis.call('zremrangebyscore', KEYS[5], '-inf', now)
+  redis.call('zremrangebyscore', KEYS[6], '-inf', now)
   return rw_mode()
+end
+
+-- rw_admit admits every waiting reader (phase-fair; see above) and reports
+-- whether any reader is admitted now.
+local function rw_admit(now)
+  if redis.call('zcard', KEYS[5]) > 0 then
+    redis.call('zunionstore', KEYS[6], 2, KEYS[6], KEYS[5], 'aggregate', 'max')
+    redis.call('del', KEYS[5])
+    local top = redis.call('zrange', KEYS[6], -1, -1, 'withscores')
+    redis.call('pexpire', KEYS[6], math.max(tonumber(top[2]) - now, 1))
+  end
+  return redis.call('zcard', KEYS[6]) > 0
+end
+
+-- rw_wake_upgrader wakes the only reader left if it waits for the write
+-- lock (an upgrade), since it may now take it ahead of queued writers.
+local function rw_wake_upgrader(wch)
+  if redis.call('zcard', KEYS[2]) == 1 then
+    local r = redis.call('zrange', KEYS[2], 0, 0)[1]
+    if redis.call('zscore', KEYS[4], r) then
+      redis.call('publish', wch .. r, 'turn')
+    end
+  end
 end
 
 -- rw_touch sets the keys' lifetime: to the last lease end while anything is
@@ -74,7 +115,7 @@ local function rw_wait(now)
   if wexp then
     t = math.min(t, tonumber(wexp))
   end
-  for _, z in ipairs({KEYS[2], KEYS[4]}) do
+  for _, z in ipairs({KEYS[2], KEYS[4], KEYS[6]}) do
     local first = redis.call('zrange', z, 0, 0, 'withscores')
     if first[2] then
       t = math.min(t, tonumber(first[2]))

@@ -1,7 +1,10 @@
 -- Release one hold of the read or the write lock of an rw mutex. A write
--- release wakes every waiting reader and the first queued writer; the last
--- read release wakes the first queued writer only.
+-- release admits the readers that waited (rw_lib.lua) and wakes them, or,
+-- when none waited, wakes the first queued writer; the last read release
+-- wakes the first queued writer, and a release that leaves one reader
+-- wakes it if it waits to upgrade.
 --
+-- KEYS[1..6] as in rw_lib.lua
 -- ARGV[1] "read" or "write", ARGV[2] owner, ARGV[3] token of the hold or
 -- "0" when unknown, ARGV[4] reader channel, ARGV[5] writer channel prefix
 -- Reply: 1 released, 2 count decremented (still held), 0 not held by owner.
@@ -30,6 +33,8 @@ if ARGV[1] == 'read' then
     if head then
       redis.call('publish', ARGV[5] .. head, 'turn')
     end
+  else
+    rw_wake_upgrader(ARGV[5])
   end
   return 1
 end
@@ -44,8 +49,10 @@ end
 redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp')
 local m = rw_mode()
 rw_touch(now)
-redis.call('publish', ARGV[4], 'w')
-if not m then
+if rw_admit(now) then
+  -- The readers that waited go before any later writer.
+  redis.call('publish', ARGV[4], 'w')
+elseif not m then
   local head = redis.call('lindex', KEYS[3], 0)
   if head then
     redis.call('publish', ARGV[5] .. head, 'turn')

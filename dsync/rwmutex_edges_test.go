@@ -1,0 +1,383 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+)
+
+func init() {
+	childRoles["rwreaders"] = childRWReaders
+}
+
+// waitQueued waits until the rw mutex's writer queue holds n writers.
+func waitQueued(t *testing.T, rc rueidis.Client, keys []string, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d queued writer(s)", n), func() bool {
+		return len(lrange(t, rc, keys[2])) == n
+	})
+}
+
+// The only reader takes the write lock ahead of a queued writer: that
+// writer cannot get in before the reader leaves, so queueing the upgrade
+// behind it deadlocked both until a context ended.
+func TestRWMutexUpgradeAheadOfQueuedWriter(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	keys := rwKeys(prefixOf(t, c), "up")
+	rw := c.NewRWMutex("up")
+	rctx, err := rw.RLockContext(dsync.WithOwner(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wdone := make(chan error, 1)
+	go func() {
+		wctx, err := c2.NewRWMutex("up").LockContext(ctx)
+		if err == nil {
+			err = c2.NewRWMutex("up").UnlockContext(wctx)
+		}
+		wdone <- err
+	}()
+	waitQueued(t, rc, keys, 1)
+	start := time.Now()
+	uctx, cancel := context.WithTimeout(rctx, 2*time.Second)
+	defer cancel()
+	wctx, err := rw.LockContext(uctx)
+	if err != nil {
+		t.Fatalf("upgrade with a queued writer = %v after %v, want the write lock", err, time.Since(start))
+	}
+	t.Logf("upgrade granted in %v ahead of the queued writer", time.Since(start))
+	if err := rw.UnlockContext(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.RUnlockContext(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wdone; err != nil {
+		t.Fatalf("queued writer after the upgrader left = %v", err)
+	}
+}
+
+// With another reader, the upgrade queues; when that reader leaves, the
+// upgrader is woken and granted ahead of the writer queued before it.
+func TestRWMutexUpgradeAfterOtherReaderLeaves(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	keys := rwKeys(prefixOf(t, c), "up2")
+	rw := c.NewRWMutex("up2")
+	uctx, err := rw.RLockContext(dsync.WithOwner(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := rw.RLockContext(dsync.WithOwner(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wdone := make(chan error, 1)
+	go func() {
+		wctx, err := c2.NewRWMutex("up2").LockContext(ctx)
+		if err == nil {
+			err = c2.NewRWMutex("up2").UnlockContext(wctx)
+		}
+		wdone <- err
+	}()
+	waitQueued(t, rc, keys, 1)
+	type res struct {
+		ctx context.Context
+		err error
+	}
+	up := make(chan res, 1)
+	go func() {
+		l, err := rw.LockContext(uctx)
+		up <- res{l, err}
+	}()
+	waitQueued(t, rc, keys, 2)
+	left := time.Now()
+	if err := rw.RUnlockContext(other); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-up:
+		if r.err != nil {
+			t.Fatalf("upgrade = %v", r.err)
+		}
+		t.Logf("upgrade granted %v after the other reader left", time.Since(left))
+		if err := rw.UnlockContext(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second): // the fallback look is lease/3 = 10 s
+		t.Fatal("the upgrader was not woken when it became the only reader")
+	}
+	if err := rw.RUnlockContext(uctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wdone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two writers on two Clients take turns without pause; a reader on a third
+// gets in at the next write release (phase-fair), instead of waiting out
+// its whole deadline through hundreds of writer turns.
+func TestRWMutexReaderNotStarvedByWriters(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	ctx := ctxT(t)
+	stop := make(chan struct{})
+	var turns atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wc := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rw := wc.NewRWMutex("starve")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := rw.LockContext(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				turns.Add(1)
+				time.Sleep(10 * time.Millisecond) // the writer's work
+				if err := rw.UnlockContext(l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	waitFor(t, 5*time.Second, "the writers to take turns", func() bool { return turns.Load() > 10 })
+	rc := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	for i := 0; i < 5; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start, before := time.Now(), turns.Load()
+		l, err := rc.NewRWMutex("starve").RLockContext(rctx)
+		waited, during := time.Since(start), turns.Load()-before
+		cancel()
+		if err != nil {
+			t.Fatalf("reader %d: %v after %v and %d writer turns", i, err, waited, during)
+		}
+		t.Logf("reader %d got in after %v, %d writer turns", i, waited, during)
+		// Phase-fair: at most the turn under way and the one queued before
+		// the reader arrived go first.
+		if during > 3 {
+			t.Errorf("reader %d waited through %d writer turns, want at most 3", i, during)
+		}
+		if err := rc.NewRWMutex("starve").RUnlockContext(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A read lock taken with the write lock's context (a downgrade) survives the
+// write lock's release: its lock context stays live, the hold stays in
+// Redis, and RUnlockContext releases it.
+func TestRWMutexDowngradeThroughLockContext(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	ctx := ctxT(t)
+	rw := c.NewRWMutex("down")
+	wctx, err := rw.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, err := rw.RLockContext(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.UnlockContext(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if wctx.Err() == nil {
+		t.Fatal("the write lock context is live after its release")
+	}
+	if err := rctx.Err(); err != nil {
+		t.Fatalf("read lock context ended with the write lock: %v (cause %v)", err, context.Cause(rctx))
+	}
+	other := c2.NewRWMutex("down")
+	if _, ok, err := other.TryLockContext(ctx); err != nil || ok {
+		t.Fatalf("another writer got in past the downgraded reader: %v %v", ok, err)
+	}
+	if _, ok, err := other.TryRLockContext(ctx); err != nil || !ok {
+		t.Fatalf("another reader kept out after the downgrade: %v %v", ok, err)
+	}
+	if err := rw.RUnlockContext(rctx); err != nil {
+		t.Fatalf("RUnlockContext of the downgraded hold = %v", err)
+	}
+	if rctx.Err() == nil {
+		t.Fatal("read lock context live after its release")
+	}
+}
+
+// A reader whose wait ends leaves nothing behind: no registered or admitted
+// reader is left to hold the next writer back.
+func TestRWMutexCancelledReaderLeavesNothing(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	keys := rwKeys(prefixOf(t, c), "rc")
+	rw := c.NewRWMutex("rc")
+	w1, err := rw.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c2.NewRWMutex("rc").RLockContext(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("reader's wait = %v", err)
+	}
+	if n := zcard(t, rc, keys[4]) + zcard(t, rc, keys[5]); n != 0 {
+		t.Fatalf("%d reader places left after a cancelled wait", n)
+	}
+	// A later writer is not held back by the reader that left.
+	if err := rw.UnlockContext(w1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c2.NewRWMutex("rc").TryLockContext(ctx); err != nil || !ok {
+		t.Fatalf("writer after the cancelled reader: %v %v", ok, err)
+	}
+}
+
+// childRWReaders: DSYNC_TEST_N goroutines take and release read locks of
+// "many" until the key <prefix>:stop exists; each hold checks that no
+// writer is inside (<prefix>:writing) and that its lock context stays
+// live. It prints "reading" once every goroutine held once, and reports
+// failures on stderr with exit 1.
+func childRWReaders(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	n, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_N"))
+	return rwReaders(c, rc, prefix, n, func() { fmt.Println("reading") })
+}
+
+func rwReaders(c *dsync.Client, rc rueidis.Client, prefix string, n int, ready func()) int {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	var first sync.WaitGroup
+	first.Add(n)
+	fail := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+		failed.Store(true)
+	}
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rw := c.NewRWMutex("many")
+			once := false
+			for !failed.Load() {
+				if x, _ := rc.Do(ctx, rc.B().Exists().Key(prefix+":stop").Build()).AsInt64(); x == 1 {
+					break
+				}
+				l, err := rw.RLockContext(ctx)
+				if err != nil {
+					fail("RLockContext: %v", err)
+					break
+				}
+				if w, _ := rc.Do(ctx, rc.B().Get().Key(prefix+":writing").Build()).ToString(); w == "1" {
+					fail("a reader held the lock while a writer was inside")
+				}
+				time.Sleep(time.Millisecond) // the reader's work
+				if l.Err() != nil {
+					fail("read lock context ended while held: %v", context.Cause(l))
+				}
+				if err := rw.RUnlockContext(l); err != nil {
+					fail("RUnlockContext: %v", err)
+				}
+				if !once {
+					once = true
+					first.Done()
+				}
+			}
+			if !once {
+				first.Done()
+			}
+		}()
+	}
+	first.Wait()
+	ready()
+	wg.Wait()
+	if failed.Load() {
+		return 1
+	}
+	return 0
+}
+
+// 1,000 readers in 4 processes (250 each) hammer one RWMutex while a writer
+// takes it 5 times: every writer wait is bounded (it waits for the readers
+// inside and those admitted before it, not for the stream), no reader is
+// inside with the writer, and no reader loses its hold.
+func TestRWMutexThousandReadersAndAWriter(t *testing.T) {
+	prefix := testPrefix(t)
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	const perProc = 250
+	var cmds []*exec.Cmd
+	for i := 0; i < 3; i++ {
+		cmds = append(cmds, childSaying(t, "reading", "rwreaders", prefix, "DSYNC_TEST_N="+strconv.Itoa(perProc)))
+	}
+	local := make(chan int, 1)
+	ready := make(chan struct{})
+	go func() { local <- rwReaders(c, rc, prefix, perProc, func() { close(ready) }) }()
+	<-ready
+	rw := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix)).NewRWMutex("many")
+	var worst time.Duration
+	for i := 0; i < 5; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		l, err := rw.LockContext(wctx)
+		waited := time.Since(start)
+		cancel()
+		if err != nil {
+			t.Fatalf("writer %d: %v after %v", i, err, waited)
+		}
+		worst = max(worst, waited)
+		if err := rc.Do(ctx, rc.B().Set().Key(prefix+":writing").Value("1").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // the writer's work, with readers knocking
+		if err := rc.Do(ctx, rc.B().Del().Key(prefix+":writing").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rw.UnlockContext(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("worst writer wait among 1,000 readers in 4 processes: %v", worst)
+	if worst > 3*time.Second {
+		t.Errorf("worst writer wait %v, want under 3s", worst)
+	}
+	if err := rc.Do(ctx, rc.B().Set().Key(prefix+":stop").Value("1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-local; code != 0 {
+		t.Fatal("a reader in this process failed")
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("reader process: %v", err)
+		}
+	}
+}
