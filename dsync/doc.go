@@ -31,9 +31,16 @@
 // another; so can any holder after a Redis failover that lost the latest
 // writes. Where correctness depends on exclusion, pass the fencing token to
 // the resource and have it reject tokens lower than one it has seen: tokens
-// of one lock name grow strictly across all owners and processes, and never
-// repeat even after a FLUSHALL or a restart, since a new token is the larger
-// of the last one plus one and the Redis server's clock in microseconds.
+// of one lock name grow strictly across all owners and processes. A token
+// minted in Redis is the larger of the last one plus one and the Redis
+// server's clock in microseconds; a Mutex's in-process handoffs issue the
+// tokens of a block reserved in Redis only once the server clock has
+// reached them (else the handoff goes to Redis), and a release records the
+// last token issued, not the block's end. So no token is ahead of the
+// server clock when issued, and after any loss of Redis state (FLUSHALL, a
+// restart without persistence, a failover, a holder's key expiring after a
+// crash) the next token, taken from the clock, is above every earlier one,
+// as long as the server clock does not step back.
 //
 // # Waiting
 //

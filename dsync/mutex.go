@@ -186,7 +186,7 @@ func (m *Mutex) unlock(ctx context.Context) error {
 		st.mu.Unlock()
 		// Not held through this Client: the owner may hold it through
 		// another Client, so ask Redis.
-		code, err := m.release(ctx, owner, 0)
+		code, err := m.release(ctx, owner, 0, 0)
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
@@ -254,6 +254,27 @@ type mutexState struct {
 	// next..last are the fencing tokens reserved in Redis for handoffs
 	// inside this Client (see Mutex.block); empty when next > last.
 	next, last uint64
+	// first is the block's first token, minted at most at the server
+	// clock (µs), and at is when its reply arrived: a token of the block is
+	// issued only once the clock has reached it, first + µs since at (see
+	// tokenDue), so no token is ever ahead of the server clock.
+	first uint64
+	at    time.Time
+}
+
+// reserved records the block of tokens a Redis acquisition or handoff
+// reserved for hold h.
+func (st *mutexState) reserved(h *hold) {
+	st.next, st.last = h.token+1, h.rToken
+	st.first, st.at = h.token, time.Now()
+}
+
+// tokenDue reports whether the next token of the block may be issued now:
+// not ahead of the server clock. Issuing handoffs faster than one per µs
+// (or on a server whose clock runs slower than ours) sends the handoff to
+// Redis, which mints a token from its clock.
+func (st *mutexState) tokenDue() bool {
+	return st.next <= st.last && st.next <= st.first+uint64(time.Since(st.at)/time.Microsecond)
 }
 
 type mutexWaiter struct {
@@ -381,7 +402,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			}
 			st.h = h
 			st.passes = 0
-			st.next, st.last = h.token+1, h.rToken
+			st.reserved(h)
 			lctx := h.newCtx(ctx)
 			st.shareHold(h)
 			st.mu.Unlock()
@@ -464,7 +485,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	defer c.putMutex(m.key, st) // the hold's reference
 	h.beginRelease()
 	bound := c.cfg.handoffs
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.next <= st.last && !h.isEnded() {
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
 		// A token from the block reserved in Redis: no round trip. The new
 		// hold is the same hold in Redis, so it takes over its lease clock.
 		w := st.queue[0]
@@ -509,7 +530,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		switch {
 		case nh != nil:
 			st.h = nh
-			st.next, st.last = nh.token+1, nh.rToken
+			st.reserved(nh)
 			w.ch <- nh
 			st.shareHold(nh) // other waiters of the same owner re-enter
 		case yielded:
@@ -531,7 +552,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	st.yielded = len(st.queue) > 0 && st.passes > 0
 	st.passes = 0
 	st.mu.Unlock()
-	code, err := m.release(ctx, h.rOwner, h.rToken)
+	code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
 	ended := h.end(errReleased, false)
 	st.mu.Lock()
 	st.busy = false
@@ -556,7 +577,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 			own = "1"
 		}
 	}
-	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.markArg, m.blockArg}
+	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.markArg, m.blockArg, strconv.FormatUint(h.token, 10)}
 	var vals []int64
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {
@@ -573,7 +594,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	if len(vals) < 2 || vals[0] != 1 {
 		// h was not this owner's alone (lost, or re-entered through another
 		// Client): release our part normally.
-		code, err := m.release(ctx, h.rOwner, h.rToken)
+		code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
@@ -583,7 +604,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	nh.rToken = nh.token + uint64(m.block) - 1
 	if !nh.track(sentAt, lease) {
 		// Closed meanwhile: nobody will renew or release the new hold.
-		_, _ = m.release(ctx, to, nh.rToken)
+		_, _ = m.release(ctx, to, nh.rToken, nh.token)
 		return nil, false, ErrClosed
 	}
 	return nh, false, nil
@@ -618,7 +639,7 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.markArg}}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.markArg, strconv.FormatUint(h.token, 10)}}
 }
 
 // lost forgets a lost hold, so the next local waiter can try.
@@ -637,11 +658,13 @@ func (m *Mutex) lost(h *hold) {
 	c.putMutex(m.key, st)
 }
 
-// release runs the release script (token 0: any hold of owner). A release
-// of a known hold is retried after a lost reply, which the script makes
-// safe, and completes even if ctx ends (see idempotent).
-func (m *Mutex) release(ctx context.Context, owner string, token uint64) (code int64, err error) {
-	args := []string{owner, strconv.FormatUint(token, 10), m.markArg}
+// release runs the release script (token 0: any hold of owner); used is
+// the last fencing token issued under the hold (0: unknown), which the free
+// marker records. A release of a known hold is retried after a lost reply,
+// which the script makes safe, and completes even if ctx ends (see
+// idempotent).
+func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
+	args := []string{owner, strconv.FormatUint(token, 10), m.markArg, strconv.FormatUint(used, 10)}
 	call := func(ctx context.Context) (err error) {
 		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
 		return err
@@ -710,7 +733,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 				case errors.Is(err, ErrNotReplicated) && len(vals) == 2 && vals[0] == 1:
 					// Acquired, not synced: undone by its token before the
 					// call returns, as ErrNotReplicated says.
-					_, _ = m.release(ctx, owner, uint64(vals[1])+uint64(m.block)-1)
+					_, _ = m.release(ctx, owner, uint64(vals[1])+uint64(m.block)-1, uint64(vals[1]))
 				case marker != "":
 					// The script may have run with its reply lost (or was a
 					// re-entry replicas did not acknowledge): undo exactly
@@ -722,7 +745,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 					// An owner made for this call alone holds nothing else:
 					// released in the background, so the call returns by
 					// its deadline.
-					c.background(func(bctx context.Context) { _, _ = m.release(bctx, owner, 0) })
+					c.background(func(bctx context.Context) { _, _ = m.release(bctx, owner, 0, 0) })
 				}
 			}
 			if err := ctxErr(ctx); err != nil {
@@ -739,7 +762,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 				h.rToken = h.token + uint64(m.block) - 1
 			}
 			if !h.track(sentAt, lease) {
-				_, _ = m.release(ctx, owner, h.rToken)
+				_, _ = m.release(ctx, owner, h.rToken, h.token)
 				return nil, false, attempt, ErrClosed
 			}
 			return h, vals[0] == 2, attempt, nil

@@ -265,6 +265,9 @@ func runChild() int {
 	if l, err := time.ParseDuration(os.Getenv("DSYNC_TEST_LEASE")); err == nil {
 		opts = append(opts, dsync.WithLease(l))
 	}
+	if n, err := strconv.Atoi(os.Getenv("DSYNC_TEST_HANDOFFS")); err == nil {
+		opts = append(opts, dsync.WithMaxLocalHandoffs(n))
+	}
 	c, err := dsync.NewClient(rc, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

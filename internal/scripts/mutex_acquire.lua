@@ -36,7 +36,11 @@ if v then
 end
 -- Fencing token: one more than the last, and never below the server clock in
 -- microseconds, so a FLUSHALL, a restart or a failover to a lagging replica
--- cannot make a token repeat.
+-- cannot make a token repeat. The Client issues the reserved block's tokens
+-- only while they are not ahead of the server clock (Mutex.passOn), and the
+-- free marker records the last token issued, not the block's end; so every
+-- token issued is at most the server clock when issued, and one minted from
+-- the clock after the state is lost is above all of them.
 local now = redis.call('time')
 local tok = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 local last = tok + tonumber(ARGV[3]) - 1

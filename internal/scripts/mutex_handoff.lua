@@ -8,7 +8,10 @@
 -- ARGV[5] "-1": hand over; n >= 0: yield instead if the channel has more
 -- than n subscribers (n being the caller's own subscription, 0 or 1),
 -- ARGV[6] free-marker lifetime in ms (for a yield),
--- ARGV[7] tokens to reserve for the new holder's Client (>= 1)
+-- ARGV[7] tokens to reserve for the new holder's Client (>= 1),
+-- ARGV[8] (optional) the last token issued under the from hold (see
+-- mutex_release.lua): the new token continues from it, not from the
+-- reserved block's end, which may be ahead of the clock
 -- Reply: {1, token} handed over; {2} released to other processes (yield);
 -- {0} the from owner no longer holds it alone.
 local v = redis.call('get', KEYS[1])
@@ -16,11 +19,15 @@ if not v then
   return {0}
 end
 local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+local used = ARGV[8]
+if not used or used == '0' then
+  used = ARGV[2]
+end
 if o == ARGV[3] and c == '1' and t ~= ARGV[2] then
   -- A retry of a handoff that was applied.
   return {1, tonumber(t) - tonumber(ARGV[7]) + 1}
 end
-if o == '-' and t == ARGV[2] then
+if o == '-' and (t == ARGV[2] or t == used) then
   -- A retry of a yield that was applied.
   return {2}
 end
@@ -33,13 +40,13 @@ if own >= 0 then
   -- wait; the handing Client's own waiters are not (they wait locally).
   local n = redis.call('pubsub', 'numsub', KEYS[2])[2]
   if n > own then
-    redis.call('set', KEYS[1], '- ' .. t .. ' 0', 'px', ARGV[6])
-    redis.call('publish', KEYS[2], t)
+    redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'px', ARGV[6])
+    redis.call('publish', KEYS[2], used)
     return {2}
   end
 end
 local now = redis.call('time')
-local tok = math.max(tonumber(t) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+local tok = math.max(tonumber(used) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 local last = tok + tonumber(ARGV[7]) - 1
 redis.call('set', KEYS[1], ARGV[3] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[4])
 return {1, tok}

@@ -227,3 +227,43 @@ func TestMutexUndo(t *testing.T) {
 		t.Fatalf("after the late acquire %q, want %q", v, held)
 	}
 }
+
+// A block of tokens reserved by an acquisition is recorded in the value,
+// but a release (or a yield) records the last token actually issued, so
+// the next acquisition continues from it and not from the block's end,
+// which may be ahead of the server clock.
+func TestMutexReleaseRecordsUsedToken(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, ch := "p:{u}:mutex", "p:{u}:mutex:ch"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	a := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
+	end := strconv.FormatInt(a[1]+1000000-1, 10)
+	if v := get(); v != "A "+end+" 1" {
+		t.Fatalf("value %q, want the block's end recorded", v)
+	}
+	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
+	rel := func() int64 {
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", end, "60000", used}))
+	}
+	if r := rel(); r != 1 {
+		t.Fatalf("release = %d", r)
+	}
+	if v := get(); v != "- "+used+" 0" {
+		t.Fatalf("free marker %q, want the last token used %s", v, used)
+	}
+	if r := rel(); r != 1 {
+		t.Fatalf("a retried release = %d, want 1 (a no-op)", r)
+	}
+	if r := num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", "0", "60000", "0"})); r != 0 {
+		t.Fatalf("an owner-only release of a free lock = %d, want 0", r)
+	}
+	b := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
+	if b[1] <= a[1]+2 || b[1] >= a[1]+1000000-1 {
+		t.Fatalf("next token %d: want above the last used %d and from the clock, not past the block's end", b[1], a[1]+2)
+	}
+}

@@ -1,0 +1,195 @@
+package dsync_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+func init() {
+	childRoles["tokenrun"] = childTokenRun
+}
+
+// cycle locks and unlocks m once and returns the token it got.
+func cycle(t testing.TB, m *dsync.Mutex, ctx context.Context) uint64 {
+	t.Helper()
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := dsync.FencingToken(lctx)
+	if err := m.UnlockContext(lctx); err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// serverMicros is the server clock in µs.
+func serverMicros(t testing.TB, s *redistest.Server) uint64 {
+	t.Helper()
+	v, err := s.Do(t, "TIME").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := strconv.ParseUint(v[0], 10, 64)
+	us, _ := strconv.ParseUint(v[1], 10, 64)
+	return sec*1_000_000 + us
+}
+
+// With WithMaxLocalHandoffs(1000), every acquisition reserves 1,000 tokens.
+// The stored counter used to advance by the block per cycle, so a fast
+// serial run pushed it seconds ahead of the server clock, and the first
+// token after a FLUSHALL came from the clock, below tokens already issued.
+// Now no token is ahead of the clock when issued, so FLUSHALL cannot make
+// a later token smaller.
+func TestMutexTokensBoundedByClockFlushAll(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClientOn(t, s.Client(t), dsync.WithMaxLocalHandoffs(1000))
+	ctx := ctxT(t)
+	m := c.NewMutex("fast")
+	var last uint64
+	n := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); n++ {
+		tok := cycle(t, m, ctx)
+		if tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		}
+		last = tok
+	}
+	ahead := int64(last) - int64(serverMicros(t, s))
+	t.Logf("%d cycles; the last token is %d µs ahead of the server clock", n, ahead)
+	if ahead > 0 {
+		t.Errorf("the last token was %d µs ahead of the server clock", ahead)
+	}
+	if err := s.Do(t, "FLUSHALL").Error(); err != nil {
+		t.Fatal(err)
+	}
+	if tok := cycle(t, m, ctx); tok <= last {
+		t.Fatalf("token after FLUSHALL %d <= %d issued before (%.3f s below)", tok, last, float64(last-tok)/1e6)
+	}
+}
+
+// The same under local handoffs: 8 goroutines pass the lock inside the
+// Client through whole blocks of 1,000 tokens; no token issued is ahead of
+// the server clock, and after a FLUSHALL the next is above all of them.
+func TestMutexTokensBoundedByClockLocalHandoffs(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClientOn(t, s.Client(t), dsync.WithMaxLocalHandoffs(1000))
+	ctx := ctxT(t)
+	m := c.NewMutex("hand")
+	var mu sync.Mutex
+	var toks []uint64
+	var wg sync.WaitGroup
+	end := time.Now().Add(time.Second)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				lctx, err := m.LockContext(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tok, _ := dsync.FencingToken(lctx)
+				now := serverMicros(t, s)
+				mu.Lock()
+				toks = append(toks, tok)
+				if tok > now {
+					t.Errorf("token %d issued %d µs ahead of the server clock", tok, tok-now)
+				}
+				mu.Unlock()
+				if err := m.UnlockContext(lctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var maxTok uint64
+	for _, tok := range toks {
+		maxTok = max(maxTok, tok)
+	}
+	t.Logf("%d acquisitions", len(toks))
+	if err := s.Do(t, "FLUSHALL").Error(); err != nil {
+		t.Fatal(err)
+	}
+	if tok := cycle(t, m, ctx); tok <= maxTok {
+		t.Fatalf("token after FLUSHALL %d <= %d issued before", tok, maxTok)
+	}
+}
+
+// childTokenRun: lock/unlock "crash" as fast as possible for DSYNC_TEST_FOR
+// with WithMaxLocalHandoffs(1000), then lock it once more, print "held
+// <last token>" and hang (the test kills the process).
+func childTokenRun(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	d, _ := time.ParseDuration(os.Getenv("DSYNC_TEST_FOR"))
+	m := c.NewMutex("crash")
+	ctx := context.Background()
+	var last uint64
+	for end := time.Now().Add(d); ; {
+		lctx, err := m.LockContext(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		last, _ = dsync.FencingToken(lctx)
+		if time.Now().After(end) {
+			break
+		}
+		if err := m.UnlockContext(lctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	fmt.Printf("held %d\n", last)
+	select {}
+}
+
+// A holder killed after a fast serial run leaves no free marker: its key
+// expires with the lease and the next token comes from the server clock.
+// It used to be seconds below the dead holder's tokens; now it is above.
+func TestMutexTokensAfterHolderCrash(t *testing.T) {
+	prefix := testPrefix(t)
+	cmd := startChild(t, "tokenrun", prefix, "DSYNC_TEST_FOR=1s", "DSYNC_TEST_LEASE=500ms", "DSYNC_TEST_HANDOFFS=1000")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "held ") {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	last, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "held ")), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	defer cancel()
+	lctx, err := c.NewMutex("crash").LockContext(ctx) // after the dead holder's lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := dsync.FencingToken(lctx); tok <= last {
+		t.Fatalf("token after the holder's crash %d <= its last %d (%.3f s below)", tok, last, float64(last-tok)/1e6)
+	}
+}
