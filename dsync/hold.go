@@ -46,6 +46,7 @@ type hold struct {
 	rToken uint64
 
 	mu        sync.Mutex
+	succ      *hold     // the hold this one was handed to inside the Client, same hold in Redis
 	deadline  time.Time // when the lease clock runs out
 	ended     bool
 	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
@@ -104,8 +105,9 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 	c.holds[h] = struct{}{}
 	c.timers.Add(1)
 	h.mu.Lock()
-	h.deadline = deadline
-	h.timer = time.AfterFunc(time.Until(deadline), h.expire)
+	// A renewal that reached h before its clock started counts (renewed).
+	h.deadline = later(deadline, h.deadline)
+	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
 	h.mu.Unlock()
 	c.mu.Unlock()
 	if h.watchdog {
@@ -229,16 +231,47 @@ func (h *hold) expire() {
 	h.end(ErrLockLost, true)
 }
 
+// handedTo records that h was handed to nh inside the Client, as the same
+// hold in Redis, so that a renewal of h whose reply arrives after the
+// handoff reaches nh (see live).
+func (h *hold) handedTo(nh *hold) {
+	h.mu.Lock()
+	h.succ = nh
+	h.mu.Unlock()
+}
+
+// live returns the hold that carries h's hold in Redis now: h, or the
+// last hold it was handed to inside the Client.
+func (h *hold) live() *hold {
+	for {
+		h.mu.Lock()
+		next := h.succ
+		h.mu.Unlock()
+		if next == nil {
+			return h
+		}
+		h = next
+	}
+}
+
 // renewed moves the lease clock after a renewal sent at sentAt succeeded.
+// A hold whose clock has not started yet (being handed over) keeps the new
+// end for trackUntil.
 func (h *hold) renewed(sentAt time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended || h.timer == nil {
+	if h.ended {
+		return
+	}
+	end := sentAt.Add(validity(lease))
+	if h.timer == nil {
+		h.deadline = later(h.deadline, end)
 		return
 	}
 	// Re-arm only a timer that had not fired; a fired one has ended the hold.
+	// Only forward: a reply may arrive after a newer renewal's.
 	if h.timer.Stop() {
-		h.deadline = sentAt.Add(validity(lease))
+		h.deadline = later(h.deadline, end)
 		h.timer.Reset(time.Until(h.deadline))
 	}
 }
@@ -248,4 +281,11 @@ func (h *hold) leaseEnd() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.deadline
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

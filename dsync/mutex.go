@@ -495,6 +495,9 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		nh := m.newHold(w.owner, st.next)
 		st.next++
 		nh.rOwner, nh.rToken = h.rOwner, h.rToken
+		// Hand over before reading h's lease clock: a renewal reply in
+		// between reaches nh, which keeps it for trackUntil.
+		h.handedTo(nh)
 		if nh.trackUntil(h.leaseEnd()) {
 			h.end(errReleased, false)
 			st.h = nh

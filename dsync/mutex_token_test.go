@@ -3,11 +3,13 @@ package dsync_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +193,124 @@ func TestMutexTokensAfterHolderCrash(t *testing.T) {
 	}
 	if tok, _ := dsync.FencingToken(lctx); tok <= last {
 		t.Fatalf("token after the holder's crash %d <= its last %d (%.3f s below)", tok, last, float64(last-tok)/1e6)
+	}
+}
+
+// Holds passed inside one Client for seconds, with a 300 ms lease and
+// blocks of 100,000 tokens, all live on one Redis hold: a renewal whose
+// reply arrives after a local handoff must reach the hold that is live
+// then. It used to be dropped with the ended hold, so 3-6 holders per 3 s
+// were cancelled with ErrLockLost while Redis held the lock.
+func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
+	s := redistest.Start(t)
+	const lease = 300 * time.Millisecond
+	c := newClientOn(t, s.Client(t), dsync.WithLease(lease), dsync.WithMaxLocalHandoffs(100000))
+	ctx := ctxT(t)
+	m := c.NewMutex("long")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	lost, n := 0, 0
+	end := time.Now().Add(3 * time.Second)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				lctx, err := m.LockContext(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(50 * time.Microsecond) // the holder's work
+				gone := lctx.Err() != nil
+				if err := m.UnlockContext(lctx); err != nil && !gone {
+					t.Error(err)
+				}
+				mu.Lock()
+				n++
+				if gone {
+					lost++
+					t.Logf("a holder's lock context ended while held: %v", context.Cause(lctx))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d acquisitions, %d lost", n, lost)
+	if lost > 0 {
+		t.Fatalf("%d of %d holders lost the lock with Redis healthy", lost, n)
+	}
+}
+
+// A restart without persistence while the lock passes inside one Client:
+// the holders end as lost within about one renewal interval (the renewal
+// that finds the lock gone reaches the live hold), the local waiters go to
+// Redis, and the next token is above every earlier one.
+func TestMutexRestartDuringLocalHandoffs(t *testing.T) {
+	s := redistest.Start(t)
+	const lease = 600 * time.Millisecond
+	c := newClientOn(t, s.Client(t), dsync.WithLease(lease), dsync.WithMaxLocalHandoffs(100000))
+	ctx := ctxT(t)
+	m := c.NewMutex("restart")
+	var mu sync.Mutex
+	var maxBefore uint64
+	var lostAt time.Time
+	var held atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lctx, err := m.LockContext(ctx)
+				if err != nil {
+					continue // Redis restarting: try again
+				}
+				tok, _ := dsync.FencingToken(lctx)
+				held.Add(1)
+				time.Sleep(100 * time.Microsecond) // the holder's work
+				_ = m.UnlockContext(lctx)
+				// The cause is set once: ErrLockLost if the hold was lost
+				// before this release.
+				lost := errors.Is(context.Cause(lctx), dsync.ErrLockLost)
+				mu.Lock()
+				if lost && lostAt.IsZero() {
+					lostAt = time.Now()
+				}
+				if lostAt.IsZero() {
+					maxBefore = max(maxBefore, tok)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	waitFor(t, 5*time.Second, "the lock to pass locally", func() bool { return held.Load() > 200 })
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	waitFor(t, 5*time.Second, "a holder to see the lock lost", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !lostAt.IsZero()
+	})
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	d := lostAt.Sub(at)
+	mu.Unlock()
+	t.Logf("holders saw the loss %v after the restart", d)
+	if d > lease/3+200*time.Millisecond {
+		t.Errorf("loss seen %v after the restart, want about one renewal interval (%v)", d, lease/3)
+	}
+	if tok := cycle(t, m, ctx); tok <= maxBefore {
+		t.Fatalf("token after the restart %d <= %d issued before", tok, maxBefore)
 	}
 }

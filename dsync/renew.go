@@ -140,6 +140,10 @@ func (r *renewer) round() bool {
 			continue
 		}
 		for k, h := range call.holds {
+			// A hold handed on inside the Client while the renewal was in
+			// flight is the same hold in Redis: the reply is its
+			// successor's, renewal or loss alike.
+			h = h.live()
 			switch {
 			case got[k] == 1:
 				h.renewed(sentAt, c.cfg.lease)
