@@ -271,6 +271,19 @@ func (c *Client) background(f func(ctx context.Context)) {
 	}()
 }
 
+// dropMarker deletes the attempt marker of an acquisition whose reply
+// arrived: only a lost reply needs it (for the exact undo), so no key of
+// the acquisition outlives it. Off the caller's path; a marker the delete
+// misses expires with its lease.
+func (c *Client) dropMarker(marker string) {
+	if marker == "" {
+		return
+	}
+	c.background(func(ctx context.Context) {
+		_ = c.rc.Do(ctx, c.rc.B().Del().Key(marker).Build()).Error()
+	})
+}
+
 // releaseCtx is the context a release runs under: ctx itself, or, if ctx
 // had already ended when the release was called (a lost lock's context, a
 // wait deadline long past), ctx without its cancellation, so the release is

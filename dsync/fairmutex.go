@@ -176,11 +176,13 @@ func (q *qlock) lease() time.Duration {
 }
 
 func (q *qlock) lockLocker(mu *sync.Mutex, locker *string) {
-	ctx := WithOwner(context.Background())
-	owner, _ := OwnerOf(ctx)
+	// A fresh owner per attempt, as in Mutex.Lock.
+	ctx := context.Background()
+	var owner string
 	for n := 1; ; n++ {
-		_, _, err := q.lock(ctx, false)
+		lctx, _, err := q.lock(ctx, false)
 		if err == nil {
+			owner, _ = OwnerOf(lctx)
 			break
 		}
 		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
@@ -197,11 +199,11 @@ func (q *qlock) lockLocker(mu *sync.Mutex, locker *string) {
 }
 
 func (q *qlock) tryLocker(mu *sync.Mutex, locker *string) bool {
-	ctx := WithOwner(context.Background())
-	if _, ok, err := q.lock(ctx, true); err != nil || !ok {
+	lctx, ok, err := q.lock(context.Background(), true)
+	if err != nil || !ok {
 		return false
 	}
-	owner, _ := OwnerOf(ctx)
+	owner, _ := OwnerOf(lctx)
 	mu.Lock()
 	*locker = owner
 	mu.Unlock()
@@ -467,6 +469,7 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			return nil, sentAt, attempts, ownErr(err)
 		}
 		if v[0] != 0 {
+			c.dropMarker(marker)
 			return v, sentAt, attempts, nil
 		}
 		if try {

@@ -78,11 +78,14 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 // backoff. Lock panics if the Client is closed or the name is invalid,
 // errors that waiting cannot cure.
 func (m *Mutex) Lock() {
-	ctx := WithOwner(context.Background())
-	owner, _ := OwnerOf(ctx)
+	// Each attempt makes a fresh owner: a failed attempt's undo can then
+	// never touch a later attempt's hold, and needs no attempt marker.
+	ctx := context.Background()
+	var owner string
 	for n := 1; ; n++ {
-		_, err := m.LockContext(ctx)
+		lctx, err := m.LockContext(ctx)
 		if err == nil {
+			owner, _ = OwnerOf(lctx)
 			break
 		}
 		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
@@ -101,12 +104,11 @@ func (m *Mutex) Lock() {
 // TryLock tries to acquire m without waiting and reports whether it did.
 // It returns false on any error.
 func (m *Mutex) TryLock() bool {
-	ctx := WithOwner(context.Background())
-	_, ok, err := m.TryLockContext(ctx)
+	lctx, ok, err := m.TryLockContext(context.Background())
 	if err != nil || !ok {
 		return false
 	}
-	owner, _ := OwnerOf(ctx)
+	owner, _ := OwnerOf(lctx)
 	m.lmu.Lock()
 	m.locker = owner
 	m.lmu.Unlock()
@@ -760,6 +762,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			return nil, false, attempt, ownErr(err)
 		}
 		if vals[0] != 0 {
+			c.dropMarker(marker)
 			h := m.newHold(owner, uint64(vals[1]))
 			if vals[0] == 1 {
 				h.rToken = h.token + uint64(m.block) - 1
