@@ -17,10 +17,15 @@ import (
 // counterpart of golang.org/x/sync/semaphore.Weighted.
 //
 // Permits are held by owners (see WithOwner). An owner's permits add up
-// across acquisitions, and each Acquire(n) needs a Release(n). They are held
-// under a lease that the Client's watchdog renews (or a fixed one, with
-// WithLeaseTime), so the permits of an owner whose process dies come back
-// within one lease. Time is Redis server time.
+// across acquisitions, and each Acquire(n) needs a Release(n). Each
+// acquisition is held under a lease of its own that the Client's watchdog
+// renews (or a fixed one, with WithLeaseTime): a later acquisition by the
+// same owner, whatever its lease, never shortens an earlier one, and the
+// permits of an owner whose process dies come back within one lease. An
+// Acquire that gives up (its context ended, or its reply was lost) is
+// undone exactly: its queue place and any permits it was granted come back
+// at once, and an attempt still on its way to Redis does nothing when it
+// arrives. Time is Redis server time.
 //
 // Waiters are served first come, first served across all processes: a
 // request for many permits at the head of the queue is not overtaken by
@@ -68,7 +73,7 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 	}
 	return &Semaphore{
 		c: c, name: name, size: size, err: err, lc: newLockConfig(opts),
-		keys:  []string{base, base + ":holders", base + ":permits", base + ":queue", base + ":want", base + ":qexp"},
+		keys:  []string{base, base + ":holders", base + ":permits", base + ":queue", base + ":want", base + ":qexp", base + ":undone"},
 		chPfx: base + ":w:",
 	}
 }
@@ -121,7 +126,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	// Not retried on a lost reply: a second decrement would release permits
 	// of another acquisition. The local holds end either way, so at worst
 	// the permits come back when the owner's lease lapses.
-	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, s.releaseArgs(owner, n)).AsIntSlice()
+	tok, _ := FencingToken(ctx)
+	args := append(s.releaseArgs(owner, n), strconv.FormatUint(tok, 10))
+	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the release script")
 	}
@@ -131,7 +138,6 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if err == nil && vals[0] == 0 {
 		return ErrNotHeld
 	}
-	tok, _ := FencingToken(ctx)
 	ended := s.take(owner, tok, n, err == nil && vals[1] == 0)
 	for _, h := range ended {
 		if h.end(errReleased, false) {
@@ -278,13 +284,10 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
 	w := wakeup{c: c, ch: s.chPfx + waiter}
 	defer w.close()
-	// giveUp removes the queue place under a context that outlives ctx.
+	// giveUp undoes this call exactly (its queue place, and the permits of
+	// a grant whose reply was lost), under a context that outlives ctx.
 	giveUp := func(err error) (*hold, int, error) {
-		if !try {
-			cctx, cancel := cleanupCtx(ctx)
-			_ = c.lua(scripts.SemCancel).Exec(cctx, c.rc, s.keys, []string{waiter, s.chPfx}).Error()
-			cancel()
-		}
+		s.undo(ctx, waiter)
 		return nil, 0, err
 	}
 	for attempt := 1; ; attempt++ {
@@ -295,12 +298,11 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}
 		if errors.Is(err, ErrNotReplicated) {
-			s.giveBack(ctx, owner, n) // granted, but not synced
+			s.undo(ctx, waiter) // granted, but not synced
 			return nil, attempt, err
 		}
 		if err != nil {
-			// A lost reply may hide a grant: nobody renews it, so those
-			// permits come back within one lease.
+			// A lost reply may hide a grant: giveUp undoes exactly it.
 			if e := ctxErr(ctx); e != nil {
 				err = e
 			} else if c.closed.Load() {
@@ -315,9 +317,9 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		case -1:
 			return nil, attempt, s.sizeMismatch(vals[1])
 		case 1:
-			h := s.newHold(owner, n, uint64(vals[1]))
+			h := s.newHold(owner, waiter, n, uint64(vals[1]))
 			if !h.track(sentAt, lease) {
-				s.giveBack(ctx, owner, n)
+				s.undo(ctx, waiter)
 				h.end(ErrClosed, false)
 				return nil, attempt, ErrClosed
 			}
@@ -336,14 +338,14 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	}
 }
 
-// newHold makes the hold of one acquisition. Holds of one owner share its
-// lease in Redis; each renews it, so it lives while any is held.
-func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
+// newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
+// Redis, with a lease of its own that only its renewal extends.
+func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	c := s.c
 	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
 	h.watchdog = s.lc.leaseTime == 0
-	renewArgs := []string{owner, leaseMS(c.cfg.lease), s.chPfx}
-	relArgs := s.releaseArgs(owner, n)
+	renewArgs := []string{owner + " " + strconv.FormatUint(token, 10) + " " + waiter, leaseMS(c.cfg.lease), s.chPfx}
+	relArgs := append(s.releaseArgs(owner, n), strconv.FormatUint(token, 10))
 	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
 		return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: renewArgs}
 	}
@@ -358,12 +360,13 @@ func (s *Semaphore) newHold(owner string, n int64, token uint64) *hold {
 	return h
 }
 
-// giveBack releases n permits just granted to owner, under a context that
-// outlives ctx.
-func (s *Semaphore) giveBack(ctx context.Context, owner string, n int64) {
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
-	_ = s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, s.releaseArgs(owner, n)).Error()
+// undo takes back the Acquire call of waiter (sem_undo.lua), under a
+// context that outlives ctx: a wait ended by its context, or a grant whose
+// reply was lost or not synced, leaves nothing behind.
+func (s *Semaphore) undo(ctx context.Context, waiter string) {
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
+	})
 }
 
 // sizeMismatch is the error of a call through s when Redis stores another

@@ -57,7 +57,9 @@ elseif layout == 'sem' then
   for i = 1, #hs, 2 do
     local n = tonumber(redis.call('hget', KEYS[3], hs[i]) or '0')
     used = used + n
-    holder(hs[i], 0, 0, tonumber(hs[i + 1]) - now, n)
+    -- One holder per acquisition "<owner> <token> <waiter>".
+    local o, tk = string.match(hs[i], '^(%S+) (%d+) ')
+    holder(o or hs[i], 0, tk or 0, tonumber(hs[i + 1]) - now, n)
   end
   size = fmt(sz)
   if sz >= 0 then free = fmt(math.max(sz - used, 0)) end

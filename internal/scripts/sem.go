@@ -14,8 +14,8 @@ var (
 	semReleaseSrc string
 	//go:embed sem_renew.lua
 	semRenewSrc string
-	//go:embed sem_cancel.lua
-	semCancelSrc string
+	//go:embed sem_undo.lua
+	semUndoSrc string
 	//go:embed once_begin.lua
 	onceBeginSrc string
 	//go:embed once_end.lua
@@ -30,7 +30,7 @@ var (
 	SemAcquire   = newScript(semCommonSrc + semAcquireSrc)
 	SemRelease   = newScript(semCommonSrc + semReleaseSrc)
 	SemRenew     = newScript(semCommonSrc + semRenewSrc)
-	SemCancel    = newScript(semCommonSrc + semCancelSrc)
+	SemUndo      = newScript(semCommonSrc + semUndoSrc)
 	OnceBegin    = newScript(onceBeginSrc)
 	OnceEnd      = newScript(onceEndSrc)
 	OnceRenew    = newScript(onceRenewSrc)

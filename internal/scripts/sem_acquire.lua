@@ -3,10 +3,14 @@
 -- ARGV[1] owner, ARGV[2] waiter id, ARGV[3] n, ARGV[4] size,
 -- ARGV[5] hold lease ms, ARGV[6] "try" or "wait", ARGV[7] channel prefix,
 -- ARGV[8] queue place lease ms
--- Reply: {1, token} acquired; {0, ms} not acquired (queued unless "try"),
--- ms is when to look again at the latest (a holder's lease may lapse then);
--- {-1, size} the semaphore exists with another size.
+-- Reply: {1, token} acquired (the acquisition is "<owner> <token>
+-- <waiter>"); {0, ms} not acquired (queued unless "try"), ms is when to look
+-- again at the latest (a holder's lease may lapse then); {-1, size} the
+-- semaphore exists with another size.
 local now = now_ms()
+if redis.call('zscore', KEYS[7], ARGV[2]) then
+  return {0, 1} -- the caller gave up and undid this attempt: do nothing
+end
 local size = tonumber(ARGV[4])
 local stored = redis.call('hget', KEYS[1], 'size')
 if stored and tonumber(stored) ~= size then
@@ -26,8 +30,6 @@ else
   ahead = redis.call('zrange', KEYS[4], 0, math.max(free, 0))
 end
 if free >= n and fits(ahead, free, n) then
-  redis.call('hincrby', KEYS[3], ARGV[1], n)
-  redis.call('zadd', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
   if ticket then
     redis.call('zrem', KEYS[4], ARGV[2])
     redis.call('hdel', KEYS[5], ARGV[2])
@@ -37,7 +39,11 @@ if free >= n and fits(ahead, free, n) then
   -- microseconds, as for the mutex.
   local last = tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
   local tok = math.max(last + 1, now_us())
-  redis.call('hset', KEYS[1], 'tok', string.format('%.0f', tok))
+  local stok = string.format('%.0f', tok)
+  redis.call('hset', KEYS[1], 'tok', stok)
+  local member = ARGV[1] .. ' ' .. stok .. ' ' .. ARGV[2]
+  redis.call('hset', KEYS[3], member, n)
+  redis.call('zadd', KEYS[2], now + tonumber(ARGV[5]), member)
   if pruned then wake(ARGV[7]) end
   touch(now)
   return {1, tok}

@@ -1,11 +1,17 @@
 -- Shared prelude of the semaphore scripts (prepended by sem.go).
 --
 -- KEYS[1] meta hash: size, tok (last fencing token), seq (last queue ticket)
--- KEYS[2] holders zset: owner -> lease expiry (server ms)
--- KEYS[3] permits hash: owner -> permits held
+-- KEYS[2] holders zset: acquisition -> lease expiry (server ms)
+-- KEYS[3] permits hash: acquisition -> permits held
 -- KEYS[4] queue zset: waiter -> ticket (arrival order)
 -- KEYS[5] queue hash: waiter -> permits wanted
 -- KEYS[6] queue zset: waiter -> place expiry (server ms)
+-- KEYS[7] undone zset: waiter -> expiry, the attempts whose caller gave up
+--   (sem_undo.lua): an acquire of one of them that arrives late is a no-op
+-- An acquisition is "<owner> <token> <waiter>": each has its own lease, so
+-- a later acquisition by the same owner never shortens an earlier one, and
+-- the waiter id (one per Acquire call) lets an abandoned call be undone
+-- exactly.
 -- Every script first drops expired owners and waiters, so the permits of a
 -- dead owner come back within one lease, whoever touches the semaphore next.
 
@@ -36,7 +42,23 @@ local function prune(now)
   if #gone > 0 then
     redis.call('zremrangebyscore', KEYS[6], '-inf', now)
   end
+  redis.call('zremrangebyscore', KEYS[7], '-inf', now)
   return #dead > 0 or #gone > 0
+end
+
+-- acquisitions returns the live acquisitions of owner, latest first, each
+-- {member, token, permits}.
+local function acquisitions(owner)
+  local mine = {}
+  local all = redis.call('hgetall', KEYS[3])
+  for i = 1, #all, 2 do
+    local o, t = string.match(all[i], '^(%S+) (%d+) ')
+    if o == owner then
+      mine[#mine + 1] = {all[i], tonumber(t), tonumber(all[i + 1])}
+    end
+  end
+  table.sort(mine, function(a, b) return a[2] > b[2] end)
+  return mine
 end
 
 local function used()
@@ -90,7 +112,7 @@ local function touch(now)
   local q = redis.call('zrange', KEYS[6], -1, -1, 'withscores')
   if q[2] then last = math.max(last, tonumber(q[2])) end
   local ttl = string.format('%.0f', last - now + 3600000)
-  for i = 1, 6 do
+  for i = 1, 7 do
     redis.call('pexpire', KEYS[i], ttl)
   end
 end

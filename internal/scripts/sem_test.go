@@ -21,7 +21,7 @@ func semInts(t *testing.T, r rueidis.RedisResult) []int64 {
 	return v
 }
 
-var semKeys = []string{"p:{s}:sem", "p:{s}:sem:holders", "p:{s}:sem:permits", "p:{s}:sem:queue", "p:{s}:sem:want", "p:{s}:sem:qexp"}
+var semKeys = []string{"p:{s}:sem", "p:{s}:sem:holders", "p:{s}:sem:permits", "p:{s}:sem:queue", "p:{s}:sem:want", "p:{s}:sem:qexp", "p:{s}:sem:undone"}
 
 const semCh = "p:{s}:sem:w:"
 
@@ -137,17 +137,27 @@ func TestSemaphoreScripts(t *testing.T) {
 	if r := semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait"); r[0] != 0 {
 		t.Fatalf("D = %v", r)
 	}
-	if r, _ := scripts.SemCancel.Exec(ctx, rc, semKeys, []string{"wd", semCh}).AsInt64(); r != 1 {
-		t.Fatalf("cancel = %d", r)
+	if r, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"wd", semCh, "10000"}).AsInt64(); r != 0 {
+		t.Fatalf("undo of a queued waiter = %d, want 0 (nothing granted)", r)
 	}
 	if n := zcard(semKeys[3]); n != 0 || zcard(semKeys[5]) != 0 {
 		t.Fatal("cancelled waiter left in the queue")
 	}
-	// Renewal works for a holder and not for a stranger.
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"B", "10000", semCh}).AsInt64(); r != 1 {
+	// An acquire of the undone call that arrives late does nothing.
+	semRel(t, rc, "C", 1)
+	if r := semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait"); r[0] != 0 {
+		t.Fatalf("late acquire of an undone call = %v, want a no-op", r)
+	}
+	if n := zcard(semKeys[3]); n != 0 {
+		t.Fatal("late acquire of an undone call queued")
+	}
+	c = semAcq(t, rc, "C", "wc2", 1, 4, "10000", "wait")
+	// Renewal works for a holder's acquisition and not for a stranger's.
+	memberB := "B " + strconv.FormatInt(b[1], 10) + " wb"
+	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64(); r != 1 {
 		t.Fatalf("renew B = %d", r)
 	}
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z", "10000", semCh}).AsInt64(); r != 0 {
+	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64(); r != 0 {
 		t.Fatalf("renew stranger = %d", r)
 	}
 	semRel(t, rc, "B", 3)
@@ -155,15 +165,17 @@ func TestSemaphoreScripts(t *testing.T) {
 
 	// Expiry: E holds all 4 for 50ms and dies; F (queued) is woken by the
 	// next script after the lease, and E's renewal fails.
-	if r := semAcq(t, rc, "E", "we", 4, 4, "50", "wait"); r[0] != 1 {
-		t.Fatalf("E = %v", r)
+	e := semAcq(t, rc, "E", "we", 4, 4, "50", "wait")
+	if e[0] != 1 {
+		t.Fatalf("E = %v", e)
 	}
 	f := semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
 	if f[0] != 0 || f[1] > 51 {
 		t.Fatalf("F = %v, want queued with a hint <= 51ms", f)
 	}
 	time.Sleep(60 * time.Millisecond) // the injected fault: E's lease lapses
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"E", "10000", semCh}).AsInt64(); r != 0 {
+	memberE := "E " + strconv.FormatInt(e[1], 10) + " we"
+	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64(); r != 0 {
 		t.Fatalf("renew after expiry = %d, want 0", r)
 	}
 	expectWoken("wf")
@@ -176,6 +188,49 @@ func TestSemaphoreScripts(t *testing.T) {
 			t.Fatalf("%s has pttl %d", k, ttl)
 		}
 	}
+}
+
+// Each acquisition has its own lease: a second acquisition by the same
+// owner with a short lease never shortens the first (it used to overwrite
+// the owner's expiry, so both permits lapsed with the short lease while the
+// first acquisition was live: a double grant). The undo of a granted call
+// gives back exactly its permits.
+func TestSemaphorePerAcquisitionLease(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	first := semAcq(t, rc, "A", "w1", 1, 2, "10000", "wait")
+	second := semAcq(t, rc, "A", "w2", 1, 2, "50", "wait")
+	if first[0] != 1 || second[0] != 1 {
+		t.Fatalf("acquisitions %v %v", first, second)
+	}
+	time.Sleep(60 * time.Millisecond) // the injected fault: the short lease lapses
+	// Only the second acquisition lapsed: one permit is free, not two.
+	if r := semAcq(t, rc, "B", "w3", 2, 2, "10000", "try"); r[0] != 0 {
+		t.Fatalf("another owner got both permits while A's first acquisition lives: %v", r)
+	}
+	if r := semAcq(t, rc, "B", "w4", 1, 2, "10000", "try"); r[0] != 1 {
+		t.Fatalf("the lapsed permit did not come back: %v", r)
+	}
+	// The undo of B's call w4 gives back its permit and nothing of A's.
+	if r, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"w4", semCh, "10000"}).AsInt64(); r != 1 {
+		t.Fatalf("undo of a granted call = %d, want 1", r)
+	}
+	if r := semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "2", "0"})); r[0] != 1 || r[1] != 0 {
+		t.Fatalf("A's release after B's undo = %v, want {1, 0}", r)
+	}
+	if n := zcard(t, rc, semKeys[1]); n != 0 {
+		t.Fatalf("%d acquisitions left", n)
+	}
+}
+
+func zcard(t *testing.T, rc rueidis.Client, k string) int64 {
+	t.Helper()
+	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(k).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestOnceScripts drives the Once scripts: begin, contention, failure,

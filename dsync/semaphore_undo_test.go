@@ -1,0 +1,101 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+)
+
+// An owner holds 1 of 2 permits under the watchdog, takes 1 more through a
+// Semaphore of the same name with a fixed 500 ms lease, and releases that
+// one. The first acquisition keeps its own lease: after 500 ms another
+// owner still gets only 1 permit. (The second acquisition used to overwrite
+// the owner's expiry, so both permits lapsed after 500 ms while the first
+// acquisition's lock context was live: a double grant.)
+func TestSemaphoreLaterAcquisitionKeepsEarlierLease(t *testing.T) {
+	c := newClient(t)
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	ctx := dsync.WithOwner(ctxT(t))
+	first, err := c.NewSemaphore("lease", 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := c.NewSemaphore("lease", 2, dsync.WithLeaseTime(500*time.Millisecond))
+	second, err := short.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := short.Release(second, 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // past the fixed lease: the fault under test
+	if first.Err() != nil {
+		t.Fatalf("first acquisition lost: %v", context.Cause(first))
+	}
+	if _, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 2); err != nil || ok {
+		t.Fatalf("another owner got both permits while the first acquisition lives: %v %v", ok, err)
+	}
+	l, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 1)
+	if err != nil || !ok {
+		t.Fatalf("the free permit: %v %v", ok, err)
+	}
+	if err := other.NewSemaphore("lease", 2).Release(l, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NewSemaphore("lease", 2).Release(first, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A wait ended by its context leaves nothing behind, even when the grant
+// was made and its reply abandoned: with deadlines from 10 µs to 2 ms on a
+// free semaphore, another Client gets the permit within 500 ms of every
+// cancelled call's return. (The Semaphore had no undo: such a grant stayed
+// until its lease lapsed.)
+func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
+	c := newClient(t)
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	sem := c.NewSemaphore("undo", 1)
+	osem := other.NewSemaphore("undo", 1)
+	cancelled := 0
+	const tries = 2000
+	for i := 0; i < tries; i++ {
+		d := time.Duration(10+(i%200)*10) * time.Microsecond
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		l, err := sem.Acquire(ctx, 1)
+		cancel()
+		if err == nil {
+			if err := sem.Release(l, 1); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("try %d: %v", i, err)
+		}
+		cancelled++
+		returned := time.Now()
+		var got context.Context
+		waitFor(t, 500*time.Millisecond, "the permit to be free again", func() bool {
+			l, ok, err := osem.TryAcquire(ctxT(t), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = l
+			return ok
+		})
+		if time.Since(returned) > 500*time.Millisecond {
+			t.Fatalf("try %d: permit free only %v after the cancelled call returned", i, time.Since(returned))
+		}
+		if err := osem.Release(got, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d of %d calls ended by their deadline", cancelled, tries)
+	if cancelled == 0 {
+		t.Fatal("no call was cancelled: the test proves nothing")
+	}
+}

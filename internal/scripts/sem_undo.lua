@@ -1,0 +1,29 @@
+-- Undo an Acquire call that gave up (its context ended, or its reply was
+-- lost): take its waiter out of the queue, give back the permits it was
+-- granted, if any, and mark the waiter undone for one lease, so that an
+-- acquire of this call still on its way (rueidis may send it on another
+-- connection) does nothing when it arrives. Exact: it touches only this
+-- call's acquisition, never the owner's others. Repeating it is harmless.
+--
+-- ARGV[1] waiter id, ARGV[2] channel prefix, ARGV[3] how long to remember
+-- the waiter as undone, ms
+-- Reply: 1 permits given back, 0 none were granted.
+local now = now_ms()
+local w = ARGV[1]
+redis.call('zrem', KEYS[4], w)
+redis.call('hdel', KEYS[5], w)
+redis.call('zrem', KEYS[6], w)
+redis.call('zadd', KEYS[7], now + tonumber(ARGV[3]), w)
+local back = 0
+local suffix = ' ' .. w
+for _, m in ipairs(redis.call('hkeys', KEYS[3])) do
+  if string.sub(m, -#suffix) == suffix then
+    redis.call('hdel', KEYS[3], m)
+    redis.call('zrem', KEYS[2], m)
+    back = 1
+  end
+end
+prune(now)
+wake(ARGV[2])
+touch(now)
+return back
