@@ -15,7 +15,7 @@
 // It is a module of its own so that its test dependencies (porcupine,
 // toxiproxy) never reach the go.mod of dsync's users. Run it with
 //
-//	cd faults && go test -race -count=1 ./...
+//	cd faults && GOWORK=off go test -race -count=1 ./...
 //
 // and the long soak with -soak.
 //
