@@ -275,15 +275,21 @@ func TestMutexRestartDuringLocalHandoffs(t *testing.T) {
 				}
 				tok, _ := dsync.FencingToken(lctx)
 				held.Add(1)
+				// When the hold is lost, its context is cancelled with
+				// ErrLockLost: note the first such moment.
+				stopWatch := context.AfterFunc(lctx, func() {
+					if errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
+						mu.Lock()
+						if lostAt.IsZero() {
+							lostAt = time.Now()
+						}
+						mu.Unlock()
+					}
+				})
 				time.Sleep(100 * time.Microsecond) // the holder's work
 				_ = m.UnlockContext(lctx)
-				// The cause is set once: ErrLockLost if the hold was lost
-				// before this release.
-				lost := errors.Is(context.Cause(lctx), dsync.ErrLockLost)
+				stopWatch()
 				mu.Lock()
-				if lost && lostAt.IsZero() {
-					lostAt = time.Now()
-				}
 				if lostAt.IsZero() {
 					maxBefore = max(maxBefore, tok)
 				}
@@ -306,9 +312,11 @@ func TestMutexRestartDuringLocalHandoffs(t *testing.T) {
 	mu.Lock()
 	d := lostAt.Sub(at)
 	mu.Unlock()
-	t.Logf("holders saw the loss %v after the restart", d)
-	if d > lease/3+200*time.Millisecond {
-		t.Errorf("loss seen %v after the restart, want about one renewal interval (%v)", d, lease/3)
+	t.Logf("the live hold was lost %v after the restart", d)
+	// The next renewal round (within lease/3) finds the lock gone; if it
+	// meets the server still restarting, the retry follows lease/9 later.
+	if bound := lease/3 + lease/9 + 150*time.Millisecond; d > bound {
+		t.Errorf("hold lost %v after the restart, want within a renewal interval and its retry (%v)", d, bound)
 	}
 	if tok := cycle(t, m, ctx); tok <= maxBefore {
 		t.Fatalf("token after the restart %d <= %d issued before", tok, maxBefore)

@@ -17,20 +17,26 @@
 // (when the primitive has modes), dsync.lock.permits, dsync.lock.try,
 // dsync.lock.outcome (acquired, not_acquired, cancelled or error),
 // dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.reentered
-// and, when acquired, dsync.lock.fencing_token. An outcome of error also sets
+// and, when acquired, dsync.lock.fencing_token. A failed outcome (cancelled
+// or error) also carries the semantic-convention attribute error.type (the
+// dsync or context sentinel the error matches, e.g.
+// context.DeadlineExceeded or dsync.ErrClosed, else _OTHER), on the span
+// and on the wait and acquisition metrics; an outcome of error also sets
 // the span status.
 //
 // A new hold (not a re-entry) gets a second span, "dsync.<kind>.hold", a
 // sibling of the acquire span under the caller's span, that ends when the
 // hold is released or lost. It receives events for re-entries and partial
 // releases ("dsync.lock.reentered", "dsync.lock.released"), for renewal
-// rounds that failed while it was held ("dsync.lock.renew_failed") and for
+// rounds that failed while it was held ("dsync.lock.renew_failed", with
+// error.type and exception.message) and for
 // its loss ("dsync.lock.lost", which also sets an error status).
 //
 // # Metrics
 //
 // Instruments follow the OpenTelemetry naming conventions; durations are in
-// seconds.
+// seconds, in explicit buckets from 100 µs to 60 s (DurationBuckets), so
+// sub-millisecond, contended and long waits fall in buckets of their own.
 //
 //	dsync.lock.wait.duration      histogram, s   acquisition time, by outcome
 //	dsync.lock.hold.duration      histogram, s   time from acquire to release or loss

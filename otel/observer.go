@@ -25,7 +25,24 @@ const (
 	KeyReentered    = attribute.Key("dsync.lock.reentered")
 	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
 	KeyEnd          = attribute.Key("dsync.lock.end") // released or lost, on hold durations
+
+	// Semantic-convention attributes: error.type on failed acquisitions
+	// (spans and metrics) and renewal failures, with exception.message on
+	// the renewal-failure span event.
+	KeyErrorType        = attribute.Key("error.type")
+	KeyExceptionMessage = attribute.Key("exception.message")
 )
+
+// DurationBuckets are the bucket boundaries, in seconds, of the wait and
+// hold duration histograms: 100 µs to 60 s, roughly 1-2.5-5 per decade, so
+// that an uncontended acquisition (well under a millisecond), a contended
+// one (milliseconds) and a long hold (seconds) each land in buckets of
+// their own. The SDK's default boundaries start at 5 and would put every
+// wait under 5 s in one bucket.
+var DurationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
 
 // Values of KeyOutcome.
 const (
@@ -93,10 +110,12 @@ func newObserver(cfg config) *observer {
 	var err error
 	var errs []error
 	o.waitDur, err = m.Float64Histogram("dsync.lock.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from the start of an acquisition until the lock was held or the wait ended."))
+		metric.WithDescription("Time from the start of an acquisition until the lock was held or the wait ended."),
+		metric.WithExplicitBucketBoundaries(DurationBuckets...))
 	errs = append(errs, err)
 	o.holdDur, err = m.Float64Histogram("dsync.lock.hold.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time a hold lasted, from its acquisition until its release or loss."))
+		metric.WithDescription("Time a hold lasted, from its acquisition until its release or loss."),
+		metric.WithExplicitBucketBoundaries(DurationBuckets...))
 	errs = append(errs, err)
 	o.acquired, err = m.Int64Counter("dsync.lock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisitions that ended, by outcome."))
@@ -166,9 +185,36 @@ func outcome(e dsync.AcquireDone) string {
 	}
 }
 
+// errorType is the semconv error.type of err: the dsync or context
+// sentinel it matches, or "_OTHER" (the attribute must stay low in
+// cardinality, so messages and wrapped Redis errors are not used).
+func errorType(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{context.DeadlineExceeded, "context.DeadlineExceeded"},
+		{context.Canceled, "context.Canceled"},
+		{dsync.ErrClosed, "dsync.ErrClosed"},
+		{dsync.ErrInvalidArgument, "dsync.ErrInvalidArgument"},
+		{dsync.ErrNotReplicated, "dsync.ErrNotReplicated"},
+		{dsync.ErrLockLost, "dsync.ErrLockLost"},
+		{dsync.ErrNotHeld, "dsync.ErrNotHeld"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "_OTHER"
+}
+
 func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 	out := outcome(e)
-	mattrs := metric.WithAttributes(o.lockAttrs(e.Lock, KeyOutcome.String(out))...)
+	kv := []attribute.KeyValue{KeyOutcome.String(out)}
+	if e.Err != nil {
+		kv = append(kv, KeyErrorType.String(errorType(e.Err)))
+	}
+	mattrs := metric.WithAttributes(o.lockAttrs(e.Lock, kv...)...)
 	o.acquired.Add(ctx, 1, mattrs)
 	o.waitDur.Record(ctx, e.Wait.Seconds(), mattrs)
 	if !e.Try {
@@ -176,7 +222,7 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 	}
 
 	span := trace.SpanFromContext(ctx)
-	attrs := []attribute.KeyValue{KeyOutcome.String(out), KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered)}
+	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
 	if e.Acquired {
 		attrs = append(attrs, KeyFencingToken.Int64(int64(e.Token)))
 	}
@@ -273,7 +319,7 @@ func (o *observer) renewFailed(e dsync.RenewFailed) {
 	defer o.mu.Unlock()
 	for k, hs := range o.holds {
 		if ids[k.id] {
-			hs.AddEvent("dsync.lock.renew_failed", trace.WithAttributes(attribute.String("error.message", msg)))
+			hs.AddEvent("dsync.lock.renew_failed", trace.WithAttributes(KeyErrorType.String(errorType(e.Err)), KeyExceptionMessage.String(msg)))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -485,4 +486,70 @@ func TestObserverAttributeFilter(t *testing.T) {
 	tel.mustValue(t, "dsync.lock.acquisitions", 1, dsyncotel.KeyName.String("public"))
 	tel.mustValue(t, "dsync.lock.acquisitions", 0, dsyncotel.KeyName.String("user-4711"))
 	tel.mustValue(t, "dsync.lock.acquisitions", 2, dsyncotel.KeyKind.String("mutex"))
+}
+
+// The duration histograms have explicit boundaries suited to lock waits
+// (sub-millisecond to a minute), not the SDK's defaults (whose first finite
+// bucket ends at 5 s), and a failed acquisition carries error.type.
+func TestObserverHistogramBucketsAndErrorType(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	prefix := newPrefix()
+	c1 := client(t, s, prefix, tel.observer())
+	c2 := client(t, s, prefix, tel.observer())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c1.NewMutex("h").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelShort()
+	if _, err := c2.NewMutex("h").LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the wait = %v", err)
+	}
+	if err := c1.NewMutex("h").UnlockContext(l); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := tel.reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, dp := range h.DataPoints {
+				seen[m.Name] = true
+				if !slices.Equal(dp.Bounds, dsyncotel.DurationBuckets) {
+					t.Errorf("%s bounds %v, want %v", m.Name, dp.Bounds, dsyncotel.DurationBuckets)
+				}
+				if m.Name != "dsync.lock.wait.duration" {
+					continue
+				}
+				out, _ := dp.Attributes.Value(dsyncotel.KeyOutcome)
+				et, hasType := dp.Attributes.Value(dsyncotel.KeyErrorType)
+				switch out.AsString() {
+				case dsyncotel.OutcomeCancelled:
+					if et.AsString() != "context.DeadlineExceeded" {
+						t.Errorf("cancelled wait has error.type %q, want context.DeadlineExceeded", et.AsString())
+					}
+					t.Logf("wait histogram, cancelled: count %d, bucket counts %v", dp.Count, dp.BucketCounts)
+				case dsyncotel.OutcomeAcquired:
+					if hasType {
+						t.Errorf("an acquisition has error.type %q", et.AsString())
+					}
+					t.Logf("wait histogram, acquired: count %d, bucket counts %v", dp.Count, dp.BucketCounts)
+				}
+			}
+		}
+	}
+	for _, name := range []string{"dsync.lock.wait.duration", "dsync.lock.hold.duration"} {
+		if !seen[name] {
+			t.Errorf("no data points for %s", name)
+		}
+	}
 }
