@@ -10,9 +10,15 @@ redis:
 # own in the workspace (go.work), faults/ and bench/ are outside it.
 MODULES := ./... ./otel/... ./examples/...
 
-vet:
+STATICCHECK := $(shell go env GOPATH)/bin/staticcheck
+
+$(STATICCHECK):
+	go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+vet: $(STATICCHECK)
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(MODULES)
+	$(STATICCHECK) $(MODULES)
 	cd faults && GOWORK=off go vet ./...
 
 test: redis vet

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,9 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
 	}
 	c := &Client{
 		rc:      rc,
@@ -169,6 +173,11 @@ func (c *Client) lua(l *rueidis.Lua) *rueidis.Lua {
 }
 
 func (c *Client) checkOpen() error {
+	if c == nil {
+		// A primitive's zero value has no Client: say so, rather than
+		// fail with a nil pointer dereference somewhere deeper.
+		panic("dsync: use of a zero-value primitive: create Mutexes, FairMutexes, RWMutexes, Semaphores, Onces and WaitGroups with the Client's New methods")
+	}
 	if c.closed.Load() {
 		return ErrClosed
 	}

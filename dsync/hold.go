@@ -116,7 +116,10 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 	return true
 }
 
-// newCtx returns a lock context for one more acquisition of this hold.
+// newCtx returns a lock context for one more acquisition of this hold. A
+// hold with a fixed lease (no watchdog) gives its contexts a Deadline at
+// the lease clock's end, when they are cancelled anyway, so that work
+// scoped to the lock can plan for it.
 func (h *hold) newCtx(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(withOwnerVal(parent, ownerVal{id: h.owner, token: h.token}))
 	h.mu.Lock()
@@ -126,8 +129,27 @@ func (h *hold) newCtx(parent context.Context) context.Context {
 		return ctx
 	}
 	h.cancels = append(h.cancels, cancel)
+	end := h.deadline
 	h.mu.Unlock()
+	if !h.watchdog && !end.IsZero() {
+		return &leaseCtx{Context: ctx, end: end}
+	}
 	return ctx
+}
+
+// A leaseCtx is a lock context of a fixed-lease hold: its Deadline is the
+// lease end (or the parent's, if sooner). The hold's lease clock cancels it
+// then, with ErrLockLost, so it needs no timer of its own.
+type leaseCtx struct {
+	context.Context
+	end time.Time
+}
+
+func (c *leaseCtx) Deadline() (time.Time, bool) {
+	if d, ok := c.Context.Deadline(); ok && d.Before(c.end) {
+		return d, true
+	}
+	return c.end, true
 }
 
 // pop ends the innermost acquisition; it reports how many remain.

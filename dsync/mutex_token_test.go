@@ -352,7 +352,10 @@ func TestMutexCyclesLeaveNoKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"Lock", func(m *dsync.Mutex) { m.Lock(); m.Unlock() }},
+		{"Lock", func(m *dsync.Mutex) {
+			m.Lock()
+			defer m.Unlock()
+		}},
 	} {
 		m := c.NewMutex("keys-" + tc.name)
 		for i := 0; i < 1000; i++ {

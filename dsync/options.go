@@ -41,7 +41,7 @@ func defaultConfig() config {
 	return config{
 		prefix:   DefaultKeyPrefix,
 		lease:    DefaultLease,
-		logger:   slog.New(slog.DiscardHandler),
+		logger:   nil, // slog.Default() at NewClient: see WithLogger
 		handoffs: DefaultMaxLocalHandoffs,
 	}
 }
@@ -78,7 +78,10 @@ func WithLease(d time.Duration) Option {
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
 // WithLogger sets the logger for events nobody asked about directly, such as
-// a failed renewal or a retried Lock. Nil keeps the default, which discards.
+// a failed renewal, a lost lock or a retried Lock (whose errors have no
+// other way out). Without it, or with nil, the Client logs to
+// slog.Default() as it is when NewClient runs; to silence it, pass
+// slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {

@@ -133,7 +133,7 @@ func connect(ctx context.Context, o options) (*dsync.Client, func(), error) {
 	rc, err := rueidis.NewClient(opt)
 	if _, ok := rueidis.IsRedisErr(err); ok {
 		// Reached, but refused: a wrong user or password, mostly.
-		return nil, nil, fmt.Errorf("Redis at %s refused the connection: %w", o.addr, err)
+		return nil, nil, fmt.Errorf("redis at %s refused the connection: %w", o.addr, err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", o.addr, err)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -28,7 +27,10 @@ func TestUserModuleGraph(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command: %v", err)
+	}
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(gobin, args...)

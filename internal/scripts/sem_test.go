@@ -151,7 +151,9 @@ func TestSemaphoreScripts(t *testing.T) {
 	if n := zcard(semKeys[3]); n != 0 {
 		t.Fatal("late acquire of an undone call queued")
 	}
-	c = semAcq(t, rc, "C", "wc2", 1, 4, "10000", "wait")
+	if r := semAcq(t, rc, "C", "wc2", 1, 4, "10000", "wait"); r[0] != 1 {
+		t.Fatalf("C again = %v", r)
+	}
 	// Renewal works for a holder's acquisition and not for a stranger's.
 	memberB := "B " + strconv.FormatInt(b[1], 10) + " wb"
 	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64(); r != 1 {

@@ -1,0 +1,78 @@
+package dsync_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+)
+
+// A zero-value primitive panics with a message that says what to do,
+// not with a nil pointer dereference.
+func TestZeroValuePanicsClearly(t *testing.T) {
+	ctx := context.Background()
+	for name, call := range map[string]func(){
+		"Mutex.LockContext":   func() { var m dsync.Mutex; m.LockContext(ctx) },
+		"Mutex.UnlockContext": func() { var m dsync.Mutex; m.UnlockContext(ctx) },
+		"FairMutex.Lock":      func() { var m dsync.FairMutex; m.Lock() },
+		"RWMutex.RLock":       func() { var m dsync.RWMutex; m.RLock() },
+		"Semaphore.Acquire":   func() { var s dsync.Semaphore; s.Acquire(ctx, 1) },
+		"Once.Do":             func() { var o dsync.Once; o.Do(ctx, func(context.Context) error { return nil }) },
+		"WaitGroup.Wait":      func() { var w dsync.WaitGroup; w.Wait(ctx) },
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if !strings.Contains(msg, "zero-value") {
+					t.Errorf("%s on a zero value: panic %v, want a message naming the zero value", name, r)
+				}
+			}()
+			call()
+		}()
+	}
+}
+
+// The lock context of a fixed lease (WithLeaseTime) has a Deadline at the
+// lease end, so work scoped to it can inherit it; a watchdog lock has none.
+func TestFixedLeaseLockContextDeadline(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	const lease = 2 * time.Second
+	start := time.Now()
+	l, err := c.NewMutex("dl", dsync.WithLeaseTime(lease)).LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := l.Deadline()
+	if !ok || d.Before(start.Add(lease-100*time.Millisecond)) || d.After(start.Add(lease)) {
+		t.Fatalf("fixed-lease lock context deadline %v (ok %v), want within (%v, %v] after the call", d.Sub(start), ok, lease-100*time.Millisecond, lease)
+	}
+	// A sooner deadline of the caller's stays.
+	soon, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	l2, err := c.NewFairMutex("dl2", dsync.WithLeaseTime(lease)).LockContext(soon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2, _ := l2.Deadline(); d2.After(time.Now().Add(500 * time.Millisecond)) {
+		t.Fatalf("deadline %v is past the caller's sooner one", time.Until(d2))
+	}
+	w, err := c.NewMutex("dl3").LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.Deadline(); ok {
+		t.Fatal("a watchdog lock context has a deadline")
+	}
+	for _, x := range []struct {
+		l context.Context
+		m interface{ UnlockContext(context.Context) error }
+	}{{l, c.NewMutex("dl")}, {l2, c.NewFairMutex("dl2")}, {w, c.NewMutex("dl3")}} {
+		if err := x.m.UnlockContext(x.l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
