@@ -307,10 +307,34 @@ func TestCLIInspectSemaphore(t *testing.T) {
 	if len(js) != 1 || js[0].Size == nil || *js[0].Size != 4 || *js[0].Free != 1 || js[0].Holders[0].Permits != 3 {
 		t.Errorf("--json = %s", out)
 	}
-	// unlock --force applies to mutexes only, and says so.
-	code, out, _ = e.run(ctx, "unlock", "--force", "--yes", "pool")
-	if code != 0 || !strings.Contains(out, "not held as a mutex or fair_mutex (found: semaphore)") {
-		t.Errorf("unlock of a semaphore: %d %q", code, out)
+	// unlock --force applies to mutexes only, and says so, with the exit
+	// status of "nothing done".
+	code, _, errs = e.run(ctx, "unlock", "--force", "--yes", "pool")
+	if code != 3 || !strings.Contains(errs, "not held as a mutex or fair_mutex (found: semaphore)") {
+		t.Errorf("unlock of a semaphore: exit %d, stderr %q; want 3 and the reason", code, errs)
+	}
+}
+
+// --help, -h and help [COMMAND] print help on stdout and exit 0; after a
+// command, or named, the command's own help.
+func TestCLIHelp(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--help"}, "Commands:"},
+		{[]string{"-h"}, "REDIS_ADDR"},
+		{[]string{"help"}, "Exit status"},
+		{[]string{"help", "unlock"}, "Both flags are required"},
+		{[]string{"inspect", "--help"}, "dsync inspect NAME"},
+		{[]string{"--json", "watch", "-h"}, "dsync watch NAME"},
+	} {
+		var out, errb syncBuffer
+		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
+		if code != 0 || !strings.Contains(out.String(), tc.want) || errb.String() != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and %q on stdout", tc.args, code, out.String(), errb.String(), tc.want)
+		}
 	}
 }
 

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -18,8 +20,77 @@ import (
 // errUsage marks errors that exit with status 2.
 var errUsage = errors.New("usage")
 
+// errHelp asks for help (--help, -h, help [COMMAND]): printed on stdout,
+// status 0. errNothing marks a command that found nothing to do: status 3.
+var (
+	errHelp    = errors.New("help")
+	errNothing = errors.New("nothing done")
+)
+
+// usage is the help of the whole command; commandHelp that of each
+// command.
+const usage = `dsync looks at and repairs dsync locks in Redis.
+
+Usage:
+  dsync [flags] COMMAND [ARGS]
+  dsync help [COMMAND]
+
+Commands:
+  inspect NAME              holders, fencing tokens, leases and waiters of every lock called NAME
+  list [PATTERN]            lock names matching a glob (SCAN, never KEYS)
+  watch NAME                print the state of NAME each time it changes, until interrupted
+  unlock --force --yes NAME release NAME whoever holds it and wake its waiters
+
+Flags (before or after the command):
+  --addr ADDR          Redis address (env REDIS_ADDR; default 127.0.0.1:6379)
+  --user USER          ACL user (env REDIS_USER)
+  --password PASS      password (env REDIS_PASSWORD; prefer the variable)
+  --tls                connect with TLS
+  --tls-ca FILE        PEM file of the CAs that may sign the server's certificate (implies --tls)
+  --tls-server-name N  name to check the server's certificate against (implies --tls)
+  --prefix PREFIX      dsync key prefix (default "dsync")
+  --json               machine-readable output
+  --interval D         poll interval of watch (default 250ms)
+  --timeout D          bound on connecting and on each command (default 5s)
+  -h, --help           this help; after a command, the command's help
+
+Exit status: 0 done, 1 error (Redis unreachable, refused, no such lock),
+2 bad usage, 3 nothing to do (unlock found nothing it could release).
+`
+
+var commandHelp = map[string]string{
+	"inspect": `dsync inspect NAME
+
+Prints, for every primitive called NAME under the prefix (Mutex, FairMutex,
+RWMutex, Semaphore, Once, WaitGroup), its holders (owner, count, fencing
+token, remaining lease), the last fencing token, and its waiters in queue
+order. Exit status 1 if there is no lock called NAME.
+`,
+	"list": `dsync list [PATTERN]
+
+Prints the locks whose name matches PATTERN (Redis glob syntax: *, ?, [...],
+\ to escape; default *), one per line with its kind. It walks the keyspace
+with SCAN, so it does not block Redis, and may miss locks created or
+removed while it runs.
+`,
+	"watch": `dsync watch NAME
+
+Prints the state of NAME (as inspect does) and again each time it changes,
+until interrupted (Ctrl-C). It looks every --interval.
+`,
+	"unlock": `dsync unlock --force --yes NAME
+
+Releases the Mutex or FairMutex called NAME whoever holds it, and wakes its
+waiters. The holder may still be working: it finds its lock context
+cancelled at its next renewal. Both flags are required. Exit status 3 if
+nothing could be released (not held, or only held as a primitive whose
+holders are freed by their leases).
+`,
+}
+
 type options struct {
 	addr, user, password, prefix string
+	tlsCA, tlsServerName         string
 	tls, json, force, yes        bool
 	interval, timeout            time.Duration
 }
@@ -31,9 +102,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, errHelp):
+		cmd := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "help"), ": ")
+		if h, ok := commandHelp[cmd]; ok {
+			fmt.Fprint(stdout, h)
+		} else {
+			fmt.Fprint(stdout, usage)
+		}
+		return 0
+	case errors.Is(err, errNothing):
+		fmt.Fprintln(stderr, "dsync:", err)
+		return 3
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, "dsync:", strings.TrimPrefix(err.Error(), "usage: "))
-		fmt.Fprintln(stderr, "usage: dsync [--addr A] [--tls] [--user U] [--password P] [--prefix P] [--json] inspect NAME | list [PATTERN] | watch NAME | unlock --force --yes NAME")
+		fmt.Fprintln(stderr, "usage: dsync [flags] inspect NAME | list [PATTERN] | watch NAME | unlock --force --yes NAME (dsync --help for more)")
 		return 2
 	default:
 		fmt.Fprintln(stderr, "dsync:", strings.TrimPrefix(err.Error(), "dsync: "))
@@ -53,6 +135,8 @@ func parse(args []string, getenv func(string) string) (options, []string, error)
 	fs.StringVar(&o.password, "password", o.password, "")
 	fs.StringVar(&o.prefix, "prefix", dsync.DefaultKeyPrefix, "")
 	fs.BoolVar(&o.tls, "tls", false, "")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "")
+	fs.StringVar(&o.tlsServerName, "tls-server-name", "", "")
 	fs.BoolVar(&o.json, "json", false, "")
 	fs.BoolVar(&o.force, "force", false, "")
 	fs.BoolVar(&o.yes, "yes", false, "")
@@ -62,6 +146,12 @@ func parse(args []string, getenv func(string) string) (options, []string, error)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				if len(pos) > 0 {
+					return o, nil, fmt.Errorf("%w: %s", errHelp, pos[0])
+				}
+				return o, nil, errHelp
+			}
 			return o, nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		if fs.NArg() == 0 {
@@ -69,6 +159,9 @@ func parse(args []string, getenv func(string) string) (options, []string, error)
 		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	if o.tlsCA != "" || o.tlsServerName != "" {
+		o.tls = true
 	}
 	if o.interval <= 0 || o.timeout <= 0 {
 		return o, nil, fmt.Errorf("%w: --interval and --timeout must be positive", errUsage)
@@ -85,6 +178,12 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		return fmt.Errorf("%w: no command", errUsage)
 	}
 	cmd, pos := pos[0], pos[1:]
+	if cmd == "help" {
+		if len(pos) > 0 {
+			return fmt.Errorf("%w: %s", errHelp, pos[0])
+		}
+		return errHelp
+	}
 	want := map[string][2]int{"inspect": {1, 1}, "list": {0, 1}, "watch": {1, 1}, "unlock": {1, 1}}
 	n, ok := want[cmd]
 	if !ok {
@@ -128,7 +227,18 @@ func connect(ctx context.Context, o options) (*dsync.Client, func(), error) {
 		Dialer:       netDialer(o.timeout),
 	}
 	if o.tls {
-		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.tlsServerName}
+		if o.tlsCA != "" {
+			pem, err := os.ReadFile(o.tlsCA)
+			if err != nil {
+				return nil, nil, fmt.Errorf("reading --tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", o.tlsCA)
+			}
+			opt.TLSConfig.RootCAs = pool
+		}
 	}
 	rc, err := rueidis.NewClient(opt)
 	if _, ok := rueidis.IsRedisErr(err); ok {
@@ -274,8 +384,7 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 		}
 		// Only a Mutex or FairMutex can be forced; the other primitives'
 		// holders are freed by their leases.
-		_, err := fmt.Fprintf(w, "%s is not held as a mutex or fair_mutex (found: %s): nothing released\n", quote(name), strings.Join(kinds, ", "))
-		return err
+		return fmt.Errorf("%w: %s is not held as a mutex or fair_mutex (found: %s): nothing released", errNothing, quote(name), strings.Join(kinds, ", "))
 	}
 	for _, s := range heldOnly(before, refs) {
 		for _, h := range s.Holders {
