@@ -88,6 +88,10 @@ func run(out io.Writer, workers, rounds int) ([]lockReport, error) {
 			return nil, err
 		}
 		defer rc.Close()
+		if i == 0 {
+			// After every Client is closed: leave nothing behind.
+			defer exredis.Forget(context.Background(), rc, prefix+":*")
+		}
 		// Lock names are off by default in the telemetry (they can be
 		// unbounded); these three are fixed, so record them.
 		obs := dsyncotel.NewObserver(dsyncotel.WithTracerProvider(tp), dsyncotel.WithLockNames(true))

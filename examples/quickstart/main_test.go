@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/dsync/dsync/internal/redistest"
 )
 
 // The README's first command must work on a fresh machine: with no
@@ -15,5 +17,18 @@ func TestQuickstart(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "= 100 (want 100)") {
 		t.Fatalf("unexpected output:\n%s", out.String())
+	}
+}
+
+// On a real Redis the example leaves no key behind.
+func TestQuickstartLeavesNoKeys(t *testing.T) {
+	s := redistest.Start(t)
+	t.Setenv("REDIS_ADDR", s.Addr)
+	var out strings.Builder
+	if err := run(&out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if n, err := s.Do(t, "DBSIZE").AsInt64(); err != nil || n != 0 {
+		t.Fatalf("%d keys left behind (%v)", n, err)
 	}
 }

@@ -108,12 +108,16 @@ func run(w io.Writer) (*FencedStore, error) {
 	// Two Clients, as two processes would have. A short lease makes the
 	// holder notice the loss within lease/3.
 	var clients []*dsync.Client
-	for range 2 {
+	for i := range 2 {
 		rc, err := srv.Client()
 		if err != nil {
 			return nil, err
 		}
 		defer rc.Close()
+		if i == 0 {
+			// After every Client is closed: leave nothing behind.
+			defer exredis.Forget(context.Background(), rc, prefix+":*")
+		}
 		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(600*time.Millisecond))
 		if err != nil {
 			return nil, err

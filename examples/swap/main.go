@@ -125,6 +125,7 @@ func run(out io.Writer, procs, transfers int) error {
 		return err
 	}
 	defer rc.Close()
+	defer exredis.Forget(context.Background(), rc, prefix+"*") // the accounts and the locks
 	st := redisStore{rc, prefix}
 	st.set("a", total)
 	st.set("b", 0)

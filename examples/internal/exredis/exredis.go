@@ -4,6 +4,7 @@
 package exredis
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -55,4 +56,27 @@ func (s *Server) Describe() string {
 		return "embedded miniredis (set REDIS_ADDR to use a real Redis)"
 	}
 	return "Redis at " + s.Addr
+}
+
+// Forget deletes the keys matching each glob pattern (SCAN, then DEL), so
+// that an example run against a real Redis leaves nothing behind.
+func Forget(ctx context.Context, rc rueidis.Client, patterns ...string) error {
+	for _, p := range patterns {
+		var cursor uint64
+		for {
+			e, err := rc.Do(ctx, rc.B().Scan().Cursor(cursor).Match(p).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("cleaning up %s: %w", p, err)
+			}
+			if len(e.Elements) > 0 {
+				if err := rc.Do(ctx, rc.B().Del().Key(e.Elements...).Build()).Error(); err != nil {
+					return fmt.Errorf("cleaning up %s: %w", p, err)
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
 }
