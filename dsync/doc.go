@@ -48,9 +48,16 @@
 // ended by its context returns an error for which errors.Is(err, ctx.Err())
 // holds, by the deadline plus a few tens of milliseconds, and leaves nothing
 // behind in Redis: an acquisition whose reply the wait gave up on is undone
-// in the background (for an owner the caller supplied, exactly that attempt:
-// its script records a grant in a marker key kept for one lease, so the
-// owner's holds through other Clients are untouched); only if Redis cannot
+// in the background, exactly. For an owner made for the call, the undo
+// first marks the attempt undone (a key kept a minute), so that an acquire
+// still on its way to Redis (rueidis may send it on another connection)
+// does nothing when it arrives, then releases whatever that owner holds;
+// the acquire only checks the mark, so a successful acquisition writes no
+// extra key. For an owner the caller supplied, the acquire records its
+// grant in a marker key (deleted once the reply arrives), and the undo takes
+// back exactly that attempt, leaving the owner's holds through other
+// Clients untouched. A Semaphore's Acquire is undone by its waiter id in the
+// same way. Only if Redis cannot
 // be reached then does it stay, until its lease runs out. Waiters do not poll: a release
 // publishes a message and waiters wake on it; if a message is lost, a waiter
 // looks again after at most the holder's remaining lease or lease/3,

@@ -54,12 +54,16 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		slot:   func(string) string { return key },
 		ch:     func(owner string) string { return wch + owner },
 		queues: true,
-		step: func(ctx context.Context, owner string, try bool, marker string) ([]int64, error) {
+		step: func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error) {
 			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
+			if check {
+				args = append(args, "check")
+			}
 			return c.execAcquire(ctx, &f.q.lc, scripts.FairAcquire, withMarker(keys, marker), args)
 		},
-		base: key,
-		undo: scripts.FairUndo,
+		base:      key,
+		undo:      scripts.FairUndo,
+		undoFresh: scripts.FairUndoFresh,
 		leave: func(ctx context.Context, owner string) error {
 			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
 		},
@@ -134,10 +138,12 @@ type qlock struct {
 
 	// step makes one attempt: {1|2, token} held, {0, ms} look again within
 	// ms. With a marker (an extra key) the script records a grant in it, so
-	// that undo can take back exactly that attempt (see undoAttempt).
-	step         func(ctx context.Context, owner string, try bool, marker string) ([]int64, error)
+	// that undo can take back exactly that attempt (see undoAttempt); with
+	// check, it only checks the marker (an owner made for the call).
+	step         func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error)
 	base         string       // the lock's key, to name attempt markers
 	undo         *rueidis.Lua // release behind an attempt marker
+	undoFresh    *rueidis.Lua // mark, then release: for an owner made for the call
 	leave        func(ctx context.Context, owner string) error
 	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
 	retryRelease bool // the release script makes a retried release a no-op
@@ -428,14 +434,18 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	}()
 	// An owner the caller supplied may hold the lock through another Client
 	// too: an attempt marker lets a lost reply be undone exactly.
-	var marker string
-	if !freshOwner(ctx) {
+	// An owner made for this call holds nothing else: its undo marks the
+	// attempt undone, so an acquire arriving later does nothing, and
+	// releases what the owner holds; the acquire only checks the mark.
+	fresh := freshOwner(ctx)
+	marker := q.base + ":x:" + owner
+	if !fresh {
 		marker = q.base + ":a:" + c.attemptID()
 	}
 	for attempts = 1; ; attempts++ {
 		w.drain()
 		sentAt = time.Now()
-		v, err := q.step(ctx, owner, try, marker)
+		v, err := q.step(ctx, owner, try, marker, fresh)
 		if err == nil && len(v) != 2 {
 			err = errors.New("dsync: unexpected reply from the acquire script")
 		}
@@ -445,19 +455,28 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 				// without the replicas' acknowledgement: undo it.
 				queued = queued || (q.queues && !try)
 				notSynced := errors.Is(err, ErrNotReplicated)
+				undo := q.undo
+				if fresh {
+					undo = q.undoFresh
+				}
 				switch {
 				case notSynced && len(v) == 2 && v[0] == 1:
 					_, _ = q.releaseRedis(ctx, owner, uint64(v[1]))
-				case marker != "" && notSynced:
-					q.undoAttempt(ctx, owner, marker)
-				case marker != "":
+				case notSynced:
+					q.undoAttempt(ctx, undo, owner, marker)
+				default:
 					// Exact, so it can run in the background: the call
 					// returns by its deadline even if the caller acquires
-					// again at once.
-					c.background(func(bctx context.Context) { q.undoAttempt(bctx, owner, marker) })
-				default:
-					// An owner made for this call holds nothing else.
-					_, _ = q.releaseRedis(ctx, owner, 0)
+					// again at once. Once the attempt is marked undone no
+					// late acquire can queue the owner, so leaving the
+					// queue again after it is final.
+					queues := q.queues && !try && q.leave != nil
+					c.background(func(bctx context.Context) {
+						q.undoAttempt(bctx, undo, owner, marker)
+						if queues {
+							_ = q.leave(bctx, owner)
+						}
+					})
 				}
 			}
 			if err := ctxErr(ctx); err != nil {
@@ -469,7 +488,9 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			return nil, sentAt, attempts, ownErr(err)
 		}
 		if v[0] != 0 {
-			c.dropMarker(marker)
+			if !fresh {
+				c.dropMarker(marker)
+			}
 			return v, sentAt, attempts, nil
 		}
 		if try {
@@ -486,12 +507,13 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 }
 
 // undoAttempt releases what the attempt with marker acquired, if its script
-// ran, and nothing otherwise. It can be repeated.
-func (q *qlock) undoAttempt(ctx context.Context, owner, marker string) {
+// ran, and nothing otherwise, with undo (q.undo or q.undoFresh). It can be
+// repeated.
+func (q *qlock) undoAttempt(ctx context.Context, undo *rueidis.Lua, owner, marker string) {
 	_, e := q.release(owner, 0)
 	keys := withMarker(e.Keys, marker)
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return q.c.lua(q.undo).Exec(ctx, q.c.rc, keys, e.Args).Error()
+		return q.c.lua(undo).Exec(ctx, q.c.rc, keys, e.Args).Error()
 	})
 }
 

@@ -686,6 +686,17 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 	return code, idempotent(ctx, call)
 }
 
+// undoFresh undoes an acquisition by an owner made for that one call: it
+// marks the attempt undone, then releases what the owner holds. It can be
+// repeated.
+func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
+	keys := withMarker(m.relKeys, mark)
+	args := []string{owner, "0", m.markArg, "0"}
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
+	})
+}
+
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
@@ -710,7 +721,15 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	var marker string
-	if !freshOwner(ctx) {
+	fresh := freshOwner(ctx)
+	if fresh {
+		// An owner made for this call holds nothing else, so its undo
+		// releases whatever it holds; the mark only makes an acquire that
+		// arrives after the undo a no-op. The acquire checks it and never
+		// writes it: a successful acquisition leaves no key.
+		marker = m.key + ":x:" + owner
+		args = append(args, "check")
+	} else {
 		marker = m.key + ":a:" + c.attemptID()
 	}
 	keys := withMarker(m.keys, marker)
@@ -739,18 +758,17 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 					// Acquired, not synced: undone by its token before the
 					// call returns, as ErrNotReplicated says.
 					_, _ = m.release(ctx, owner, uint64(vals[1])+uint64(m.block)-1, uint64(vals[1]))
-				case marker != "":
+				case fresh:
+					// An owner made for this call alone holds nothing else:
+					// mark the attempt undone, then release it. Exact, so
+					// it runs in the background and the call returns by
+					// its deadline.
+					c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker) })
+				default:
 					// The script may have run with its reply lost (or was a
 					// re-entry replicas did not acknowledge): undo exactly
-					// this attempt, whatever else the owner holds. Exact,
-					// so it can run in the background (the call returns by
-					// its deadline) even if the caller acquires again.
+					// this attempt, whatever else the owner holds.
 					c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
-				default:
-					// An owner made for this call alone holds nothing else:
-					// released in the background, so the call returns by
-					// its deadline.
-					c.background(func(bctx context.Context) { _, _ = m.release(bctx, owner, 0, 0) })
 				}
 			}
 			if err := ctxErr(ctx); err != nil {
@@ -762,7 +780,9 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 			return nil, false, attempt, ownErr(err)
 		}
 		if vals[0] != 0 {
-			c.dropMarker(marker)
+			if !fresh {
+				c.dropMarker(marker)
+			}
 			h := m.newHold(owner, uint64(vals[1]))
 			if vals[0] == 1 {
 				h.rToken = h.token + uint64(m.block) - 1

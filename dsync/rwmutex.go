@@ -85,11 +85,14 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			},
 		}
 		lease := q.lease()
-		q.step = func(ctx context.Context, owner string, try bool, marker string) ([]int64, error) {
+		q.step = func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error) {
 			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch}
+			if check {
+				args = append(args, "check")
+			}
 			return c.execAcquire(ctx, &q.lc, scripts.RWAcquire, withMarker(keys, marker), args)
 		}
-		q.base, q.undo = key, scripts.RWUndo
+		q.base, q.undo, q.undoFresh = key, scripts.RWUndo, scripts.RWUndoFresh
 		if mode == "write" {
 			// One write hold per owner and Client; "\x00" keeps these slot
 			// keys apart from every real key.

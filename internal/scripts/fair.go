@@ -22,4 +22,7 @@ var (
 	FairLeave   = newScript(fairLibSrc + fairLeaveSrc)
 	// FairUndo is FairRelease behind an attempt marker (mutex_undo.lua).
 	FairUndo = newScript(fairLibSrc + mutexUndoSrc + fairReleaseSrc)
+	// FairUndoFresh is FairRelease behind a fresh owner's mark
+	// (mutex_undo_fresh.lua).
+	FairUndoFresh = newScript(fairLibSrc + mutexUndoFreshSrc + fairReleaseSrc)
 )

@@ -59,13 +59,15 @@ end
 
 -- Attempt markers (see mutex_acquire.lua): undone(k) reports that the undo
 -- of this attempt ran first; granted(k, lease, r) records a grant and
--- returns the reply r.
+-- returns the reply r. When the last ARGV is "check", the marker is only
+-- checked, never written: the owner was made for this one call, and its
+-- undo releases whatever the owner holds (mutex_undo_fresh.lua).
 local function undone(k)
   return k ~= nil and redis.call('exists', k) == 1
 end
 
 local function granted(k, lease, r)
-  if k then
+  if k and ARGV[#ARGV] ~= 'check' then
     redis.call('set', k, '1', 'px', lease)
   end
   return r

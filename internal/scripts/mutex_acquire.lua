@@ -11,7 +11,10 @@
 -- it on another connection), it left the marker "x": then do nothing.
 -- ARGV[1] owner, ARGV[2] lease in ms, ARGV[3] tokens to reserve (>= 1): the
 -- value records the last of them, so the acquiring Client can hand the lock
--- on inside its process with the others, without a round trip
+-- on inside its process with the others, without a round trip;
+-- ARGV[4] "check" when KEYS[2] is only checked, never set: for an owner
+-- made for this one call, whose undo (mutex_undo_fresh.lua) releases
+-- whatever the owner holds and needs no record of the grant
 -- Reply: {1, token} acquired (token is the first reserved); {2, token}
 -- re-entered (the owner already held it through another Client; the
 -- recorded token); {0, pttl} held by another owner.
@@ -24,7 +27,7 @@ if v then
   local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
   if o == ARGV[1] then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1), 'px', ARGV[2])
-    if KEYS[2] then
+    if KEYS[2] and ARGV[4] ~= 'check' then
       redis.call('set', KEYS[2], '1', 'px', ARGV[2])
     end
     return {2, tonumber(t)}
@@ -45,7 +48,7 @@ local now = redis.call('time')
 local tok = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 local last = tok + tonumber(ARGV[3]) - 1
 redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
-if KEYS[2] then
+if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end
 return {1, tok}

@@ -23,4 +23,6 @@ var (
 	RWLeave   = newScript(fairLibSrc + rwLibSrc + rwLeaveSrc)
 	// RWUndo is RWRelease behind an attempt marker (mutex_undo.lua).
 	RWUndo = newScript(fairLibSrc + rwLibSrc + mutexUndoSrc + rwReleaseSrc)
+	// RWUndoFresh is RWRelease behind a fresh owner's mark.
+	RWUndoFresh = newScript(fairLibSrc + rwLibSrc + mutexUndoFreshSrc + rwReleaseSrc)
 )

@@ -25,6 +25,8 @@ var (
 	mutexRenewManySrc string
 	//go:embed mutex_undo.lua
 	mutexUndoSrc string
+	//go:embed mutex_undo_fresh.lua
+	mutexUndoFreshSrc string
 )
 
 // Scripts run through EVALSHA with an EVAL fallback; the SHA-1 is computed by
@@ -37,6 +39,9 @@ var (
 	// MutexUndo releases an acquisition whose reply was lost only if the
 	// acquire script ran (its attempt marker is there).
 	MutexUndo = newScript(mutexUndoSrc + mutexReleaseSrc)
+	// MutexUndoFresh undoes an acquisition by an owner made for one call:
+	// mark first, then release whatever the owner holds.
+	MutexUndoFresh = newScript(mutexUndoFreshSrc + mutexReleaseSrc)
 	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in a
 	// cluster).
 	MutexRenewMany = newScript(mutexRenewManySrc)

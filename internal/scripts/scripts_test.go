@@ -267,3 +267,52 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 		t.Fatalf("next token %d: want above the last used %d and from the clock, not past the block's end", b[1], a[1]+2)
 	}
 }
+
+// TestMutexUndoFresh: for an owner made for one call, the acquire only
+// checks its mark (no key is written on a grant), and the undo marks then
+// releases: before the acquire arrives it makes the acquire a no-op, after
+// it it releases the grant.
+func TestMutexUndoFresh(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, ch := "p:{f}:mutex", "p:{f}:mutex:ch"
+	acq := func(owner string) []int64 {
+		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner, "10000", "1", "check"}))
+	}
+	undo := func(owner string) {
+		if err := scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, ch, key + ":x:" + owner}, []string{owner, "0", "60000", "0"}).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(k string) bool {
+		n, err := rc.Do(ctx, rc.B().Exists().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	// Acquire first, then the undo: released.
+	if r := acq("A"); r[0] != 1 {
+		t.Fatalf("acquire = %v", r)
+	}
+	if exists(key + ":x:A") {
+		t.Fatal("a grant in check mode wrote the mark")
+	}
+	undo("A")
+	if r := acq("B"); r[0] != 1 {
+		t.Fatalf("after the undo the lock is free: %v", r)
+	}
+	// The undo first (B still holds), then the late acquire: a no-op, even
+	// once the lock is free.
+	undo("C")
+	if r := num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"B", "0", "60000", "0"})); r != 1 {
+		t.Fatalf("B's release = %d", r)
+	}
+	if r := acq("C"); r[0] != 0 {
+		t.Fatalf("a late acquire after its undo = %v, want a no-op", r)
+	}
+	if v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString(); len(v) > 0 && v[0] != '-' {
+		t.Fatalf("lock value %q after a no-op acquire, want free", v)
+	}
+}

@@ -1,0 +1,75 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+)
+
+// A wait ended by its context leaves nothing behind, for an owner made for
+// the call too: with deadlines from 10 µs to 5 ms on a free lock, another
+// Client gets the lock within 500 ms of every cancelled call's return. The
+// undo used to be a plain release, which could reach Redis before the
+// abandoned acquire and release nothing, leaving the lock held for a
+// lease.
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	type locker interface {
+		LockContext(context.Context) (context.Context, error)
+		TryLockContext(context.Context) (context.Context, bool, error)
+		UnlockContext(context.Context) error
+	}
+	c := newClient(t)
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	for _, tc := range []struct {
+		name      string
+		mine, his locker
+	}{
+		{"Mutex", c.NewMutex("undo"), other.NewMutex("undo")},
+		{"FairMutex", c.NewFairMutex("undo"), other.NewFairMutex("undo")},
+		{"RWMutex", c.NewRWMutex("undo"), other.NewRWMutex("undo")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const tries = 3000
+			cancelled := 0
+			for i := 0; i < tries; i++ {
+				d := time.Duration(10+(i%500)*10) * time.Microsecond
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				l, err := tc.mine.LockContext(ctx)
+				cancel()
+				if err == nil {
+					if err := tc.mine.UnlockContext(l); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("try %d: %v", i, err)
+				}
+				cancelled++
+				returned := time.Now()
+				var got context.Context
+				waitFor(t, 500*time.Millisecond, "the lock to be free again", func() bool {
+					l, ok, err := tc.his.TryLockContext(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = l
+					return ok
+				})
+				if d := time.Since(returned); d > 500*time.Millisecond {
+					t.Fatalf("try %d: the lock was free only %v after the cancelled call returned", i, d)
+				}
+				if err := tc.his.UnlockContext(got); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("%d of %d calls ended by their deadline", cancelled, tries)
+			if cancelled == 0 {
+				t.Fatal("no call was cancelled: the test proves nothing")
+			}
+		})
+	}
+}
