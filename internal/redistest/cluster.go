@@ -503,10 +503,20 @@ func (st *Sentinel) Failover(d time.Duration) (*Server, error) {
 	if old == st.Replica {
 		next = st.Master
 	}
-	if err := do(st.Sentinels[0].Addr, "SENTINEL", "FAILOVER", MasterSet).Error(); err != nil {
-		return nil, err
-	}
 	deadline := time.Now().Add(d)
+	// A sentinel refuses with NOGOODSLAVE until it has seen the replica
+	// linked to the master in a recent INFO; that is a matter of time
+	// right after start-up, so ask again until it accepts.
+	for {
+		err := do(st.Sentinels[0].Addr, "SENTINEL", "FAILOVER", MasterSet).Error()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "NOGOODSLAVE") || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for {
 		cur, err := st.CurrentMaster()
 		if role, rerr := Role(next); err == nil && rerr == nil && cur == next && role == "master" {
