@@ -151,10 +151,13 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 		}
 	}
 	start := time.Now()
-	val, tok, sentAt, attempts, err := o.begin(ctx, owner, lease)
+	call := c.attemptID() // names this Do call's run, for its exact undo
+	val, tok, sentAt, attempts, err := o.begin(ctx, owner, call, lease)
 	var h *hold
+	var mark string
 	if tok != 0 {
-		h = o.newHold(owner, tok)
+		mark = owner + " " + strconv.FormatUint(tok, 10) + " " + call
+		h = o.newHold(owner, tok, mark)
 	}
 	if obs.AcquireDone != nil {
 		e := AcquireDone{Lock: info, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
@@ -166,15 +169,15 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if h == nil {
 		return val, wrapErr(KindOnce, o.name, err)
 	}
-	return o.runF(ctx, h, sentAt, lease, f)
+	return o.runF(ctx, h, mark, sentAt, lease, f)
 }
 
 // begin waits until f is done (it returns the stored result) or this owner
 // may run it (it returns the run's token and when the run began).
-func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (val string, tok uint64, sentAt time.Time, attempts int, err error) {
+func (o *Once) begin(ctx context.Context, owner, call string, lease time.Duration) (val string, tok uint64, sentAt time.Time, attempts int, err error) {
 	c := o.c
-	keys := []string{o.state, o.run}
-	args := []string{owner, leaseMS(lease)}
+	keys := []string{o.state, o.run, o.run + ":undone"}
+	args := []string{owner, leaseMS(lease), call}
 	w := wakeup{c: c, ch: o.ch}
 	defer w.close()
 	for attempt := 1; ; attempt++ {
@@ -196,8 +199,11 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 			} else {
 				err = ownErr(err)
 			}
-			// A lost reply may hide a started run: its marker lapses
-			// unrenewed within one lease.
+			// A lost reply may hide a started run: undo this call exactly
+			// (its run, if it started; a begin still on its way does
+			// nothing), in the background so the call returns by its
+			// deadline.
+			c.background(func(bctx context.Context) { o.undo(bctx, call) })
 			return "", 0, sentAt, attempt, err
 		}
 		switch code {
@@ -226,19 +232,26 @@ func (o *Once) begin(ctx context.Context, owner string, lease time.Duration) (va
 // state key names the Once across Clients of one prefix.
 type onceRunKey struct{ state string }
 
-// marker is the running marker's value for hold h.
-func marker(h *hold) string { return h.owner + " " + strconv.FormatUint(h.token, 10) }
+// undo takes back the Do call named call (once_undo.lua): its run, if its
+// begin started one, and any begin of it still on its way.
+func (o *Once) undo(ctx context.Context, call string) {
+	keys := []string{o.state, o.run, o.run + ":undone", o.ch}
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return o.c.lua(scripts.OnceUndo).Exec(ctx, o.c.rc, keys, []string{call, leaseMS(o.c.cfg.lease)}).Error()
+	})
+}
 
-// newHold makes the hold of a run: its lease is the running marker's.
-func (o *Once) newHold(owner string, tok uint64) *hold {
+// newHold makes the hold of a run whose running marker is mark ("<owner>
+// <token> <call>"): its lease is the marker's.
+func (o *Once) newHold(owner string, tok uint64, mark string) *hold {
 	c := o.c
 	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
 	h.watchdog = o.lc.leaseTime == 0
-	renewKeys, renewArgs := []string{o.run}, []string{marker(h), leaseMS(c.cfg.lease)}
+	renewKeys, renewArgs := []string{o.run}, []string{mark, leaseMS(c.cfg.lease)}
 	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
 		return scripts.OnceRenew, rueidis.LuaExec{Keys: renewKeys, Args: renewArgs}
 	}
-	endKeys, endArgs := []string{o.state, o.run, o.ch}, []string{marker(h), "fail", ""}
+	endKeys, endArgs := []string{o.state, o.run, o.ch}, []string{mark, "fail", ""}
 	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
 		return scripts.OnceEnd, rueidis.LuaExec{Keys: endKeys, Args: endArgs}
 	}
@@ -246,9 +259,8 @@ func (o *Once) newHold(owner string, tok uint64) *hold {
 }
 
 // runF runs f under hold h of the running marker and records the outcome.
-func (o *Once) runF(ctx context.Context, h *hold, sentAt time.Time, lease time.Duration,
+func (o *Once) runF(ctx context.Context, h *hold, mark string, sentAt time.Time, lease time.Duration,
 	f func(context.Context) (string, error)) (val string, err error) {
-	mark := marker(h)
 	if !h.track(sentAt, lease) {
 		o.end(ctx, mark, "fail", "")
 		return "", ErrClosed

@@ -75,7 +75,7 @@ elseif layout == 'once' then
   done = redis.call('hget', KEYS[1], 'done') and '1' or '0'
   local v = redis.call('get', KEYS[2])
   if v then
-    local o, tk = string.match(v, '^(%S+) (%d+)$')
+    local o, tk = string.match(v, '^(%S+) (%d+)')
     if o then holder(o, 1, tk, redis.call('pttl', KEYS[2]), 1) end
   end
 elseif layout == 'wg' then

@@ -2,7 +2,7 @@
 -- turn after a failure. Either way the waiters are woken.
 --
 -- KEYS[1] state hash, KEYS[2] run key, KEYS[3] wakeup channel
--- ARGV[1] "<owner> <token>", ARGV[2] "ok" or "fail", ARGV[3] result
+-- ARGV[1] "<owner> <token> <call>", ARGV[2] "ok" or "fail", ARGV[3] result
 -- Reply: {1} recorded; {2, val} already done by another run (its value);
 -- {0} this run had lost its lease and another run holds it: nothing changed.
 if redis.call('hget', KEYS[1], 'done') then

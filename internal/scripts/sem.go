@@ -22,6 +22,8 @@ var (
 	onceEndSrc string
 	//go:embed once_renew.lua
 	onceRenewSrc string
+	//go:embed once_undo.lua
+	onceUndoSrc string
 	//go:embed wg_add.lua
 	wgAddSrc string
 )
@@ -34,5 +36,6 @@ var (
 	OnceBegin    = newScript(onceBeginSrc)
 	OnceEnd      = newScript(onceEndSrc)
 	OnceRenew    = newScript(onceRenewSrc)
+	OnceUndo     = newScript(onceUndoSrc)
 	WaitGroupAdd = newScript(wgAddSrc)
 )

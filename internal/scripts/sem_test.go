@@ -241,10 +241,15 @@ func TestOnceScripts(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	keys := []string{"p:{o}:once", "p:{o}:once:run"}
-	endKeys := append(keys, "p:{o}:once:ch")
+	keys := []string{"p:{o}:once", "p:{o}:once:run", "p:{o}:once:run:undone"}
+	endKeys := []string{keys[0], keys[1], "p:{o}:once:ch"}
+	calls := 0
+	lastCall := ""
+	// begin starts a Do call of owner; lastCall is its call id.
 	begin := func(owner string) []rueidis.RedisMessage {
-		r, err := scripts.OnceBegin.Exec(ctx, rc, keys, []string{owner, "10000"}).ToArray()
+		calls++
+		lastCall = "call" + strconv.Itoa(calls)
+		r, err := scripts.OnceBegin.Exec(ctx, rc, keys, []string{owner, "10000", lastCall}).ToArray()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +273,7 @@ func TestOnceScripts(t *testing.T) {
 	if code(r, 0) != 1 {
 		t.Fatalf("begin A = %v", r)
 	}
-	markA := "A " + strconv.FormatInt(code(r, 1), 10)
+	markA := "A " + strconv.FormatInt(code(r, 1), 10) + " " + lastCall
 	if r := begin("B"); code(r, 0) != 0 || code(r, 1) <= 0 {
 		t.Fatalf("begin B while A runs = %v", r)
 	}
@@ -291,7 +296,7 @@ func TestOnceScripts(t *testing.T) {
 	if code(r, 0) != 1 || tokB <= tokA {
 		t.Fatalf("begin B = %v, want {1, token > %d}", r, tokA)
 	}
-	markB := "B " + strconv.FormatInt(tokB, 10)
+	markB := "B " + strconv.FormatInt(tokB, 10) + " " + lastCall
 	// A stale end by A changes nothing.
 	if r := end(markA, "ok", `"stale"`); code(r, 0) != 0 {
 		t.Fatalf("stale end = %v", r)
@@ -309,6 +314,48 @@ func TestOnceScripts(t *testing.T) {
 	}
 	if v, _ := r[1].ToString(); v != `"v"` {
 		t.Fatalf("stored value %q", v)
+	}
+}
+
+// TestOnceUndo: the undo of a Do call ends exactly its run, and makes a
+// begin of that call arriving later a no-op.
+func TestOnceUndo(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	keys := []string{"p:{u}:once", "p:{u}:once:run", "p:{u}:once:run:undone"}
+	undoKeys := []string{keys[0], keys[1], keys[2], "p:{u}:once:ch"}
+	begin := func(owner, call string) int64 {
+		v, err := scripts.OnceBegin.Exec(ctx, rc, keys, []string{owner, "10000", call}).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[0]
+	}
+	undo := func(call string) int64 {
+		n, err := scripts.OnceUndo.Exec(ctx, rc, undoKeys, []string{call, "10000"}).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if c := begin("O", "c1"); c != 1 {
+		t.Fatalf("begin c1 = %d", c)
+	}
+	if n := undo("c2"); n != 0 {
+		t.Fatal("the undo of another call ended c1's run")
+	}
+	if c := begin("O", "c3"); c != 0 {
+		t.Fatalf("begin while c1 runs = %d, want 0", c)
+	}
+	if n := undo("c1"); n != 1 {
+		t.Fatal("the undo of c1 did not end its run")
+	}
+	if c := begin("O", "c1"); c != 0 {
+		t.Fatalf("a late begin of the undone c1 = %d, want a no-op", c)
+	}
+	if c := begin("P", "c4"); c != 1 {
+		t.Fatalf("begin after the undo = %d, want the run", c)
 	}
 }
 
