@@ -24,9 +24,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// The commands dsync needs: the connection handshake, the scripts (and
-// what they call), and pub/sub for wakeups.
-const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +pexpire +pttl +time +publish +subscribe +unsubscribe"
+// The commands a Mutex needs: the connection handshake, the scripts (and
+// what they call: EXISTS checks an attempt's undo mark, DEL drops a
+// caller-supplied owner's attempt marker), and pub/sub for wakeups.
+const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +exists +del +pexpire +pttl +time +publish +subscribe +unsubscribe"
 
 // Security: a user restricted to the prefix's keys and channels runs the
 // Mutex (acquire, renewal, contention with wakeups, release); a user
