@@ -256,17 +256,19 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 	return st, true, nil
 }
 
-// ForceUnlock releases the Mutex and the FairMutex called name, whoever
-// holds them, and wakes their waiters. It is the operator's last resort for
+// ForceUnlock releases every primitive called name, whoever holds it, and
+// wakes its waiters: the Mutex and FairMutex holders, every RWMutex hold
+// (write and read), every Semaphore permit, a running Once run (its result,
+// if any, is not recorded; a waiter runs f next), and it resets a WaitGroup
+// counter to zero (every Wait returns). It is the operator's last resort for
 // a holder that is stuck but still renewing (a holder that died frees the
 // lock by itself when its lease runs out): the holder's next renewal finds
 // the hold gone and cancels its lock context with ErrLockLost, but until
 // then it may still act as the holder, so only fencing tokens protect the
-// data it writes. The fencing sequence continues after a forced release.
+// data it writes. The fencing sequences continue after a forced release.
 //
-// ForceUnlock returns the locks it released; none, and no error, when
-// nothing was held. It does not touch the other primitives of that name
-// (RWMutex, Semaphore, Once), whose holders' leases are their way out.
+// ForceUnlock returns the primitives it released; none, and no error, when
+// nothing was held.
 func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error) {
 	if err := c.checkCall(ctx, checkName(name)); err != nil {
 		return nil, err
@@ -288,8 +290,34 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 			out = append(out, LockRef{Kind: l.kind, Name: name})
 		}
 	}
+	rw := c.lockKey("rw", name)
+	sem := c.lockKey("sem", name)
+	wg := c.lockKey("wg", name)
+	for _, f := range []struct {
+		kind       Kind
+		script     *rueidis.Lua
+		keys, args []string
+	}{
+		{KindRWMutex, scripts.ForceRW, []string{rw, rw + ":readers", rw + ":queue", rw + ":places", rw + ":rwait", rw + ":radmit"}, []string{rw + ":r", rw + ":w:"}},
+		{KindSemaphore, scripts.ForceSem, []string{sem, sem + ":holders", sem + ":permits", sem + ":queue", sem + ":want", sem + ":qexp", sem + ":undone"}, []string{sem + ":w:"}},
+		{KindOnce, scripts.ForceOther, onceKeys(c.lockKey("once", name)), []string{"once"}},
+		{KindOnce, scripts.ForceOther, onceKeys(c.lockKey("oncevalue", name)), []string{"once"}},
+		{KindWaitGroup, scripts.ForceOther, []string{wg, wg + ":ch", wg + ":gen"}, []string{"wg"}},
+	} {
+		got, err := c.lua(f.script).Exec(ctx, c.rc, f.keys, f.args).AsStrSlice()
+		if err != nil {
+			return out, wrapErr(f.kind, name, err)
+		}
+		if len(got) > 0 {
+			out = append(out, LockRef{Kind: f.kind, Name: name})
+		}
+	}
 	return out, nil
 }
+
+// onceKeys are the run key and the wakeup channel of the Once with state
+// key base.
+func onceKeys(base string) []string { return []string{base + ":run", base + ":ch"} }
 
 // kindOfPart maps the kind's part of a key back to the Kind.
 var kindOfPart = map[string]Kind{

@@ -372,3 +372,79 @@ func TestInspectOnceAndWaitGroup(t *testing.T) {
 		t.Errorf("WaitGroup counter = %d, want 3", st.Counter)
 	}
 }
+
+// ForceUnlock covers every primitive that can be held: each holder's lock
+// context ends with ErrLockLost at its next renewal, waiters get in, a
+// running Once's waiter runs f, and a WaitGroup's Waits return.
+func TestForceUnlockEveryPrimitive(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	c := newClient(t, dsync.WithLease(lease))
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)), dsync.WithLease(lease))
+	ctx := ctxT(t)
+	name := "stuck"
+	wl, err := c.NewRWMutex(name).LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := c.NewSemaphore(name, 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := make(chan context.Context, 1)
+	go c.NewOnce(name).Do(ctx, func(fctx context.Context) error {
+		running <- fctx
+		<-fctx.Done() // stuck until its run is taken away
+		return fctx.Err()
+	})
+	ol := <-running
+	if err := c.NewWaitGroup(name).Add(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- other.NewWaitGroup(name).Wait(ctx) }()
+
+	refs, err := c.ForceUnlock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[dsync.Kind]bool{}
+	for _, r := range refs {
+		kinds[r.Kind] = true
+	}
+	for _, k := range []dsync.Kind{dsync.KindRWMutex, dsync.KindSemaphore, dsync.KindOnce, dsync.KindWaitGroup} {
+		if !kinds[k] {
+			t.Errorf("ForceUnlock did not release the %s: %v", k, refs)
+		}
+	}
+	for what, l := range map[string]context.Context{"rw write": wl, "semaphore": sl, "once run": ol} {
+		select {
+		case <-l.Done():
+			if !errors.Is(context.Cause(l), dsync.ErrLockLost) {
+				t.Errorf("%s ended with %v, want ErrLockLost", what, context.Cause(l))
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("%s holder not told within 2s", what)
+		}
+	}
+	if _, ok, err := other.NewRWMutex(name).TryLockContext(ctx); err != nil || !ok {
+		t.Errorf("rw mutex after ForceUnlock: %v %v", ok, err)
+	}
+	if _, ok, err := other.NewSemaphore(name, 2).TryAcquire(ctx, 2); err != nil || !ok {
+		t.Errorf("semaphore after ForceUnlock: %v %v", ok, err)
+	}
+	ran := false
+	if err := other.NewOnce(name).Do(ctx, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Errorf("once after ForceUnlock: ran %v, %v", ran, err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("Wait after the reset = %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("Wait not released by the WaitGroup reset")
+	}
+	if refs, err := c.ForceUnlock(ctx, "never-held"); err != nil || len(refs) != 0 {
+		t.Errorf("ForceUnlock of nothing = %v, %v", refs, err)
+	}
+}

@@ -39,7 +39,7 @@ Commands:
   inspect NAME              holders, fencing tokens, leases and waiters of every lock called NAME
   list [PATTERN]            lock names matching a glob (SCAN, never KEYS)
   watch NAME                print the state of NAME each time it changes, until interrupted
-  unlock --force --yes NAME release NAME whoever holds it and wake its waiters
+  unlock --force --yes NAME release every hold of NAME (any primitive) and wake its waiters
 
 Flags (before or after the command):
   --addr ADDR          Redis address (env REDIS_ADDR; default 127.0.0.1:6379)
@@ -55,7 +55,7 @@ Flags (before or after the command):
   -h, --help           this help; after a command, the command's help
 
 Exit status: 0 done, 1 error (Redis unreachable, refused, no such lock),
-2 bad usage, 3 nothing to do (unlock found nothing it could release).
+2 bad usage, 3 nothing to do (unlock found nothing held).
 `
 
 var commandHelp = map[string]string{
@@ -80,11 +80,13 @@ until interrupted (Ctrl-C). It looks every --interval.
 `,
 	"unlock": `dsync unlock --force --yes NAME
 
-Releases the Mutex or FairMutex called NAME whoever holds it, and wakes its
-waiters. The holder may still be working: it finds its lock context
-cancelled at its next renewal. Both flags are required. Exit status 3 if
-nothing could be released (not held, or only held as a primitive whose
-holders are freed by their leases).
+Releases every primitive called NAME whoever holds it, and wakes its
+waiters: Mutex and FairMutex holders, every RWMutex hold (write and read),
+every Semaphore permit, a running Once (its result is not recorded; a
+waiter runs it next); a WaitGroup's counter is reset to zero, so its Waits
+return. A holder may still be working: it finds its lock context cancelled
+at its next renewal. Both flags are required. Exit status 3 if nothing was
+held.
 `,
 }
 
@@ -374,21 +376,27 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 	if err != nil {
 		return err
 	}
-	if o.json {
-		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs))})
-	}
 	if len(refs) == 0 {
 		var kinds []string
 		for _, s := range before {
 			kinds = append(kinds, string(s.Kind))
 		}
-		// Only a Mutex or FairMutex can be forced; the other primitives'
-		// holders are freed by their leases.
-		return fmt.Errorf("%w: %s is not held as a mutex or fair_mutex (found: %s): nothing released", errNothing, quote(name), strings.Join(kinds, ", "))
+		return fmt.Errorf("%w: %s is not held (found: %s): nothing released", errNothing, quote(name), strings.Join(kinds, ", "))
+	}
+	if o.json {
+		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs))})
 	}
 	for _, s := range heldOnly(before, refs) {
+		if s.Kind == dsync.KindWaitGroup {
+			fmt.Fprintf(w, "reset wait_group %s from counter %d to 0; its waiters were woken\n", quote(name), s.Counter)
+			continue
+		}
 		for _, h := range s.Holders {
-			fmt.Fprintf(w, "released %s %s held by %s (token %d); its waiters were woken\n", s.Kind, quote(name), h.Owner, h.Token)
+			what := "held"
+			if s.Kind == dsync.KindSemaphore {
+				what = fmt.Sprintf("%d permits held", h.Permits)
+			}
+			fmt.Fprintf(w, "released %s %s %s by %s (token %d); its waiters were woken\n", s.Kind, quote(name), what, h.Owner, h.Token)
 		}
 	}
 	return nil
