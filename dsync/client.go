@@ -76,6 +76,9 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	if cfg.name == "" {
+		cfg.name = processName()
+	}
 	c := &Client{
 		rc:      rc,
 		cfg:     cfg,
@@ -83,7 +86,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		done:    make(chan struct{}),
 		holds:   make(map[*hold]struct{}),
 		mutexes: make(map[string]*mutexState),
-		id:      newOwnerID()[:16] + "-",
+		id:      newID()[:16] + "-",
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)

@@ -239,7 +239,7 @@ func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	if err := c.checkCall(ctx, q.err); err != nil {
 		return nil, false, err
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	if q.rwRead != "" {
 		if base, ok := ctx.Value(rwBase{q.rwRead}).(context.Context); ok {
 			if o, _ := OwnerOf(base); o == owner {
@@ -257,7 +257,7 @@ func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	start := time.Now()
 	lctx, h, reentered, attempts, err := q.acquire(ctx, owner, try)
 	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: q.info, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
+		e := AcquireDone{Lock: q.info, Owner: owner, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
 		if h != nil {
 			e.Token, e.Hold = h.token, h.id
 		}

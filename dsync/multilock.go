@@ -104,7 +104,7 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 	if len(ml.members) == 0 {
 		return nil, fmt.Errorf("%w: MultiLock without members", ErrInvalidArgument)
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, processName())
 	mh := &multiHold{}
 	for _, l := range ml.members {
 		lctx, err := l.LockContext(ctx)

@@ -221,7 +221,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	if err := c.checkCall(ctx, m.err); err != nil {
 		return nil, false, err
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	obs := c.cfg.observer
 	info := m.lockInfo()
 	octx := ctx
@@ -233,7 +233,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	start := time.Now()
 	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, try)
 	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
+		e := AcquireDone{Lock: info, Owner: owner, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
 		if h != nil {
 			e.Token, e.Hold = h.token, h.id
 		}

@@ -66,6 +66,7 @@ type AcquireDone struct {
 	Attempts  int           // acquisition scripts sent to Redis
 	Token     uint64        // fencing token, when acquired
 	Hold      uint64        // identifies the hold in Released and Lost
+	Owner     string        // the owner that acquired or waited ("<name>/<random>", see WithOwner)
 }
 
 // Released describes the end of a hold by release.

@@ -137,7 +137,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if ctx.Value(onceRunKey{o.state}) != nil {
 		return "", fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	lease := o.lc.leaseTime
 	if lease == 0 {
 		lease = c.cfg.lease
@@ -160,7 +160,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 		h = o.newHold(owner, tok, mark)
 	}
 	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
+		e := AcquireDone{Lock: info, Owner: owner, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
 		if h != nil {
 			e.Token, e.Hold = h.token, h.id
 		}

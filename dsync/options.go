@@ -35,6 +35,7 @@ type config struct {
 	observer Observer
 	logger   *slog.Logger
 	handoffs int
+	name     string // owners' readable prefix; processName() if empty
 }
 
 func defaultConfig() config {
@@ -88,6 +89,15 @@ func WithLogger(l *slog.Logger) Option {
 			c.logger = l
 		}
 	}
+}
+
+// WithClientName names the Client: the owners it makes for calls that
+// bring none read "<name>/<random>", so Inspect, the CLI and the observer's
+// spans show which Client holds or waits. The default is "<host>:<pid>".
+// Spaces, control characters, '/', '{' and '}' become '_', and the name is
+// cut at 64 bytes.
+func WithClientName(name string) Option {
+	return func(c *config) { c.name = ownerName(name) }
 }
 
 // WithMaxLocalHandoffs sets how many consecutive in-process handoffs of one

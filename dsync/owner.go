@@ -5,6 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
 )
 
 type ownerKey struct{}
@@ -23,8 +28,13 @@ type ownerVal struct {
 // from crypto/rand, so no other client can guess it and release or renew a
 // lock it does not hold. Acquisitions made with contexts carrying the same
 // owner re-enter each other's locks.
+//
+// An owner reads "<name>/<32 hex digits>", where name says who made it, so
+// that Inspect and the CLI show which process holds a lock: for WithOwner,
+// "<host>:<pid>"; for an owner a Client makes for a call that brings none,
+// the Client's name (WithClientName, by default "<host>:<pid>" too).
 func WithOwner(ctx context.Context) context.Context {
-	return withOwnerVal(ctx, ownerVal{id: newOwnerID()})
+	return withOwnerVal(ctx, ownerVal{id: newOwnerID(processName())})
 }
 
 // OwnerOf returns the owner ctx carries, if any.
@@ -84,18 +94,58 @@ func (c *ownerCtx) String() string {
 	return "dsync.WithOwner"
 }
 
-func newOwnerID() string {
+// newID returns 128 random bits in hex.
+func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return hex.EncodeToString(b[:])
 }
 
-// ownerFrom returns the owner ctx carries, adding a fresh one if it has none.
-func ownerFrom(ctx context.Context) (context.Context, string) {
+// newOwnerID returns "<name>/<newID>", built in one allocation.
+func newOwnerID(name string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var sb strings.Builder
+	sb.Grow(len(name) + 1 + hex.EncodedLen(len(b)))
+	sb.WriteString(name)
+	sb.WriteByte('/')
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	sb.Write(h[:])
+	return sb.String()
+}
+
+// processName is the default name of owners: "<host>:<pid>".
+var processName = sync.OnceValue(func() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	return ownerName(host + ":" + strconv.Itoa(os.Getpid()))
+})
+
+// ownerName makes name fit in an owner: scripts split values on spaces,
+// and a brace could look like a hash tag, so spaces, control characters,
+// '/', '{' and '}' become '_'; it is cut at 64 bytes.
+func ownerName(name string) string {
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || r == 0x7f || r == '/' || r == '{' || r == '}' || unicode.IsSpace(r) {
+			return '_'
+		}
+		return r
+	}, name)
+}
+
+// ownerFrom returns the owner ctx carries, adding a fresh one named name if
+// it has none.
+func ownerFrom(ctx context.Context, name string) (context.Context, string) {
 	if id, ok := OwnerOf(ctx); ok {
 		return ctx, id
 	}
-	id := newOwnerID()
+	id := newOwnerID(name)
 	return withOwnerVal(ctx, ownerVal{id: id, fresh: true}), id
 }
 

@@ -113,7 +113,7 @@ func (rl *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 	if err := rl.check(ctx); err != nil {
 		return nil, err
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, processName())
 	for {
 		lctx, ok, err := rl.round(ctx, owner)
 		if ok || err != nil {
@@ -137,7 +137,7 @@ func (rl *RedLock) TryLockContext(ctx context.Context) (context.Context, bool, e
 	if err := rl.check(ctx); err != nil {
 		return nil, false, err
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, processName())
 	return rl.round(ctx, owner)
 }
 

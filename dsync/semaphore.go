@@ -242,7 +242,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 	if err := s.check(n); err != nil {
 		return nil, false, err
 	}
-	ctx, owner := ownerFrom(ctx)
+	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	info := Lock{Kind: KindSemaphore, Name: s.name, N: n}
 	obs := c.cfg.observer
 	octx := ctx
@@ -258,7 +258,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 		lctx = h.newCtx(ctx)
 	}
 	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Try: try, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
+		e := AcquireDone{Lock: info, Owner: owner, Try: try, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
 		if h != nil {
 			e.Token, e.Hold = h.token, h.id
 		}
@@ -275,7 +275,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
 	c := s.c
 	lease := s.lease()
-	waiter := newOwnerID()
+	waiter := newID()
 	mode := "wait"
 	if try {
 		mode = "try"

@@ -2,6 +2,8 @@ package dsync_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +76,40 @@ func TestFixedLeaseLockContextDeadline(t *testing.T) {
 		if err := x.m.UnlockContext(x.l); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Owners say who made them: "<client name>/<random>", the name from
+// WithClientName (made safe for the scripts) or "<host>:<pid>"; Inspect
+// shows it, so a holder can be traced to its process.
+func TestClientNameInOwners(t *testing.T) {
+	c := newClient(t, dsync.WithClientName("worker 7/a{b}"))
+	ctx := ctxT(t)
+	l, err := c.NewMutex("named").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := dsync.OwnerOf(l)
+	if !strings.HasPrefix(owner, "worker_7_a_b_/") || len(owner) != len("worker_7_a_b_/")+32 {
+		t.Fatalf("owner %q, want worker_7_a_b_/ and 32 hex digits", owner)
+	}
+	st := inspectKind(t, c, "named", dsync.KindMutex)
+	if len(st.Holders) != 1 || st.Holders[0].Owner != owner {
+		t.Fatalf("Inspect holders %+v, want %s", st.Holders, owner)
+	}
+	host, _ := os.Hostname()
+	want := host + ":" + strconv.Itoa(os.Getpid()) + "/"
+	if o, _ := dsync.OwnerOf(dsync.WithOwner(ctx)); !strings.HasPrefix(o, want) {
+		t.Fatalf("WithOwner owner %q, want the prefix %q", o, want)
+	}
+	l2, err := newClient(t).NewMutex("unnamed").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := dsync.OwnerOf(l2); !strings.HasPrefix(o, want) {
+		t.Fatalf("default Client's owner %q, want the prefix %q", o, want)
+	}
+	if err := c.NewMutex("named").UnlockContext(l); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,8 +16,10 @@
 // wait ends, and carries the attributes dsync.lock.kind, dsync.lock.mode
 // (when the primitive has modes), dsync.lock.permits, dsync.lock.try,
 // dsync.lock.outcome (acquired, not_acquired, cancelled or error),
-// dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.reentered
-// and, when acquired, dsync.lock.fencing_token. A failed outcome (cancelled
+// dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.reentered,
+// dsync.lock.owner (the owner, "<client name>/<random>": the name tells
+// which process or Client waited or holds; see dsync.WithClientName) and,
+// when acquired, dsync.lock.fencing_token. A failed outcome (cancelled
 // or error) also carries the semantic-convention attribute error.type (the
 // dsync or context sentinel the error matches, e.g.
 // context.DeadlineExceeded or dsync.ErrClosed, else _OTHER), on the span

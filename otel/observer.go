@@ -24,7 +24,8 @@ const (
 	KeyAttempts     = attribute.Key("dsync.lock.attempts")
 	KeyReentered    = attribute.Key("dsync.lock.reentered")
 	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
-	KeyEnd          = attribute.Key("dsync.lock.end") // released or lost, on hold durations
+	KeyOwner        = attribute.Key("dsync.lock.owner") // "<client name>/<random>", on acquire spans
+	KeyEnd          = attribute.Key("dsync.lock.end")   // released or lost, on hold durations
 
 	// Semantic-convention attributes: error.type on failed acquisitions
 	// (spans and metrics) and renewal failures, with exception.message on
@@ -223,6 +224,10 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 
 	span := trace.SpanFromContext(ctx)
 	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
+	if e.Owner != "" {
+		// On spans only: owners are unbounded, metrics must not carry them.
+		attrs = append(attrs, KeyOwner.String(e.Owner))
+	}
 	if e.Acquired {
 		attrs = append(attrs, KeyFencingToken.Int64(int64(e.Token)))
 	}

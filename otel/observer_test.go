@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -551,5 +552,35 @@ func TestObserverHistogramBucketsAndErrorType(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("no data points for %s", name)
 		}
+	}
+}
+
+// The acquire span names the owner, "<client name>/<random>", so a trace
+// shows which Client waited or holds.
+func TestObserverOwnerAttribute(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	c := client(t, s, newPrefix(), tel.observer(), dsync.WithClientName("billing-7"))
+	l, err := c.NewMutex("o").LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := dsync.OwnerOf(l)
+	if err := c.NewMutex("o").UnlockContext(l); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sp := range tel.spans.Ended() {
+		if sp.Name() != "dsync.mutex.acquire" {
+			continue
+		}
+		for _, kv := range sp.Attributes() {
+			if kv.Key == dsyncotel.KeyOwner && kv.Value.AsString() == owner && strings.HasPrefix(owner, "billing-7/") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no acquire span with %s = %s", dsyncotel.KeyOwner, owner)
 	}
 }
