@@ -371,3 +371,39 @@ func TestCLIAuth(t *testing.T) {
 		}
 	}
 }
+
+// --tls-ca and --tls-server-name against a redis-server listening with TLS
+// and a test-made CA: the command works with the CA, and fails (exit 1)
+// without it or with a wrong server name.
+func TestCLITLS(t *testing.T) {
+	redistest.Require(t)
+	s, tlsAddr, ca := redistest.StartTLS(t)
+	ctx := context.Background()
+	c, err := dsync.NewClient(s.Client(t), dsync.WithKeyPrefix("tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	lctx, err := c.NewMutex("secure").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.NewMutex("secure").UnlockContext(lctx)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--addr", tlsAddr, "--tls-ca", ca, "--prefix", "tls", "inspect", "secure"}, 0, "mutex secure"},
+		{[]string{"--addr", tlsAddr, "--tls-ca", ca, "--tls-server-name", "127.0.0.1", "--prefix", "tls", "list"}, 0, "secure"},
+		{[]string{"--addr", tlsAddr, "--tls", "--timeout", "2s", "--prefix", "tls", "list"}, 1, "certificate"},
+		{[]string{"--addr", tlsAddr, "--tls-ca", ca, "--tls-server-name", "elsewhere.example", "--timeout", "2s", "list"}, 1, "certificate"},
+	} {
+		var out, errb syncBuffer
+		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
+		text := out.String() + errb.String()
+		if code != tc.code || !strings.Contains(text, tc.want) {
+			t.Errorf("%v: exit %d, output %q; want %d and %q", tc.args, code, text, tc.code, tc.want)
+		}
+	}
+}
