@@ -19,7 +19,8 @@
 //	--password PASS      password (env REDIS_PASSWORD; prefer the variable)
 //	--prefix PREFIX      dsync key prefix (default "dsync")
 //	--json               machine-readable output
-//	--interval D         poll interval of watch (default 250ms)
+//	--interval D         poll interval of watch (default 250ms); with keyspace
+//	                     notifications on the server, watch is woken by them
 //	--timeout D          bound on connecting and on each command (default 5s)
 //	-h, --help           help, on standard output
 //

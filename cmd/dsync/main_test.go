@@ -407,3 +407,41 @@ func TestCLITLS(t *testing.T) {
 		}
 	}
 }
+
+// With keyspace notifications on the server, watch is woken by them: with
+// an hour-long poll interval it still prints every change at once.
+func TestCLIWatchKeyspace(t *testing.T) {
+	redistest.Require(t)
+	s := redistest.Start(t, "--notify-keyspace-events", "KA")
+	c, err := dsync.NewClient(s.Client(t), dsync.WithKeyPrefix("ks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--addr", s.Addr, "--prefix", "ks", "--interval", "1h", "watch", "w"}, func(string) string { return "" }, &out, &errb)
+	}()
+	waitFor(t, 5*time.Second, "the empty state", func() bool { return strings.Contains(out.String(), "(no lock named w)") })
+	waitFor(t, 5*time.Second, "the keyspace subscription", func() bool {
+		n, err := s.Do(t, "PUBSUB", "NUMPAT").AsInt64()
+		return err == nil && n > 0
+	})
+	m := c.NewMutex("w")
+	lctx, err := m.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the holder, woken by a notification", func() bool { return strings.Contains(out.String(), "holder  "+ownerOf(lctx)) })
+	if err := m.UnlockContext(lctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the release, woken by a notification", func() bool { return strings.Contains(out.String(), "free (last fencing token") })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("watch ended with %d: %s", code, errb.String())
+	}
+}

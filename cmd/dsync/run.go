@@ -50,7 +50,7 @@ Flags (before or after the command):
   --tls-server-name N  name to check the server's certificate against (implies --tls)
   --prefix PREFIX      dsync key prefix (default "dsync")
   --json               machine-readable output
-  --interval D         poll interval of watch (default 250ms)
+  --interval D         poll interval of watch (default 250ms; with keyspace notifications a fallback)
   --timeout D          bound on connecting and on each command (default 5s)
   -h, --help           this help; after a command, the command's help
 
@@ -76,7 +76,9 @@ removed while it runs.
 	"watch": `dsync watch NAME
 
 Prints the state of NAME (as inspect does) and again each time it changes,
-until interrupted (Ctrl-C). It looks every --interval.
+until interrupted (Ctrl-C). When the server sends keyspace notifications
+(notify-keyspace-events with K and an event class, e.g. "KA"), a change
+wakes it at once; it also looks every --interval, for what sends none.
 `,
 	"unlock": `dsync unlock --force --yes NAME
 
@@ -199,7 +201,7 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		// holder, so it is never the default and never a single flag.
 		return fmt.Errorf("%w: refusing to unlock %q: it releases the lock whoever holds it, and the holder may still be working; pass --force --yes", errUsage, pos[0])
 	}
-	c, closeAll, err := connect(ctx, o)
+	c, rc, closeAll, err := connect(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -214,13 +216,13 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		return list(ctx, c, o, pattern, stdout)
 	case "watch":
-		return watch(ctx, c, o, pos[0], stdout)
+		return watch(ctx, c, rc, o, pos[0], stdout)
 	default:
 		return unlock(ctx, c, o, pos[0], stdout)
 	}
 }
 
-func connect(ctx context.Context, o options) (*dsync.Client, func(), error) {
+func connect(ctx context.Context, o options) (*dsync.Client, rueidis.Client, func(), error) {
 	opt := rueidis.ClientOption{
 		InitAddress:  []string{o.addr},
 		Username:     o.user,
@@ -233,11 +235,11 @@ func connect(ctx context.Context, o options) (*dsync.Client, func(), error) {
 		if o.tlsCA != "" {
 			pem, err := os.ReadFile(o.tlsCA)
 			if err != nil {
-				return nil, nil, fmt.Errorf("reading --tls-ca: %w", err)
+				return nil, nil, nil, fmt.Errorf("reading --tls-ca: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", o.tlsCA)
+				return nil, nil, nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", o.tlsCA)
 			}
 			opt.TLSConfig.RootCAs = pool
 		}
@@ -245,17 +247,17 @@ func connect(ctx context.Context, o options) (*dsync.Client, func(), error) {
 	rc, err := rueidis.NewClient(opt)
 	if _, ok := rueidis.IsRedisErr(err); ok {
 		// Reached, but refused: a wrong user or password, mostly.
-		return nil, nil, fmt.Errorf("redis at %s refused the connection: %w", o.addr, err)
+		return nil, nil, nil, fmt.Errorf("redis at %s refused the connection: %w", o.addr, err)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", o.addr, err)
+		return nil, nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", o.addr, err)
 	}
 	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(o.prefix))
 	if err != nil {
 		rc.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, func() { c.Close(); rc.Close() }, nil
+	return c, rc, func() { c.Close(); rc.Close() }, nil
 }
 
 func inspect(ctx context.Context, c *dsync.Client, o options, name string, w io.Writer) error {
@@ -308,9 +310,13 @@ func list(ctx context.Context, c *dsync.Client, o options, pattern string, w io.
 // watch polls Inspect and prints the state each time it changes. Polling,
 // rather than the wakeup channels, also sees acquisitions and queue
 // changes, which publish nothing.
-func watch(ctx context.Context, c *dsync.Client, o options, name string, w io.Writer) error {
+func watch(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, name string, w io.Writer) error {
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
+	// With keyspace notifications on the server, a change of any key under
+	// the prefix wakes the watch at once, and polling stays only as a
+	// fallback for what sends no event; without them, it polls.
+	changed := keyspaceEvents(ctx, rc, o.prefix)
 	last := "\x00"
 	for {
 		states, err := inspectCtx(ctx, c, o, name)
@@ -343,8 +349,44 @@ func watch(ctx context.Context, c *dsync.Client, o options, name string, w io.Wr
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-changed:
 		}
 	}
+}
+
+// keyspaceEvents returns a channel that receives (coalesced) when a key
+// under prefix changes, if the server sends keyspace notifications
+// (notify-keyspace-events with K and some event class); otherwise nil,
+// which never receives.
+func keyspaceEvents(ctx context.Context, rc rueidis.Client, prefix string) <-chan struct{} {
+	conf, err := rc.Do(ctx, rc.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
+	flags := conf["notify-keyspace-events"]
+	if err != nil || !strings.Contains(flags, "K") || strings.Trim(flags, "KE") == "" {
+		return nil
+	}
+	ch := make(chan struct{}, 1)
+	pattern := "__keyspace@*__:" + globQuote(prefix) + ":*"
+	go func() {
+		_ = rc.Receive(ctx, rc.B().Psubscribe().Pattern(pattern).Build(), func(rueidis.PubSubMessage) {
+			select {
+			case ch <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		})
+	}()
+	return ch
+}
+
+// globQuote quotes the glob characters of s for PSUBSCRIBE.
+func globQuote(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // stable is the part of the states that a watcher wants to see change.
