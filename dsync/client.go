@@ -43,6 +43,8 @@ type Client struct {
 	mu      sync.Mutex
 	holds   map[*hold]struct{} // every hold of this Client, for Close
 	mutexes map[string]*mutexState
+	// peaks of the maps above, for compact
+	holdsPeak, mutexesPeak int
 
 	holdSeq atomic.Uint64
 
@@ -281,6 +283,29 @@ func (c *Client) background(f func(ctx context.Context)) {
 		defer cancel()
 		f(ctx)
 	}()
+}
+
+// compact returns m, or, when m is down to a quarter of its peak size and
+// that peak was large, a copy sized for what is left. Go maps never give
+// back the buckets of deleted entries: without this a burst of 100,000
+// locks would keep its maps' memory for the Client's life. Call it after
+// every insertion (it records the peak) and deletion; the copy costs O(n)
+// once per peak/4 deletions, so O(1) amortized.
+func compact[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	n := len(m)
+	if n > *peak {
+		*peak = n
+		return m
+	}
+	if *peak < 1024 || n > *peak/4 {
+		return m
+	}
+	fresh := make(map[K]V, n)
+	for k, v := range m {
+		fresh[k] = v
+	}
+	*peak = n
+	return fresh
 }
 
 // dropMarker deletes the attempt marker of an acquisition whose reply

@@ -103,6 +103,7 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 		return false
 	}
 	c.holds[h] = struct{}{}
+	c.holds = compact(c.holds, &c.holdsPeak)
 	c.timers.Add(1)
 	h.mu.Lock()
 	// A renewal that reached h before its clock started counts (renewed).
@@ -191,6 +192,7 @@ func (h *hold) end(cause error, lost bool) bool {
 	c := h.c
 	c.mu.Lock()
 	delete(c.holds, h)
+	c.holds = compact(c.holds, &c.holdsPeak)
 	c.mu.Unlock()
 	if h.watchdog {
 		c.renew.remove(h)

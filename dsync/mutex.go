@@ -296,6 +296,7 @@ func (c *Client) getMutex(key string) *mutexState {
 	if st == nil {
 		st = &mutexState{}
 		c.mutexes[key] = st
+		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
 	}
 	st.refs++
 	c.mu.Unlock()
@@ -306,6 +307,7 @@ func (c *Client) putMutex(key string, st *mutexState) {
 	c.mu.Lock()
 	if st.refs--; st.refs == 0 {
 		delete(c.mutexes, key)
+		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
 	}
 	c.mu.Unlock()
 }

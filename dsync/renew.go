@@ -19,6 +19,7 @@ type renewer struct {
 	c     *Client
 	mu    sync.Mutex
 	holds map[*hold]struct{}
+	peak  int // of holds, for compact
 }
 
 func newRenewer(c *Client) *renewer {
@@ -28,12 +29,14 @@ func newRenewer(c *Client) *renewer {
 func (r *renewer) add(h *hold) {
 	r.mu.Lock()
 	r.holds[h] = struct{}{}
+	r.holds = compact(r.holds, &r.peak)
 	r.mu.Unlock()
 }
 
 func (r *renewer) remove(h *hold) {
 	r.mu.Lock()
 	delete(r.holds, h)
+	r.holds = compact(r.holds, &r.peak)
 	r.mu.Unlock()
 }
 
