@@ -185,9 +185,12 @@ func TestFaultSecurityGuessedOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An owner is "<client name>/<128 random bits in hex>": the name says
+	// who made it, the random part is what no one can guess.
 	owner, _ := dsync.OwnerOf(l)
-	if b, err := hex.DecodeString(owner); err != nil || len(b) != 16 {
-		t.Fatalf("owner %q is not 128 bits of hex", owner)
+	slash := strings.LastIndexByte(owner, '/')
+	if b, err := hex.DecodeString(owner[slash+1:]); err != nil || len(b) != 16 {
+		t.Fatalf("owner %q does not end in 128 bits of hex", owner)
 	}
 	attacker := newDsync(t, srv.Addr, prefix, time.Second).NewMutex("g")
 	seen := map[string]bool{owner: true}
@@ -212,7 +215,8 @@ func TestFaultSecurityGuessedOwner(t *testing.T) {
 	}
 	key, ch := prefix+":{g}:mutex", prefix+":{g}:mutex:ch"
 	tok := strconv.FormatUint(tokenOf(l), 10)
-	for _, g := range []string{owner[:31] + flip(owner[31]), owner[:16], owner + " ", "-", "", ".*"} {
+	last := len(owner) - 1
+	for _, g := range []string{owner[:last] + flip(owner[last]), owner[:slash+17], owner[slash+1:], owner + " ", "-", "", ".*"} {
 		if n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, tok, "1000").AsInt64(); err != nil || n != 0 {
 			t.Fatalf("release script as owner %q = %d, %v; want 0", g, n, err)
 		}
