@@ -14,7 +14,7 @@ import (
 // Client gets the lock within 500 ms of every cancelled call's return. The
 // undo used to be a plain release, which could reach Redis before the
 // abandoned acquire and release nothing, leaving the lock held for a
-// lease.
+// lease; a Semaphore (size 1 here) had no undo at all.
 func TestCancelledAcquireLeavesNothing(t *testing.T) {
 	type locker interface {
 		LockContext(context.Context) (context.Context, error)
@@ -30,6 +30,7 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 		{"Mutex", c.NewMutex("undo"), other.NewMutex("undo")},
 		{"FairMutex", c.NewFairMutex("undo"), other.NewFairMutex("undo")},
 		{"RWMutex", c.NewRWMutex("undo"), other.NewRWMutex("undo")},
+		{"Semaphore", semLocker{c.NewSemaphore("undo", 1)}, semLocker{other.NewSemaphore("undo", 1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const tries = 3000
@@ -73,6 +74,19 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// semLocker is a Semaphore taken one permit at a time, as a lock.
+type semLocker struct{ s *dsync.Semaphore }
+
+func (l semLocker) LockContext(ctx context.Context) (context.Context, error) {
+	return l.s.Acquire(ctx, 1)
+}
+
+func (l semLocker) TryLockContext(ctx context.Context) (context.Context, bool, error) {
+	return l.s.TryAcquire(ctx, 1)
+}
+
+func (l semLocker) UnlockContext(ctx context.Context) error { return l.s.Release(ctx, 1) }
 
 // The same for Once: a Do whose begin reply was abandoned used to leave its
 // running marker for a lease, so every other caller waited that long. Now

@@ -21,8 +21,9 @@ import (
 )
 
 // redisServer is a redis-server process on a free loopback port, without
-// persistence, with DEBUG enabled for local connections. internal/redistest
-// cannot be imported from this module, hence this small copy.
+// persistence, with DEBUG enabled for local connections. It predates this
+// module's use of internal/redistest (which it can import: the TLS test's
+// certificates come from there); folding the two is left to do.
 type redisServer struct {
 	Addr string
 	Port int

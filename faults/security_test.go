@@ -2,16 +2,9 @@ package faults
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
 )
 
@@ -91,7 +85,7 @@ func TestFaultSecurityACL(t *testing.T) {
 // certificates the test makes.
 func TestFaultSecurityTLS(t *testing.T) {
 	dir := t.TempDir()
-	pool := writeCerts(t, dir)
+	pool := redistest.WriteCerts(t, dir)
 	port := freePort(t)
 	s := &redisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, args: []string{
 		"--tls-port", strconv.Itoa(port), "--tls-cert-file", filepath.Join(dir, "server.crt"),
@@ -133,45 +127,6 @@ func TestFaultSecurityTLS(t *testing.T) {
 		}
 	}
 	t.Logf("(j) TLS: lock, contention and release over --tls-port with test-made certificates")
-}
-
-// writeCerts writes a CA and a server certificate for 127.0.0.1 to dir.
-func writeCerts(t *testing.T, dir string) *x509.CertPool {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dsync test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	for name, blk := range map[string]*pem.Block{
-		"ca.crt": {Type: "CERTIFICATE", Bytes: caDER}, "server.crt": {Type: "CERTIFICATE", Bytes: der},
-		"server.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(blk), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	return pool
 }
 
 // Security: owner IDs are 128 random bits, and no other owner, guessed or

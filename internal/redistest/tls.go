@@ -24,7 +24,7 @@ import (
 func StartTLS(tb testing.TB) (s *Server, tlsAddr, caFile string) {
 	tb.Helper()
 	dir := tb.TempDir()
-	writeCerts(tb, dir)
+	WriteCerts(tb, dir)
 	port, err := freePort()
 	if err != nil {
 		tb.Fatal(err)
@@ -35,9 +35,9 @@ func StartTLS(tb testing.TB) (s *Server, tlsAddr, caFile string) {
 	return s, "127.0.0.1:" + strconv.Itoa(port), filepath.Join(dir, "ca.crt")
 }
 
-// writeCerts writes ca.crt, server.crt and server.key (for 127.0.0.1,
-// valid for an hour) to dir.
-func writeCerts(tb testing.TB, dir string) {
+// WriteCerts writes ca.crt, server.crt and server.key (for 127.0.0.1,
+// valid for an hour) to dir, and returns a pool holding the CA.
+func WriteCerts(tb testing.TB, dir string) *x509.CertPool {
 	tb.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -82,4 +82,7 @@ func writeCerts(tb testing.TB, dir string) {
 			tb.Fatal(err)
 		}
 	}
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	return pool
 }
