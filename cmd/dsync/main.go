@@ -5,6 +5,7 @@
 //	dsync [flags] inspect NAME          holders, fencing tokens, leases, queue
 //	dsync [flags] list [PATTERN]        lock names matching a glob (SCAN, never KEYS)
 //	dsync [flags] watch NAME            print each change until interrupted
+//	dsync [flags] top [PATTERN]         the most contended locks, refreshed every --interval
 //	dsync [flags] unlock --force --yes NAME
 //	                                    release NAME whoever holds it and wake its waiters
 //	dsync help [COMMAND]                the help, of all or of one command
@@ -22,6 +23,7 @@
 //	--interval D         poll interval of watch (default 250ms); with keyspace
 //	                     notifications on the server, watch is woken by them
 //	--timeout D          bound on connecting and on each command (default 5s)
+//	--limit N            rows shown by top (default 20)
 //	-h, --help           help, on standard output
 //
 // The exit status is 0 when the command did what it says, 1 on an error

@@ -445,3 +445,55 @@ func TestCLIWatchKeyspace(t *testing.T) {
 		t.Errorf("watch ended with %d: %s", code, errb.String())
 	}
 }
+
+// top lists the locks with the most waiters first, with their holders and
+// the age of the oldest hold.
+func TestCLITop(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	// A FairMutex held with two waiters queued in Redis, and a free Mutex.
+	held, err := c.NewFairMutex("busy").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		go c.NewFairMutex("busy").LockContext(wctx)
+	}
+	l, err := c.NewMutex("calm").LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NewMutex("calm").UnlockContext(l); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "two queued waiters", func() bool {
+		code, out, _ := e.run(ctx, "--json", "inspect", "busy")
+		return code == 0 && strings.Count(out, `"owner"`) >= 3
+	})
+	tctx, stop := context.WithCancel(ctx)
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(tctx, []string{"--prefix", e.prefix, "--interval", "1h", "top"}, func(k string) string { return e.vars[k] }, &out, &errb)
+	}()
+	waitFor(t, 5*time.Second, "a snapshot", func() bool { return strings.Contains(out.String(), "calm") })
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("top exit %d: %s", code, errb.String())
+	}
+	t.Logf("dsync top:\n%s", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[2], "fair_mutex") || !strings.Contains(lines[2], "busy") {
+		t.Fatalf("top did not list the contended fair mutex first:\n%s", out.String())
+	}
+	if f := strings.Fields(lines[2]); len(f) < 5 || f[1] != "1" || f[2] != "2" || f[3] == "-" {
+		t.Errorf("busy row %q: want 1 holder, 2 waiters and a hold age", lines[2])
+	}
+	cancel()
+	if err := c.NewFairMutex("busy").UnlockContext(held); err != nil {
+		t.Fatal(err)
+	}
+}

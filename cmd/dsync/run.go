@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +41,7 @@ Commands:
   inspect NAME              holders, fencing tokens, leases and waiters of every lock called NAME
   list [PATTERN]            lock names matching a glob (SCAN, never KEYS)
   watch NAME                print the state of NAME each time it changes, until interrupted
+  top [PATTERN]             the most contended locks (waiters, holders, hold age), refreshed every --interval
   unlock --force --yes NAME release every hold of NAME (any primitive) and wake its waiters
 
 Flags (before or after the command):
@@ -52,6 +55,7 @@ Flags (before or after the command):
   --json               machine-readable output
   --interval D         poll interval of watch (default 250ms; with keyspace notifications a fallback)
   --timeout D          bound on connecting and on each command (default 5s)
+  --limit N            rows shown by top (default 20)
   -h, --help           this help; after a command, the command's help
 
 Exit status: 0 done, 1 error (Redis unreachable, refused, no such lock),
@@ -80,6 +84,16 @@ until interrupted (Ctrl-C). When the server sends keyspace notifications
 (notify-keyspace-events with K and an event class, e.g. "KA"), a change
 wakes it at once; it also looks every --interval, for what sends none.
 `,
+	"top": `dsync top [PATTERN]
+
+Lists the locks matching PATTERN (default all) with the most waiters first,
+then the most holders: kind, name, holders, waiters in Redis and how long
+the oldest holder has held (from its fencing token, which is the server
+clock in µs when it was minted). Refreshed every --interval (use a larger
+one on a big keyspace: each refresh SCANs the prefix), until interrupted;
+with --json, one JSON array per refresh. Shows at most --limit rows.
+Waiters of a Mutex queue inside their process and are not counted.
+`,
 	"unlock": `dsync unlock --force --yes NAME
 
 Releases every primitive called NAME whoever holds it, and wakes its
@@ -97,6 +111,7 @@ type options struct {
 	tlsCA, tlsServerName         string
 	tls, json, force, yes        bool
 	interval, timeout            time.Duration
+	limit                        int
 }
 
 // run is the whole command, apart from signals and the process exit, so
@@ -146,6 +161,7 @@ func parse(args []string, getenv func(string) string) (options, []string, error)
 	fs.BoolVar(&o.yes, "yes", false, "")
 	fs.DurationVar(&o.interval, "interval", 250*time.Millisecond, "")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "")
+	fs.IntVar(&o.limit, "limit", 20, "")
 	// Flags may come before or after the command and its arguments.
 	var pos []string
 	for {
@@ -188,13 +204,13 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		return errHelp
 	}
-	want := map[string][2]int{"inspect": {1, 1}, "list": {0, 1}, "watch": {1, 1}, "unlock": {1, 1}}
+	want := map[string][2]int{"inspect": {1, 1}, "list": {0, 1}, "watch": {1, 1}, "unlock": {1, 1}, "top": {0, 1}}
 	n, ok := want[cmd]
 	if !ok {
 		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 	}
 	if len(pos) < n[0] || len(pos) > n[1] {
-		return fmt.Errorf("%w: %s takes %s", errUsage, cmd, map[string]string{"inspect": "NAME", "list": "[PATTERN]", "watch": "NAME", "unlock": "NAME"}[cmd])
+		return fmt.Errorf("%w: %s takes %s", errUsage, cmd, map[string]string{"inspect": "NAME", "list": "[PATTERN]", "watch": "NAME", "unlock": "NAME", "top": "[PATTERN]"}[cmd])
 	}
 	if cmd == "unlock" && (!o.force || !o.yes) {
 		// Checked before connecting: a forced release can break a live
@@ -217,6 +233,12 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		return list(ctx, c, o, pattern, stdout)
 	case "watch":
 		return watch(ctx, c, rc, o, pos[0], stdout)
+	case "top":
+		pattern := ""
+		if len(pos) == 1 {
+			pattern = pos[0]
+		}
+		return top(ctx, c, rc, o, pattern, stdout)
 	default:
 		return unlock(ctx, c, o, pos[0], stdout)
 	}
@@ -352,6 +374,107 @@ func watch(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, n
 		case <-changed:
 		}
 	}
+}
+
+// topRow is one line of top.
+type topRow struct {
+	Kind    string  `json:"kind"`
+	Name    string  `json:"name"`
+	Holders int     `json:"holders"`
+	Waiters int     `json:"waiters"`
+	HeldFor float64 `json:"held_for_s"` // age of the oldest hold, seconds; 0 if free
+}
+
+// top prints the most contended locks under the prefix, refreshed every
+// --interval until interrupted.
+func top(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pattern string, w io.Writer) error {
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		rows, err := topRows(ctx, c, rc, o, pattern)
+		if ctx.Err() != nil {
+			return nil // interrupted: the normal end of top
+		}
+		if err != nil {
+			return err
+		}
+		if len(rows) > o.limit {
+			rows = rows[:o.limit]
+		}
+		if o.json {
+			if err := json.NewEncoder(w).Encode(rows); err != nil {
+				return err
+			}
+		} else {
+			var b strings.Builder
+			fmt.Fprintf(&b, "--- %s\n%-10s %7s %7s %10s  %s\n", time.Now().Format("15:04:05"), "KIND", "HOLDERS", "WAITERS", "HELD FOR", "NAME")
+			for _, r := range rows {
+				held := "-"
+				if r.Holders > 0 {
+					held = (time.Duration(r.HeldFor * float64(time.Second))).Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(&b, "%-10s %7d %7d %10s  %s\n", r.Kind, r.Holders, r.Waiters, held, quote(r.Name))
+			}
+			if _, err := io.WriteString(w, b.String()); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// topRows reads every lock matching pattern, most waiters first.
+func topRows(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pattern string) ([]topRow, error) {
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	refs, err := c.List(cctx, pattern)
+	if err != nil {
+		return nil, err
+	}
+	now, err := rc.Do(cctx, rc.B().Time().Build()).AsStrSlice()
+	if err != nil || len(now) != 2 {
+		return nil, fmt.Errorf("reading the server clock: %v", err)
+	}
+	sec, _ := strconv.ParseUint(now[0], 10, 64)
+	usec, _ := strconv.ParseUint(now[1], 10, 64)
+	nowUS := sec*1_000_000 + usec
+	seen := map[string]bool{}
+	var rows []topRow
+	for _, r := range refs {
+		if seen[r.Name] {
+			continue
+		}
+		seen[r.Name] = true
+		states, err := c.Inspect(cctx, r.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range states {
+			row := topRow{Kind: string(st.Kind), Name: st.Name, Holders: len(st.Holders), Waiters: len(st.Waiters)}
+			for _, h := range st.Holders {
+				// Tokens minted in Redis are the server clock in µs, or just
+				// above the last one: its age is the hold's, near enough.
+				if h.Token > 0 && h.Token <= nowUS {
+					row.HeldFor = max(row.HeldFor, float64(nowUS-h.Token)/1e6)
+				}
+			}
+			rows = append(rows, row)
+		}
+	}
+	slices.SortStableFunc(rows, func(a, b topRow) int {
+		if a.Waiters != b.Waiters {
+			return b.Waiters - a.Waiters
+		}
+		if a.Holders != b.Holders {
+			return b.Holders - a.Holders
+		}
+		return strings.Compare(a.Name+a.Kind, b.Name+b.Kind)
+	})
+	return rows, nil
 }
 
 // keyspaceEvents returns a channel that receives (coalesced) when a key
