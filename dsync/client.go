@@ -51,6 +51,9 @@ type Client struct {
 	// id and attemptSeq name acquisition attempts (see Client.attemptID).
 	id         string
 	attemptSeq atomic.Uint64
+	// ident names this Client where Redis records it as a whole (a Mutex's
+	// waiting count): "<client name>/<16 hex digits>".
+	ident string
 }
 
 // attemptID returns a name for one acquisition attempt, unique across
@@ -90,6 +93,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		mutexes: make(map[string]*mutexState),
 		id:      newID()[:16] + "-",
 	}
+	c.ident = cfg.name + "/" + c.id[:16]
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)

@@ -247,22 +247,9 @@ func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, erro
 			}
 		}
 	}
-	obs := c.cfg.observer
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: q.info, Try: try}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, q.info, owner, try)
 	lctx, h, reentered, attempts, err := q.acquire(ctx, owner, try)
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: q.info, Owner: owner, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
+	ob.done(h, reentered, attempts, err)
 	return lctx, h != nil, wrapErr(q.info.Kind, q.info.Name, err)
 }
 
@@ -318,6 +305,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 func (q *qlock) newHold(owner string, token uint64) *hold {
 	c := q.c
 	h := c.newHold(q.info, owner, token)
+	h.key = q.base
 	h.watchdog = q.lc.leaseTime == 0
 	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) { return q.renew(owner, token) }
 	h.release = func() (*rueidis.Lua, rueidis.LuaExec) { return q.release(owner, token) }
@@ -497,6 +485,7 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			return nil, sentAt, attempts, nil
 		}
 		queued = q.queues
+		c.blocked(ctx, q.info, q.base)
 		if w.subscribe(ctx) {
 			continue // look again: the wakeup may have come before the subscription
 		}

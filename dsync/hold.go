@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -44,6 +45,10 @@ type hold struct {
 	// Redis instead of a round trip (see Mutex.passOn).
 	rOwner string
 	rToken uint64
+	// key is the lock's key, which names its tag hash; tag, set when the
+	// observer tags holds (Observer.HoldTag), is this hold's.
+	key string
+	tag atomic.Pointer[string]
 
 	mu        sync.Mutex
 	succ      *hold     // the hold this one was handed to inside the Client, same hold in Redis
@@ -216,6 +221,7 @@ func (h *hold) end(cause error, lost bool) bool {
 		}
 		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
 	}
+	c.untag(h)
 	for i := len(cancels) - 1; i >= 0; i-- {
 		cancels[i](cause)
 	}

@@ -41,10 +41,12 @@ type Mutex struct {
 	lc   lockConfig
 
 	// Arguments computed once, so an acquisition does not rebuild them.
-	keys     []string // {key}
-	relKeys  []string // {key, ch}
-	leaseArg string   // lease of a new hold, in ms
-	markArg  string   // free-marker lifetime, in ms
+	keys    []string // {key}
+	relKeys []string // {key, ch}
+	wkey    string   // waiting count: waiting Client -> "<goroutines> <expiry ms>"
+
+	leaseArg string // lease of a new hold, in ms
+	markArg  string // free-marker lifetime, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
 	// this Client that need no round trip. 1 with a fixed lease, since each
@@ -63,6 +65,7 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name), lc: newLockConfig(opts)}
 	m.keys = []string{m.key}
 	m.relKeys = []string{m.key, m.ch}
+	m.wkey = key + ":waiting"
 	m.leaseArg = leaseMS(m.lease())
 	m.markArg = leaseMS(freeMarkerTTL)
 	m.block = 1
@@ -222,23 +225,9 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 		return nil, false, err
 	}
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
-	obs := c.cfg.observer
-	info := m.lockInfo()
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info, Try: try}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
 	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, try)
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Owner: owner, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
+	ob.done(h, reentered, attempts, err)
 	return lctx, h != nil, wrapErr(KindMutex, m.name, err)
 }
 
@@ -375,6 +364,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	} else {
 		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
 		st.queue = append(st.queue, w)
+		c.blockedBy(ctx, st.h)
 	}
 	st.mu.Unlock()
 	for {
@@ -394,7 +384,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, owner, try)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, try)
 			attempts += n
 			st.mu.Lock()
 			st.busy = false
@@ -626,6 +616,7 @@ func (m *Mutex) lease() time.Duration {
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {
 	h := m.c.newHold(m.lockInfo(), owner, token)
+	h.key = m.key
 	h.watchdog = m.lc.leaseTime == 0
 	h.ops = m
 	return h
@@ -688,6 +679,22 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 	return code, idempotent(ctx, call)
 }
 
+// unregister removes this Client's entry from m's waiting count when its
+// wait ends without the lock, unless another local waiter goes on waiting
+// (it registers at its next attempt, overwriting the entry).
+func (m *Mutex) unregister(st *mutexState) {
+	st.mu.Lock()
+	others := len(st.queue) > 0
+	st.mu.Unlock()
+	if others {
+		return
+	}
+	c := m.c
+	c.background(func(ctx context.Context) {
+		_ = c.rc.Do(ctx, c.rc.B().Hdel().Key(m.wkey).Field(c.ident).Build()).Error()
+	})
+}
+
 // undoFresh undoes an acquisition by an owner made for that one call: it
 // marks the attempt undone, then releases what the owner holds. It can be
 // repeated.
@@ -716,10 +723,14 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 //
 // reentered reports that the owner already held the lock through another
 // Client, so only the count in Redis grew.
-func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
+//
+// While it waits, each failed attempt registers the goroutines of this
+// Client that wait for m (the caller and st's queue) in the waiting hash,
+// for Inspect; the acquisition or the end of the wait removes the entry.
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	lease := m.lease()
-	args := []string{owner, m.leaseArg, m.blockArg}
+	args := []string{owner, m.leaseArg, m.blockArg, "set"}
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	var marker string
@@ -730,11 +741,20 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 		// arrives after the undo a no-op. The acquire checks it and never
 		// writes it: a successful acquisition leaves no key.
 		marker = m.key + ":x:" + owner
-		args = append(args, "check")
+		args[3] = "check"
 	} else {
 		marker = m.key + ":a:" + c.attemptID()
 	}
-	keys := withMarker(m.keys, marker)
+	keys := []string{m.key, marker, m.wkey}
+	registered := false
+	if !try {
+		args = append(args, c.ident, "1", "0")
+		defer func() {
+			if registered && h == nil {
+				m.unregister(st)
+			}
+		}()
+	}
 	var sub *subscription
 	live := false
 	defer func() { sub.close() }()
@@ -747,6 +767,14 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 	for attempt := 1; ; attempt++ {
 		if sub != nil {
 			sub.drain()
+		}
+		if !try {
+			st.mu.Lock()
+			args[5] = strconv.Itoa(1 + len(st.queue))
+			st.mu.Unlock()
+			if registered {
+				args[6] = "1"
+			}
 		}
 		sentAt := time.Now()
 		vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, keys, args) // WAIT with WithReplicaSync
@@ -798,6 +826,8 @@ func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *ho
 		if try {
 			return nil, false, attempt, nil
 		}
+		registered = true
+		c.blocked(ctx, m.lockInfo(), m.key)
 		if sub == nil || !live {
 			sub.close()
 			sub, live = c.notify.subscribe(ctx, m.ch)

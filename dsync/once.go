@@ -142,15 +142,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if lease == 0 {
 		lease = c.cfg.lease
 	}
-	info := Lock{Kind: KindOnce, Name: o.name, N: 1}
-	obs := c.cfg.observer
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, false)
 	call := c.attemptID() // names this Do call's run, for its exact undo
 	val, tok, sentAt, attempts, err := o.begin(ctx, owner, call, lease)
 	var h *hold
@@ -159,13 +151,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 		mark = owner + " " + strconv.FormatUint(tok, 10) + " " + call
 		h = o.newHold(owner, tok, mark)
 	}
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Owner: owner, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
+	ob.done(h, false, attempts, err)
 	if h == nil {
 		return val, wrapErr(KindOnce, o.name, err)
 	}
@@ -215,6 +201,7 @@ func (o *Once) begin(ctx context.Context, owner, call string, lease time.Duratio
 			return "", uint64(t), sentAt, attempt, err
 		}
 		pttl, _ := res[1].AsInt64()
+		c.blocked(ctx, Lock{Kind: KindOnce, Name: o.name, N: 1}, o.state)
 		if w.subscribe(ctx) {
 			continue // look again: the run may have ended before the subscription
 		}
@@ -246,6 +233,7 @@ func (o *Once) undo(ctx context.Context, call string) {
 func (o *Once) newHold(owner string, tok uint64, mark string) *hold {
 	c := o.c
 	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
+	h.key = o.state
 	h.watchdog = o.lc.leaseTime == 0
 	renewKeys, renewArgs := []string{o.run}, []string{mark, leaseMS(c.cfg.lease)}
 	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {

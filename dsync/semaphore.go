@@ -244,26 +244,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 	}
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	info := Lock{Kind: KindSemaphore, Name: s.name, N: n}
-	obs := c.cfg.observer
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info, Try: try}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, info, owner, try)
 	h, attempts, err := s.acquireRedis(ctx, owner, n, try)
 	var lctx context.Context
 	if h != nil {
 		lctx = h.newCtx(ctx)
 	}
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Owner: owner, Try: try, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
+	ob.done(h, false, attempts, err)
 	return lctx, h != nil, wrapErr(KindSemaphore, s.name, err)
 }
 
@@ -328,6 +315,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		if try {
 			return nil, attempt, nil
 		}
+		c.blocked(ctx, Lock{Kind: KindSemaphore, Name: s.name, N: n}, s.keys[0])
 		if w.subscribe(ctx) {
 			continue // look again: the wakeup may have come before the subscription
 		}
@@ -343,6 +331,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	c := s.c
 	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
+	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
 	renewArgs := []string{owner + " " + strconv.FormatUint(token, 10) + " " + waiter, leaseMS(c.cfg.lease), s.chPfx}
 	relArgs := append(s.releaseArgs(owner, n), strconv.FormatUint(token, 10))

@@ -14,7 +14,15 @@
 -- on inside its process with the others, without a round trip;
 -- ARGV[4] "check" when KEYS[2] is only checked, never set: for an owner
 -- made for this one call, whose undo (mutex_undo_fresh.lua) releases
--- whatever the owner holds and needs no record of the grant
+-- whatever the owner holds and needs no record of the grant; "set" otherwise.
+-- KEYS[3], ARGV[5..7], optional: the waiting count, so that Inspect sees a
+-- Mutex's waiters (they queue inside their process, not in Redis). KEYS[3]
+-- is a hash "<client> -> <waiters> <expiry ms>", ARGV[5] the waiting
+-- Client, ARGV[6] how many of its goroutines wait, ARGV[7] "1" if an earlier
+-- attempt of this wait registered it. A failed attempt registers (until one
+-- lease from now: a waiter tries again at least every lease/3); an
+-- acquisition that registered before removes its entry. The first attempt
+-- of an uncontended acquisition touches nothing.
 -- Reply: {1, token} acquired (token is the first reserved); {2, token}
 -- re-entered (the owner already held it through another Client; the
 -- recorded token); {0, pttl} held by another owner.
@@ -30,9 +38,27 @@ if v then
     if KEYS[2] and ARGV[4] ~= 'check' then
       redis.call('set', KEYS[2], '1', 'px', ARGV[2])
     end
+    if ARGV[7] == '1' then
+      redis.call('hdel', KEYS[3], ARGV[5])
+    end
     return {2, tonumber(t)}
   end
   if o ~= '-' then
+    if ARGV[5] then
+      local t = redis.call('time')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local all = redis.call('hgetall', KEYS[3])
+      for i = 1, #all, 2 do
+        local e = tonumber(string.match(all[i + 1], ' (%d+)$'))
+        if not e or e <= now then
+          redis.call('hdel', KEYS[3], all[i])
+        end
+      end
+      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[2])))
+      if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then
+        redis.call('pexpire', KEYS[3], ARGV[2])
+      end
+    end
     return {0, redis.call('pttl', KEYS[1])}
   end
   prev = tonumber(t)
@@ -50,5 +76,8 @@ local last = tok + tonumber(ARGV[3]) - 1
 redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
 if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
+end
+if ARGV[7] == '1' then
+  redis.call('hdel', KEYS[3], ARGV[5])
 end
 return {1, tok}
