@@ -35,10 +35,11 @@ type Client struct {
 	cancel context.CancelFunc
 	loops  sync.WaitGroup // the renewal loop and the notifier
 	bg     sync.WaitGroup // cleanups handed to the background
-	timers sync.WaitGroup // lease timers armed and not yet stopped or fired
+	timers sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.arm)
 
 	notify *notifier
 	renew  *renewer
+	clock  leaseClock
 
 	mu      sync.Mutex
 	holds   map[*hold]struct{} // every hold of this Client, for Close
@@ -94,6 +95,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		id:      newID()[:16] + "-",
 	}
 	c.ident = cfg.name + "/" + c.id[:16]
+	c.clock.c = c
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
@@ -128,6 +130,7 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		h.end(ErrClosed, false)
 	}
+	c.clock.close()
 	c.cancel()
 	c.loops.Wait()
 	c.bg.Wait()

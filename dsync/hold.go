@@ -55,8 +55,13 @@ type hold struct {
 	deadline  time.Time // when the lease clock runs out
 	ended     bool
 	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
-	timer     *time.Timer
-	cancels   []context.CancelCauseFunc // one per acquisition, innermost last
+	expiring  bool // the lease clock ran out: a renewal that succeeds now is too late
+	// slot and due are the hold's entry in the Client's leaseClock,
+	// guarded by its mutex: its index in the heap (-1 when not watched)
+	// and the deadline it was pushed with (see tick).
+	slot    int32
+	due     int64
+	cancels []context.CancelCauseFunc // one per acquisition, innermost last
 }
 
 // holdOps describes the holds of one primitive; see hold.ops.
@@ -88,7 +93,7 @@ func (h *hold) releaseCmd() (s *rueidis.Lua, e rueidis.LuaExec, ok bool) {
 }
 
 func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
-	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now()}
+	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now(), slot: -1}
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
@@ -107,14 +112,17 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.holds[h] = struct{}{}
-	c.holds = compact(c.holds, &c.holdsPeak)
-	c.timers.Add(1)
 	h.mu.Lock()
 	// A renewal that reached h before its clock started counts (renewed).
 	h.deadline = later(deadline, h.deadline)
-	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
+	deadline = h.deadline
 	h.mu.Unlock()
+	if !c.clock.add(h, deadline) {
+		c.mu.Unlock()
+		return false
+	}
+	c.holds[h] = struct{}{}
+	c.holds = compact(c.holds, &c.holdsPeak)
 	c.mu.Unlock()
 	if h.watchdog {
 		c.renew.add(h)
@@ -190,11 +198,9 @@ func (h *hold) end(cause error, lost bool) bool {
 	h.ended = true
 	cancels := h.cancels
 	h.cancels = nil
-	if h.timer != nil && h.timer.Stop() {
-		h.c.timers.Done()
-	}
 	h.mu.Unlock()
 	c := h.c
+	c.clock.remove(h)
 	c.mu.Lock()
 	delete(c.holds, h)
 	c.holds = compact(c.holds, &c.holdsPeak)
@@ -248,19 +254,6 @@ func (h *hold) isEnded() bool {
 	return h.ended
 }
 
-// expire runs when the lease clock runs out before a renewal moved it.
-func (h *hold) expire() {
-	defer h.c.timers.Done()
-	h.mu.Lock()
-	if h.ended {
-		h.mu.Unlock()
-		return
-	}
-	h.timer = nil // fired: end must not Stop it again
-	h.mu.Unlock()
-	h.end(ErrLockLost, true)
-}
-
 // handedTo records that h was handed to nh inside the Client, as the same
 // hold in Redis, so that a renewal of h whose reply arrives after the
 // handoff reaches nh (see live).
@@ -284,26 +277,18 @@ func (h *hold) live() *hold {
 	}
 }
 
-// renewed moves the lease clock after a renewal sent at sentAt succeeded.
-// A hold whose clock has not started yet (being handed over) keeps the new
-// end for trackUntil.
+// renewed moves the lease clock after a renewal sent at sentAt succeeded
+// (the Client's leaseClock finds the new end when the old one comes). A
+// hold whose clock has not started yet (being handed over) keeps the new
+// end for trackUntil; one whose clock ran out stays lost. Only forward: a
+// reply may arrive after a newer renewal's.
 func (h *hold) renewed(sentAt time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended {
+	if h.ended || h.expiring {
 		return
 	}
-	end := sentAt.Add(validity(lease))
-	if h.timer == nil {
-		h.deadline = later(h.deadline, end)
-		return
-	}
-	// Re-arm only a timer that had not fired; a fired one has ended the hold.
-	// Only forward: a reply may arrive after a newer renewal's.
-	if h.timer.Stop() {
-		h.deadline = later(h.deadline, end)
-		h.timer.Reset(time.Until(h.deadline))
-	}
+	h.deadline = later(h.deadline, sentAt.Add(validity(lease)))
 }
 
 // leaseEnd returns when the hold's lease clock runs out.
