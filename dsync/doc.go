@@ -61,7 +61,10 @@
 // be reached then does it stay, until its lease runs out. Waiters do not poll: a release
 // publishes a message and waiters wake on it; if a message is lost, a waiter
 // looks again after at most the holder's remaining lease or lease/3,
-// whichever is sooner. Goroutines of one Client waiting for the same lock
+// whichever is sooner. A Mutex's release publishes only when a waiter of
+// another Client marked the lock at a failed attempt, so an uncontended
+// cycle costs no PUBLISH; a waiting Client is also counted, with its
+// waiting goroutines, in the lock's waiting count that Inspect reports. Goroutines of one Client waiting for the same lock
 // wait in a local queue, and one of them talks to Redis; on unlock the lock
 // is handed to the next local waiter with the next fencing token of a block
 // that the acquisition reserved in Redis, without a round trip. When the

@@ -249,6 +249,9 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 		return st, len(st.Waiters) > 0, nil
 	}
 	f := strings.Fields(v)
+	if len(f) == 4 && f[3] == "w" {
+		f = f[:3] // a Mutex's mark that a waiter was told to wait
+	}
 	if len(f) != 3 {
 		return st, false, fmt.Errorf("unexpected lock value %q", v)
 	}

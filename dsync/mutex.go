@@ -681,7 +681,8 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 
 // unregister removes this Client's entry from m's waiting count when its
 // wait ends without the lock, unless another local waiter goes on waiting
-// (it registers at its next attempt, overwriting the entry).
+// (it registers at its next attempt, overwriting the entry), and with the
+// last entry the value's mark that someone waits.
 func (m *Mutex) unregister(st *mutexState) {
 	st.mu.Lock()
 	others := len(st.queue) > 0
@@ -691,7 +692,7 @@ func (m *Mutex) unregister(st *mutexState) {
 	}
 	c := m.c
 	c.background(func(ctx context.Context) {
-		_ = c.rc.Do(ctx, c.rc.B().Hdel().Key(m.wkey).Field(c.ident).Build()).Error()
+		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident}).Error()
 	})
 }
 
@@ -746,9 +747,14 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 		marker = m.key + ":a:" + c.attemptID()
 	}
 	keys := []string{m.key, marker, m.wkey}
+	// The waiting count is registered at the first failed attempt, then
+	// again when this Client's count changed or lease/6 passed (entries
+	// live a lease; attempts come at least every lease/3).
 	registered := false
+	var regCount string
+	var regAt time.Time
 	if !try {
-		args = append(args, c.ident, "1", "0")
+		args = append(args, c.ident, "", "0")
 		defer func() {
 			if registered && h == nil {
 				m.unregister(st)
@@ -770,8 +776,12 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 		}
 		if !try {
 			st.mu.Lock()
-			args[5] = strconv.Itoa(1 + len(st.queue))
+			n := strconv.Itoa(1 + len(st.queue))
 			st.mu.Unlock()
+			args[5] = ""
+			if !registered || n != regCount || time.Since(regAt) > c.cfg.lease/6 {
+				args[5] = n
+			}
 			if registered {
 				args[6] = "1"
 			}
@@ -826,7 +836,9 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 		if try {
 			return nil, false, attempt, nil
 		}
-		registered = true
+		if args[5] != "" {
+			registered, regCount, regAt = true, args[5], sentAt
+		}
 		c.blocked(ctx, m.lockInfo(), m.key)
 		if sub == nil || !live {
 			sub.close()

@@ -1,0 +1,78 @@
+package dsync_test
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+)
+
+// The Redis work of one uncontended cycle, counted by the server (INFO
+// commandstats, commands inside scripts included), on a private server:
+// acquire = EVALSHA + MGET (lock and undo mark) + TIME + SET, release =
+// EVALSHA + GET + SET (the free marker); no PUBLISH, since no waiter
+// marked the lock. A caller-supplied owner adds the attempt marker (SET,
+// then DEL once the reply is in).
+func TestMutexCommandsPerCycle(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClientOn(t, s.Client(t))
+	ctx := ctxT(t)
+	m := c.NewMutex("floor")
+	rc := s.Client(t)
+	calls := regexp.MustCompile(`cmdstat_([\w|]+):calls=(\d+)`)
+	for _, tc := range []struct {
+		name  string
+		cycle func()
+		max   float64
+	}{
+		{"LockContext", func() {
+			l, err := m.LockContext(ctx)
+			if err == nil {
+				err = m.UnlockContext(l)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, 7},
+		{"Lock", func() { m.Lock(); m.Unlock() }, 7},
+		{"WithOwner", func() {
+			l, err := m.LockContext(dsync.WithOwner(ctx))
+			if err == nil {
+				err = m.UnlockContext(l)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, 9},
+	} {
+		tc.cycle() // scripts loaded
+		if err := rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		const n = 500
+		for range n {
+			tc.cycle()
+		}
+		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, mm := range calls.FindAllStringSubmatch(info, -1) {
+			if mm[1] == "info" || mm[1] == "config|resetstat" {
+				continue
+			}
+			v, _ := strconv.Atoi(mm[2])
+			total += v
+		}
+		per := float64(total) / n
+		t.Logf("%s: %.2f Redis commands per cycle", tc.name, per)
+		// Up to 2 commands of slack in all: the background DEL of the
+		// previous phase's last marker may land after the reset.
+		if total > int(tc.max*n)+2 {
+			t.Errorf("%s: %.2f Redis commands per cycle, want at most %v:\n%s", tc.name, per, tc.max, info)
+		}
+	}
+}
