@@ -72,7 +72,7 @@ func (k *leaseClock) remove(h *hold) {
 	k.mu.Lock()
 	if i := int(h.slot); i >= 0 && i < len(k.q) && k.q[i] == h {
 		heap.Remove(&k.q, i)
-		if len(k.q) == 0 {
+		if len(k.q) == 0 && cap(k.q) > 64 {
 			k.q = nil // give the backing array back after a burst
 		}
 	}

@@ -183,6 +183,13 @@ func (m *Mutex) unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := m.c
+	// Redis is told under ctx only if it bounds the release in time; else
+	// under the Client's context, whose Done channel exists already (a
+	// lock context's would be made for this call alone).
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		rctx = c.ctx
+	}
 	st := c.getMutex(m.key)
 	defer c.putMutex(m.key, st)
 	st.mu.Lock()
@@ -191,7 +198,7 @@ func (m *Mutex) unlock(ctx context.Context) error {
 		st.mu.Unlock()
 		// Not held through this Client: the owner may hold it through
 		// another Client, so ask Redis.
-		code, err := m.release(ctx, owner, 0, 0)
+		code, err := m.release(rctx, owner, 0, 0)
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
@@ -206,7 +213,7 @@ func (m *Mutex) unlock(ctx context.Context) error {
 	// The last acquisition's context is cancelled by h.end once the lock
 	// is passed on, so the release below can still run under ctx.
 	st.h = nil
-	err := m.passOn(ctx, st, h)
+	err := m.passOn(rctx, st, h)
 	m.observeRelease(ctx, h, err, true)
 	return err
 }
@@ -731,7 +738,8 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	lease := m.lease()
-	args := []string{owner, m.leaseArg, m.blockArg, "set"}
+	args := make([]string, 4, 7) // 3 more for a wait (below): one allocation
+	args[0], args[1], args[2], args[3] = owner, m.leaseArg, m.blockArg, "set"
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	var marker string

@@ -76,3 +76,37 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 		}
 	}
 }
+
+// Allocations of one uncontended cycle, rueidis' included: the fresh
+// owner, the hold, its lock context (owner value, cancelCtx and its cancel
+// func), the per-Client lock state, the script arguments and replies. The
+// bounds are today's counts, so that a change that adds one is seen.
+func TestMutexAllocsPerCycle(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	m := c.NewMutex("allocs")
+	// AllocsPerRun counts the whole process's allocations: whatever else
+	// runs (a test's Client winding down, rueidis' own goroutines) can only
+	// add to them, so the least of 5 measurements is the cycle's.
+	least := func(f func()) float64 {
+		n := testing.AllocsPerRun(500, f)
+		for range 4 {
+			n = min(n, testing.AllocsPerRun(500, f))
+		}
+		return n
+	}
+	lockCtx := least(func() {
+		l, err := m.LockContext(ctx)
+		if err == nil {
+			err = m.UnlockContext(l)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	locker := least(func() { m.Lock(); m.Unlock() })
+	t.Logf("allocations per cycle: LockContext/UnlockContext %.1f, Lock/Unlock %.1f", lockCtx, locker)
+	if maxC, maxL := float64(16+raceExtraAllocs), float64(17+raceExtraAllocs); lockCtx > maxC || locker > maxL {
+		t.Errorf("allocations per cycle: LockContext/UnlockContext %.1f (want <= %v), Lock/Unlock %.1f (want <= %v)", lockCtx, maxC, locker, maxL)
+	}
+}
