@@ -401,18 +401,16 @@ func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (i
 	return code, err
 }
 
-// wait calls step until the lock is held (vals non-nil), ctx is done or
-// Redis fails. Between attempts it waits for a message on its channel, or
-// at most the script's hint or lease/3, whichever is sooner: a queued
-// waiter's attempts also renew its place, which lasts one lease. A wait
-// that ends without the lock leaves the queue at once.
+// wait calls step in the wait loop (waitLoop) until the lock is held
+// (vals non-nil), ctx is done or Redis fails; the waiter is woken on its
+// channel, and the fallback is the script's hint: a queued waiter's
+// attempts also renew its place, which lasts one lease. A wait that ends
+// without the lock leaves the queue at once.
 func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64, sentAt time.Time, attempts int, err error) {
 	c := q.c
-	w := wakeup{c: c, ch: q.ch(owner)}
-	defer w.close()
-	queued := false
+	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
 	defer func() {
-		if vals == nil && queued && q.leave != nil {
+		if vals == nil && a.queued && q.leave != nil {
 			cctx, cancel := cleanupCtx(ctx)
 			if err := q.leave(cctx, owner); err != nil {
 				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
@@ -425,75 +423,91 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	// An owner made for this call holds nothing else: its undo marks the
 	// attempt undone, so an acquire arriving later does nothing, and
 	// releases what the owner holds; the acquire only checks the mark.
-	fresh := freshOwner(ctx)
-	marker := q.base + ":x:" + owner
-	if !fresh {
-		marker = q.base + ":a:" + c.attemptID()
+	a.fresh = freshOwner(ctx)
+	a.marker = q.base + ":x:" + owner
+	if !a.fresh {
+		a.marker = q.base + ":a:" + c.attemptID()
 	}
-	for attempts = 1; ; attempts++ {
-		w.drain()
-		sentAt = time.Now()
-		v, err := q.step(ctx, owner, try, marker, fresh)
-		if err == nil && len(v) != 2 {
-			err = errors.New("dsync: unexpected reply from the acquire script")
-		}
-		if err != nil {
-			if !isRedisErr(err) {
-				// The script may have run with its reply lost, or acquired
-				// without the replicas' acknowledgement: undo it.
-				queued = queued || (q.queues && !try)
-				notSynced := errors.Is(err, ErrNotReplicated)
-				undo := q.undo
-				if fresh {
-					undo = q.undoFresh
-				}
-				switch {
-				case notSynced && len(v) == 2 && v[0] == 1:
-					_, _ = q.releaseRedis(ctx, owner, uint64(v[1]))
-				case notSynced:
-					q.undoAttempt(ctx, undo, owner, marker)
-				default:
-					// Exact, so it can run in the background: the call
-					// returns by its deadline even if the caller acquires
-					// again at once. Once the attempt is marked undone no
-					// late acquire can queue the owner, so leaving the
-					// queue again after it is final.
-					queues := q.queues && !try && q.leave != nil
-					c.background(func(bctx context.Context) {
-						q.undoAttempt(bctx, undo, owner, marker)
-						if queues {
-							_ = q.leave(bctx, owner)
-						}
-					})
-				}
+	attempts, err = waitLoop(c, ctx, q.ch(owner), try, qWait{&a})
+	if err != nil || a.vals[0] == 0 {
+		return nil, a.sentAt, attempts, err
+	}
+	if !a.fresh {
+		c.dropMarker(a.marker)
+	}
+	return a.vals, a.sentAt, attempts, nil
+}
+
+// qAttempt is the state of one FairMutex or RWMutex acquisition in Redis.
+type qAttempt struct {
+	q          *qlock
+	ctx        context.Context
+	owner      string
+	try, fresh bool
+	marker     string
+	vals       []int64   // the last attempt's reply
+	sentAt     time.Time // when it was sent
+	queued     bool      // an attempt may have queued the owner
+}
+
+// qWait is a qlock acquisition's waitProto.
+type qWait struct{ a *qAttempt }
+
+func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a := w.a
+	a.sentAt = time.Now()
+	v, err := a.q.step(ctx, a.owner, a.try, a.marker, a.fresh)
+	a.vals = v
+	if err == nil && len(v) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil || v[0] != 0 {
+		return true, 0, err
+	}
+	return false, time.Duration(v[1]) * time.Millisecond, nil
+}
+
+func (w qWait) failed(err error) {
+	a, q := w.a, w.a.q
+	if isRedisErr(err) {
+		return
+	}
+	// The script may have run with its reply lost, or acquired without
+	// the replicas' acknowledgement: undo it.
+	a.queued = a.queued || (q.queues && !a.try)
+	notSynced := errors.Is(err, ErrNotReplicated)
+	undo := q.undo
+	if a.fresh {
+		undo = q.undoFresh
+	}
+	owner, marker, v := a.owner, a.marker, a.vals
+	switch {
+	case notSynced && len(v) == 2 && v[0] == 1:
+		_, _ = q.releaseRedis(a.ctx, owner, uint64(v[1]))
+	case notSynced:
+		q.undoAttempt(a.ctx, undo, owner, marker)
+	default:
+		// Exact, so it can run in the background: the call returns by its
+		// deadline even if the caller acquires again at once. Once the
+		// attempt is marked undone no late acquire can queue the owner, so
+		// leaving the queue again after it is final.
+		queues := q.queues && !a.try && q.leave != nil
+		q.c.background(func(bctx context.Context) {
+			q.undoAttempt(bctx, undo, owner, marker)
+			if queues {
+				_ = q.leave(bctx, owner)
 			}
-			if err := ctxErr(ctx); err != nil {
-				return nil, sentAt, attempts, err
-			}
-			if c.closed.Load() {
-				return nil, sentAt, attempts, ErrClosed
-			}
-			return nil, sentAt, attempts, ownErr(err)
-		}
-		if v[0] != 0 {
-			if !fresh {
-				c.dropMarker(marker)
-			}
-			return v, sentAt, attempts, nil
-		}
-		if try {
-			return nil, sentAt, attempts, nil
-		}
-		queued = q.queues
-		c.blocked(ctx, q.info, q.base)
-		if w.subscribe(ctx) {
-			continue // look again: the wakeup may have come before the subscription
-		}
-		if err := w.wait(ctx, time.Duration(v[1])*time.Millisecond, attempts); err != nil {
-			return nil, sentAt, attempts, err
-		}
+		})
 	}
 }
+
+func (w qWait) waiting() {
+	a := w.a
+	a.queued = a.q.queues
+	a.q.c.blocked(a.ctx, a.q.info, a.q.base)
+}
+
+func (qWait) gaveUp() {} // leaving the queue is wait's
 
 // undoAttempt releases what the attempt with marker acquired, if its script
 // ran, and nothing otherwise, with undo (q.undo or q.undoFresh). It can be

@@ -724,10 +724,9 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 	})
 }
 
-// acquireRedis loops on the acquire script until the lock is held, ctx is
-// done or Redis fails; between attempts it waits for a release message, or
-// at most the holder's remaining lease or lease/3, whichever is sooner, in
-// case the message was lost.
+// acquireRedis runs the acquire script in the wait loop (waitLoop) until
+// the lock is held, ctx is done or Redis fails; the release message comes
+// on m.ch, and the fallback is the holder's remaining lease.
 //
 // reentered reports that the owner already held the lock through another
 // Client, so only the count in Redis grew.
@@ -737,144 +736,125 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // for Inspect; the acquisition or the end of the wait removes the entry.
 func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	lease := m.lease()
-	args := make([]string, 4, 7) // 3 more for a wait (below): one allocation
-	args[0], args[1], args[2], args[3] = owner, m.leaseArg, m.blockArg, "set"
+	a := mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
+	a.args = make([]string, 4, 7) // 3 more for a wait (below): one allocation
+	a.args[0], a.args[1], a.args[2], a.args[3] = owner, m.leaseArg, m.blockArg, "set"
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
-	var marker string
-	fresh := freshOwner(ctx)
-	if fresh {
+	a.fresh = freshOwner(ctx)
+	if a.fresh {
 		// An owner made for this call holds nothing else, so its undo
 		// releases whatever it holds; the mark only makes an acquire that
 		// arrives after the undo a no-op. The acquire checks it and never
 		// writes it: a successful acquisition leaves no key.
-		marker = m.key + ":x:" + owner
-		args[3] = "check"
+		a.marker = m.key + ":x:" + owner
+		a.args[3] = "check"
 	} else {
-		marker = m.key + ":a:" + c.attemptID()
+		a.marker = m.key + ":a:" + c.attemptID()
 	}
-	keys := []string{m.key, marker, m.wkey}
-	// The waiting count is registered at the first failed attempt, then
-	// again when this Client's count changed or lease/6 passed (entries
-	// live a lease; attempts come at least every lease/3).
-	registered := false
-	var regCount string
-	var regAt time.Time
+	a.keys = []string{m.key, a.marker, m.wkey}
 	if !try {
-		args = append(args, c.ident, "", "0")
+		a.args = append(a.args, c.ident, "", "0")
 		defer func() {
-			if registered && h == nil {
+			if a.registered && h == nil {
 				m.unregister(st)
 			}
 		}()
 	}
-	var sub *subscription
-	live := false
-	defer func() { sub.close() }()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+	attempts, err = waitLoop(c, ctx, m.ch, try, mutexWait{&a})
+	vals := a.vals
+	if err != nil || vals[0] == 0 {
+		return nil, false, attempts, err
+	}
+	if !a.fresh {
+		c.dropMarker(a.marker)
+	}
+	h = m.newHold(owner, uint64(vals[1]))
+	if vals[0] == 1 {
+		h.rToken = h.token + uint64(m.block) - 1
+	}
+	if !h.track(a.sentAt, m.lease()) {
+		_, _ = m.release(ctx, owner, h.rToken, h.token)
+		return nil, false, attempts, ErrClosed
+	}
+	return h, vals[0] == 2, attempts, nil
+}
+
+// mutexAttempt is the state of one Mutex acquisition in Redis.
+type mutexAttempt struct {
+	m          *Mutex
+	st         *mutexState
+	ctx        context.Context
+	owner      string
+	try, fresh bool
+	marker     string
+	keys, args []string
+	vals       []int64   // the last attempt's reply
+	sentAt     time.Time // when it was sent
+	// The waiting count is registered at the first failed attempt, then
+	// again when this Client's count changed or lease/6 passed (entries
+	// live a lease; attempts come at least every lease/3).
+	registered bool
+	regCount   string
+	regAt      time.Time
+}
+
+// mutexWait is a Mutex acquisition's waitProto.
+type mutexWait struct{ a *mutexAttempt }
+
+func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a, m := w.a, w.a.m
+	c := m.c
+	if !a.try {
+		a.st.mu.Lock()
+		n := strconv.Itoa(1 + len(a.st.queue))
+		a.st.mu.Unlock()
+		a.args[5] = ""
+		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
+			a.args[5] = n
 		}
-	}()
-	for attempt := 1; ; attempt++ {
-		if sub != nil {
-			sub.drain()
-		}
-		if !try {
-			st.mu.Lock()
-			n := strconv.Itoa(1 + len(st.queue))
-			st.mu.Unlock()
-			args[5] = ""
-			if !registered || n != regCount || time.Since(regAt) > c.cfg.lease/6 {
-				args[5] = n
-			}
-			if registered {
-				args[6] = "1"
-			}
-		}
-		sentAt := time.Now()
-		vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, keys, args) // WAIT with WithReplicaSync
-		if err == nil && len(vals) != 2 {
-			err = errors.New("dsync: unexpected reply from the acquire script")
-		}
-		if err != nil {
-			if !isRedisErr(err) {
-				switch {
-				case errors.Is(err, ErrNotReplicated) && len(vals) == 2 && vals[0] == 1:
-					// Acquired, not synced: undone by its token before the
-					// call returns, as ErrNotReplicated says.
-					_, _ = m.release(ctx, owner, uint64(vals[1])+uint64(m.block)-1, uint64(vals[1]))
-				case fresh:
-					// An owner made for this call alone holds nothing else:
-					// mark the attempt undone, then release it. Exact, so
-					// it runs in the background and the call returns by
-					// its deadline.
-					c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker) })
-				default:
-					// The script may have run with its reply lost (or was a
-					// re-entry replicas did not acknowledge): undo exactly
-					// this attempt, whatever else the owner holds.
-					c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
-				}
-			}
-			if err := ctxErr(ctx); err != nil {
-				return nil, false, attempt, err
-			}
-			if c.closed.Load() {
-				return nil, false, attempt, ErrClosed
-			}
-			return nil, false, attempt, ownErr(err)
-		}
-		if vals[0] != 0 {
-			if !fresh {
-				c.dropMarker(marker)
-			}
-			h := m.newHold(owner, uint64(vals[1]))
-			if vals[0] == 1 {
-				h.rToken = h.token + uint64(m.block) - 1
-			}
-			if !h.track(sentAt, lease) {
-				_, _ = m.release(ctx, owner, h.rToken, h.token)
-				return nil, false, attempt, ErrClosed
-			}
-			return h, vals[0] == 2, attempt, nil
-		}
-		if try {
-			return nil, false, attempt, nil
-		}
-		if args[5] != "" {
-			registered, regCount, regAt = true, args[5], sentAt
-		}
-		c.blocked(ctx, m.lockInfo(), m.key)
-		if sub == nil || !live {
-			sub.close()
-			sub, live = c.notify.subscribe(ctx, m.ch)
-			if live {
-				continue // look again: the release may have come before the subscription
-			}
-		}
-		wait := c.cfg.lease / 3
-		if pttl := time.Duration(vals[1]) * time.Millisecond; vals[1] >= 0 && pttl < wait {
-			wait = pttl
-		}
-		if !live {
-			wait = min(wait, backoff(attempt))
-		}
-		wait = max(wait, time.Millisecond)
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-sub.C:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, false, attempt, ctx.Err()
-		case <-c.done:
-			return nil, false, attempt, ErrClosed
+		if a.registered {
+			a.args[6] = "1"
 		}
 	}
+	a.sentAt = time.Now()
+	vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args) // WAIT with WithReplicaSync
+	a.vals = vals
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil || vals[0] != 0 {
+		return true, 0, err
+	}
+	if !a.try && a.args[5] != "" {
+		a.registered, a.regCount, a.regAt = true, a.args[5], a.sentAt
+	}
+	return false, time.Duration(vals[1]) * time.Millisecond, nil // the holder's pttl
 }
+
+func (w mutexWait) failed(err error) {
+	a, m := w.a, w.a.m
+	c := m.c
+	owner, marker := a.owner, a.marker
+	switch {
+	case isRedisErr(err):
+	case errors.Is(err, ErrNotReplicated) && len(a.vals) == 2 && a.vals[0] == 1:
+		// Acquired, not synced: undone by its token before the call
+		// returns, as ErrNotReplicated says.
+		_, _ = m.release(a.ctx, owner, uint64(a.vals[1])+uint64(m.block)-1, uint64(a.vals[1]))
+	case a.fresh:
+		// An owner made for this call alone holds nothing else: mark the
+		// attempt undone, then release it. Exact, so it runs in the
+		// background and the call returns by its deadline.
+		c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker) })
+	default:
+		// The script may have run with its reply lost (or was a re-entry
+		// replicas did not acknowledge): undo exactly this attempt,
+		// whatever else the owner holds.
+		c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
+	}
+}
+
+func (w mutexWait) waiting() { w.a.m.c.blocked(w.a.ctx, w.a.m.lockInfo(), w.a.m.key) }
+
+func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis

@@ -158,61 +158,72 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	return o.runF(ctx, h, mark, sentAt, lease, f)
 }
 
-// begin waits until f is done (it returns the stored result) or this owner
-// may run it (it returns the run's token and when the run began).
+// begin waits, in the wait loop (waitLoop), until f is done (it returns
+// the stored result) or this owner may run it (it returns the run's token
+// and when the run began). The end of a run is published on o.ch; the
+// fallback is the running marker's remaining lease.
 func (o *Once) begin(ctx context.Context, owner, call string, lease time.Duration) (val string, tok uint64, sentAt time.Time, attempts int, err error) {
-	c := o.c
-	keys := []string{o.state, o.run, o.run + ":undone"}
-	args := []string{owner, leaseMS(lease), call}
-	w := wakeup{c: c, ch: o.ch}
-	defer w.close()
-	for attempt := 1; ; attempt++ {
-		w.drain()
-		sentAt = time.Now()
-		res, err := scripts.OnceBegin.Exec(ctx, c.rc, keys, args).ToArray()
-		var code int64
-		if err == nil && len(res) > 0 {
-			code, err = res[0].AsInt64()
-		}
-		if err == nil && len(res) != 2 {
-			err = errors.New("dsync: unexpected reply from the once script")
-		}
-		if err != nil {
-			if e := ctxErr(ctx); e != nil {
-				err = e
-			} else if c.closed.Load() {
-				err = ErrClosed
-			} else {
-				err = ownErr(err)
-			}
-			// A lost reply may hide a started run: undo this call exactly
-			// (its run, if it started; a begin still on its way does
-			// nothing), in the background so the call returns by its
-			// deadline.
-			c.background(func(bctx context.Context) { o.undo(bctx, call) })
-			return "", 0, sentAt, attempt, err
-		}
-		switch code {
-		case 2:
-			val, err := res[1].ToString()
-			return val, 0, sentAt, attempt, err
-		case 1:
-			t, err := res[1].AsInt64()
-			return "", uint64(t), sentAt, attempt, err
-		}
-		pttl, _ := res[1].AsInt64()
-		c.blocked(ctx, Lock{Kind: KindOnce, Name: o.name, N: 1}, o.state)
-		if w.subscribe(ctx) {
-			continue // look again: the run may have ended before the subscription
-		}
-		if pttl == 0 {
-			pttl = 1 // the marker expires now: look again soon
-		}
-		if err := w.wait(ctx, time.Duration(pttl)*time.Millisecond, attempt); err != nil {
-			return "", 0, sentAt, attempt, err
-		}
-	}
+	a := onceAttempt{o: o, ctx: ctx, call: call,
+		keys: []string{o.state, o.run, o.run + ":undone"}, args: []string{owner, leaseMS(lease), call}}
+	attempts, err = waitLoop(o.c, ctx, o.ch, false, onceWait{&a})
+	return a.val, a.tok, a.sentAt, attempts, err
 }
+
+// onceAttempt is the state of one Do call's wait in Redis.
+type onceAttempt struct {
+	o          *Once
+	ctx        context.Context
+	call       string
+	keys, args []string
+	sentAt     time.Time
+	val        string // the stored result, when f is done
+	tok        uint64 // the run's token, when this call runs f
+}
+
+// onceWait is a Do call's waitProto.
+type onceWait struct{ a *onceAttempt }
+
+func (w onceWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a := w.a
+	a.sentAt = time.Now()
+	res, err := scripts.OnceBegin.Exec(ctx, a.o.c.rc, a.keys, a.args).ToArray()
+	var code int64
+	if err == nil && len(res) > 0 {
+		code, err = res[0].AsInt64()
+	}
+	if err == nil && len(res) != 2 {
+		err = errors.New("dsync: unexpected reply from the once script")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	switch code {
+	case 2:
+		a.val, err = res[1].ToString()
+		return true, 0, err
+	case 1:
+		t, err := res[1].AsInt64()
+		a.tok = uint64(t)
+		return true, 0, err
+	}
+	pttl, _ := res[1].AsInt64()
+	return false, time.Duration(max(pttl, 1)) * time.Millisecond, nil // at 0 the marker expires now: look again soon
+}
+
+// failed undoes this call exactly: a lost reply may hide a started run (a
+// begin still on its way then does nothing). In the background, so the
+// call returns by its deadline.
+func (w onceWait) failed(error) {
+	o, call := w.a.o, w.a.call
+	o.c.background(func(bctx context.Context) { o.undo(bctx, call) })
+}
+
+func (w onceWait) waiting() {
+	a := w.a
+	a.o.c.blocked(a.ctx, Lock{Kind: KindOnce, Name: a.o.name, N: 1}, a.o.state)
+}
+
+func (onceWait) gaveUp() {}
 
 // onceRunKey marks the context a run passes to f, so that a Do through it
 // (one inside f) is told apart from a concurrent Do of the same owner. The

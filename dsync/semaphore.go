@@ -254,77 +254,86 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 	return lctx, h != nil, wrapErr(KindSemaphore, s.name, err)
 }
 
-// acquireRedis runs the acquire script until the permits are held, ctx is
-// done or Redis fails. Between attempts it waits for a message on the
-// waiter's own channel (published only when its turn has come), or at most
-// until the earliest holder's lease could lapse or lease/3, in case the
-// message was lost; each attempt also renews the waiter's queue place.
+// acquireRedis runs the acquire script in the wait loop (waitLoop) until
+// the permits are held, ctx is done or Redis fails. The waiter is woken on
+// its own channel (published only when its turn has come); the fallback is
+// the earliest holder's lease end or lease/3, in case the message was lost;
+// each attempt also renews the waiter's queue place.
 func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
 	c := s.c
 	lease := s.lease()
-	waiter := newID()
+	a := semAttempt{s: s, ctx: ctx, n: n, waiter: newID()}
 	mode := "wait"
 	if try {
 		mode = "try"
 	}
-	args := []string{owner, waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
+	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
 		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
-	w := wakeup{c: c, ch: s.chPfx + waiter}
-	defer w.close()
-	// giveUp undoes this call exactly (its queue place, and the permits of
-	// a grant whose reply was lost), under a context that outlives ctx.
-	giveUp := func(err error) (*hold, int, error) {
-		s.undo(ctx, waiter)
-		return nil, 0, err
+	attempts, err := waitLoop(c, ctx, s.chPfx+a.waiter, try, semWait{&a})
+	if err != nil || a.vals[0] != 1 {
+		return nil, attempts, err
 	}
-	for attempt := 1; ; attempt++ {
-		w.drain()
-		sentAt := time.Now()
-		vals, err := c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
-		if err == nil && len(vals) != 2 {
-			err = errors.New("dsync: unexpected reply from the acquire script")
-		}
-		if errors.Is(err, ErrNotReplicated) {
-			s.undo(ctx, waiter) // granted, but not synced
-			return nil, attempt, err
-		}
-		if err != nil {
-			// A lost reply may hide a grant: giveUp undoes exactly it.
-			if e := ctxErr(ctx); e != nil {
-				err = e
-			} else if c.closed.Load() {
-				err = ErrClosed
-			} else {
-				err = ownErr(err)
-			}
-			_, _, err = giveUp(err)
-			return nil, attempt, err
-		}
-		switch vals[0] {
-		case -1:
-			return nil, attempt, s.sizeMismatch(vals[1])
-		case 1:
-			h := s.newHold(owner, waiter, n, uint64(vals[1]))
-			if !h.track(sentAt, lease) {
-				s.undo(ctx, waiter)
-				h.end(ErrClosed, false)
-				return nil, attempt, ErrClosed
-			}
-			return h, attempt, nil
-		}
-		if try {
-			return nil, attempt, nil
-		}
-		c.blocked(ctx, Lock{Kind: KindSemaphore, Name: s.name, N: n}, s.keys[0])
-		if w.subscribe(ctx) {
-			continue // look again: the wakeup may have come before the subscription
-		}
-		if err := w.wait(ctx, time.Duration(max(vals[1], 1))*time.Millisecond, attempt); err != nil {
-			_, _, err := giveUp(err)
-			return nil, attempt, err
-		}
+	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
+	if !h.track(a.sentAt, lease) {
+		s.undo(ctx, a.waiter)
+		h.end(ErrClosed, false)
+		return nil, attempts, ErrClosed
 	}
+	return h, attempts, nil
 }
+
+// semAttempt is the state of one Semaphore acquisition in Redis.
+type semAttempt struct {
+	s      *Semaphore
+	ctx    context.Context
+	n      int64
+	waiter string // names this acquisition in the queue and in its grant
+	args   []string
+	vals   []int64
+	sentAt time.Time
+}
+
+// semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
+// takes back a queue place and the permits of a grant whose reply was
+// lost, under a context that outlives ctx.
+type semWait struct{ a *semAttempt }
+
+func (w semWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a, s := w.a, w.a.s
+	a.sentAt = time.Now()
+	vals, err := s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, a.args)
+	a.vals = vals
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	switch vals[0] {
+	case -1:
+		return true, 0, s.sizeMismatch(vals[1])
+	case 1:
+		return true, 0, nil
+	}
+	return false, time.Duration(max(vals[1], 1)) * time.Millisecond, nil
+}
+
+// failed undoes the acquisition whatever the error (a lost reply may hide
+// a grant, and a grant replicas did not acknowledge is taken back), unless
+// the script refused it for its size.
+func (w semWait) failed(error) {
+	if len(w.a.vals) == 2 && w.a.vals[0] == -1 {
+		return
+	}
+	w.a.s.undo(w.a.ctx, w.a.waiter)
+}
+
+func (w semWait) waiting() {
+	a := w.a
+	a.s.c.blocked(a.ctx, Lock{Kind: KindSemaphore, Name: a.s.name, N: a.n}, a.s.keys[0])
+}
+
+func (w semWait) gaveUp() { w.a.s.undo(w.a.ctx, w.a.waiter) }
 
 // newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
 // Redis, with a lease of its own that only its renewal extends.
