@@ -3,8 +3,8 @@ package dsync
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -34,8 +34,7 @@ import (
 type FairMutex struct {
 	q qlock
 
-	lmu    sync.Mutex
-	locker string // owner of the hold taken by Lock or TryLock
+	lk lockerHolds // the hold taken by Lock or TryLock
 }
 
 // NewFairMutex returns the fair mutex called name. An invalid name (empty,
@@ -82,16 +81,16 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 }
 
 // Lock acquires f, blocking until it is held, as Mutex.Lock does.
-func (f *FairMutex) Lock() { f.q.lockLocker(&f.lmu, &f.locker) }
+func (f *FairMutex) Lock() { lockerLock(&f.q, &f.lk) }
 
 // TryLock tries to acquire f without waiting and reports whether it did.
 // It returns false on any error, and while others wait.
-func (f *FairMutex) TryLock() bool { return f.q.tryLocker(&f.lmu, &f.locker) }
+func (f *FairMutex) TryLock() bool { return lockerTryLock(&f.q, &f.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
 // (a panic) if f was not locked by Lock or TryLock.
 func (f *FairMutex) Unlock() {
-	f.q.unlockLocker(&f.lmu, &f.locker, "dsync: unlock of unlocked FairMutex")
+	lockerUnlock(&f.q, &f.lk, "unlock")
 }
 
 // LockContext acquires f for the owner ctx carries (a fresh one if none),
@@ -181,57 +180,18 @@ func (q *qlock) lease() time.Duration {
 	return q.c.cfg.lease
 }
 
-func (q *qlock) lockLocker(mu *sync.Mutex, locker *string) {
-	// A fresh owner per attempt, as in Mutex.Lock.
-	ctx := context.Background()
-	var owner string
-	for n := 1; ; n++ {
-		lctx, _, err := q.lock(ctx, false)
-		if err == nil {
-			owner, _ = OwnerOf(lctx)
-			break
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
-			panic(err)
-		}
-		q.c.cfg.logger.Warn("dsync: Lock retrying", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
-		if q.c.sleepCtx(ctx, backoff(n)) != nil {
-			panic(ErrClosed)
-		}
-	}
-	mu.Lock()
-	*locker = owner
-	mu.Unlock()
+func (q *qlock) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
+	return q.lock(ctx, try)
 }
 
-func (q *qlock) tryLocker(mu *sync.Mutex, locker *string) bool {
-	lctx, ok, err := q.lock(context.Background(), true)
-	if err != nil || !ok {
-		return false
-	}
-	owner, _ := OwnerOf(lctx)
-	mu.Lock()
-	*locker = owner
-	mu.Unlock()
-	return true
-}
+func (q *qlock) unlockFor(ctx context.Context) error { return q.unlock(ctx) }
 
-func (q *qlock) unlockLocker(mu *sync.Mutex, locker *string, msg string) {
-	mu.Lock()
-	owner := *locker
-	*locker = ""
-	mu.Unlock()
-	if owner == "" {
-		panic(msg)
+func (q *qlock) lockerEnv() (string, string, *slog.Logger, *Client) {
+	what := "FairMutex"
+	if q.info.Kind == KindRWMutex {
+		what = "RWMutex"
 	}
-	q.unlockOwner(owner)
-}
-
-func (q *qlock) unlockOwner(owner string) {
-	ctx := withOwnerVal(context.Background(), ownerVal{id: owner})
-	if err := q.unlock(ctx); err != nil {
-		q.c.cfg.logger.Warn("dsync: unlock failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
-	}
+	return what, q.info.Name, q.c.cfg.logger, q.c
 }
 
 func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, error) {

@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -54,8 +55,7 @@ type Mutex struct {
 	block    int
 	blockArg string
 
-	lmu    sync.Mutex
-	locker string // owner of the hold taken by Lock or TryLock
+	lk lockerHolds // the hold taken by Lock or TryLock
 }
 
 // NewMutex returns the mutex called name. An invalid name (empty, or longer
@@ -79,61 +79,27 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 // Lock acquires m, blocking until it is held. Redis errors do not end the
 // wait: Lock logs them, reports them to the observer and retries with
 // backoff. Lock panics if the Client is closed or the name is invalid,
-// errors that waiting cannot cure.
-func (m *Mutex) Lock() {
-	// Each attempt makes a fresh owner: a failed attempt's undo can then
-	// never touch a later attempt's hold, and needs no attempt marker.
-	ctx := context.Background()
-	var owner string
-	for n := 1; ; n++ {
-		lctx, err := m.LockContext(ctx)
-		if err == nil {
-			owner, _ = OwnerOf(lctx)
-			break
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
-			panic(err)
-		}
-		m.c.cfg.logger.Warn("dsync: Lock retrying", "name", shortName(m.name), "err", err)
-		if m.c.sleepCtx(ctx, backoff(n)) != nil {
-			panic(ErrClosed)
-		}
-	}
-	m.lmu.Lock()
-	m.locker = owner
-	m.lmu.Unlock()
-}
+// errors that waiting cannot cure. (The adapter in locker.go.)
+func (m *Mutex) Lock() { lockerLock(m, &m.lk) }
 
 // TryLock tries to acquire m without waiting and reports whether it did.
 // It returns false on any error.
-func (m *Mutex) TryLock() bool {
-	lctx, ok, err := m.TryLockContext(context.Background())
-	if err != nil || !ok {
-		return false
-	}
-	owner, _ := OwnerOf(lctx)
-	m.lmu.Lock()
-	m.locker = owner
-	m.lmu.Unlock()
-	return true
-}
+func (m *Mutex) TryLock() bool { return lockerTryLock(m, &m.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
 // (a panic) if m was not locked by Lock or TryLock. A release that fails
 // (the lock was lost, Redis is unreachable) is logged; the lock then
 // expires with its lease.
-func (m *Mutex) Unlock() {
-	m.lmu.Lock()
-	owner := m.locker
-	m.locker = ""
-	m.lmu.Unlock()
-	if owner == "" {
-		panic("dsync: unlock of unlocked Mutex")
-	}
-	ctx := withOwnerVal(context.Background(), ownerVal{id: owner})
-	if err := m.UnlockContext(ctx); err != nil {
-		m.c.cfg.logger.Warn("dsync: Unlock failed", "name", shortName(m.name), "err", err)
-	}
+func (m *Mutex) Unlock() { lockerUnlock(m, &m.lk, "unlock") }
+
+func (m *Mutex) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
+	return m.lock(ctx, try)
+}
+
+func (m *Mutex) unlockFor(ctx context.Context) error { return m.UnlockContext(ctx) }
+
+func (m *Mutex) lockerEnv() (string, string, *slog.Logger, *Client) {
+	return "Mutex", m.name, m.c.cfg.logger, m.c
 }
 
 // LockContext acquires m for the owner ctx carries (a fresh one if none),
