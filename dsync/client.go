@@ -147,10 +147,9 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	defer cancel()
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
-		if s, e, ok := h.releaseCmd(); ok {
-			s = c.lua(s)
-			groups[s] = append(groups[s], e)
-		}
+		s, e := h.ops.releaseExec(h)
+		s = c.lua(s)
+		groups[s] = append(groups[s], e)
 	}
 	for s, execs := range groups {
 		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {

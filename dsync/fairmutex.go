@@ -250,7 +250,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		return nil, nil, false, attempts, ErrClosed
 	}
 	// A hold of another owner still here was lost in Redis (its lease ran
-	// out before its lease clock here did): its onLost will find st.h
+	// out before its lease clock here did): its ended will find st.h
 	// replaced, so its reference is given back now.
 	stale := st.h != nil
 	st.h = h
@@ -267,22 +267,42 @@ func (q *qlock) newHold(owner string, token uint64) *hold {
 	h := c.newHold(q.info, owner, token)
 	h.key = q.base
 	h.watchdog = q.lc.leaseTime == 0
-	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) { return q.renew(owner, token) }
-	h.release = func() (*rueidis.Lua, rueidis.LuaExec) { return q.release(owner, token) }
-	key := q.slot(owner)
-	h.onLost = func(h *hold) {
-		st := c.getMutex(key)
-		st.mu.Lock()
-		if st.h == h {
-			st.h = nil
-			st.mu.Unlock()
-			c.putMutex(key, st) // the hold's reference
-		} else {
-			st.mu.Unlock()
-		}
-		c.putMutex(key, st)
-	}
+	h.ops = q
 	return h
+}
+
+// A qlock is the holdOps of its holds. A FairMutex's value has the mutex's
+// layout, so its holds are renewed in the mutex holds' batches.
+
+func (q *qlock) renewKey(h *hold) (key, prefix string, ok bool) {
+	if q.info.Kind != KindFairMutex {
+		return "", "", false
+	}
+	return q.base, h.mutexPrefix(), true
+}
+
+func (q *qlock) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) { return q.renew(h.owner, h.token) }
+
+func (q *qlock) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	return q.release(h.owner, h.token)
+}
+
+// ended forgets a lost hold in its slot.
+func (q *qlock) ended(h *hold, lost bool) {
+	if !lost {
+		return
+	}
+	c, key := q.c, q.slot(h.owner)
+	st := c.getMutex(key)
+	st.mu.Lock()
+	if st.h == h {
+		st.h = nil
+		st.mu.Unlock()
+		c.putMutex(key, st) // the hold's reference
+	} else {
+		st.mu.Unlock()
+	}
+	c.putMutex(key, st)
 }
 
 // unlock releases one acquisition by the owner ctx carries. The release

@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,22 +22,12 @@ type hold struct {
 	token uint64
 	start time.Time
 
-	// renewal, set before track and read-only after: the script and its
-	// arguments that extend the lease, and the release used by Close.
+	// watchdog holds are renewed by the renewal loop; ops is how (set
+	// before track, read-only after).
 	watchdog bool
-	renew    func() (*rueidis.Lua, rueidis.LuaExec)
-	release  func() (*rueidis.Lua, rueidis.LuaExec)
-	// onLost is called (without locks held) when the hold is lost, before
-	// its contexts are cancelled, so the primitive can forget it.
-	onLost func(*hold)
-	// onEnd, when set, is called (without locks held) when the hold ends,
-	// by release, loss or Close, before its contexts are cancelled.
-	onEnd func(*hold)
-	// ops, when set, replaces renew, release and onLost: it builds the
-	// commands from the hold itself, so a hold costs no closures.
-	ops holdOps
-	// renewTag caches what the renewal loop sends for a mutex hold; only
-	// that loop's goroutine touches it.
+	ops      holdOps
+	// renewTag caches the value prefix a batched renewal checks (see
+	// holdOps.renewKey); only the renewal loop's goroutine touches it.
 	renewTag string
 
 	// rOwner and rToken are the hold as Redis knows it, which scripts
@@ -64,32 +55,32 @@ type hold struct {
 	cancels []context.CancelCauseFunc // one per acquisition, innermost last
 }
 
-// holdOps describes the holds of one primitive; see hold.ops.
+// holdOps is a hold's one extension point: how its primitive renews and
+// releases it, and what it does when the hold ends. Every hold has one.
 type holdOps interface {
+	// renewKey names, for a hold whose lock value has the mutex's layout
+	// "<owner> <token> <count>", the key and the value prefix "<owner>
+	// <token> " that proves the hold is still its owner's: the renewal
+	// loop then renews it in a batch (MutexRenewMany) with every such
+	// hold of the Client, whatever its primitive. ok false: renewExec.
+	renewKey(h *hold) (key, prefix string, ok bool)
+	// renewExec is the script that renews h alone.
 	renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+	// releaseExec is the release Close sends for h.
 	releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
-	lost(h *hold)
+	// ended is called (without locks held) when h ends, by release, loss
+	// (lost) or Close, before its contexts are cancelled, so that the
+	// primitive can forget it.
+	ended(h *hold, lost bool)
 }
 
-func (h *hold) renewCmd() (*rueidis.Lua, rueidis.LuaExec) {
-	if h.ops != nil {
-		return h.ops.renewExec(h)
+// mutexPrefix returns (and caches) the value prefix "<owner> <token> " of
+// h as Redis knows it, for renewKey.
+func (h *hold) mutexPrefix() string {
+	if h.renewTag == "" {
+		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " "
 	}
-	return h.renew()
-}
-
-// releaseCmd returns the release script for Close; ok is false if the hold
-// has none.
-func (h *hold) releaseCmd() (s *rueidis.Lua, e rueidis.LuaExec, ok bool) {
-	switch {
-	case h.ops != nil:
-		s, e = h.ops.releaseExec(h)
-		return s, e, true
-	case h.release != nil:
-		s, e = h.release()
-		return s, e, true
-	}
-	return nil, e, false
+	return h.renewTag
 }
 
 func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
@@ -208,17 +199,7 @@ func (h *hold) end(cause error, lost bool) bool {
 	if h.watchdog {
 		c.renew.remove(h)
 	}
-	if lost {
-		switch {
-		case h.ops != nil:
-			h.ops.lost(h)
-		case h.onLost != nil:
-			h.onLost(h)
-		}
-	}
-	if h.onEnd != nil {
-		h.onEnd(h)
-	}
+	h.ops.ended(h, lost)
 	if lost {
 		// Report before cancelling, so whoever waits on a lock context
 		// finds the loss already recorded.

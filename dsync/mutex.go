@@ -595,22 +595,24 @@ func (m *Mutex) newHold(owner string, token uint64) *hold {
 	return h
 }
 
+// A Mutex is the holdOps of its holds.
+
 func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	_, prefix := m.renewKey(h)
-	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.keys, Args: []string{prefix, leaseMS(m.c.cfg.lease)}}
+	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.keys, Args: []string{h.mutexPrefix(), leaseMS(m.c.cfg.lease)}}
 }
 
-// renewKey returns the lock key and the value prefix "<owner> <token> "
-// that the renewal scripts check, for the batched renewal.
-func (m *Mutex) renewKey(h *hold) (key, prefix string) {
-	if h.renewTag == "" {
-		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " "
-	}
-	return m.key, h.renewTag
+func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
+	return m.key, h.mutexPrefix(), true
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
 	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.markArg, strconv.FormatUint(h.token, 10)}}
+}
+
+func (m *Mutex) ended(h *hold, lost bool) {
+	if lost {
+		m.lost(h)
+	}
 }
 
 // lost forgets a lost hold, so the next local waiter can try.

@@ -246,16 +246,29 @@ func (o *Once) newHold(owner string, tok uint64, mark string) *hold {
 	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
 	h.key = o.state
 	h.watchdog = o.lc.leaseTime == 0
-	renewKeys, renewArgs := []string{o.run}, []string{mark, leaseMS(c.cfg.lease)}
-	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.OnceRenew, rueidis.LuaExec{Keys: renewKeys, Args: renewArgs}
-	}
-	endKeys, endArgs := []string{o.state, o.run, o.ch}, []string{mark, "fail", ""}
-	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.OnceEnd, rueidis.LuaExec{Keys: endKeys, Args: endArgs}
-	}
+	h.ops = &onceHold{o: o, mark: mark}
 	return h
 }
+
+// onceHold is the holdOps of a run: its running marker.
+type onceHold struct {
+	o    *Once
+	mark string
+}
+
+func (oh *onceHold) renewKey(*hold) (string, string, bool) { return "", "", false }
+
+func (oh *onceHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	return scripts.OnceRenew, rueidis.LuaExec{Keys: []string{oh.o.run}, Args: []string{oh.mark, leaseMS(oh.o.c.cfg.lease)}}
+}
+
+// releaseExec ends the run as failed (Close: f's outcome is unknown).
+func (oh *onceHold) releaseExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	o := oh.o
+	return scripts.OnceEnd, rueidis.LuaExec{Keys: []string{o.state, o.run, o.ch}, Args: []string{oh.mark, "fail", ""}}
+}
+
+func (oh *onceHold) ended(*hold, bool) {}
 
 // runF runs f under hold h of the running marker and records the outcome.
 func (o *Once) runF(ctx context.Context, h *hold, mark string, sentAt time.Time, lease time.Duration,

@@ -90,8 +90,7 @@ func (r *renewer) round() bool {
 	// a cluster, one for all.
 	batches := map[uint16]*renewCall{}
 	for _, h := range holds {
-		if br, ok := h.ops.(batchRenewer); ok {
-			key, prefix := br.renewKey(h)
+		if key, prefix, ok := h.ops.renewKey(h); ok {
 			var slot uint16
 			if c.cluster {
 				cmd := c.rc.B().Get().Key(key).Build()
@@ -113,7 +112,7 @@ func (r *renewer) round() bool {
 			batch.e.Args = append(batch.e.Args, prefix)
 			continue
 		}
-		s, e := h.renewCmd()
+		s, e := h.ops.renewExec(h)
 		calls = append(calls, renewCall{s: s, e: e, holds: []*hold{h}})
 	}
 	for _, batch := range batches {
@@ -169,12 +168,6 @@ func (r *renewer) round() bool {
 	}
 	c.cfg.logger.Warn("dsync: renewal failed", "err", failure, "holds", len(failed))
 	return false
-}
-
-// A batchRenewer's holds are renewed by MutexRenewMany: it names the key
-// and the value prefix that prove the hold is still the owner's.
-type batchRenewer interface {
-	renewKey(h *hold) (key, prefix string)
 }
 
 // A renewCall is one script call of a renewal round, for one hold or, with

@@ -342,21 +342,35 @@ func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
 	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
-	renewArgs := []string{owner + " " + strconv.FormatUint(token, 10) + " " + waiter, leaseMS(c.cfg.lease), s.chPfx}
-	relArgs := append(s.releaseArgs(owner, n), strconv.FormatUint(token, 10))
-	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: renewArgs}
-	}
-	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: relArgs}
-	}
+	h.ops = &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, n: n}
 	semHolds.Lock()
 	s.setHolds(owner, append(semHolds.m[s.holdsKey()][owner], h))
 	semHolds.Unlock()
-	// However the hold ends (release, loss, Client.Close), forget it.
-	h.onEnd = s.forget
 	return h
 }
+
+// semHold is the holdOps of one Semaphore acquisition: its member
+// "<owner> <token> <waiter>" and its permits.
+type semHold struct {
+	s      *Semaphore
+	member string
+	n      int64
+}
+
+func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false }
+
+func (sh *semHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	s := sh.s
+	return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: []string{sh.member, leaseMS(s.c.cfg.lease), s.chPfx}}
+}
+
+func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	s := sh.s
+	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.n), strconv.FormatUint(h.token, 10))}
+}
+
+// ended forgets the hold however it ends (release, loss, Client.Close).
+func (sh *semHold) ended(h *hold, _ bool) { sh.s.forget(h) }
 
 // undo takes back the Acquire call of waiter (sem_undo.lua), under a
 // context that outlives ctx: a wait ended by its context, or a grant whose
