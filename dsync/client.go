@@ -41,9 +41,13 @@ type Client struct {
 	renew  *renewer
 	clock  leaseClock
 
-	mu      sync.Mutex
-	holds   map[*hold]struct{} // every hold of this Client, for Close
-	mutexes map[string]*mutexState
+	mu    sync.Mutex
+	holds map[*hold]struct{} // every hold of this Client, for Close
+	// mutexes is the registry of per-lock state in this process (see
+	// stateKey); semHolds the Semaphore acquisitions held through this
+	// Client, by semaphore key and owner, oldest first (guarded by mu).
+	mutexes  map[stateKey]*mutexState
+	semHolds map[string]map[string][]*hold
 	// peaks of the maps above, for compact
 	holdsPeak, mutexesPeak int
 
@@ -91,7 +95,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		cluster: rc.Mode() == rueidis.ClientModeCluster,
 		done:    make(chan struct{}),
 		holds:   make(map[*hold]struct{}),
-		mutexes: make(map[string]*mutexState),
+		mutexes: make(map[stateKey]*mutexState),
 		id:      newID()[:16] + "-",
 	}
 	c.ident = cfg.name + "/" + c.id[:16]

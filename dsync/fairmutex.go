@@ -50,7 +50,7 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		info:   Lock{Kind: KindFairMutex, Name: name, N: 1},
 		err:    checkName(name),
 		lc:     lc,
-		slot:   func(string) string { return key },
+		slot:   func(string) stateKey { return stateKey{key: key} },
 		ch:     func(owner string) string { return wch + owner },
 		queues: true,
 		step: func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error) {
@@ -131,9 +131,9 @@ type qlock struct {
 	err  error // a bad name, returned by every call
 	lc   lockConfig
 
-	slot   func(owner string) string // key of the Client's hold slot
-	ch     func(owner string) string // channel this waiter is woken on
-	queues bool                      // waiting puts the owner in a Redis queue
+	slot   func(owner string) stateKey // the Client's hold slot for owner
+	ch     func(owner string) string   // channel this waiter is woken on
+	queues bool                        // waiting puts the owner in a Redis queue
 
 	// step makes one attempt: {1|2, token} held, {0, ms} look again within
 	// ms. With a marker (an extra key) the script records a grant in it, so

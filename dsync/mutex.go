@@ -45,6 +45,7 @@ type Mutex struct {
 	keys    []string // {key}
 	relKeys []string // {key, ch}
 	wkey    string   // waiting count: waiting Client -> "<goroutines> <expiry ms>"
+	skey    stateKey // m's state in the Client's registry
 
 	leaseArg string // lease of a new hold, in ms
 	markArg  string // free-marker lifetime, in ms
@@ -66,6 +67,7 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	m.keys = []string{m.key}
 	m.relKeys = []string{m.key, m.ch}
 	m.wkey = key + ":waiting"
+	m.skey = stateKey{key: key}
 	m.leaseArg = leaseMS(m.lease())
 	m.markArg = leaseMS(freeMarkerTTL)
 	m.block = 1
@@ -156,8 +158,8 @@ func (m *Mutex) unlock(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		rctx = c.ctx
 	}
-	st := c.getMutex(m.key)
-	defer c.putMutex(m.key, st)
+	st := c.getMutex(m.skey)
+	defer c.putMutex(m.skey, st)
 	st.mu.Lock()
 	h := st.h
 	if h == nil || h.owner != owner {
@@ -252,7 +254,14 @@ type mutexWaiter struct {
 	lctx context.Context
 }
 
-func (c *Client) getMutex(key string) *mutexState {
+// stateKey names one lock's per-process state in the Client's registry
+// (Client.mutexes): the lock's key and, for an RWMutex, its hold slot: one
+// for the write hold ("w"), one per reader owner ("r" and the owner).
+type stateKey struct {
+	key, slot, owner string
+}
+
+func (c *Client) getMutex(key stateKey) *mutexState {
 	c.mu.Lock()
 	st := c.mutexes[key]
 	if st == nil {
@@ -265,7 +274,7 @@ func (c *Client) getMutex(key string) *mutexState {
 	return st
 }
 
-func (c *Client) putMutex(key string, st *mutexState) {
+func (c *Client) putMutex(key stateKey, st *mutexState) {
 	c.mu.Lock()
 	if st.refs--; st.refs == 0 {
 		delete(c.mutexes, key)
@@ -317,18 +326,18 @@ func (st *mutexState) remove(w *mutexWaiter) {
 
 func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	st := c.getMutex(m.key)
+	st := c.getMutex(m.skey)
 	st.mu.Lock()
 	if h := st.h; h != nil && h.owner == owner {
 		lctx := h.newCtx(ctx)
 		st.mu.Unlock()
-		c.putMutex(m.key, st)
+		c.putMutex(m.skey, st)
 		return lctx, h, true, 0, nil
 	}
 	lead := st.h == nil && !st.busy
 	if try && !lead {
 		st.mu.Unlock()
-		c.putMutex(m.key, st)
+		c.putMutex(m.skey, st)
 		return nil, nil, false, 0, nil
 	}
 	var w *mutexWaiter
@@ -353,7 +362,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 					st.busy = false
 					st.wakeNext()
 					st.mu.Unlock()
-					c.putMutex(m.key, st)
+					c.putMutex(m.skey, st)
 					return nil, nil, false, attempts, err
 				}
 			}
@@ -364,7 +373,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			if h == nil {
 				st.wakeNext()
 				st.mu.Unlock()
-				c.putMutex(m.key, st)
+				c.putMutex(m.skey, st)
 				return nil, nil, false, attempts, err
 			}
 			st.h = h
@@ -383,7 +392,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 				continue
 			}
 			if w.lctx != nil {
-				c.putMutex(m.key, st) // re-entered: the hold has its reference
+				c.putMutex(m.skey, st) // re-entered: the hold has its reference
 				return w.lctx, h, true, attempts, nil
 			}
 			return h.newCtx(ctx), h, false, attempts, nil
@@ -396,7 +405,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		if !w.woken {
 			st.remove(w)
 			st.mu.Unlock()
-			c.putMutex(m.key, st)
+			c.putMutex(m.skey, st)
 			return nil, nil, false, attempts, done
 		}
 		st.mu.Unlock()
@@ -404,7 +413,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		if w.lctx != nil {
 			// Re-entered as we gave up: the acquisition is made, so report
 			// it rather than undo it (its context ends with ctx).
-			c.putMutex(m.key, st)
+			c.putMutex(m.skey, st)
 			return w.lctx, h, true, attempts, nil
 		}
 		// Woken as we gave up: pass on what we were given.
@@ -423,7 +432,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			st.busy = false
 			st.wakeNext()
 			st.mu.Unlock()
-			c.putMutex(m.key, st)
+			c.putMutex(m.skey, st)
 		}
 		return nil, nil, false, attempts, done
 	}
@@ -449,7 +458,7 @@ const yieldWait = 2 * time.Millisecond
 // subscribe.
 func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
-	defer c.putMutex(m.key, st) // the hold's reference
+	defer c.putMutex(m.skey, st) // the hold's reference
 	h.beginRelease()
 	bound := c.cfg.handoffs
 	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
@@ -618,17 +627,17 @@ func (m *Mutex) ended(h *hold, lost bool) {
 // lost forgets a lost hold, so the next local waiter can try.
 func (m *Mutex) lost(h *hold) {
 	c := m.c
-	st := c.getMutex(m.key)
+	st := c.getMutex(m.skey)
 	st.mu.Lock()
 	if st.h == h {
 		st.h = nil
 		st.wakeNext()
 		st.mu.Unlock()
-		c.putMutex(m.key, st) // the hold's reference
+		c.putMutex(m.skey, st) // the hold's reference
 	} else {
 		st.mu.Unlock()
 	}
-	c.putMutex(m.key, st)
+	c.putMutex(m.skey, st)
 }
 
 // release runs the release script (token 0: any hold of owner); used is

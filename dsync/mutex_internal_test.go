@@ -49,11 +49,11 @@ func TestMutexTokenBlock(t *testing.T) {
 	// All three wait in the local queue before the first release.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		st := c.getMutex(m.key)
+		st := c.getMutex(m.skey)
 		st.mu.Lock()
 		n := len(st.queue)
 		st.mu.Unlock()
-		c.putMutex(m.key, st)
+		c.putMutex(m.skey, st)
 		if n == 3 {
 			break
 		}
@@ -111,7 +111,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // queued reports how many goroutines of c wait locally for the mutex key.
 func queued(c *Client, key string) int {
 	c.mu.Lock()
-	st := c.mutexes[key]
+	st := c.mutexes[stateKey{key: key}]
 	c.mu.Unlock()
 	if st == nil {
 		return 0

@@ -95,11 +95,11 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 		if mode == "write" {
 			// One write hold per owner and Client; "\x00" keeps these slot
 			// keys apart from every real key.
-			q.slot = func(string) string { return key + "\x00w" }
+			q.slot = func(string) stateKey { return stateKey{key: key, slot: "w"} }
 			q.ch = func(owner string) string { return wch + owner }
 			q.rwWrite = key
 		} else {
-			q.slot = func(owner string) string { return key + "\x00r\x00" + owner }
+			q.slot = func(owner string) stateKey { return stateKey{key: key, slot: "r", owner: owner} }
 			q.ch = func(string) string { return rch }
 			q.rwRead = key
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -47,20 +46,6 @@ type Semaphore struct {
 	chPfx string   // a waiter's wakeup channel is chPfx + waiter id
 	err   error    // a bad name or size, returned by every call
 	lc    lockConfig
-}
-
-// semHolds records the acquisitions held through each Client, by semaphore
-// key and owner, oldest first. It is shared by all Semaphore values, so one
-// may release what another of the same Client and name acquired. Entries go
-// when their last hold ends, so nothing outlives the holds.
-var semHolds = struct {
-	sync.Mutex
-	m map[semHoldsKey]map[string][]*hold
-}{m: make(map[semHoldsKey]map[string][]*hold)}
-
-type semHoldsKey struct {
-	c   *Client
-	key string
 }
 
 // NewSemaphore returns the semaphore called name with size permits. An
@@ -167,9 +152,9 @@ func (s *Semaphore) check(n int64) error {
 // else the latest ones as long as they fit in n. all: the owner holds
 // nothing left, so every hold of it ends.
 func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
-	semHolds.Lock()
-	defer semHolds.Unlock()
-	hs := semHolds.m[s.holdsKey()][owner]
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	hs := s.c.semHolds[s.keys[0]][owner]
 	var out []*hold
 	pick := -1
 	for i := len(hs) - 1; i >= 0; i-- {
@@ -194,30 +179,34 @@ func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
 	return out
 }
 
-func (s *Semaphore) holdsKey() semHoldsKey { return semHoldsKey{s.c, s.keys[0]} }
-
-// setHolds stores the holds of owner; semHolds must be locked.
+// setHolds stores the holds of owner in the Client's registry
+// (Client.semHolds): shared by all Semaphore values of the Client, so one
+// may release what another of the same name acquired; entries go when
+// their last hold ends, so nothing outlives the holds. c.mu must be held.
 func (s *Semaphore) setHolds(owner string, hs []*hold) {
-	k := s.holdsKey()
-	byOwner := semHolds.m[k]
+	c, k := s.c, s.keys[0]
+	byOwner := c.semHolds[k]
 	if len(hs) > 0 {
 		if byOwner == nil {
+			if c.semHolds == nil {
+				c.semHolds = make(map[string]map[string][]*hold)
+			}
 			byOwner = make(map[string][]*hold)
-			semHolds.m[k] = byOwner
+			c.semHolds[k] = byOwner
 		}
 		byOwner[owner] = hs
 		return
 	}
 	delete(byOwner, owner)
 	if len(byOwner) == 0 {
-		delete(semHolds.m, k)
+		delete(c.semHolds, k)
 	}
 }
 
 func (s *Semaphore) forget(h *hold) {
-	semHolds.Lock()
-	defer semHolds.Unlock()
-	hs := semHolds.m[s.holdsKey()][h.owner]
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	hs := s.c.semHolds[s.keys[0]][h.owner]
 	for i, x := range hs {
 		if x == h {
 			hs = append(hs[:i:i], hs[i+1:]...)
@@ -343,9 +332,9 @@ func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
 	h.ops = &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, n: n}
-	semHolds.Lock()
-	s.setHolds(owner, append(semHolds.m[s.holdsKey()][owner], h))
-	semHolds.Unlock()
+	c.mu.Lock()
+	s.setHolds(owner, append(c.semHolds[s.keys[0]][owner], h))
+	c.mu.Unlock()
 	return h
 }
 

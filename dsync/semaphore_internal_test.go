@@ -9,13 +9,11 @@ import (
 )
 
 func semHoldsLen(c *Client) int {
-	semHolds.Lock()
-	defer semHolds.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := 0
-	for k, byOwner := range semHolds.m {
-		if k.c == c {
-			n += len(byOwner)
-		}
+	for _, byOwner := range c.semHolds {
+		n += len(byOwner)
 	}
 	return n
 }
