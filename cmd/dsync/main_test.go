@@ -14,6 +14,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -51,9 +53,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	redistest.Require(t)
-	if srv == nil {
-		t.Fatal("the shared redis-server did not start")
-	}
+	require.NotNil(t, srv, "the shared redis-server did not start")
 	return &env{t: t, prefix: fmt.Sprintf("cli%d-%d", os.Getpid(), prefixSeq.Add(1)), vars: map[string]string{"REDIS_ADDR": srv.Addr}}
 }
 
@@ -94,9 +94,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out after %v waiting for %s", d, what)
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -108,9 +106,8 @@ func heldFair(t *testing.T, e *env, name string) []string {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	hctx := dsync.WithOwner(ctx)
-	if _, err := c.NewFairMutex(name).LockContext(hctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.NewFairMutex(name).LockContext(hctx)
+	require.NoError(t, err)
 	h, _ := dsync.OwnerOf(hctx)
 	owners := []string{h}
 	var wg sync.WaitGroup
@@ -133,23 +130,18 @@ func TestCLIInspectFairWithWaiters(t *testing.T) {
 	e := newEnv(t)
 	owners := heldFair(t, e, "orders")
 	code, out, errs := e.run(context.Background(), "inspect", "orders")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	t.Logf("dsync inspect orders:\n%s", out)
 	i0, i1, i2 := strings.Index(out, "holder  "+owners[0]), strings.Index(out, "1. "+owners[1]), strings.Index(out, "2. "+owners[2])
-	if !strings.HasPrefix(out, "fair_mutex orders\n") || i0 < 0 || i1 < i0 || i2 < i1 {
-		t.Errorf("inspect output lacks the holder and the waiters in order:\n%s", out)
-	}
+	assert.True(t, strings.HasPrefix(out, "fair_mutex orders\n"), "inspect output lacks the holder and the waiters in order:\n%s", out)
+	assert.GreaterOrEqual(t, i0, 0, "inspect output lacks the holder and the waiters in order:\n%s", out)
+	assert.GreaterOrEqual(t, i1, i0, "inspect output lacks the holder and the waiters in order:\n%s", out)
+	assert.GreaterOrEqual(t, i2, i1, "inspect output lacks the holder and the waiters in order:\n%s", out)
 
 	code, out, errs = e.run(context.Background(), "inspect", "--json", "orders")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	var js []jsonState
-	if err := json.Unmarshal([]byte(out), &js); err != nil {
-		t.Fatalf("--json output %q: %v", out, err)
-	}
+	require.NoError(t, json.Unmarshal([]byte(out), &js), "--json output %q", out)
 	if len(js) != 1 || !js[0].Held || js[0].Holders[0].Owner != owners[0] || js[0].Holders[0].LeaseMS <= 0 ||
 		len(js[0].Waiters) != 2 || js[0].Waiters[0].Owner != owners[1] || js[0].Waiters[1].Owner != owners[2] {
 		t.Errorf("--json = %+v", js)
@@ -182,9 +174,8 @@ func TestCLIErrors(t *testing.T) {
 		}
 		code, _, errs := e.run(ctx, tc.args...)
 		e.vars = old
-		if code != tc.code || !strings.Contains(errs, tc.msg) {
-			t.Errorf("dsync %q: exit %d, stderr %q; want exit %d with %q", tc.args, code, errs, tc.code, tc.msg)
-		}
+		assert.Equal(t, tc.code, code, "dsync %q: exit", tc.args)
+		assert.Contains(t, errs, tc.msg, "dsync %q: exit", tc.args)
 	}
 }
 
@@ -193,22 +184,17 @@ func TestCLIList(t *testing.T) {
 	c := e.client()
 	ctx := context.Background()
 	for _, n := range []string{"job:1", "job:2", "cron nightly"} {
-		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); err != nil || !ok {
-			t.Fatal(ok, err)
-		}
+		_, ok, err := c.NewMutex(n).TryLockContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
 	}
 	code, out, errs := e.run(ctx, "list")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	want := "mutex      \"cron nightly\"\nmutex      job:1\nmutex      job:2\n"
-	if out != want {
-		t.Errorf("list =\n%s\nwant\n%s", out, want)
-	}
+	assert.Equal(t, want, out, "list")
 	code, out, _ = e.run(ctx, "list", "job:*", "--json")
-	if code != 0 || out != `[{"kind":"mutex","name":"job:1"},{"kind":"mutex","name":"job:2"}]`+"\n" {
-		t.Errorf("list job:* --json = %d %q", code, out)
-	}
+	assert.Equal(t, 0, code, "list job:* --json")
+	assert.Equal(t, `[{"kind":"mutex","name":"job:1"},{"kind":"mutex","name":"job:2"}]`+"\n", out, "list job:* --json")
 }
 
 func TestCLIUnlockForce(t *testing.T) {
@@ -216,9 +202,7 @@ func TestCLIUnlockForce(t *testing.T) {
 	c := e.client()
 	ctx := context.Background()
 	hctx, err := c.NewMutex("stuck").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok, _ := dsync.FencingToken(hctx)
 	tok += dsync.DefaultMaxLocalHandoffs - 1 // Redis records the last token reserved with the acquisition
 	got := make(chan error, 1)
@@ -230,18 +214,15 @@ func TestCLIUnlockForce(t *testing.T) {
 	if code, _, _ := e.run(ctx, "unlock", "--force", "stuck"); code != 2 {
 		t.Fatalf("unlock without --yes: exit %d", code)
 	}
-	if st, _ := c.Inspect(ctx, "stuck"); len(st) != 1 || len(st[0].Holders) != 1 {
-		t.Fatalf("refused unlock changed the lock: %+v", st)
-	}
+	st, _ := c.Inspect(ctx, "stuck")
+	require.Equal(t, 1, len(st), "refused unlock changed the lock: %+v", st)
+	require.Equal(t, 1, len(st[0].Holders), "refused unlock changed the lock: %+v", st)
 	code, out, errs := e.run(ctx, "unlock", "--force", "--yes", "stuck")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("released mutex stuck held by %s (token %d)", ownerOf(hctx), tok)) {
-		t.Fatalf("unlock: exit %d, out %q, err %q", code, out, errs)
-	}
+	require.Equal(t, 0, code, "unlock: exit %d, out %q, err %q", code, out, errs)
+	require.Contains(t, out, fmt.Sprintf("released mutex stuck held by %s (token %d)", ownerOf(hctx), tok), "unlock: exit %d, out %q, err %q", code, out, errs)
 	select {
 	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter was not woken by the forced release")
 	}
@@ -265,58 +246,47 @@ func TestCLIWatch(t *testing.T) {
 	waitFor(t, 5*time.Second, "the empty state", func() bool { return strings.Contains(out.String(), "(no lock named w)") })
 	m := c.NewMutex("w")
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "the holder", func() bool { return strings.Contains(out.String(), "holder  "+ownerOf(lctx)) })
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lctx))
 	waitFor(t, 5*time.Second, "the release", func() bool { return strings.Contains(out.String(), "free (last fencing token") })
 	cancel()
 	select {
 	case code := <-done:
-		if code != 0 {
-			t.Errorf("watch ended with %d: %s", code, errb.String())
-		}
+		assert.Equal(t, 0, code, "watch ended with %d: %s", code, errb.String())
 	case <-time.After(5 * time.Second):
 		t.Fatal("watch did not stop on interrupt")
 	}
 	// Three states, each printed once although polled many times.
-	if n := strings.Count(out.String(), "--- "); n != 3 {
-		t.Errorf("watch printed %d states, want 3:\n%s", n, out.String())
-	}
+	n := strings.Count(out.String(), "--- ")
+	assert.Equal(t, 3, n, "watch printed %d states, want 3:\n%s", n, out.String())
 }
 
 func TestCLIInspectSemaphore(t *testing.T) {
 	e := newEnv(t)
 	c := e.client()
 	ctx := context.Background()
-	if _, err := c.NewSemaphore("pool", 4).Acquire(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.NewSemaphore("pool", 4).Acquire(ctx, 3)
+	require.NoError(t, err)
 	code, out, errs := e.run(ctx, "inspect", "pool")
-	if code != 0 || !strings.Contains(out, "semaphore pool\n  permits 1 free of 4\n  holder  ") || !strings.Contains(out, "permits 3") {
-		t.Fatalf("exit %d, out %q, err %q", code, out, errs)
-	}
+	require.Equal(t, 0, code, "exit %d, out %q, err %q", code, out, errs)
+	require.Contains(t, out, "semaphore pool\n  permits 1 free of 4\n  holder  ", "exit %d, out %q, err %q", code, out, errs)
+	require.Contains(t, out, "permits 3", "exit %d, out %q, err %q", code, out, errs)
 	code, out, _ = e.run(ctx, "--json", "inspect", "pool")
 	var js []jsonState
-	if err := json.Unmarshal([]byte(out), &js); err != nil || code != 0 {
-		t.Fatal(code, err)
-	}
+	require.NoError(t, json.Unmarshal([]byte(out), &js))
+	require.Equal(t, 0, code)
 	if len(js) != 1 || js[0].Size == nil || *js[0].Size != 4 || *js[0].Free != 1 || js[0].Holders[0].Permits != 3 {
 		t.Errorf("--json = %s", out)
 	}
 	// unlock --force releases the semaphore's permits too; again, with
 	// nothing held, it exits with the status of "nothing done".
 	code, out, errs = e.run(ctx, "unlock", "--force", "--yes", "pool")
-	if code != 0 || !strings.Contains(out, "released semaphore pool 3 permits held by") {
-		t.Errorf("unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
-	}
+	assert.Equal(t, 0, code, "unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
+	assert.Contains(t, out, "released semaphore pool 3 permits held by", "unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
 	code, _, errs = e.run(ctx, "unlock", "--force", "--yes", "pool")
-	if code != 3 || !strings.Contains(errs, "nothing released") {
-		t.Errorf("unlock of a free semaphore: exit %d, stderr %q; want 3 and the reason", code, errs)
-	}
+	assert.Equal(t, 3, code, "unlock of a free semaphore: exit")
+	assert.Contains(t, errs, "nothing released", "unlock of a free semaphore: exit")
 }
 
 // --help, -h and help [COMMAND] print help on stdout and exit 0; after a
@@ -336,18 +306,16 @@ func TestCLIHelp(t *testing.T) {
 	} {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
-		if code != 0 || !strings.Contains(out.String(), tc.want) || errb.String() != "" {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and %q on stdout", tc.args, code, out.String(), errb.String(), tc.want)
-		}
+		assert.Equal(t, 0, code, "%v: exit on stdout", tc.args)
+		assert.Contains(t, out.String(), tc.want, "%v: exit on stdout", tc.args)
+		assert.Equal(t, "", errb.String(), "%v: exit on stdout", tc.args)
 	}
 }
 
 func TestCLIAuth(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.Start(t)
-	if err := s.Do(t, "ACL", "SETUSER", "ops", "on", ">opspass", "~*", "&*", "+@all").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Do(t, "ACL", "SETUSER", "ops", "on", ">opspass", "~*", "&*", "+@all").Error())
 	if err := s.Do(t, "CONFIG", "SET", "requirepass", "s3cret").Error(); err != nil { // last: Do would need it
 		t.Fatal(err)
 	}
@@ -366,9 +334,8 @@ func TestCLIAuth(t *testing.T) {
 	} {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(k string) string { return tc.vars[k] }, &out, &errb)
-		if code != tc.code || !strings.Contains(errb.String(), tc.msg) {
-			t.Errorf("%v %v: exit %d, stderr %q; want %d with %q", tc.args, tc.vars, code, errb.String(), tc.code, tc.msg)
-		}
+		assert.Equal(t, tc.code, code, "%v %v: exit", tc.args, tc.vars)
+		assert.Contains(t, errb.String(), tc.msg, "%v %v: exit", tc.args, tc.vars)
 	}
 }
 
@@ -380,14 +347,10 @@ func TestCLITLS(t *testing.T) {
 	s, tlsAddr, ca := redistest.StartTLS(t)
 	ctx := context.Background()
 	c, err := dsync.NewClient(s.Client(t), dsync.WithKeyPrefix("tls"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	lctx, err := c.NewMutex("secure").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.NewMutex("secure").UnlockContext(lctx)
 	for _, tc := range []struct {
 		args []string
@@ -402,9 +365,8 @@ func TestCLITLS(t *testing.T) {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
 		text := out.String() + errb.String()
-		if code != tc.code || !strings.Contains(text, tc.want) {
-			t.Errorf("%v: exit %d, output %q; want %d and %q", tc.args, code, text, tc.code, tc.want)
-		}
+		assert.Equal(t, tc.code, code, "%v: exit", tc.args)
+		assert.Contains(t, text, tc.want, "%v: exit", tc.args)
 	}
 }
 
@@ -414,9 +376,7 @@ func TestCLIWatchKeyspace(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.Start(t, "--notify-keyspace-events", "KA")
 	c, err := dsync.NewClient(s.Client(t), dsync.WithKeyPrefix("ks"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -432,18 +392,13 @@ func TestCLIWatchKeyspace(t *testing.T) {
 	})
 	m := c.NewMutex("w")
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitFor(t, 2*time.Second, "the holder, woken by a notification", func() bool { return strings.Contains(out.String(), "holder  "+ownerOf(lctx)) })
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lctx))
 	waitFor(t, 2*time.Second, "the release, woken by a notification", func() bool { return strings.Contains(out.String(), "free (last fencing token") })
 	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("watch ended with %d: %s", code, errb.String())
-	}
+	code := <-done
+	assert.Equal(t, 0, code, "watch ended with %d: %s", code, errb.String())
 }
 
 // top lists the locks with the most waiters first, with their holders and
@@ -454,21 +409,15 @@ func TestCLITop(t *testing.T) {
 	ctx := context.Background()
 	// A FairMutex held with two waiters queued in Redis, and a free Mutex.
 	held, err := c.NewFairMutex("busy").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for i := 0; i < 2; i++ {
 		go c.NewFairMutex("busy").LockContext(wctx)
 	}
 	l, err := c.NewMutex("calm").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.NewMutex("calm").UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, c.NewMutex("calm").UnlockContext(l))
 	waitFor(t, 5*time.Second, "two queued waiters", func() bool {
 		code, out, _ := e.run(ctx, "--json", "inspect", "busy")
 		return code == 0 && strings.Count(out, `"owner"`) >= 3
@@ -481,19 +430,16 @@ func TestCLITop(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "a snapshot", func() bool { return strings.Contains(out.String(), "calm") })
 	stop()
-	if code := <-done; code != 0 {
-		t.Fatalf("top exit %d: %s", code, errb.String())
-	}
+	code := <-done
+	require.Equal(t, 0, code, "top exit %d: %s", code, errb.String())
 	t.Logf("dsync top:\n%s", out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) < 4 || !strings.HasPrefix(lines[2], "fair_mutex") || !strings.Contains(lines[2], "busy") {
-		t.Fatalf("top did not list the contended fair mutex first:\n%s", out.String())
-	}
+	require.GreaterOrEqual(t, len(lines), 4, "top did not list the contended fair mutex first:\n%s", out.String())
+	require.True(t, strings.HasPrefix(lines[2], "fair_mutex"), "top did not list the contended fair mutex first:\n%s", out.String())
+	require.Contains(t, lines[2], "busy", "top did not list the contended fair mutex first:\n%s", out.String())
 	if f := strings.Fields(lines[2]); len(f) < 5 || f[1] != "1" || f[2] != "2" || f[3] == "-" {
 		t.Errorf("busy row %q: want 1 holder, 2 waiters and a hold age", lines[2])
 	}
 	cancel()
-	if err := c.NewFairMutex("busy").UnlockContext(held); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.NewFairMutex("busy").UnlockContext(held))
 }

@@ -4,6 +4,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var redisCall = regexp.MustCompile(`redis\.call\(\s*['"]([A-Za-z]+)['"]\s*(?:,\s*['"]([A-Za-z]+)['"])?`)
@@ -29,9 +32,8 @@ func TestShardedVariants(t *testing.T) {
 			}
 		}
 		if !usesPubSub {
-			if _, ok := sharded[l]; ok {
-				t.Errorf("a script without pub/sub calls has a sharded variant")
-			}
+			_, ok := sharded[l]
+			assert.False(t, ok, "a script without pub/sub calls has a sharded variant")
 			continue
 		}
 		classic++
@@ -47,9 +49,7 @@ func TestShardedVariants(t *testing.T) {
 			}
 		}
 	}
-	if classic < 10 {
-		t.Fatalf("found %d publishing scripts; the pattern no longer matches them", classic)
-	}
+	require.GreaterOrEqual(t, classic, 10, "found publishing scripts; the pattern no longer matches them")
 }
 
 func firstLine(s string) string {
