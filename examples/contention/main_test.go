@@ -6,6 +6,8 @@ import (
 	"time"
 
 	dsyncotel "github.com/dsync/dsync/otel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -16,9 +18,7 @@ import (
 func TestContention(t *testing.T) {
 	var b strings.Builder
 	reps, err := run(&b, 6, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Log("\n" + b.String())
 	n := 0
 	for _, r := range reps {
@@ -28,21 +28,13 @@ func TestContention(t *testing.T) {
 		}
 		var sum time.Duration
 		for _, w := range r.top {
-			if !strings.HasPrefix(w.id, "worker-") {
-				t.Errorf("%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
-			}
+			assert.True(t, strings.HasPrefix(w.id, "worker-"), "%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
 			sum += w.wait
 		}
-		if sum != r.total {
-			t.Errorf("%s: waiters add up to %v, total %v", r.name, sum, r.total)
-		}
-		if !strings.Contains(b.String(), "\n"+r.name+" ") {
-			t.Errorf("%s missing from the printed report", r.name)
-		}
+		assert.Equal(t, r.total, sum, "%s: waiters add up to", r.name)
+		assert.Contains(t, b.String(), "\n"+r.name+" ", "%s missing from the printed report", r.name)
 	}
-	if n != 6*8 {
-		t.Errorf("report counts %d acquisitions, want %d", n, 6*8)
-	}
+	assert.Equal(t, 6*8, n, "report counts")
 }
 
 // TestAnalyse checks the arithmetic on spans made by hand.
@@ -74,13 +66,15 @@ func TestAnalyse(t *testing.T) {
 	acquire(b, "y", time.Millisecond, "acquired")
 
 	reps := analyse(spans)
-	if len(reps) != 2 || reps[0].name != "x" || reps[1].name != "y" {
-		t.Fatalf("reports = %+v", reps)
-	}
+	require.Equal(t, 2, len(reps), "reports = %+v", reps)
+	require.Equal(t, "x", reps[0].name, "reports = %+v", reps)
+	require.Equal(t, "y", reps[1].name, "reports = %+v", reps)
 	x := reps[0]
-	if len(x.waits) != 5 || x.p50 != 3*time.Millisecond || x.p99 != 12*time.Millisecond || x.max != 12*time.Millisecond || x.total != 22*time.Millisecond {
-		t.Errorf("x = %+v", x)
-	}
+	assert.Equal(t, 5, len(x.waits), "x = %+v", x)
+	assert.Equal(t, 3*time.Millisecond, x.p50, "x = %+v", x)
+	assert.Equal(t, 12*time.Millisecond, x.p99, "x = %+v", x)
+	assert.Equal(t, 12*time.Millisecond, x.max, "x = %+v", x)
+	assert.Equal(t, 22*time.Millisecond, x.total, "x = %+v", x)
 	if len(x.top) != 2 || x.top[0] != (waiter{"worker-b", 12 * time.Millisecond}) || x.top[1] != (waiter{"worker-a", 10 * time.Millisecond}) {
 		t.Errorf("top waiters = %v", x.top)
 	}

@@ -4,6 +4,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestScoped runs the example (on the embedded server unless REDIS_ADDR is
@@ -12,13 +15,10 @@ import (
 func TestScoped(t *testing.T) {
 	var b strings.Builder
 	store, err := run(io.MultiWriter(&b, testWriter{t}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := b.String()
-	if !strings.Contains(out, "worker-1: stops before step") || !strings.Contains(out, "dsync: lock lost") {
-		t.Errorf("worker-1 did not stop on the lost lock")
-	}
+	assert.Contains(t, out, "worker-1: stops before step", "worker-1 did not stop on the lost lock")
+	assert.Contains(t, out, "dsync: lock lost", "worker-1 did not stop on the lost lock")
 	rejected := 0
 	for _, l := range store.log {
 		if strings.HasPrefix(l, "REJECTED worker-1") {
@@ -28,9 +28,7 @@ func TestScoped(t *testing.T) {
 			t.Errorf("wrong write accepted or rejected: %s", l)
 		}
 	}
-	if rejected == 0 {
-		t.Errorf("no stale write was rejected")
-	}
+	assert.NotEqual(t, 0, rejected, "no stale write was rejected")
 	if store.value != "step 2" || !strings.Contains(store.log[len(store.log)-1], "worker") {
 		t.Errorf("final value %q", store.value)
 	}
