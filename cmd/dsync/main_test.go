@@ -59,9 +59,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) client() *dsync.Client {
 	c, err := dsync.NewClient(srv.Client(e.t), dsync.WithKeyPrefix(e.prefix))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -142,9 +140,16 @@ func TestCLIInspectFairWithWaiters(t *testing.T) {
 	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	var js []jsonState
 	require.NoError(t, json.Unmarshal([]byte(out), &js), "--json output %q", out)
-	if len(js) != 1 || !js[0].Held || js[0].Holders[0].Owner != owners[0] || js[0].Holders[0].LeaseMS <= 0 ||
-		len(js[0].Waiters) != 2 || js[0].Waiters[0].Owner != owners[1] || js[0].Waiters[1].Owner != owners[2] {
-		t.Errorf("--json = %+v", js)
+	if assert.Len(t, js, 1, "--json = %+v", js) {
+		assert.True(t, js[0].Held, "--json = %+v", js)
+		if assert.NotEmpty(t, js[0].Holders, "--json = %+v", js) {
+			assert.Equal(t, owners[0], js[0].Holders[0].Owner, "--json = %+v", js)
+			assert.Greater(t, js[0].Holders[0].LeaseMS, int64(0), "--json = %+v", js)
+		}
+		if assert.Len(t, js[0].Waiters, 2, "--json = %+v", js) {
+			assert.Equal(t, owners[1], js[0].Waiters[0].Owner, "--json = %+v", js)
+			assert.Equal(t, owners[2], js[0].Waiters[1].Owner, "--json = %+v", js)
+		}
 	}
 }
 
@@ -211,9 +216,8 @@ func TestCLIUnlockForce(t *testing.T) {
 		got <- err
 	}()
 	// Refused without confirmation: still held.
-	if code, _, _ := e.run(ctx, "unlock", "--force", "stuck"); code != 2 {
-		t.Fatalf("unlock without --yes: exit %d", code)
-	}
+	code, _, _ := e.run(ctx, "unlock", "--force", "stuck")
+	require.Equal(t, 2, code, "unlock without --yes: exit")
 	st, _ := c.Inspect(ctx, "stuck")
 	require.Equal(t, 1, len(st), "refused unlock changed the lock: %+v", st)
 	require.Equal(t, 1, len(st[0].Holders), "refused unlock changed the lock: %+v", st)
@@ -276,8 +280,12 @@ func TestCLIInspectSemaphore(t *testing.T) {
 	var js []jsonState
 	require.NoError(t, json.Unmarshal([]byte(out), &js))
 	require.Equal(t, 0, code)
-	if len(js) != 1 || js[0].Size == nil || *js[0].Size != 4 || *js[0].Free != 1 || js[0].Holders[0].Permits != 3 {
-		t.Errorf("--json = %s", out)
+	if assert.Len(t, js, 1, "--json = %s", out) && assert.NotNil(t, js[0].Size, "--json = %s", out) {
+		assert.Equal(t, int64(4), *js[0].Size, "--json = %s", out)
+		assert.Equal(t, int64(1), *js[0].Free, "--json = %s", out)
+		if assert.NotEmpty(t, js[0].Holders, "--json = %s", out) {
+			assert.Equal(t, int64(3), js[0].Holders[0].Permits, "--json = %s", out)
+		}
 	}
 	// unlock --force releases the semaphore's permits too; again, with
 	// nothing held, it exits with the status of "nothing done".
@@ -316,9 +324,7 @@ func TestCLIAuth(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.Start(t)
 	require.NoError(t, s.Do(t, "ACL", "SETUSER", "ops", "on", ">opspass", "~*", "&*", "+@all").Error())
-	if err := s.Do(t, "CONFIG", "SET", "requirepass", "s3cret").Error(); err != nil { // last: Do would need it
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Do(t, "CONFIG", "SET", "requirepass", "s3cret").Error()) // last: Do would need it
 	ctx := context.Background()
 	for _, tc := range []struct {
 		args []string
@@ -437,8 +443,10 @@ func TestCLITop(t *testing.T) {
 	require.GreaterOrEqual(t, len(lines), 4, "top did not list the contended fair mutex first:\n%s", out.String())
 	require.True(t, strings.HasPrefix(lines[2], "fair_mutex"), "top did not list the contended fair mutex first:\n%s", out.String())
 	require.Contains(t, lines[2], "busy", "top did not list the contended fair mutex first:\n%s", out.String())
-	if f := strings.Fields(lines[2]); len(f) < 5 || f[1] != "1" || f[2] != "2" || f[3] == "-" {
-		t.Errorf("busy row %q: want 1 holder, 2 waiters and a hold age", lines[2])
+	if f := strings.Fields(lines[2]); assert.GreaterOrEqual(t, len(f), 5, "busy row %q: want 1 holder, 2 waiters and a hold age", lines[2]) {
+		assert.Equal(t, "1", f[1], "busy row %q: holders", lines[2])
+		assert.Equal(t, "2", f[2], "busy row %q: waiters", lines[2])
+		assert.NotEqual(t, "-", f[3], "busy row %q: no hold age", lines[2])
 	}
 	cancel()
 	require.NoError(t, c.NewFairMutex("busy").UnlockContext(held))

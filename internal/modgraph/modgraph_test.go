@@ -34,7 +34,7 @@ func TestUserModuleGraph(t *testing.T) {
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go %s: %v\n%s", strings.Join(args, " "), err, out)
+		require.NoError(t, err, "go %s\n%s", strings.Join(args, " "), out)
 		return string(out)
 	}
 	run("mod", "tidy")

@@ -58,9 +58,8 @@ func TestMutexScripts(t *testing.T) {
 	require.LessOrEqual(t, r[1], int64(10000), "other owner = %v, want {0, pttl}", r)
 	require.Equal(t, int64(0), rel("B", tok), "foreign release")
 	require.Equal(t, int64(0), rel("A", tok+1), "release with a wrong token")
-	if r := rel("A", tok); r != 2 || !strings.HasSuffix(get(), " 1") {
-		t.Fatalf("first release = %d, value %q", r, get())
-	}
+	require.Equal(t, int64(2), rel("A", tok), "first release")
+	require.True(t, strings.HasSuffix(get(), " 1"), "value %q after the first release", get())
 	// The release publishes the token on the channel.
 	sub := s.Client(t)
 	msgs := make(chan string, 1)
@@ -169,15 +168,14 @@ func TestMutexUndo(t *testing.T) {
 	first := acq(key + ":a:1") // the owner's hold through some Client
 	require.Equal(t, int64(1), first[0], "acquire = %v", first)
 	held := get()
-	if r := acq(key + ":a:2"); r[0] != 2 { // re-entry through another
-		t.Fatalf("re-entry = %v", r)
-	}
+	r := acq(key + ":a:2") // re-entry through another
+	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
 	require.Equal(t, int64(2), undo(key+":a:2"), "undo after the acquire")
 	require.Equal(t, held, get(), "after the undo")
 	require.Equal(t, int64(0), undo(key+":a:2"), "repeated undo")
 	// The undo overtakes its acquire: the acquire then changes nothing.
 	require.Equal(t, int64(0), undo(key+":a:3"), "undo before the acquire")
-	r := acq(key + ":a:3")
+	r = acq(key + ":a:3")
 	require.Equal(t, int64(0), r[0], "acquire after its undo = %v, want {0, 0}", r)
 	require.Equal(t, held, get(), "after the late acquire")
 }
@@ -245,7 +243,9 @@ func TestMutexUndoFresh(t *testing.T) {
 	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"B", "0", "60000", "0"})), "B's release")
 	r = acq("C")
 	require.Equal(t, int64(0), r[0], "a late acquire after its undo = %v, want a no-op", r)
-	if v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString(); len(v) > 0 && v[0] != '-' {
-		t.Fatalf("lock value %q after a no-op acquire, want free", v)
+	v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+	if len(v) > 0 {
+		require.Equal(t, byte('-'), v[0], "lock value %q after a no-op acquire, want free", v)
 	}
+
 }

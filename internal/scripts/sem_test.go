@@ -123,9 +123,8 @@ func TestSemaphoreScripts(t *testing.T) {
 	// Full: D queues; cancelling removes it at once.
 	r = semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "D = %v", r)
-	if r, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"wd", semCh, "10000"}).AsInt64(); r != 0 {
-		t.Fatalf("undo of a queued waiter = %d, want 0 (nothing granted)", r)
-	}
+	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"wd", semCh, "10000"}).AsInt64()
+	require.Equal(t, int64(0), n, "undo of a queued waiter, want 0 (nothing granted)")
 	require.Equal(t, int64(0), zcard(semKeys[3]), "cancelled waiter left in the queue")
 	require.Equal(t, int64(0), zcard(semKeys[5]), "cancelled waiter left in the queue")
 	// An acquire of the undone call that arrives late does nothing.
@@ -137,12 +136,10 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(1), r[0], "C again = %v", r)
 	// Renewal works for a holder's acquisition and not for a stranger's.
 	memberB := "B " + strconv.FormatInt(b[1], 10) + " wb"
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64(); r != 1 {
-		t.Fatalf("renew B = %d", r)
-	}
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64(); r != 0 {
-		t.Fatalf("renew stranger = %d", r)
-	}
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64()
+	require.Equal(t, int64(1), n, "renew B")
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64()
+	require.Equal(t, int64(0), n, "renew stranger")
 	semRel(t, rc, "B", 3)
 	semRel(t, rc, "C", 1)
 
@@ -155,9 +152,8 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.LessOrEqual(t, f[1], int64(51), "F = %v, want queued with a hint <= 51ms", f)
 	time.Sleep(60 * time.Millisecond) // the injected fault: E's lease lapses
 	memberE := "E " + strconv.FormatInt(e[1], 10) + " we"
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64(); r != 0 {
-		t.Fatalf("renew after expiry = %d, want 0", r)
-	}
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64()
+	require.Equal(t, int64(0), n, "renew after expiry")
 	expectWoken("wf")
 	r = semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
 	require.Equal(t, int64(1), r[0], "F after E's expiry = %v", r)
@@ -188,9 +184,8 @@ func TestSemaphorePerAcquisitionLease(t *testing.T) {
 	r = semAcq(t, rc, "B", "w4", 1, 2, "10000", "try")
 	require.Equal(t, int64(1), r[0], "the lapsed permit did not come back: %v", r)
 	// The undo of B's call w4 gives back its permit and nothing of A's.
-	if r, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"w4", semCh, "10000"}).AsInt64(); r != 1 {
-		t.Fatalf("undo of a granted call = %d, want 1", r)
-	}
+	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"w4", semCh, "10000"}).AsInt64()
+	require.Equal(t, int64(1), n, "undo of a granted call")
 	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "2", "0"}))
 	require.Equal(t, int64(1), r[0], "A's release after B's undo = %v, want {1, 0}", r)
 	require.Equal(t, int64(0), r[1], "A's release after B's undo = %v, want {1, 0}", r)
@@ -235,18 +230,17 @@ func TestOnceScripts(t *testing.T) {
 	r := begin("A")
 	require.Equal(t, int64(1), code(r, 0), "begin A = %v", r)
 	markA := "A " + strconv.FormatInt(code(r, 1), 10) + " " + lastCall
-	if r := begin("B"); code(r, 0) != 0 || code(r, 1) <= 0 {
-		t.Fatalf("begin B while A runs = %v", r)
-	}
+	rb := begin("B")
+	require.Equal(t, int64(0), code(rb, 0), "begin B while A runs = %v", rb)
+	require.Greater(t, code(rb, 1), int64(0), "begin B while A runs = %v", rb)
 	// The same owner again (a concurrent call, not one inside f) waits too.
-	if r := begin("A"); code(r, 0) != 0 || code(r, 1) <= 0 {
-		t.Fatalf("begin A again while A runs = %v", r)
-	}
+	ra := begin("A")
+	require.Equal(t, int64(0), code(ra, 0), "begin A again while A runs = %v", ra)
+	require.Greater(t, code(ra, 1), int64(0), "begin A again while A runs = %v", ra)
 	v, _ := scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64()
 	require.Equal(t, int64(1), v, "renew")
-	if r := end(markA, "fail", ""); code(r, 0) != 1 {
-		t.Fatalf("fail = %v", r)
-	}
+	rf := end(markA, "fail", "")
+	require.Equal(t, int64(1), code(rf, 0), "fail = %v", rf)
 	v, _ = scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64()
 	require.Equal(t, int64(0), v, "renew after end")
 	tokA := code(r, 1)
@@ -265,9 +259,8 @@ func TestOnceScripts(t *testing.T) {
 	require.Equal(t, int64(2), code(r, 0), "retried ok = %v", r)
 	r = begin("C")
 	require.Equal(t, int64(2), code(r, 0), "begin after done = %v", r)
-	if v, _ := r[1].ToString(); v != `"v"` {
-		t.Fatalf("stored value %q", v)
-	}
+	stored, _ := r[1].ToString()
+	require.Equal(t, `"v"`, stored, "stored value")
 }
 
 // TestOnceUndo: the undo of a Do call ends exactly its run, and makes a
