@@ -61,23 +61,16 @@ func TestMutexBadInput(t *testing.T) {
 			_, _, err = m.TryLockContext(tc.ctx)
 			require.ErrorIs(t, err, tc.want, "TryLockContext")
 			require.ErrorIs(t, m.UnlockContext(tc.ctx), tc.want, "UnlockContext")
-			if tc.mu != "ok" && m.TryLock() {
-				t.Fatal("TryLock succeeded")
+			if tc.mu != "ok" {
+				require.False(t, m.TryLock(), "TryLock succeeded")
 			}
 		})
 	}
 	// Nothing was written for the rejected calls.
 	keys, err := rc.Do(context.Background(), rc.B().Keys().Pattern(prefixOf(t, c)+":*").Build()).AsStrSlice()
 	require.NoError(t, err, "keys after rejected calls: %v", keys)
-	require.Equal(t, 0, len(keys), "keys after rejected calls: %v", keys)
-	func() {
-		defer func() {
-			if r := recover(); r == nil {
-				t.Fatal("Lock with an empty name did not panic")
-			}
-		}()
-		c.NewMutex("").Lock()
-	}()
+	require.Empty(t, keys, "keys after rejected calls: %v", keys)
+	require.Panics(t, func() { c.NewMutex("").Lock() }, "Lock with an empty name did not panic")
 	// Releasing without an owner, or an owner that holds nothing.
 	m := c.NewMutex("ok")
 	require.ErrorIs(t, m.UnlockContext(context.Background()), dsync.ErrNotHeld, "unlock without owner")

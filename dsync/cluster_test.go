@@ -137,9 +137,9 @@ func TestClusterMutexBasic(t *testing.T) {
 		lctx, err := m.LockContext(ctx)
 		require.NoError(t, err, "%q", name)
 		tok, _ := dsync.FencingToken(lctx)
-		if _, ok, err := m.TryLockContext(ctx); err != nil || ok {
-			t.Fatalf("%q: TryLockContext by another owner = %v, %v", name, ok, err)
-		}
+		_, ok, err := m.TryLockContext(ctx)
+		require.NoError(t, err, "%q: TryLockContext by another owner", name)
+		require.False(t, ok, "%q: TryLockContext by another owner", name)
 		require.NoError(t, m.UnlockContext(lctx), "%q", name)
 		require.ErrorIs(t, m.UnlockContext(lctx), dsync.ErrNotHeld, "%q: second unlock", name)
 		lctx2, ok, err := m.TryLockContext(ctx)
@@ -243,7 +243,7 @@ func numsubOn(t testing.TB, sub, addr, ch string) int64 {
 	defer rc.Close()
 	v, err := rc.Do(context.Background(), rc.B().Arbitrary("PUBSUB", sub).Args(ch).Build()).ToArray()
 	require.NoError(t, err, "PUBSUB %s on %s: %v", sub, addr, v)
-	require.Equal(t, 2, len(v), "PUBSUB %s on %s: %v", sub, addr, v)
+	require.Len(t, v, 2, "PUBSUB %s on %s: %v", sub, addr, v)
 	n, _ := v[1].AsInt64()
 	return n
 }
@@ -339,9 +339,9 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	errs, after := clusterHammer(t, prefix, name, 20, func() {
 		assert.NoError(t, cl.Failover(replica, 10*time.Second))
 	}, dsync.WithLease(lease))
-	if role, err := redistest.Role(replica); err != nil || role != "master" {
-		t.Fatalf("replica role %q, %v: no failover happened", role, err)
-	}
+	role, roleErr := redistest.Role(replica)
+	require.NoError(t, roleErr, "no failover happened")
+	require.Equal(t, "master", role, "replica role: no failover happened")
 	t.Logf("160 acquisitions after the failover took %v; %d failed calls retried", after, errs)
 	// Waiters of the other Client are woken by the release message; were
 	// they not, each crossing would wait up to lease/3, and 160 acquisitions

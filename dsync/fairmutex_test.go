@@ -15,6 +15,7 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,8 +46,8 @@ func zcard(t testing.TB, rc rueidis.Client, key string) int64 {
 func getStr(t testing.TB, rc rueidis.Client, key string) string {
 	t.Helper()
 	v, err := rc.Do(context.Background(), rc.B().Get().Key(key).Build()).ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatal(err)
+	if !rueidis.IsRedisNil(err) {
+		require.NoError(t, err)
 	}
 	return v
 }
@@ -91,14 +92,7 @@ func TestFairMutexBasic(t *testing.T) {
 	l.Lock()
 	require.False(t, f.TryLock(), "TryLock on a held FairMutex succeeded")
 	l.Unlock()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("Unlock of an unlocked FairMutex did not panic")
-			}
-		}()
-		l.Unlock()
-	}()
+	require.Panics(t, l.Unlock, "Unlock of an unlocked FairMutex did not panic")
 	_, err = c.NewFairMutex("").LockContext(ctxT(t))
 	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "empty name")
 }
@@ -123,7 +117,7 @@ func TestFairMutexCancelledWaiterLeaves(t *testing.T) {
 	waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return len(lrange(t, rc, keys[1])) == 1 })
 	require.ErrorIs(t, <-errc, context.DeadlineExceeded, "wait ended by its deadline")
 	q := lrange(t, rc, keys[1])
-	require.Equal(t, 0, len(q), "queue after a cancelled wait: %q", q)
+	require.Empty(t, q, "queue after a cancelled wait: %q", q)
 	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "queue places after a cancelled wait")
 	require.Equal(t, before, getStr(t, rc, keys[0]), "lock value changed by a cancelled wait")
 	// A queued waiter makes TryLock fail even on a free lock.
@@ -139,7 +133,7 @@ func TestFairMutexCancelledWaiterLeaves(t *testing.T) {
 	require.NoError(t, f.UnlockContext(hctx))
 	require.NoError(t, <-queued)
 	q = lrange(t, rc, keys[1])
-	require.Equal(t, 0, len(q), "queue not empty at the end: %q", q)
+	require.Empty(t, q, "queue not empty at the end: %q", q)
 }
 
 // childFairWaiter: for each line "<id>" on stdin, start a goroutine that
@@ -211,9 +205,8 @@ func TestFairMutexFIFOAcrossProcesses(t *testing.T) {
 	for i := 0; i < waiters; i++ {
 		id := strconv.Itoa(i)
 		if src := i % 3; src < 2 {
-			if _, err := fmt.Fprintln(stdins[src], id); err != nil {
-				t.Fatal(err)
-			}
+			_, err := fmt.Fprintln(stdins[src], id)
+			require.NoError(t, err)
 		} else {
 			local.Add(1)
 			go func() {
@@ -236,7 +229,7 @@ func TestFairMutexFIFOAcrossProcesses(t *testing.T) {
 	local.Wait()
 	close(localErr)
 	for err := range localErr {
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	order := lrange(t, rc, prefix+":order")
 	violations := 0
@@ -270,8 +263,7 @@ func TestFairMutexKilledWaiterDropsOut(t *testing.T) {
 	got := make(chan time.Time, 1)
 	go func() {
 		l, err := f.LockContext(ctxT(t))
-		if err != nil {
-			t.Error(err)
+		if !assert.NoError(t, err) {
 			got <- time.Time{}
 			return
 		}
@@ -282,7 +274,7 @@ func TestFairMutexKilledWaiterDropsOut(t *testing.T) {
 	// Sleep is the point here: a live waiter keeps its place past a lease.
 	time.Sleep(lease + lease/2)
 	q := lrange(t, rc, keys[1])
-	require.Equal(t, 2, len(q), "a live waiter lost its place: queue %q", q)
+	require.Len(t, q, 2, "a live waiter lost its place: queue %q", q)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	require.NoError(t, f.UnlockContext(hold))
@@ -339,7 +331,7 @@ func TestFairMutexScripts(t *testing.T) {
 	require.Equal(t, "a "+tok+" 2", getStr(t, rc, keys[0]), "re-entry = %v, value", v)
 	v = acquire("b", true)
 	require.Equal(t, int64(0), v[0], "a try queued or was granted: %v", v)
-	require.Equal(t, 0, len(lrange(t, rc, keys[1])), "a try queued or was granted: %v", v)
+	require.Empty(t, lrange(t, rc, keys[1]), "a try queued or was granted: %v", v)
 	v = acquire("b", false)
 	require.Equal(t, int64(0), v[0], "b = %v, want {0, pttl}", v)
 	require.Greater(t, v[1], int64(0), "b = %v, want {0, pttl}", v)
@@ -374,7 +366,7 @@ func TestFairMutexScripts(t *testing.T) {
 	c := acquire("c", false)
 	require.Equal(t, int64(1), c[0], "c = %v after token", c)
 	require.Greater(t, c[1], a[1], "c = %v after token", c)
-	require.Equal(t, 0, len(lrange(t, rc, keys[1])), "queue not empty after the last waiter got the lock")
+	require.Empty(t, lrange(t, rc, keys[1]), "queue not empty after the last waiter got the lock")
 	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "queue not empty after the last waiter got the lock")
 	// A place not renewed lapses after its lease (1s here) and is pruned.
 	acquire("d", false)
@@ -390,6 +382,6 @@ func TestFairMutexHammerClients(t *testing.T) {
 	prefix := hammerClients(t, 4, 25, func(c *dsync.Client) dsync.ContextLocker { return c.NewFairMutex("hammer") })
 	rcv := newRueidis(t)
 	keys := fairKeys(prefix, "hammer")
-	require.Equal(t, 0, len(lrange(t, rcv, keys[1])), "queue not empty after every waiter was served")
+	require.Empty(t, lrange(t, rcv, keys[1]), "queue not empty after every waiter was served")
 	require.Equal(t, int64(0), zcard(t, rcv, keys[2]), "queue not empty after every waiter was served")
 }

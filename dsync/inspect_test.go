@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -28,9 +27,9 @@ func inspectOne(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) (ds
 func TestInspectMutex(t *testing.T) {
 	c := newClient(t, dsync.WithLease(3*time.Second))
 	name := "inspect {odd} %name"
-	if states, err := c.Inspect(ctxT(t), name); err != nil || len(states) != 0 {
-		t.Fatalf("Inspect of an unused name = %v, %v; want none", states, err)
-	}
+	states, err := c.Inspect(ctxT(t), name)
+	require.NoError(t, err, "Inspect of an unused name")
+	require.Empty(t, states, "Inspect of an unused name")
 	m := c.NewMutex(name)
 	ctx := dsync.WithOwner(ctxT(t))
 	l1, err := m.LockContext(ctx)
@@ -45,7 +44,7 @@ func TestInspectMutex(t *testing.T) {
 	tok, _ := dsync.FencingToken(l1)
 	st, ok := inspectOne(t, c, name, dsync.KindMutex)
 	require.True(t, ok, "held mutex: state %+v", st)
-	require.Equal(t, 1, len(st.Holders), "held mutex: state %+v", st)
+	require.Len(t, st.Holders, 1, "held mutex: state %+v", st)
 	h := st.Holders[0]
 	// Redis records the last of the tokens reserved with the acquisition.
 	reserved := tok + dsync.DefaultMaxLocalHandoffs - 1
@@ -55,18 +54,17 @@ func TestInspectMutex(t *testing.T) {
 	assert.Equal(t, reserved, st.LastToken, "holder = %+v (last token", h)
 	assert.Greater(t, h.Lease, time.Duration(0), "remaining lease")
 	assert.LessOrEqual(t, h.Lease, 3*time.Second, "remaining lease")
-	assert.Equal(t, 0, len(st.Waiters), "a Mutex reports waiters: %v", st.Waiters)
+	assert.Empty(t, st.Waiters, "a Mutex reports waiters: %v", st.Waiters)
 	require.NoError(t, m2.UnlockContext(ctx))
 	require.NoError(t, m.UnlockContext(ctx))
 	// A release records the last token issued (no local handoff: tok),
 	// not the reserved block's end, which may be ahead of the clock.
 	st, ok = inspectOne(t, c, name, dsync.KindMutex)
 	assert.True(t, ok, "released mutex: state %+v", st)
-	assert.Equal(t, 0, len(st.Holders), "released mutex: state %+v", st)
+	assert.Empty(t, st.Holders, "released mutex: state %+v", st)
 	assert.Equal(t, tok, st.LastToken, "released mutex: state %+v", st)
-	if _, err := c.Inspect(ctxT(t), ""); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Errorf("Inspect(\"\") = %v, want ErrInvalidArgument", err)
-	}
+	_, err = c.Inspect(ctxT(t), "")
+	assert.ErrorIs(t, err, dsync.ErrInvalidArgument, "Inspect(\"\")")
 }
 
 // TestInspectFairQueue checks that the queue of a FairMutex is reported in
@@ -98,7 +96,7 @@ func TestInspectFairQueue(t *testing.T) {
 	}
 	st, _ := inspectOne(t, c, name, dsync.KindFairMutex)
 	holder, _ := dsync.OwnerOf(hctx)
-	require.Equal(t, 1, len(st.Holders), "holders = %+v", st.Holders)
+	require.Len(t, st.Holders, 1, "holders = %+v", st.Holders)
 	require.Equal(t, holder, st.Holders[0].Owner, "holders = %+v", st.Holders)
 	var got []string
 	for _, w := range st.Waiters {
@@ -111,9 +109,8 @@ func TestInspectFairQueue(t *testing.T) {
 		assert.ErrorIs(t, <-errs, context.Canceled, "cancelled waiter")
 	}
 	// Cancelled waiters leave the queue at once.
-	if st, _ := inspectOne(t, c, name, dsync.KindFairMutex); len(st.Waiters) != 0 {
-		t.Errorf("queue after cancel = %v", st.Waiters)
-	}
+	st, _ = inspectOne(t, c, name, dsync.KindFairMutex)
+	assert.Empty(t, st.Waiters, "queue after cancel")
 	require.NoError(t, f.UnlockContext(hctx))
 }
 
@@ -134,7 +131,7 @@ func TestInspectForceUnlock(t *testing.T) {
 	}()
 	refs, err := other.ForceUnlock(ctxT(t), "stuck")
 	require.NoError(t, err, "ForceUnlock = %v", refs)
-	require.Equal(t, 1, len(refs), "ForceUnlock = %v", refs)
+	require.Len(t, refs, 1, "ForceUnlock = %v", refs)
 	require.Equal(t, dsync.KindMutex, refs[0].Kind, "ForceUnlock = %v", refs)
 	var l2 context.Context
 	select {
@@ -151,9 +148,9 @@ func TestInspectForceUnlock(t *testing.T) {
 		t.Fatal("the forced-out holder's lock context was not cancelled")
 	}
 	// Nothing held: nothing to release.
-	if refs, err := c.ForceUnlock(ctxT(t), "never-used"); err != nil || len(refs) != 0 {
-		t.Errorf("ForceUnlock of a free lock = %v, %v", refs, err)
-	}
+	refs, err = c.ForceUnlock(ctxT(t), "never-used")
+	assert.NoError(t, err, "ForceUnlock of a free lock")
+	assert.Empty(t, refs, "ForceUnlock of a free lock")
 }
 
 func TestInspectList(t *testing.T) {
@@ -161,13 +158,13 @@ func TestInspectList(t *testing.T) {
 	ctx := ctxT(t)
 	names := []string{"job:1", "job:2", "other}{x", "100%"}
 	for _, n := range names {
-		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); err != nil || !ok {
-			t.Fatal(n, ok, err)
-		}
+		_, ok, err := c.NewMutex(n).TryLockContext(ctx)
+		require.NoError(t, err, n)
+		require.True(t, ok, n)
 	}
-	if _, ok, err := c.NewFairMutex("job:1").TryLockContext(ctx); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
+	_, ok, err := c.NewFairMutex("job:1").TryLockContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
 	all, err := c.List(ctx, "")
 	require.NoError(t, err)
 	want := []dsync.LockRef{{dsync.KindMutex, "100%"}, {dsync.KindFairMutex, "job:1"}, {dsync.KindMutex, "job:1"},
@@ -175,10 +172,10 @@ func TestInspectList(t *testing.T) {
 	assert.True(t, slices.Equal(all, want), "List(\"\") = %v, want %v", all, want)
 	jobs, err := c.List(ctx, "job:*")
 	require.NoError(t, err)
-	assert.Equal(t, 3, len(jobs), "List(job:*) = %v", jobs)
+	assert.Len(t, jobs, 3, "List(job:*) = %v", jobs)
 	odd, err := c.List(ctx, "other}*")
-	if err != nil || len(odd) != 1 || odd[0].Name != "other}{x" {
-		t.Errorf("List(other}*) = %v, %v", odd, err)
+	if assert.NoError(t, err, "List(other}*)") && assert.Len(t, odd, 1, "List(other}*)") {
+		assert.Equal(t, "other}{x", odd[0].Name, "List(other}*)")
 	}
 }
 
@@ -188,9 +185,9 @@ func TestListGlobPrefix(t *testing.T) {
 	for _, prefix := range []string{"app[1]", "a*b?", `back\slash`} {
 		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(testPrefix(t)+prefix))
 		ctx := ctxT(t)
-		if _, ok, err := c.NewMutex("held").TryLockContext(ctx); err != nil || !ok {
-			t.Fatal(prefix, ok, err)
-		}
+		_, ok, err := c.NewMutex("held").TryLockContext(ctx)
+		require.NoError(t, err, prefix)
+		require.True(t, ok, prefix)
 		refs, err := c.List(ctx, "")
 		require.NoError(t, err)
 		want := []dsync.LockRef{{dsync.KindMutex, "held"}}
@@ -216,7 +213,7 @@ func TestInspectRWMutex(t *testing.T) {
 	require.NoError(t, err)
 	st := inspectKind(t, c, "cfg", dsync.KindRWMutex)
 	require.Equal(t, "read", st.Mode, "two readers: %+v", st)
-	require.Equal(t, 2, len(st.Holders), "two readers: %+v", st)
+	require.Len(t, st.Holders, 2, "two readers: %+v", st)
 	for _, h := range st.Holders {
 		assert.Equal(t, int64(1), h.Count, "reader %+v", h)
 		assert.NotEqual(t, uint64(0), h.Token, "reader %+v", h)
@@ -241,9 +238,11 @@ func TestInspectRWMutex(t *testing.T) {
 	}
 	require.NoError(t, <-done)
 	st = inspectKind(t, c, "cfg", dsync.KindRWMutex)
-	if st.Mode != "write" || len(st.Holders) != 1 || st.Holders[0].Owner != wOwner || len(st.Waiters) != 0 {
-		t.Errorf("writer: %+v", st)
+	assert.Equal(t, "write", st.Mode, "writer: %+v", st)
+	if assert.Len(t, st.Holders, 1, "writer: %+v", st) {
+		assert.Equal(t, wOwner, st.Holders[0].Owner, "writer: %+v", st)
 	}
+	assert.Empty(t, st.Waiters, "writer: %+v", st)
 }
 
 func TestInspectSemaphore(t *testing.T) {
@@ -266,18 +265,22 @@ func TestInspectSemaphore(t *testing.T) {
 		return len(st.Waiters) == 1
 	})
 	st := inspectKind(t, c, "pool", dsync.KindSemaphore)
-	if st.Size != 5 || st.Free != 1 || len(st.Holders) != 2 || st.Waiters[0].Permits != 3 || st.LastToken == 0 {
-		t.Errorf("semaphore: %+v", st)
+	assert.Equal(t, int64(5), st.Size, "semaphore: %+v", st)
+	assert.Equal(t, int64(1), st.Free, "semaphore: %+v", st)
+	assert.Len(t, st.Holders, 2, "semaphore: %+v", st)
+	if assert.NotEmpty(t, st.Waiters, "semaphore: %+v", st) {
+		assert.Equal(t, int64(3), st.Waiters[0].Permits, "semaphore: %+v", st)
 	}
+	assert.NotZero(t, st.LastToken, "semaphore: %+v", st)
 	for _, h := range st.Holders {
 		assert.Equal(t, int64(2), h.Permits, "holder %+v", h)
 		assert.Greater(t, h.Lease, time.Duration(0), "holder %+v", h)
 	}
 	require.NoError(t, sem.Release(a, 2))
 	require.NoError(t, <-done)
-	if st := inspectKind(t, c, "pool", dsync.KindSemaphore); st.Free != 0 || len(st.Waiters) != 0 {
-		t.Errorf("after the grant: %+v", st)
-	}
+	st = inspectKind(t, c, "pool", dsync.KindSemaphore)
+	assert.Equal(t, int64(0), st.Free, "after the grant: %+v", st)
+	assert.Empty(t, st.Waiters, "after the grant: %+v", st)
 }
 
 func TestInspectOnceAndWaitGroup(t *testing.T) {
@@ -295,14 +298,16 @@ func TestInspectOnceAndWaitGroup(t *testing.T) {
 	}()
 	runner := <-running
 	st := inspectKind(t, c, "init", dsync.KindOnce)
-	if st.Done || len(st.Holders) != 1 || st.Holders[0].Owner != runner || st.Holders[0].Token == 0 {
-		t.Errorf("running Once: %+v", st)
+	assert.False(t, st.Done, "running Once: %+v", st)
+	if assert.Len(t, st.Holders, 1, "running Once: %+v", st) {
+		assert.Equal(t, runner, st.Holders[0].Owner, "running Once: %+v", st)
+		assert.NotZero(t, st.Holders[0].Token, "running Once: %+v", st)
 	}
 	close(finish)
 	require.NoError(t, <-done)
-	if st := inspectKind(t, c, "init", dsync.KindOnce); !st.Done || len(st.Holders) != 0 {
-		t.Errorf("done Once: %+v", st)
-	}
+	st = inspectKind(t, c, "init", dsync.KindOnce)
+	assert.True(t, st.Done, "done Once: %+v", st)
+	assert.Empty(t, st.Holders, "done Once: %+v", st)
 
 	require.NoError(t, c.NewWaitGroup("batch").Add(ctx, 3))
 	assert.Equal(t, int64(3), inspectKind(t, c, "batch", dsync.KindWaitGroup).Counter, "WaitGroup counter")
@@ -349,12 +354,12 @@ func TestForceUnlockEveryPrimitive(t *testing.T) {
 			t.Errorf("%s holder not told within 2s", what)
 		}
 	}
-	if _, ok, err := other.NewRWMutex(name).TryLockContext(ctx); err != nil || !ok {
-		t.Errorf("rw mutex after ForceUnlock: %v %v", ok, err)
-	}
-	if _, ok, err := other.NewSemaphore(name, 2).TryAcquire(ctx, 2); err != nil || !ok {
-		t.Errorf("semaphore after ForceUnlock: %v %v", ok, err)
-	}
+	_, ok, err := other.NewRWMutex(name).TryLockContext(ctx)
+	assert.NoError(t, err, "rw mutex after ForceUnlock")
+	assert.True(t, ok, "rw mutex after ForceUnlock")
+	_, ok, err = other.NewSemaphore(name, 2).TryAcquire(ctx, 2)
+	assert.NoError(t, err, "semaphore after ForceUnlock")
+	assert.True(t, ok, "semaphore after ForceUnlock")
 	ran := false
 	assert.NoError(t, other.NewOnce(name).Do(ctx, func(context.Context) error { ran = true; return nil }), "once after ForceUnlock: ran")
 	assert.True(t, ran, "once after ForceUnlock: ran")
@@ -364,7 +369,7 @@ func TestForceUnlockEveryPrimitive(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Error("Wait not released by the WaitGroup reset")
 	}
-	if refs, err := c.ForceUnlock(ctx, "never-held"); err != nil || len(refs) != 0 {
-		t.Errorf("ForceUnlock of nothing = %v, %v", refs, err)
-	}
+	refs, err = c.ForceUnlock(ctx, "never-held")
+	assert.NoError(t, err, "ForceUnlock of nothing")
+	assert.Empty(t, refs, "ForceUnlock of nothing")
 }

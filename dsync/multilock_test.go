@@ -26,9 +26,9 @@ func TestMultiLockClusterAllOrNone(t *testing.T) {
 	_, ok := dsync.OwnerOf(lctx)
 	require.True(t, ok, "no owner in the lock context")
 	for _, n := range names {
-		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); ok || err != nil {
-			t.Fatalf("member %q free while the MultiLock holds it: %v %v", n, ok, err)
-		}
+		_, ok, err := c.NewMutex(n).TryLockContext(ctx)
+		require.False(t, ok, "member %q free while the MultiLock holds it", n)
+		require.NoError(t, err, "member %q free while the MultiLock holds it", n)
 	}
 	require.NoError(t, ml.UnlockContext(lctx))
 	require.Error(t, lctx.Err(), "lock context after release")
@@ -115,14 +115,13 @@ func TestMultiLockMemberLost(t *testing.T) {
 	// Releasing still releases the member that is held. The lost one
 	// reports ErrNotHeld, or nil if its key had not quite expired in Redis
 	// yet (the local lease clock runs out first, by design).
-	if err := ml.UnlockContext(lctx); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("unlock after a loss = %v", err)
+	if err := ml.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
+		require.NoError(t, err, "unlock after a loss")
 	}
-	if l, ok, err := c.NewMutex("long").TryLockContext(ctxT(t)); !ok || err != nil {
-		t.Fatalf("the held member was not released: %v %v", ok, err)
-	} else {
-		c.NewMutex("long").UnlockContext(l)
-	}
+	l, ok, err := c.NewMutex("long").TryLockContext(ctxT(t))
+	require.True(t, ok, "the held member was not released")
+	require.NoError(t, err, "the held member was not released")
+	c.NewMutex("long").UnlockContext(l)
 }
 
 func TestMultiLockLocker(t *testing.T) {
@@ -142,10 +141,5 @@ func TestMultiLockLocker(t *testing.T) {
 	l.Unlock()
 	<-got
 	l.Unlock()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("Unlock of an unlocked MultiLock did not panic")
-		}
-	}()
-	l.Unlock()
+	require.Panics(t, l.Unlock, "Unlock of an unlocked MultiLock did not panic")
 }

@@ -44,19 +44,14 @@ func TestMutexTokenBlock(t *testing.T) {
 		}()
 	}
 	// All three wait in the local queue before the first release.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		st := c.getMutex(m.key)
 		st.mu.Lock()
 		n := len(st.queue)
 		st.mu.Unlock()
 		c.putMutex(m.key, st)
-		if n == 3 {
-			break
-		}
-		require.False(t, time.Now().After(deadline), "%d local waiters, want 3", n)
-		time.Sleep(time.Millisecond)
-	}
+		assert.Equal(ct, 3, n, "local waiters")
+	}, 5*time.Second, time.Millisecond, "the three waiters did not all queue locally")
 	tok0, _ := FencingToken(first)
 	prev, cur := tok0, first
 	for i := 0; i < 3; i++ {
@@ -127,21 +122,16 @@ func TestMutexHandoffToRecordedOwner(t *testing.T) {
 	require.NoError(t, err)
 	gotB := lockAsync(ctxB)
 	waitUntil(t, 5*time.Second, "B to queue", func() bool { return queued(c, m.key) == 1 })
-	if err := m.UnlockContext(lA); err != nil { // local handoff: B gets t1+1
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lA)) // local handoff: B gets t1+1
 	lB := <-gotB
 	gotA := lockAsync(ctxA)
 	waitUntil(t, 5*time.Second, "A to queue again", func() bool { return queued(c, m.key) == 1 })
-	if err := m.UnlockContext(lB); err != nil { // block used up: handoff through Redis to A
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lB)) // block used up: handoff through Redis to A
 	lA2 := <-gotA
 	t1, _ := FencingToken(lA)
 	t2, _ := FencingToken(lB)
 	t3, _ := FencingToken(lA2)
-	if !(t1 < t2 && t2 < t3) {
-		t.Fatalf("fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
-	}
+	require.Less(t, t1, t2, "fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
+	require.Less(t, t2, t3, "fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
 	require.NoError(t, m.UnlockContext(lA2))
 }

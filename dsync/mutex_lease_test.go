@@ -154,7 +154,7 @@ func TestFencingTokensIncrease(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	require.Equal(t, 200, len(tokens), "acquisitions")
+	require.Len(t, tokens, 200, "acquisitions")
 	for i := 1; i < len(tokens); i++ {
 		require.Greater(t, tokens[i], tokens[i-1], "token %d: not strictly increasing", i)
 	}
@@ -172,9 +172,7 @@ func TestFencingTokensSurviveRestart(t *testing.T) {
 		require.Greater(t, tok, last, "token")
 		last = tok
 		require.NoError(t, c.NewMutex("r").UnlockContext(lctx))
-		if err := s.Do(t, "FLUSHALL").Error(); err != nil { // forget the counter
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Do(t, "FLUSHALL").Error()) // forget the counter
 	}
 }
 
@@ -194,12 +192,8 @@ func TestMutexLostWakeup(t *testing.T) {
 			rc.Do(context.Background(), rc.B().Del().Key(prefix+":{lw}:mutex").Build())
 		}},
 		{"pubsub connection killed", func(t *testing.T, lctx context.Context) {
-			if err := rc.Do(context.Background(), rc.B().ClientKill().TypePubsub().Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			if err := holder.NewMutex("lw").UnlockContext(lctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, rc.Do(context.Background(), rc.B().ClientKill().TypePubsub().Build()).Error())
+			require.NoError(t, holder.NewMutex("lw").UnlockContext(lctx))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,9 +256,9 @@ func TestCloseEndsEverything(t *testing.T) {
 		// Close released the locks: a new Client gets them at once.
 		c2, _ := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
 		defer c2.Close()
-		if _, ok, err := c2.NewMutex("close").TryLockContext(context.Background()); !ok || err != nil {
-			t.Fatalf("lock not released by Close: %v %v", ok, err)
-		}
+		_, ok, err := c2.NewMutex("close").TryLockContext(context.Background())
+		require.True(t, ok, "lock not released by Close")
+		require.NoError(t, err, "lock not released by Close")
 	}()
 	require.NoError(t, goleak.Find(before))
 }
@@ -333,8 +327,8 @@ func onlyVictimLost(t *testing.T, lease time.Duration, held map[string]context.C
 	deadline := time.Now().Add(3 * lease)
 	for time.Now().Before(deadline) {
 		for name, l := range held {
-			if name != victim && l.Err() != nil {
-				t.Fatalf("hold %s lost: %v", name, context.Cause(l))
+			if name != victim {
+				require.NoError(t, l.Err(), "hold %s lost: %v", name, context.Cause(l))
 			}
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -24,9 +24,8 @@ func TestMutexLockUnlock(t *testing.T) {
 	ctx := ctxT(t)
 	lctx, err := m.LockContext(ctx)
 	require.NoError(t, err)
-	if _, ok := dsync.OwnerOf(lctx); !ok {
-		t.Fatal("lock context carries no owner")
-	}
+	_, ok := dsync.OwnerOf(lctx)
+	require.True(t, ok, "lock context carries no owner")
 	tok, ok := dsync.FencingToken(lctx)
 	require.True(t, ok, "lock context carries no fencing token")
 	require.NotEqual(t, uint64(0), tok, "lock context carries no fencing token")
@@ -114,14 +113,7 @@ func TestMutexLocker(t *testing.T) {
 	l.Unlock()
 	<-got
 	l.Unlock()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("Unlock of an unlocked Mutex did not panic")
-			}
-		}()
-		l.Unlock()
-	}()
+	require.Panics(t, l.Unlock, "Unlock of an unlocked Mutex did not panic")
 	m := c.NewMutex("locker")
 	require.True(t, m.TryLock(), "TryLock on a free mutex failed")
 	require.False(t, m.TryLock(), "TryLock on a held mutex succeeded")
@@ -185,8 +177,7 @@ func hammerClients(t *testing.T, goroutines, iters int, newLock func(*dsync.Clie
 func unguardedIncr(t testing.TB, rc rueidis.Client, key string) {
 	ctx := context.Background()
 	n, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Error(err)
+	if !rueidis.IsRedisNil(err) && !assert.NoError(t, err) {
 		return
 	}
 	time.Sleep(100 * time.Microsecond)
@@ -306,9 +297,9 @@ func childSaying(t testing.TB, want, role, prefix string, env ...string) *exec.C
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != want+"\n" {
-		t.Fatalf("child said %q, %v; want %q", line, err, want)
-	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "child said %q", line)
+	require.Equal(t, want+"\n", line, "child said")
 	return cmd
 }
 
@@ -427,12 +418,12 @@ func TestFailedAttemptKeepsOtherClientsHold(t *testing.T) {
 					continue
 				}
 				failed++
-				if lp, ok, err := k.open(p).TryLockContext(context.Background()); err != nil || ok {
-					if ok {
-						_ = k.open(p).UnlockContext(lp)
-					}
-					t.Fatalf("attempt %d (%d failed): another owner acquired the lock while the owner holds it through B (%v)", i, failed, err)
+				lp, ok, err := k.open(p).TryLockContext(context.Background())
+				if ok {
+					_ = k.open(p).UnlockContext(lp)
 				}
+				require.NoError(t, err, "attempt %d (%d failed)", i, failed)
+				require.False(t, ok, "attempt %d (%d failed): another owner acquired the lock while the owner holds it through B", i, failed)
 			}
 			require.NotEqual(t, 0, failed, "no attempt failed: the deadlines never cut an acquisition short")
 			require.NoError(t, lb.Err(), "B's hold ended: %v", context.Cause(lb))

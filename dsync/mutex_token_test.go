@@ -191,8 +191,8 @@ func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
 				}
 				time.Sleep(50 * time.Microsecond) // the holder's work
 				gone := lctx.Err() != nil
-				if err := m.UnlockContext(lctx); err != nil && !gone {
-					t.Error(err)
+				if err := m.UnlockContext(lctx); !gone {
+					assert.NoError(t, err)
 				}
 				mu.Lock()
 				n++
@@ -303,12 +303,8 @@ func TestMutexCyclesLeaveNoKeys(t *testing.T) {
 	}{
 		{"LockContext with WithOwner", func(m *dsync.Mutex) {
 			lctx, err := m.LockContext(dsync.WithOwner(ctx))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.UnlockContext(lctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(lctx))
 		}},
 		{"Lock", func(m *dsync.Mutex) {
 			m.Lock()

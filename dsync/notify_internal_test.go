@@ -62,9 +62,7 @@ func TestShardedSubscriptionBreak(t *testing.T) {
 	require.False(t, live2, "a new waiter during the break: live")
 	require.LessOrEqual(t, time.Since(start), 100*time.Millisecond, "a new waiter during the break: live")
 
-	if err := s.Restart(); err != nil { // keeps nodes.conf: the same one-node cluster
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Restart()) // keeps nodes.conf: the same one-node cluster
 	waitUntil(t, 15*time.Second, "the subscription to be confirmed again", func() bool {
 		l, _ := state()
 		return l
@@ -76,7 +74,7 @@ func TestShardedSubscriptionBreak(t *testing.T) {
 	}
 	n, err := s.Do(t, "PUBSUB", "SHARDNUMSUB", ch).ToArray()
 	require.NoError(t, err, "SHARDNUMSUB: %v", n)
-	require.Equal(t, 2, len(n), "SHARDNUMSUB: %v", n)
+	require.Len(t, n, 2, "SHARDNUMSUB: %v", n)
 	v, _ := n[1].AsInt64()
 	require.Equal(t, int64(1), v, "sharded subscriptions on the restarted node")
 }

@@ -67,15 +67,9 @@ func TestOnceRetry(t *testing.T) {
 	o := c.NewOnce("retry")
 	boom := errors.New("boom")
 	require.ErrorIs(t, o.Do(ctx, func(context.Context) error { return boom }), boom, "Do")
-	func() {
-		defer func() {
-			if r := recover(); r != "panic in f" {
-				t.Fatalf("recovered %v, want f's panic", r)
-			}
-		}()
+	require.PanicsWithValue(t, "panic in f", func() {
 		o.Do(ctx, func(context.Context) error { panic("panic in f") })
-		t.Fatal("Do did not re-panic")
-	}()
+	}, "Do did not re-panic f's panic")
 	// A failing run in progress; a second caller waits for it, then runs.
 	var inside atomic.Int32
 	release := make(chan struct{})
@@ -216,9 +210,7 @@ func TestOnceRunnerKilled(t *testing.T) {
 	case at := <-ran:
 		d := at.Sub(killed)
 		t.Logf("f re-ran %v after the runner's SIGKILL (lease %v)", d, lease)
-		if d > lease+500*time.Millisecond { // slack for a loaded CI machine
-			t.Fatalf("took %v, more than one lease", d)
-		}
+		require.LessOrEqual(t, d, lease+500*time.Millisecond, "took more than one lease") // slack for a loaded CI machine
 	case <-time.After(5 * time.Second):
 		t.Fatal("f never re-ran after the runner died")
 	}
@@ -247,9 +239,8 @@ func TestOnceValue(t *testing.T) {
 	get1 := dsync.OnceValue(c, "cfg", f)
 	get2 := dsync.OnceValue(c2, "cfg", f)
 	ctx := ctxT(t)
-	if _, err := get1(ctx); err == nil {
-		t.Fatal("the failing first run returned no error")
-	}
+	_, err := get1(ctx)
+	require.Error(t, err, "the failing first run returned no error")
 	var wg sync.WaitGroup
 	vals := make([]onceResult, 10)
 	for i := range vals {
@@ -269,7 +260,7 @@ func TestOnceValue(t *testing.T) {
 	want := vals[0]
 	require.Equal(t, 2, want.N, "value %+v", want)
 	require.Equal(t, "v", want.Name, "value %+v", want)
-	require.Equal(t, 2, len(want.Tags), "value %+v", want)
+	require.Len(t, want.Tags, 2, "value %+v", want)
 	for i, v := range vals {
 		require.Equal(t, fmt.Sprint(want), fmt.Sprint(v), "value %d = %+v, want %+v", i, v, want)
 	}

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,8 +44,8 @@ func kill(t *testing.T, servers ...*redistest.Server) {
 func lockValue(t *testing.T, s *redistest.Server, prefix, name string) string {
 	t.Helper()
 	v, err := s.Do(t, "GET", prefix+":{"+name+"}:mutex").ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatal(err)
+	if !rueidis.IsRedisNil(err) {
+		require.NoError(t, err)
 	}
 	return v
 }
@@ -71,8 +70,8 @@ func TestRedLockBasic(t *testing.T) {
 	require.Error(t, lctx.Err(), "lock context not cancelled by the release")
 	require.ErrorIs(t, rl.UnlockContext(lctx), dsync.ErrNotHeld, "second unlock")
 	for _, s := range servers {
-		if v := lockValue(t, s, prefix, "r"); v != "" && !strings.HasPrefix(v, "- ") {
-			t.Fatalf("%s still holds %q after the release", s.Addr, v)
+		if v := lockValue(t, s, prefix, "r"); v != "" {
+			require.True(t, strings.HasPrefix(v, "- "), "%s still holds %q after the release", s.Addr, v)
 		}
 	}
 	var l sync.Locker = rl
@@ -80,9 +79,8 @@ func TestRedLockBasic(t *testing.T) {
 	require.False(t, rl.TryLock(), "TryLock on a held RedLock succeeded")
 	l.Unlock()
 	for _, bad := range []*dsync.RedLock{dsync.NewRedLock("", clients), dsync.NewRedLock("x", nil), dsync.NewRedLock("x", []*dsync.Client{nil})} {
-		if _, err := bad.LockContext(ctx); !errors.Is(err, dsync.ErrInvalidArgument) {
-			t.Fatalf("bad RedLock = %v, want ErrInvalidArgument", err)
-		}
+		_, err := bad.LockContext(ctx)
+		require.ErrorIs(t, err, dsync.ErrInvalidArgument, "bad RedLock")
 	}
 }
 
@@ -125,8 +123,8 @@ func TestRedLockMajorityDown(t *testing.T) {
 	require.LessOrEqual(t, took, nodeTimeout+500*time.Millisecond, "failed after %v; the node timeout is %v", took, nodeTimeout)
 	t.Logf("failed in %v: %v", took, err)
 	for _, s := range []*redistest.Server{servers[0], servers[3]} {
-		if v := lockValue(t, s, prefix, "r"); v != "" && !strings.HasPrefix(v, "- ") {
-			t.Fatalf("live server %s left holding %q", s.Addr, v)
+		if v := lockValue(t, s, prefix, "r"); v != "" {
+			require.True(t, strings.HasPrefix(v, "- "), "live server %s left holding %q", s.Addr, v)
 		}
 	}
 }

@@ -103,9 +103,9 @@ func TestReplicaSync(t *testing.T) {
 			release, err := k.lock(c, ctx, false, synced)
 			require.NoError(t, err)
 			// WAIT returned: the replica has the hold already, no polling.
-			if n, err := replica.Do(t, "EXISTS", key).AsInt64(); err != nil || n != 1 {
-				t.Fatalf("replica has no %s (%v)", key, err)
-			}
+			n, err := replica.Do(t, "EXISTS", key).AsInt64()
+			require.NoError(t, err, "replica has no %s", key)
+			require.Equal(t, int64(1), n, "replica has no %s", key)
 			require.NoError(t, release())
 
 			require.NoError(t, replica.Signal(syscall.SIGSTOP))

@@ -89,7 +89,7 @@ func TestMutexSameOwnerWaitersReenter(t *testing.T) {
 	for _, l := range ls {
 		require.NoError(t, m.UnlockContext(l))
 	}
-	if _, ok, err := c.NewMutex("m").TryLockContext(ctxT(t)); !ok || err != nil {
-		t.Fatalf("after both releases: %v %v", ok, err)
-	}
+	_, ok, err := c.NewMutex("m").TryLockContext(ctxT(t))
+	require.True(t, ok, "after both releases")
+	require.NoError(t, err, "after both releases")
 }

@@ -173,15 +173,14 @@ func TestRWMutexDowngradeThroughLockContext(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rw.UnlockContext(wctx))
 	require.Error(t, wctx.Err(), "the write lock context is live after its release")
-	err = rctx.Err()
-	require.NoError(t, err, "read lock context ended with the write lock: %v (cause %v)", err, context.Cause(rctx))
+	require.NoError(t, rctx.Err(), "read lock context ended with the write lock (cause %v)", context.Cause(rctx))
 	other := c2.NewRWMutex("down")
-	if _, ok, err := other.TryLockContext(ctx); err != nil || ok {
-		t.Fatalf("another writer got in past the downgraded reader: %v %v", ok, err)
-	}
-	if _, ok, err := other.TryRLockContext(ctx); err != nil || !ok {
-		t.Fatalf("another reader kept out after the downgrade: %v %v", ok, err)
-	}
+	_, ok, err := other.TryLockContext(ctx)
+	require.NoError(t, err, "another writer got in past the downgraded reader")
+	require.False(t, ok, "another writer got in past the downgraded reader")
+	_, ok, err = other.TryRLockContext(ctx)
+	require.NoError(t, err, "another reader kept out after the downgrade")
+	require.True(t, ok, "another reader kept out after the downgrade")
 	require.NoError(t, rw.RUnlockContext(rctx), "RUnlockContext of the downgraded hold")
 	require.Error(t, rctx.Err(), "read lock context live after its release")
 }
@@ -204,9 +203,9 @@ func TestRWMutexCancelledReaderLeavesNothing(t *testing.T) {
 	require.Equal(t, int64(0), zcard(t, rc, keys[4])+zcard(t, rc, keys[5]), "reader places left after a cancelled wait")
 	// A later writer is not held back by the reader that left.
 	require.NoError(t, rw.UnlockContext(w1))
-	if _, ok, err := c2.NewRWMutex("rc").TryLockContext(ctx); err != nil || !ok {
-		t.Fatalf("writer after the cancelled reader: %v %v", ok, err)
-	}
+	_, ok, err := c2.NewRWMutex("rc").TryLockContext(ctx)
+	require.NoError(t, err, "writer after the cancelled reader")
+	require.True(t, ok, "writer after the cancelled reader")
 }
 
 // childRWReaders: DSYNC_TEST_N goroutines take and release read locks of

@@ -94,14 +94,7 @@ func TestRWMutexBasic(t *testing.T) {
 	require.True(t, rw.TryLock(), "TryLock failed on a free RWMutex")
 	rw.Unlock()
 	for _, f := range []func(){rw.Unlock, rw.RUnlock} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Fatal("unlock of an unlocked RWMutex did not panic")
-				}
-			}()
-			f()
-		}()
+		require.Panics(t, f, "unlock of an unlocked RWMutex did not panic")
 	}
 }
 
@@ -120,9 +113,8 @@ func TestRWMutexDowngrade(t *testing.T) {
 	require.NoError(t, err)
 	lr, err := rw.RLockContext(ctx) // the writer takes the read lock
 	require.NoError(t, err)
-	if _, ok, _ := rw.TryRLockContext(ctxT(t)); ok {
-		t.Fatal("another reader got in while write-locked")
-	}
+	_, ok, _ := rw.TryRLockContext(ctxT(t))
+	require.False(t, ok, "another reader got in while write-locked")
 	require.NoError(t, rw.UnlockContext(lw))
 	require.NoError(t, lr.Err(), "read hold ended with the write hold")
 	// Now only reading: other readers share, writers wait.
@@ -281,8 +273,7 @@ func TestRWMutexReaderCrash(t *testing.T) {
 	got := make(chan time.Duration, 1)
 	go func() {
 		l, err := rw.LockContext(ctxT(t))
-		if err != nil {
-			t.Error(err)
+		if !assert.NoError(t, err) {
 			got <- -1
 			return
 		}
@@ -320,12 +311,11 @@ func TestRWMutexCancelledWriterLeaves(t *testing.T) {
 		errc <- err
 	}()
 	waitFor(t, 2*time.Second, "the writer to queue", func() bool { return len(lrange(t, rc, keys[2])) == 1 })
-	if _, ok, _ := rw.TryRLockContext(ctxT(t)); ok {
-		t.Fatal("a new reader overtook a waiting writer")
-	}
+	_, ok, _ := rw.TryRLockContext(ctxT(t))
+	require.False(t, ok, "a new reader overtook a waiting writer")
 	require.ErrorIs(t, <-errc, context.DeadlineExceeded, "wait ended by its deadline")
 	q := lrange(t, rc, keys[2])
-	require.Equal(t, 0, len(q), "queue after a cancelled writer: %q", q)
+	require.Empty(t, q, "queue after a cancelled writer: %q", q)
 	require.Equal(t, int64(0), zcard(t, rc, keys[3]), "queue after a cancelled writer: %q", q)
 	after := hgetall(t, rc, keys[0])
 	require.Equal(t, fmt.Sprint(before), fmt.Sprint(after), "hash changed by a cancelled writer: %v -> %v", before, after)
@@ -412,7 +402,7 @@ func TestRWMutexScripts(t *testing.T) {
 	require.Equal(t, "write", h["mode"], "hash %v after w1 acquired", h)
 	require.Equal(t, "w1", h["w"], "hash %v after w1 acquired", h)
 	require.Equal(t, "1", h["wc"], "hash %v after w1 acquired", h)
-	require.Equal(t, 0, len(lrange(t, rc, keys[2])), "hash %v after w1 acquired", h)
+	require.Empty(t, lrange(t, rc, keys[2]), "hash %v after w1 acquired", h)
 	acquire("write", "w2", "10000", false)
 	// Downgrade: w1 takes the read lock, then drops the write lock.
 	v = acquire("read", "w1", "10000", false)
@@ -489,7 +479,5 @@ func TestRWMutexEventsAndLeaseTime(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(got), 6, "events %q, want %q then two losses", got, want)
 	require.Equal(t, fmt.Sprint(want), fmt.Sprint(got[:4]), "events %q, want %q then two losses", got, want)
-	if lost := fmt.Sprint(got[4:6]); lost != "[lost fair_mutex  lost rw_mutex write]" && lost != "[lost rw_mutex write lost fair_mutex ]" {
-		t.Fatalf("loss events %q", got[4:])
-	}
+	require.Contains(t, []string{"[lost fair_mutex  lost rw_mutex write]", "[lost rw_mutex write lost fair_mutex ]"}, fmt.Sprint(got[4:6]), "loss events %q", got[4:])
 }

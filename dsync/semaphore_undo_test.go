@@ -27,9 +27,9 @@ func TestSemaphoreLaterAcquisitionKeepsEarlierLease(t *testing.T) {
 	require.NoError(t, short.Release(second, 1))
 	time.Sleep(700 * time.Millisecond) // past the fixed lease: the fault under test
 	require.NoError(t, first.Err(), "first acquisition lost: %v", context.Cause(first))
-	if _, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 2); err != nil || ok {
-		t.Fatalf("another owner got both permits while the first acquisition lives: %v %v", ok, err)
-	}
+	_, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 2)
+	require.NoError(t, err, "another owner got both permits while the first acquisition lives")
+	require.False(t, ok, "another owner got both permits while the first acquisition lives")
 	l, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 1)
 	require.NoError(t, err, "the free permit")
 	require.True(t, ok, "the free permit")

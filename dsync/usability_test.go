@@ -81,7 +81,7 @@ func TestClientNameInOwners(t *testing.T) {
 	require.True(t, strings.HasPrefix(owner, "worker_7_a_b_/"), "owner %q, want worker_7_a_b_/ and 32 hex digits", owner)
 	require.Equal(t, len("worker_7_a_b_/")+32, len(owner), "owner %q, want worker_7_a_b_/ and 32 hex digits", owner)
 	st := inspectKind(t, c, "named", dsync.KindMutex)
-	require.Equal(t, 1, len(st.Holders), "Inspect holders %+v", st.Holders)
+	require.Len(t, st.Holders, 1, "Inspect holders %+v", st.Holders)
 	require.Equal(t, owner, st.Holders[0].Owner, "Inspect holders %+v", st.Holders)
 	host, _ := os.Hostname()
 	want := host + ":" + strconv.Itoa(os.Getpid()) + "/"

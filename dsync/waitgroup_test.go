@@ -140,9 +140,7 @@ func TestWaitGroupManyWaitersGenerations(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, "every Wait to observe its generation", func() bool { return observed.Load() >= before+waiters })
 		require.NoError(t, wg.Done(ctx))
-		if err := wg.Add(ctx, 1); err != nil { // the next generation, at once
-			t.Fatal(err)
-		}
+		require.NoError(t, wg.Add(ctx, 1)) // the next generation, at once
 		deadline := time.After(5 * time.Second)
 		for i := 0; i < waiters; i++ {
 			select {
