@@ -187,8 +187,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func wantAttr(t *testing.T, s sdktrace.ReadOnlySpan, k attribute.Key, want attribute.Value) {
 	t.Helper()
 	got, ok := attrOf(s, k)
-	if !ok || got != want {
-		t.Errorf("span %s: %s = %v (present %v), want %v", s.Name(), k, got.Emit(), ok, want.Emit())
+	if assert.True(t, ok, "span %s: no %s, want %v", s.Name(), k, want.Emit()) {
+		assert.Equal(t, want, got, "span %s: %s = %v, want %v", s.Name(), k, got.Emit(), want.Emit())
 	}
 }
 
@@ -230,9 +230,9 @@ func TestObserverContention(t *testing.T) {
 
 	// Job C tries once and gives up; job D waits and is cancelled.
 	ctxC, jobC := tracer.Start(base, "job-c")
-	if _, ok, err := mB.TryLockContext(ctxC); ok || err != nil {
-		t.Fatalf("TryLockContext while held = %v, %v", ok, err)
-	}
+	_, ok, err := mB.TryLockContext(ctxC)
+	require.False(t, ok, "TryLockContext while held")
+	require.NoError(t, err, "TryLockContext while held")
 	jobC.End()
 	ctxD, jobD := tracer.Start(base, "job-d")
 	ctxD, cancelD := context.WithCancel(ctxD)
@@ -249,10 +249,8 @@ func TestObserverContention(t *testing.T) {
 	require.ErrorIs(t, <-dDone, context.Canceled, "cancelled wait")
 	jobD.End()
 
-	time.Sleep(20 * time.Millisecond)            // B's wait is measurably longer than A's hold so far
-	if err := mA.UnlockContext(lA); err != nil { // the re-entry
-		t.Fatal(err)
-	}
+	time.Sleep(20 * time.Millisecond)        // B's wait is measurably longer than A's hold so far
+	require.NoError(t, mA.UnlockContext(lA)) // the re-entry
 	released := time.Now()
 	require.NoError(t, mA.UnlockContext(lA))
 	require.NoError(t, <-bDone)
@@ -262,7 +260,7 @@ func TestObserverContention(t *testing.T) {
 
 	// Spans: A's two acquisitions and its hold sit under job-a.
 	acqA := tel.spansUnder(jobA.SpanContext(), "dsync.mutex.acquire")
-	require.Equal(t, 2, len(acqA), "job-a has acquire spans")
+	require.Len(t, acqA, 2, "job-a has acquire spans")
 	for i, s := range acqA {
 		wantAttr(t, s, dsyncotel.KeyKind, attribute.StringValue("mutex"))
 		wantAttr(t, s, dsyncotel.KeyName, attribute.StringValue("orders"))
@@ -274,29 +272,28 @@ func TestObserverContention(t *testing.T) {
 		assert.True(t, ok, "acquire span %d has no fencing token", i)
 	}
 	holdA := tel.spansUnder(jobA.SpanContext(), "dsync.mutex.hold")
-	require.Equal(t, 1, len(holdA), "job-a has hold spans")
-	if !hasEvent(holdA[0], "dsync.lock.reentered") || !hasEvent(holdA[0], "dsync.lock.released") {
-		t.Errorf("job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
-	}
+	require.Len(t, holdA, 1, "job-a has hold spans")
+	assert.True(t, hasEvent(holdA[0], "dsync.lock.reentered"), "job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
+	assert.True(t, hasEvent(holdA[0], "dsync.lock.released"), "job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
 	assert.NotEqual(t, codes.Error, holdA[0].Status().Code, "a released hold has an error status")
 
 	acqB := tel.spansUnder(jobB.SpanContext(), "dsync.mutex.acquire")
-	require.Equal(t, 1, len(acqB), "job-b has acquire spans")
+	require.Len(t, acqB, 1, "job-b has acquire spans")
 	wantAttr(t, acqB[0], dsyncotel.KeyOutcome, attribute.StringValue("acquired"))
 	n, _ := attrOf(acqB[0], dsyncotel.KeyAttempts)
 	assert.GreaterOrEqual(t, n.AsInt64(), int64(2), "job-b acquired after waiting attempts")
 	assert.False(t, acqB[0].EndTime().Before(released), "job-b's wait ended before job-a released")
-	assert.Equal(t, 1, len(tel.spansUnder(jobB.SpanContext(), "dsync.mutex.hold")), "job-b has no hold span")
+	assert.Len(t, tel.spansUnder(jobB.SpanContext(), "dsync.mutex.hold"), 1, "job-b has no hold span")
 	tokA, _ := attrOf(acqA[0], dsyncotel.KeyFencingToken)
 	tokB, _ := attrOf(acqB[0], dsyncotel.KeyFencingToken)
 	assert.Greater(t, tokB.AsInt64(), tokA.AsInt64(), "fencing tokens not increasing in spans")
 
 	acqC := tel.spansUnder(jobC.SpanContext(), "dsync.mutex.acquire")
-	require.Equal(t, 1, len(acqC), "job-c has acquire spans")
+	require.Len(t, acqC, 1, "job-c has acquire spans")
 	wantAttr(t, acqC[0], dsyncotel.KeyOutcome, attribute.StringValue("not_acquired"))
 	wantAttr(t, acqC[0], dsyncotel.KeyTry, attribute.BoolValue(true))
 	acqD := tel.spansUnder(jobD.SpanContext(), "dsync.mutex.acquire")
-	require.Equal(t, 1, len(acqD), "job-d has acquire spans")
+	require.Len(t, acqD, 1, "job-d has acquire spans")
 	wantAttr(t, acqD[0], dsyncotel.KeyOutcome, attribute.StringValue("cancelled"))
 	assert.Equal(t, 0, len(tel.spansUnder(jobC.SpanContext(), "dsync.mutex.hold"))+len(tel.spansUnder(jobD.SpanContext(), "dsync.mutex.hold")), "an acquisition that failed has a hold span")
 
@@ -338,10 +335,9 @@ func TestObserverLost(t *testing.T) {
 	})
 	job.End()
 	holds := tel.spansUnder(job.SpanContext(), "dsync.mutex.hold")
-	require.Equal(t, 1, len(holds), "hold spans")
-	if !hasEvent(holds[0], "dsync.lock.lost") || holds[0].Status().Code != codes.Error {
-		t.Errorf("lost hold span: events %v, status %v", holds[0].Events(), holds[0].Status())
-	}
+	require.Len(t, holds, 1, "hold spans")
+	assert.True(t, hasEvent(holds[0], "dsync.lock.lost"), "lost hold span: events %v", holds[0].Events())
+	assert.Equal(t, codes.Error, holds[0].Status().Code, "lost hold span: status %v", holds[0].Status())
 	tel.mustValue(t, "dsync.lock.losses", 1, dsyncotel.KeyKind.String("mutex"))
 	tel.mustValue(t, "dsync.lock.hold.duration", 1, dsyncotel.KeyEnd.String("lost"))
 	// The default records no lock names.
@@ -380,12 +376,12 @@ func TestObserverRenewFailed(t *testing.T) {
 	})
 	cont()
 	// Held or lost by now, either way the hold span must end and carry the event.
-	if err := m.UnlockContext(context.WithoutCancel(lctx)); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatal(err)
+	if err := m.UnlockContext(context.WithoutCancel(lctx)); !errors.Is(err, dsync.ErrNotHeld) {
+		require.NoError(t, err)
 	}
 	job.End()
 	holds := tel.spansUnder(job.SpanContext(), "dsync.mutex.hold")
-	require.Equal(t, 1, len(holds), "hold spans")
+	require.Len(t, holds, 1, "hold spans")
 	assert.True(t, hasEvent(holds[0], "dsync.lock.renew_failed"), "hold span events = %v, want dsync.lock.renew_failed", holds[0].Events())
 }
 
@@ -412,9 +408,8 @@ func TestObserverAttributeFilter(t *testing.T) {
 			names[v.AsString()]++
 		}
 	}
-	if names["public"] != 2 || names["user-4711"] != 0 {
-		t.Errorf("names on spans = %v, want public on its acquire and hold spans only", names)
-	}
+	assert.Equal(t, 2, names["public"], "names on spans = %v, want public on its acquire and hold spans only", names)
+	assert.Equal(t, 0, names["user-4711"], "names on spans = %v, want public on its acquire and hold spans only", names)
 	tel.mustValue(t, "dsync.lock.acquisitions", 1, dsyncotel.KeyName.String("public"))
 	tel.mustValue(t, "dsync.lock.acquisitions", 0, dsyncotel.KeyName.String("user-4711"))
 	tel.mustValue(t, "dsync.lock.acquisitions", 2, dsyncotel.KeyKind.String("mutex"))

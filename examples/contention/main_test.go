@@ -23,9 +23,9 @@ func TestContention(t *testing.T) {
 	n := 0
 	for _, r := range reps {
 		n += len(r.waits)
-		if !(r.p50 <= r.p99 && r.p99 <= r.max && r.max <= r.total) {
-			t.Errorf("%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
-		}
+		assert.LessOrEqual(t, r.p50, r.p99, "%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
+		assert.LessOrEqual(t, r.p99, r.max, "%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
+		assert.LessOrEqual(t, r.max, r.total, "%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
 		var sum time.Duration
 		for _, w := range r.top {
 			assert.True(t, strings.HasPrefix(w.id, "worker-"), "%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
@@ -66,16 +66,17 @@ func TestAnalyse(t *testing.T) {
 	acquire(b, "y", time.Millisecond, "acquired")
 
 	reps := analyse(spans)
-	require.Equal(t, 2, len(reps), "reports = %+v", reps)
+	require.Len(t, reps, 2, "reports = %+v", reps)
 	require.Equal(t, "x", reps[0].name, "reports = %+v", reps)
 	require.Equal(t, "y", reps[1].name, "reports = %+v", reps)
 	x := reps[0]
-	assert.Equal(t, 5, len(x.waits), "x = %+v", x)
+	assert.Len(t, x.waits, 5, "x = %+v", x)
 	assert.Equal(t, 3*time.Millisecond, x.p50, "x = %+v", x)
 	assert.Equal(t, 12*time.Millisecond, x.p99, "x = %+v", x)
 	assert.Equal(t, 12*time.Millisecond, x.max, "x = %+v", x)
 	assert.Equal(t, 22*time.Millisecond, x.total, "x = %+v", x)
-	if len(x.top) != 2 || x.top[0] != (waiter{"worker-b", 12 * time.Millisecond}) || x.top[1] != (waiter{"worker-a", 10 * time.Millisecond}) {
-		t.Errorf("top waiters = %v", x.top)
+	if assert.Len(t, x.top, 2, "top waiters = %v", x.top) {
+		assert.Equal(t, waiter{"worker-b", 12 * time.Millisecond}, x.top[0], "top waiters = %v", x.top)
+		assert.Equal(t, waiter{"worker-a", 10 * time.Millisecond}, x.top[1], "top waiters = %v", x.top)
 	}
 }

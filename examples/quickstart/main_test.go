@@ -24,8 +24,8 @@ func TestQuickstartLeavesNoKeys(t *testing.T) {
 	t.Setenv("REDIS_ADDR", s.Addr)
 	var out strings.Builder
 	err := run(&out)
-	require.NoError(t, err, "%v\n%s", err, out.String())
-	if n, err := s.Do(t, "DBSIZE").AsInt64(); err != nil || n != 0 {
-		t.Fatalf("%d keys left behind (%v)", n, err)
-	}
+	require.NoError(t, err, out.String())
+	n, err := s.Do(t, "DBSIZE").AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(0), n, "keys left behind")
 }

@@ -24,13 +24,14 @@ func TestScoped(t *testing.T) {
 		if strings.HasPrefix(l, "REJECTED worker-1") {
 			rejected++
 		}
-		if strings.HasPrefix(l, "REJECTED worker-2") || (rejected > 0 && strings.HasPrefix(l, "accepted worker-1")) {
-			t.Errorf("wrong write accepted or rejected: %s", l)
+		assert.False(t, strings.HasPrefix(l, "REJECTED worker-2"), "wrong write rejected: %s", l)
+		if rejected > 0 {
+			assert.False(t, strings.HasPrefix(l, "accepted worker-1"), "wrong write accepted: %s", l)
 		}
 	}
 	assert.NotEqual(t, 0, rejected, "no stale write was rejected")
-	if store.value != "step 2" || !strings.Contains(store.log[len(store.log)-1], "worker") {
-		t.Errorf("final value %q", store.value)
+	if assert.Equal(t, "step 2", store.value, "final value") {
+		assert.Contains(t, store.log[len(store.log)-1], "worker", "final value %q", store.value)
 	}
 }
 
