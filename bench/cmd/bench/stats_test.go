@@ -47,23 +47,17 @@ func TestGaps(t *testing.T) {
 	s := int64(time.Second)
 	iv := []interval{{0, 10 * s}, {2 * s, 3 * s}, {13 * s, 14 * s}, {14*s + 1, 15 * s}, {15 * s, 16 * s}}
 	longest, stalls := gaps(iv, 2*time.Second)
-	assert.Equal(t, 3*time.Second, longest, "gaps stalls")
-	assert.Equal(t, 1, stalls, "gaps stalls")
-	if _, stalls := gaps(iv, 3*time.Second); stalls != 0 {
-		t.Errorf("a gap equal to the limit counted as a stall")
-	}
+	assert.Equal(t, 3*time.Second, longest, "gaps: the longest free stretch")
+	assert.Equal(t, 1, stalls, "gaps: stalls")
+	_, stalls = gaps(iv, 3*time.Second)
+	assert.Equal(t, 0, stalls, "a gap equal to the limit counted as a stall")
 }
 
 func TestMergeHolds(t *testing.T) {
 	ms := int64(time.Millisecond)
 	got := mergeHolds([]interval{{5 * ms, 6 * ms}, {0, ms}, {ms + 1, 2 * ms}, {10 * ms, 11 * ms}})
 	want := []interval{{0, 2 * ms}, {5 * ms, 6 * ms}, {10 * ms, 11 * ms}}
-	require.Equal(t, len(want), len(got), "merged %v, want %v", got, want)
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("merged %v, want %v", got, want)
-		}
-	}
+	require.Equal(t, want, got, "merged")
 	// Merging must not hide a free stretch longer than mergeGap.
 	l, _ := gaps(got, time.Second)
 	assert.Equal(t, 4*time.Millisecond, l, "longest gap after merge")
