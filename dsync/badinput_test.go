@@ -28,7 +28,7 @@ func TestNewClientBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := dsync.NewClient(rc, tc.opts...)
 			if tc.err {
-				require.ErrorIs(t, err, dsync.ErrInvalidArgument, "err")
+				require.ErrorIs(t, err, dsync.ErrInvalidArgument)
 				return
 			}
 			require.NoError(t, err)

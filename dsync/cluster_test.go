@@ -397,7 +397,7 @@ func TestClusterPrimitives(t *testing.T) {
 								return
 							}
 							n := inside.Add(1)
-							assert.LessOrEqual(t, n, tc.limit)
+							assert.LessOrEqual(t, n, tc.limit, "holders over the limit")
 							for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 							}
 							time.Sleep(200 * time.Microsecond)
@@ -525,7 +525,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	require.NoError(t, lctx.Err(), "the hold was lost in the migration: %v", context.Cause(lctx))
 	bctx := releaseWakes(t, a, name, lctx, wait)
 	tok2, _ := dsync.FencingToken(bctx)
-	require.Greater(t, tok2, tok, "token")
+	require.Greater(t, tok2, tok, "token not above the previous one")
 	require.NoError(t, b.NewMutex(name).UnlockContext(bctx))
 }
 
@@ -602,6 +602,6 @@ func TestClusterMasterKilled(t *testing.T) {
 	t.Logf("promoted after %v, waiter resubscribed after %v, lock taken %v after the release; %d failed waits retried",
 		promoted.Round(time.Millisecond), resubscribed.Round(time.Millisecond), time.Since(released).Round(time.Millisecond), failed.Load())
 	tok2, _ := dsync.FencingToken(r.ctx)
-	require.Greater(t, tok2, tok, "token")
+	require.Greater(t, tok2, tok, "token not above the previous one")
 	require.NoError(t, b.NewMutex(name).UnlockContext(r.ctx))
 }

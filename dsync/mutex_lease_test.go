@@ -169,7 +169,7 @@ func TestFencingTokensSurviveRestart(t *testing.T) {
 		lctx, err := c.NewMutex("r").LockContext(ctxT(t))
 		require.NoError(t, err)
 		tok, _ := dsync.FencingToken(lctx)
-		require.Greater(t, tok, last, "token")
+		require.Greater(t, tok, last, "token not above the previous one")
 		last = tok
 		require.NoError(t, c.NewMutex("r").UnlockContext(lctx))
 		require.NoError(t, s.Do(t, "FLUSHALL").Error()) // forget the counter

@@ -59,7 +59,7 @@ func TestMutexTokensBoundedByClockFlushAll(t *testing.T) {
 	n := 0
 	for end := time.Now().Add(time.Second); time.Now().Before(end); n++ {
 		tok := cycle(t, m, ctx)
-		require.Greater(t, tok, last, "token")
+		require.Greater(t, tok, last, "token not above the previous one")
 		last = tok
 	}
 	ahead := int64(last) - int64(serverMicros(t, s))
@@ -110,7 +110,7 @@ func TestMutexTokensBoundedByClockLocalHandoffs(t *testing.T) {
 	}
 	t.Logf("%d acquisitions", len(toks))
 	require.NoError(t, s.Do(t, "FLUSHALL").Error())
-	require.Greater(t, cycle(t, m, ctx), maxTok, "token after FLUSHALL issued before")
+	require.Greater(t, cycle(t, m, ctx), maxTok, "token after FLUSHALL not above the ones issued before")
 }
 
 // childTokenRun: lock/unlock "crash" as fast as possible for DSYNC_TEST_FOR
@@ -279,8 +279,8 @@ func TestMutexRestartDuringLocalHandoffs(t *testing.T) {
 	t.Logf("the live hold was lost %v after the restart", d)
 	// The next renewal round (within lease/3) finds the lock gone; if it
 	// meets the server still restarting, the retry follows lease/9 later.
-	assert.LessOrEqual(t, d, lease/3+lease/9+150*time.Millisecond, "hold lost")
-	require.Greater(t, cycle(t, m, ctx), maxBefore, "token after the restart issued before")
+	assert.LessOrEqual(t, d, lease/3+lease/9+150*time.Millisecond, "hold lost after the restart, want within a renewal interval and its retry")
+	require.Greater(t, cycle(t, m, ctx), maxBefore, "token after the restart not above the ones issued before")
 }
 
 // No key of an acquisition outlives it: after 1,000 cycles, on the lock

@@ -118,7 +118,7 @@ func TestReplicaSync(t *testing.T) {
 			start := time.Now()
 			_, err = k.lock(c, ctx, false, dsync.WithReplicaSync(1, 300*time.Millisecond))
 			require.ErrorIs(t, err, dsync.ErrNotReplicated, "with the replica stopped")
-			require.LessOrEqual(t, time.Since(start), 2*time.Second, "failed after: the sync timeout is 300ms")
+			require.LessOrEqual(t, time.Since(start), 2*time.Second, "failed too late; the sync timeout is 300ms")
 			// Nothing left behind: without the option the lock is free at once.
 			release, err = k.lock(c, ctx, true)
 			require.NoError(t, err, "after the failed synced acquisition")

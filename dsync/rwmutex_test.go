@@ -265,7 +265,7 @@ func TestRWMutexReaderCrash(t *testing.T) {
 	require.Equal(t, int64(2), zcard(t, rc, keys[1]), "readers")
 	// Sleep is the point: both readers' holds outlive their first lease.
 	time.Sleep(lease + lease/2)
-	require.Equal(t, int64(2), zcard(t, rc, keys[1]), "a live reader's hold lapsed readers")
+	require.Equal(t, int64(2), zcard(t, rc, keys[1]), "a live reader's hold lapsed: readers")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	// A writer queues; the live reader releases after the crash; the writer

@@ -52,7 +52,7 @@ func TestSemaphoreBasic(t *testing.T) {
 	require.True(t, ok, "TryAcquire(1) with 1 free")
 	require.NoError(t, err, "TryAcquire(1) with 1 free")
 	tok2, _ := dsync.FencingToken(l2)
-	require.Greater(t, tok2, tok1, "token")
+	require.Greater(t, tok2, tok1, "token not above the previous one")
 	// Over-release: ErrNotHeld, and nothing changes.
 	require.ErrorIs(t, s.Release(l1, 3), dsync.ErrNotHeld, "over-release")
 	require.NoError(t, l1.Err(), "a refused release cancelled the lock context")

@@ -186,8 +186,8 @@ func TestWaitGroupProcesses(t *testing.T) {
 	}
 	require.NoError(t, wg.Wait(ctx))
 	n, err := rc.Do(ctx, rc.B().Get().Key(prefix+":work").Build()).AsInt64()
-	require.NoError(t, err, "Wait")
-	require.Equal(t, int64(2), n, "Wait")
+	require.NoError(t, err, "units of work done when Wait returned")
+	require.Equal(t, int64(2), n, "units of work done when Wait returned")
 	for _, cmd := range cmds {
 		require.NoError(t, cmd.Wait(), "child")
 	}

@@ -31,10 +31,10 @@ func TestContention(t *testing.T) {
 			assert.True(t, strings.HasPrefix(w.id, "worker-"), "%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
 			sum += w.wait
 		}
-		assert.Equal(t, r.total, sum, "%s: waiters add up to", r.name)
+		assert.Equal(t, r.total, sum, "%s: waiters add up to the total", r.name)
 		assert.Contains(t, b.String(), "\n"+r.name+" ", "%s missing from the printed report", r.name)
 	}
-	assert.Equal(t, 6*8, n, "report counts")
+	assert.Equal(t, 6*8, n, "report counts acquisitions")
 }
 
 // TestAnalyse checks the arithmetic on spans made by hand.

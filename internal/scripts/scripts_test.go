@@ -195,7 +195,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	}
 	a := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
 	end := strconv.FormatInt(a[1]+1000000-1, 10)
-	require.Equal(t, "A "+end+" 1", get(), "value")
+	require.Equal(t, "A "+end+" 1", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
 	rel := func() int64 {
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", end, "60000", used}))
