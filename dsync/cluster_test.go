@@ -435,7 +435,7 @@ func TestClusterPrimitives(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		require.Equal(t, int32(1), runs.Load(), "Once ran f times")
+		require.Equal(t, int32(1), runs.Load(), "runs of f by Once")
 	})
 	t.Run("WaitGroup", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)

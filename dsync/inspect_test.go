@@ -48,10 +48,10 @@ func TestInspectMutex(t *testing.T) {
 	h := st.Holders[0]
 	// Redis records the last of the tokens reserved with the acquisition.
 	reserved := tok + dsync.DefaultMaxLocalHandoffs - 1
-	assert.Equal(t, owner, h.Owner, "holder = %+v (last token", h)
-	assert.Equal(t, int64(2), h.Count, "holder = %+v (last token", h)
-	assert.Equal(t, reserved, h.Token, "holder = %+v (last token", h)
-	assert.Equal(t, reserved, st.LastToken, "holder = %+v (last token", h)
+	assert.Equal(t, owner, h.Owner, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Equal(t, int64(2), h.Count, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Equal(t, reserved, h.Token, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Equal(t, reserved, st.LastToken, "holder = %+v, last token %d", h, st.LastToken)
 	assert.Greater(t, h.Lease, time.Duration(0), "remaining lease")
 	assert.LessOrEqual(t, h.Lease, 3*time.Second, "remaining lease")
 	assert.Empty(t, st.Waiters, "a Mutex reports waiters: %v", st.Waiters)

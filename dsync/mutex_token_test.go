@@ -64,7 +64,7 @@ func TestMutexTokensBoundedByClockFlushAll(t *testing.T) {
 	}
 	ahead := int64(last) - int64(serverMicros(t, s))
 	t.Logf("%d cycles; the last token is %d µs ahead of the server clock", n, ahead)
-	assert.LessOrEqual(t, ahead, int64(0), "the last token µs ahead of the server clock")
+	assert.LessOrEqual(t, ahead, int64(0), "the last token was ahead of the server clock (µs)")
 	require.NoError(t, s.Do(t, "FLUSHALL").Error())
 	tok := cycle(t, m, ctx)
 	require.Greater(t, tok, last, "token after FLUSHALL %d <= %d issued before (%.3f s below)", tok, last, float64(last-tok)/1e6)

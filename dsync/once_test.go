@@ -51,7 +51,7 @@ func TestOnceConcurrent(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	require.Equal(t, int32(1), runs.Load(), "f ran times")
+	require.Equal(t, int32(1), runs.Load(), "runs of f")
 	late := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 	require.NoError(t, late.NewOnce("init").Do(ctxT(t), func(context.Context) error {
 		t.Error("f ran again in a later Client")
@@ -168,7 +168,7 @@ func TestOnceSameOwnerConcurrent(t *testing.T) {
 	close(finish)
 	require.NoError(t, <-first, "first Do")
 	require.NoError(t, <-second, "second Do")
-	require.Equal(t, int32(1), runs.Load(), "f ran times")
+	require.Equal(t, int32(1), runs.Load(), "runs of f")
 }
 
 // childOnceHang: run Do("crash") with an f that prints "running" and never
@@ -271,5 +271,5 @@ func TestOnceValue(t *testing.T) {
 	})(ctx)
 	require.NoError(t, err, "later Client got %+v", v)
 	require.Equal(t, fmt.Sprint(want), fmt.Sprint(v), "later Client got %+v", v)
-	require.Equal(t, int32(2), calls.Load(), "f called times")
+	require.Equal(t, int32(2), calls.Load(), "calls of f")
 }

@@ -149,8 +149,8 @@ func TestRWMutexHammerClients(t *testing.T) {
 					if !assert.NoError(t, err) {
 						return
 					}
-					assert.Equal(t, int32(1), writing.Add(1), "writer inside readers")
-					assert.Equal(t, int32(0), reading.Load(), "writer inside readers")
+					assert.Equal(t, int32(1), writing.Add(1), "writers inside at once")
+					assert.Equal(t, int32(0), reading.Load(), "readers inside with a writer")
 					unguardedIncr(t, rcv, prefix+":counter")
 					writes.Add(1)
 					writing.Add(-1)

@@ -36,19 +36,11 @@ func TestSemaphoreHoldsForgotten(t *testing.T) {
 	require.Equal(t, 1, semHoldsLen(c), "acquisition not recorded")
 	require.NoError(t, s2.Release(l, 2))
 	require.Error(t, l.Err(), "release through another value did not cancel the lock context")
-	deadline := time.Now().Add(2 * time.Second)
-	for semHoldsLen(c) != 0 {
-		require.False(t, time.Now().After(deadline), "released acquisition still recorded")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return semHoldsLen(c) == 0 }, 2*time.Second, time.Millisecond, "released acquisition still recorded")
 	_, err = s1.Acquire(ctx, 1)
 	require.NoError(t, err)
 	_, err = s2.Acquire(WithOwner(ctx), 1)
 	require.NoError(t, err)
 	c.Close()
-	deadline = time.Now().Add(2 * time.Second)
-	for semHoldsLen(c) != 0 {
-		require.False(t, time.Now().After(deadline), "holds ended by Close still recorded")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return semHoldsLen(c) == 0 }, 2*time.Second, time.Millisecond, "holds ended by Close still recorded")
 }

@@ -61,8 +61,8 @@ func TestSemaphoreBasic(t *testing.T) {
 	_, ok, _ = s.TryAcquire(ctx, 1)
 	require.False(t, ok, "a refused release freed permits")
 	require.NoError(t, s.Release(l1, 2))
-	require.Error(t, l1.Err(), "released lock context: err")
-	require.NotErrorIs(t, context.Cause(l1), dsync.ErrLockLost, "released lock context: err")
+	require.Error(t, l1.Err(), "released lock context")
+	require.NotErrorIs(t, context.Cause(l1), dsync.ErrLockLost, "released lock context")
 	require.NoError(t, l2.Err(), "releasing one acquisition cancelled another")
 	require.NoError(t, s.Release(l2, 1))
 	// Reentrant by owner: permits add up, each Acquire needs its Release.
@@ -214,7 +214,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 		t.Fatal("small not woken when big left the head")
 	}
 	t.Logf("small granted %v after big cancelled", time.Since(start))
-	require.Equal(t, int64(0), semZcard(t, rc, queue), "queue has entries")
+	require.Equal(t, int64(0), semZcard(t, rc, queue), "queue entries left")
 	s.Release(l, 1)
 	s.Release(held, 1)
 }

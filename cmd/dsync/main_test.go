@@ -179,8 +179,8 @@ func TestCLIErrors(t *testing.T) {
 		}
 		code, _, errs := e.run(ctx, tc.args...)
 		e.vars = old
-		assert.Equal(t, tc.code, code, "dsync %q: exit", tc.args)
-		assert.Contains(t, errs, tc.msg, "dsync %q: exit", tc.args)
+		assert.Equal(t, tc.code, code, "dsync %q: exit status", tc.args)
+		assert.Contains(t, errs, tc.msg, "dsync %q: stderr", tc.args)
 	}
 }
 
@@ -293,8 +293,8 @@ func TestCLIInspectSemaphore(t *testing.T) {
 	assert.Equal(t, 0, code, "unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
 	assert.Contains(t, out, "released semaphore pool 3 permits held by", "unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
 	code, _, errs = e.run(ctx, "unlock", "--force", "--yes", "pool")
-	assert.Equal(t, 3, code, "unlock of a free semaphore: exit")
-	assert.Contains(t, errs, "nothing released", "unlock of a free semaphore: exit")
+	assert.Equal(t, 3, code, "unlock of a free semaphore: exit status")
+	assert.Contains(t, errs, "nothing released", "unlock of a free semaphore: stderr, want the reason")
 }
 
 // --help, -h and help [COMMAND] print help on stdout and exit 0; after a
@@ -314,9 +314,9 @@ func TestCLIHelp(t *testing.T) {
 	} {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
-		assert.Equal(t, 0, code, "%v: exit on stdout", tc.args)
-		assert.Contains(t, out.String(), tc.want, "%v: exit on stdout", tc.args)
-		assert.Equal(t, "", errb.String(), "%v: exit on stdout", tc.args)
+		assert.Equal(t, 0, code, "%v: exit status", tc.args)
+		assert.Contains(t, out.String(), tc.want, "%v: help on stdout", tc.args)
+		assert.Equal(t, "", errb.String(), "%v: stderr", tc.args)
 	}
 }
 
@@ -340,8 +340,8 @@ func TestCLIAuth(t *testing.T) {
 	} {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(k string) string { return tc.vars[k] }, &out, &errb)
-		assert.Equal(t, tc.code, code, "%v %v: exit", tc.args, tc.vars)
-		assert.Contains(t, errb.String(), tc.msg, "%v %v: exit", tc.args, tc.vars)
+		assert.Equal(t, tc.code, code, "%v %v: exit status", tc.args, tc.vars)
+		assert.Contains(t, errb.String(), tc.msg, "%v %v: stderr", tc.args, tc.vars)
 	}
 }
 
@@ -371,8 +371,8 @@ func TestCLITLS(t *testing.T) {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
 		text := out.String() + errb.String()
-		assert.Equal(t, tc.code, code, "%v: exit", tc.args)
-		assert.Contains(t, text, tc.want, "%v: exit", tc.args)
+		assert.Equal(t, tc.code, code, "%v: exit status", tc.args)
+		assert.Contains(t, text, tc.want, "%v: output", tc.args)
 	}
 }
 

@@ -88,7 +88,7 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(0), r[0], "C try overtook B: %v", r)
 	r = semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "C overtook B: %v", r)
-	require.Equal(t, int64(2), zcard(semKeys[3]), "queue has")
+	require.Equal(t, int64(2), zcard(semKeys[3]), "queue entries (try must not queue)")
 	// A release through another size is refused like an acquire, and
 	// changes nothing.
 	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "5"}))
@@ -119,7 +119,7 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(1), b[0], "C = %v, B = %v", c, b)
 	require.Greater(t, c[1], a[1], "C = %v, B = %v", c, b)
 	require.Greater(t, b[1], c[1], "C = %v, B = %v", c, b)
-	require.Equal(t, int64(0), zcard(semKeys[3]), "queue has after the grants")
+	require.Equal(t, int64(0), zcard(semKeys[3]), "queue entries after the grants")
 	// Full: D queues; cancelling removes it at once.
 	r = semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "D = %v", r)
