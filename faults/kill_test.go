@@ -150,8 +150,8 @@ func TestFaultKillReadHolder(t *testing.T) {
 		killLease, took.Round(time.Millisecond), killBound, tok, t2, st.Mode, len(st.Holders))
 	assert.LessOrEqual(t, took, killBound, "writer acquired after the kill")
 	assert.Greater(t, t2, tok, "writer's token not above the dead reader's")
-	assert.Equal(t, "write", st.Mode, "Redis shows mode holders")
-	assert.Len(t, st.Holders, 1, "Redis shows mode holders")
+	assert.Equal(t, "write", st.Mode, "Redis shows the mode; want the writer alone")
+	assert.Len(t, st.Holders, 1, "Redis shows holders; want the writer alone")
 	require.NoError(t, w.UnlockContext(lctx))
 }
 
@@ -171,8 +171,8 @@ func TestFaultKillWriteHolder(t *testing.T) {
 		killLease, took.Round(time.Millisecond), killBound, tok, t2, st.Mode, len(st.Holders))
 	assert.LessOrEqual(t, took, killBound, "reader acquired after the kill")
 	assert.Greater(t, t2, tok, "reader's token not above the dead writer's")
-	assert.Equal(t, "read", st.Mode, "Redis shows mode holders")
-	assert.Len(t, st.Holders, 1, "Redis shows mode holders")
+	assert.Equal(t, "read", st.Mode, "Redis shows the mode; want the reader alone")
+	assert.Len(t, st.Holders, 1, "Redis shows holders; want the reader alone")
 	require.NoError(t, r.RUnlockContext(lctx))
 }
 
