@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -43,8 +44,6 @@ func TestMain(m *testing.M) {
 func server(t testing.TB) *redistest.Server {
 	t.Helper()
 	redistest.Require(t)
-	if srv == nil {
-		t.Fatal("the shared redis-server did not start")
-	}
+	require.NotNil(t, srv, "the shared redis-server did not start")
 	return srv
 }
