@@ -2,13 +2,14 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A Mutex's waiters queue inside their process, so Inspect counts them per
@@ -21,9 +22,7 @@ func TestInspectMutexWaiters(t *testing.T) {
 	cc := newClientOn(t, newRueidis(t), prefix, dsync.WithLease(3*time.Second), dsync.WithClientName("procc"))
 	name := "waiters {counted}"
 	lctx, err := holder.NewMutex(name).LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	// procb: 3 goroutines that give up when bctx ends; procc: 2 that wait
 	// until they get the lock.
@@ -57,9 +56,8 @@ func TestInspectMutexWaiters(t *testing.T) {
 		out := map[string]int64{}
 		for _, w := range st.Waiters {
 			out[w.Owner[:strings.IndexByte(w.Owner, '/')]] = w.Count
-			if w.Place <= 0 || w.Place > 3*time.Second {
-				t.Errorf("waiter %+v: entry lifetime outside (0, lease]", w)
-			}
+			assert.Positive(t, w.Place, "waiter %+v: entry lifetime", w)
+			assert.LessOrEqual(t, w.Place, 3*time.Second, "waiter %+v: entry lifetime beyond the lease", w)
 		}
 		return out
 	}
@@ -72,25 +70,17 @@ func TestInspectMutexWaiters(t *testing.T) {
 
 	bcancel()
 	for range 3 {
-		if err := <-errs; !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled waiter: %v", err)
-		}
+		require.ErrorIs(t, <-errs, context.Canceled, "cancelled waiter")
 	}
 	waitFor(t, 5*time.Second, "procb's entry gone once its waiters gave up", func() bool {
 		n := counts()
 		return len(n) == 1 && n["procc"] == 2
 	})
 
-	if err := holder.NewMutex(name).UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, holder.NewMutex(name).UnlockContext(lctx))
 	wg.Wait()
 	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-errs)
 	}
-	if n := counts(); len(n) != 0 {
-		t.Errorf("waiters after every waiter got the lock: %v", n)
-	}
+	assert.Empty(t, counts(), "waiters after every waiter got the lock")
 }

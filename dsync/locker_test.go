@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Every lock's sync.Locker side is one adapter: the same behaviour for
@@ -36,8 +38,8 @@ func TestSyncLockerContract(t *testing.T) {
 		t.Run(tc.what, func(t *testing.T) {
 			a, b := tc.mk(c1), tc.mk(c2)
 			a.Lock()
-			if tb, ok := b.(tryLocker); ok && tb.TryLock() {
-				t.Fatal("TryLock through another Client succeeded while held")
+			if tb, ok := b.(tryLocker); ok {
+				require.False(t, tb.TryLock(), "TryLock through another Client succeeded while held")
 			}
 			got := make(chan struct{})
 			go func() {
@@ -58,15 +60,7 @@ func TestSyncLockerContract(t *testing.T) {
 				t.Fatal("the waiting Lock did not get the lock after Unlock")
 			}
 			b.Unlock()
-			want := fmt.Sprintf("dsync: unlock of unlocked %s", tc.what)
-			func() {
-				defer func() {
-					if r := recover(); r != want {
-						t.Errorf("Unlock of an unlocked %s: panic %v, want %q", tc.what, r, want)
-					}
-				}()
-				b.Unlock()
-			}()
+			assert.PanicsWithValue(t, fmt.Sprintf("dsync: unlock of unlocked %s", tc.what), b.Unlock, "Unlock of an unlocked %s", tc.what)
 		})
 	}
 	t.Run("RLocker", func(t *testing.T) {
@@ -74,20 +68,11 @@ func TestSyncLockerContract(t *testing.T) {
 		rl := rw.RLocker()
 		rl.Lock()
 		rl.Lock() // readers share
-		if rw.TryLock() {
-			t.Fatal("a writer got in while read-locked")
-		}
+		require.False(t, rw.TryLock(), "a writer got in while read-locked")
 		rl.Unlock()
 		rl.Unlock()
-		if !rw.TryLock() {
-			t.Fatal("the write lock is not free after both RUnlocks")
-		}
+		require.True(t, rw.TryLock(), "the write lock is not free after both RUnlocks")
 		rw.Unlock()
-		defer func() {
-			if r := recover(); r != "dsync: RUnlock of unlocked RWMutex" {
-				t.Errorf("RUnlock with no read lock: panic %v", r)
-			}
-		}()
-		rl.Unlock()
+		assert.PanicsWithValue(t, "dsync: RUnlock of unlocked RWMutex", rl.Unlock, "RUnlock with no read lock")
 	})
 }

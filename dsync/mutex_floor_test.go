@@ -7,6 +7,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The Redis work of one uncontended cycle, counted by the server (INFO
@@ -29,36 +31,24 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 	}{
 		{"LockContext", func() {
 			l, err := m.LockContext(ctx)
-			if err == nil {
-				err = m.UnlockContext(l)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(l))
 		}, 7},
 		{"Lock", func() { m.Lock(); m.Unlock() }, 7},
 		{"WithOwner", func() {
 			l, err := m.LockContext(dsync.WithOwner(ctx))
-			if err == nil {
-				err = m.UnlockContext(l)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(l))
 		}, 9},
 	} {
 		tc.cycle() // scripts loaded
-		if err := rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
 		const n = 500
 		for range n {
 			tc.cycle()
 		}
 		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		total := 0
 		for _, mm := range calls.FindAllStringSubmatch(info, -1) {
 			if mm[1] == "info" || mm[1] == "config|resetstat" {
@@ -71,9 +61,7 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 		t.Logf("%s: %.2f Redis commands per cycle", tc.name, per)
 		// Up to 2 commands of slack in all: the background DEL of the
 		// previous phase's last marker may land after the reset.
-		if total > int(tc.max*n)+2 {
-			t.Errorf("%s: %.2f Redis commands per cycle, want at most %v:\n%s", tc.name, per, tc.max, info)
-		}
+		assert.LessOrEqual(t, total, int(tc.max*n)+2, "%s: %.2f Redis commands per cycle, want at most %v:\n%s", tc.name, per, tc.max, info)
 	}
 }
 
@@ -97,16 +85,11 @@ func TestMutexAllocsPerCycle(t *testing.T) {
 	}
 	lockCtx := least(func() {
 		l, err := m.LockContext(ctx)
-		if err == nil {
-			err = m.UnlockContext(l)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, m.UnlockContext(l))
 	})
 	locker := least(func() { m.Lock(); m.Unlock() })
 	t.Logf("allocations per cycle: LockContext/UnlockContext %.1f, Lock/Unlock %.1f", lockCtx, locker)
-	if maxC, maxL := float64(16+raceExtraAllocs), float64(17+raceExtraAllocs); lockCtx > maxC || locker > maxL {
-		t.Errorf("allocations per cycle: LockContext/UnlockContext %.1f (want <= %v), Lock/Unlock %.1f (want <= %v)", lockCtx, maxC, locker, maxL)
-	}
+	assert.LessOrEqual(t, lockCtx, float64(16+raceExtraAllocs), "allocations per LockContext/UnlockContext cycle")
+	assert.LessOrEqual(t, locker, float64(17+raceExtraAllocs), "allocations per Lock/Unlock cycle")
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A FairMutex's lock value has the Mutex's layout, so its holds join the
@@ -19,22 +21,16 @@ func TestRenewalBatchesFairMutex(t *testing.T) {
 	c := newClientOn(t, s.Client(t), dsync.WithLease(600*time.Millisecond))
 	ctx := ctxT(t)
 	for i := range 50 {
-		if _, err := c.NewFairMutex(fmt.Sprintf("f%d", i)).LockContext(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.NewMutex(fmt.Sprintf("m%d", i)).LockContext(ctx); err != nil {
-			t.Fatal(err)
-		}
+		_, err := c.NewFairMutex(fmt.Sprintf("f%d", i)).LockContext(ctx)
+		require.NoError(t, err)
+		_, err = c.NewMutex(fmt.Sprintf("m%d", i)).LockContext(ctx)
+		require.NoError(t, err)
 	}
 	rc := s.Client(t)
-	if err := rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
 	calls := func(cmd string) int {
 		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
 		if m == nil {
 			return 0
@@ -46,7 +42,5 @@ func TestRenewalBatchesFairMutex(t *testing.T) {
 	waitFor(t, 5*time.Second, "3 renewal rounds", func() bool { return calls("pexpire") >= 300 })
 	pexpires, scripts := calls("pexpire"), calls("evalsha")+calls("eval")
 	t.Logf("%d renewals in %d script calls", pexpires, scripts)
-	if scripts*20 > pexpires {
-		t.Errorf("%d renewals took %d script calls: FairMutex holds are not batched", pexpires, scripts)
-	}
+	assert.LessOrEqual(t, scripts*20, pexpires, "%d renewals took %d script calls: FairMutex holds are not batched", pexpires, scripts)
 }

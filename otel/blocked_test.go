@@ -3,7 +3,6 @@ package dsyncotel_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	dsyncotel "github.com/dsync/dsync/otel"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -91,9 +92,7 @@ func TestObserverBlockedByInProcess(t *testing.T) {
 			}
 			a, b := mk(c1), mk(c2)
 			la, err := a.lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			holder := holdSpan(t, tel, a.span+".hold")
 			if kind == "mutex-local" {
 				// A local queue is not visible from outside: the waiter
@@ -101,12 +100,9 @@ func TestObserverBlockedByInProcess(t *testing.T) {
 				// behind it (a wait that ends without the lock links too).
 				wctx, wcancel := context.WithTimeout(ctx, time.Second)
 				defer wcancel()
-				if _, err := b.lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("waiter behind a holder: %v", err)
-				}
-				if err := a.unlock(la); err != nil {
-					t.Fatal(err)
-				}
+				_, err := b.lock(wctx)
+				require.ErrorIs(t, err, context.DeadlineExceeded, "waiter behind a holder")
+				require.NoError(t, a.unlock(la))
 			} else {
 				done := make(chan error, 1)
 				go func() {
@@ -122,17 +118,13 @@ func TestObserverBlockedByInProcess(t *testing.T) {
 					chans, err := s.Do(t, "PUBSUB", "CHANNELS", prefix+"*").AsStrSlice()
 					return err == nil && len(chans) > 0
 				})
-				if err := a.unlock(la); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-done; err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, a.unlock(la))
+				require.NoError(t, <-done)
 			}
 			links := blockedLinks(tel.spans.Ended(), b.span+".acquire")
-			if len(links) != 1 || links[0].TraceID() != holder.TraceID() || links[0].SpanID() != holder.SpanID() {
-				t.Fatalf("waiter's acquire span links to %v, want the holder's hold span %v", links, holder)
-			}
+			require.Len(t, links, 1, "links of the waiter's acquire span")
+			assert.Equal(t, holder.TraceID(), links[0].TraceID(), "the link's trace: the holder's hold span's")
+			assert.Equal(t, holder.SpanID(), links[0].SpanID(), "the link's span: the holder's hold span")
 		})
 	}
 }
@@ -146,17 +138,11 @@ func TestObserverBlockedByAcrossProcesses(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+s.Addr+" "+prefix)
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer func() {
 		stdin.Close()
 		_ = cmd.Wait()
@@ -173,9 +159,8 @@ func TestObserverBlockedByAcrossProcesses(t *testing.T) {
 		t.Fatal("the holder process did not report its hold span")
 	}
 	var tid, sid string
-	if _, err := fmt.Sscanf(strings.ReplaceAll(tp, "-", " "), "00 %s %s", &tid, &sid); err != nil {
-		t.Fatalf("holder printed %q: %v", tp, err)
-	}
+	_, err = fmt.Sscanf(strings.ReplaceAll(tp, "-", " "), "00 %s %s", &tid, &sid)
+	require.NoError(t, err, "holder printed %q", tp)
 
 	tel := newTelemetry(t)
 	c := client(t, s, prefix, tel.observer())
@@ -196,16 +181,14 @@ func TestObserverBlockedByAcrossProcesses(t *testing.T) {
 		chans, err2 := s.Do(t, "PUBSUB", "CHANNELS", prefix+"*").AsStrSlice()
 		return err == nil && err2 == nil && len(st) == 1 && len(st[0].Waiters) == 1 && len(chans) > 0
 	})
-	if _, err := io.WriteString(stdin, "release\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	_, err = io.WriteString(stdin, "release\n")
+	require.NoError(t, err)
+	require.NoError(t, <-done)
 	links := blockedLinks(tel.spans.Ended(), "dsync.mutex.acquire")
-	if len(links) != 1 || links[0].TraceID().String() != tid || links[0].SpanID().String() != sid || !links[0].IsRemote() {
-		t.Fatalf("acquire span links to %v, want the other process's hold span %s", links, tp)
-	}
+	require.Len(t, links, 1, "links of the acquire span")
+	assert.Equal(t, tid, links[0].TraceID().String(), "the link's trace: the other process's hold span's")
+	assert.Equal(t, sid, links[0].SpanID().String(), "the link's span: the other process's hold span")
+	assert.True(t, links[0].IsRemote(), "the link is to a span of another process")
 }
 
 // runHolder is the child of TestObserverBlockedByAcrossProcesses: it takes

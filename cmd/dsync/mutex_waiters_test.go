@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A contended Mutex: its waiters queue inside their process, and still
@@ -18,18 +20,14 @@ func TestCLIInspectAndTopContendedMutex(t *testing.T) {
 	// lease/3, so the 4 goroutines are all counted within a second.
 	newClient := func() *dsync.Client {
 		c, err := dsync.NewClient(srv.Client(t), dsync.WithKeyPrefix(e.prefix), dsync.WithLease(3*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
 	holder, waiters := newClient(), newClient()
 	ctx := context.Background()
 	held, err := holder.NewMutex("hot").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -48,9 +46,7 @@ func TestCLIInspectAndTopContendedMutex(t *testing.T) {
 		return code == 0 && strings.Contains(out, "waiters 4, in 1 clients")
 	})
 	t.Logf("dsync inspect hot:\n%s", out)
-	if !strings.Contains(out, "goroutines 4") {
-		t.Errorf("inspect does not name the waiting Client's goroutines:\n%s", out)
-	}
+	assert.Contains(t, out, "goroutines 4", "inspect names the waiting Client's goroutines")
 
 	tctx, stop := context.WithCancel(ctx)
 	var tout, errb syncBuffer
@@ -60,20 +56,15 @@ func TestCLIInspectAndTopContendedMutex(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "a snapshot", func() bool { return strings.Contains(tout.String(), "hot") })
 	stop()
-	if code := <-done; code != 0 {
-		t.Fatalf("top exit %d: %s", code, errb.String())
-	}
+	require.Zero(t, <-done, "top's exit status: %s", errb.String())
 	t.Logf("dsync top:\n%s", tout.String())
 	lines := strings.Split(strings.TrimSpace(tout.String()), "\n")
-	if len(lines) < 3 {
-		t.Fatalf("top printed:\n%s", tout.String())
-	}
-	if f := strings.Fields(lines[2]); len(f) < 5 || f[0] != "mutex" || f[1] != "1" || f[2] != "4" || f[3] == "-" {
-		t.Errorf("hot row %q: want mutex, 1 holder, 4 waiters and a hold age", lines[2])
-	}
+	require.GreaterOrEqual(t, len(lines), 3, "top printed:\n%s", tout.String())
+	f := strings.Fields(lines[2])
+	require.GreaterOrEqual(t, len(f), 5, "hot row %q", lines[2])
+	assert.Equal(t, []string{"mutex", "1", "4"}, f[:3], "hot row %q: kind, holders, waiters", lines[2])
+	assert.NotEqual(t, "-", f[3], "hot row %q: a hold age", lines[2])
 	cancel()
 	wg.Wait()
-	if err := holder.NewMutex("hot").UnlockContext(held); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, holder.NewMutex("hot").UnlockContext(held))
 }
