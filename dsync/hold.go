@@ -121,40 +121,89 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 	return true
 }
 
-// newCtx returns a lock context for one more acquisition of this hold. A
-// hold with a fixed lease (no watchdog) gives its contexts a Deadline at
-// the lease clock's end, when they are cancelled anyway, so that work
-// scoped to the lock can plan for it.
+// newCtx returns a lock context for one more acquisition of this hold (see
+// lockCtx).
 func (h *hold) newCtx(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancelCause(withOwnerVal(parent, ownerVal{id: h.owner, token: h.token}))
+	cctx, cancel := context.WithCancelCause(parent)
+	lctx := &lockCtx{Context: cctx, v: ownerVal{id: h.owner, token: h.token}, h: h}
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
 		cancel(ErrLockLost)
-		return ctx
+		return lctx
 	}
 	h.cancels = append(h.cancels, cancel)
-	end := h.deadline
-	h.mu.Unlock()
-	if !h.watchdog && !end.IsZero() {
-		return &leaseCtx{Context: ctx, end: end}
+	if !h.watchdog {
+		lctx.end = h.deadline
 	}
-	return ctx
+	h.mu.Unlock()
+	return lctx
 }
 
-// A leaseCtx is a lock context of a fixed-lease hold: its Deadline is the
-// lease end (or the parent's, if sooner). The hold's lease clock cancels it
-// then, with ErrLockLost, so it needs no timer of its own.
-type leaseCtx struct {
+// A lockCtx is a lock context: the cancellation the hold ends (a
+// context.WithCancelCause of the caller's context), the owner and fencing
+// token, and the hold, in one value.
+//
+// Err looks at the hold's lease clock itself: if it has run out before the
+// Client's clock ended the hold (its timer fires late on a loaded machine,
+// or the process was frozen and has just been thawed, and the goroutine
+// that checks runs first), Err ends the hold as lost there and then, so a
+// holder that checks its lock context before acting never believes in a
+// lease that Redis may have let go. Done is closed by the same end.
+//
+// A lock context of a fixed-lease hold (no watchdog) has a Deadline at the
+// lease end (or the parent's, if sooner), when it is cancelled anyway, so
+// that work scoped to the lock can plan for it.
+type lockCtx struct {
 	context.Context
-	end time.Time
+	v   ownerVal
+	h   *hold
+	end time.Time // the fixed lease's end; zero with a watchdog
 }
 
-func (c *leaseCtx) Deadline() (time.Time, bool) {
-	if d, ok := c.Context.Deadline(); ok && d.Before(c.end) {
-		return d, true
+func (c *lockCtx) Value(key any) any {
+	if _, ok := key.(ownerKey); ok {
+		return &c.v
+	}
+	return c.Context.Value(key)
+}
+
+func (c *lockCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if c.h.overdue() {
+		return c.Context.Err()
+	}
+	return nil
+}
+
+func (c *lockCtx) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
+	if c.end.IsZero() || (ok && d.Before(c.end)) {
+		return d, ok
 	}
 	return c.end, true
+}
+
+func (c *lockCtx) String() string { return "dsync lock context" }
+
+// overdue ends h as lost if its lease clock has run out but the Client's
+// clock has not ended it yet, and reports whether h is ended now.
+func (h *hold) overdue() bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return true
+	}
+	if h.deadline.IsZero() || time.Now().Before(h.deadline) {
+		h.mu.Unlock()
+		return false
+	}
+	h.expiring = true // a renewal reply that comes now is too late
+	h.mu.Unlock()
+	h.end(ErrLockLost, true)
+	return true
 }
 
 // pop ends the innermost acquisition; it reports how many remain.
