@@ -394,9 +394,9 @@ func (n *notifier) sweep() {
 				cs.stop() // its receive loop unsubscribes
 				continue
 			}
-			if cs.live {
-				idle = append(idle, ch)
-			}
+			// Not live too: a SUBSCRIBE whose caller's context ended while
+			// it was on its way may have reached the server all the same.
+			idle = append(idle, ch)
 		}
 	}
 	n.subsMu.Unlock()
