@@ -277,6 +277,28 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
+// cleanupNow runs f, a cleanup that is safe to repeat, at once with a
+// budget of cleanupGrace, so that the call needing it returns within that of
+// its context's end even when Redis is slow or cut off; if f did not get an
+// answer, it runs again in the background, with retries (see idempotent),
+// and a failure then goes to failed, if set.
+func (c *Client) cleanupNow(f func(ctx context.Context) error, failed func(error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupGrace)
+	err := f(ctx)
+	cancel()
+	if err == nil || isRedisErr(err) {
+		if err != nil && failed != nil {
+			failed(err)
+		}
+		return
+	}
+	c.background(func(bctx context.Context) {
+		if err := idempotent(bctx, f); err != nil && failed != nil {
+			failed(err)
+		}
+	})
+}
+
 // background runs a cleanup on its own goroutine, under a context that
 // Close cancels (what is left undone then expires with its lease), so that
 // the caller can return by its deadline. Close waits for it.

@@ -279,11 +279,13 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
 	defer func() {
 		if vals == nil && a.queued && q.leave != nil {
-			cctx, cancel := cleanupCtx(ctx)
-			if err := q.leave(cctx, owner); err != nil {
+			// At once, so later waiters lose no time, within a budget so
+			// that the call returns by its context's end even when Redis is
+			// slow or cut off (then again in the background; the place
+			// lapses within a lease anyway).
+			c.cleanupNow(func(ctx context.Context) error { return q.leave(ctx, owner) }, func(err error) {
 				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
-			}
-			cancel()
+			})
 		}
 	}()
 	// An owner the caller supplied may hold the lock through another Client

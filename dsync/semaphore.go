@@ -308,13 +308,18 @@ func (w semWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error
 }
 
 // failed undoes the acquisition whatever the error (a lost reply may hide
-// a grant, and a grant replicas did not acknowledge is taken back), unless
-// the script refused it for its size.
-func (w semWait) failed(error) {
-	if len(w.a.vals) == 2 && w.a.vals[0] == -1 {
-		return
+// a grant), unless the script refused it for its size: before the call
+// returns for a grant replicas did not acknowledge (as ErrNotReplicated
+// says), else in the background, so the call returns by its deadline.
+func (w semWait) failed(err error) {
+	a := w.a
+	switch {
+	case len(a.vals) == 2 && a.vals[0] == -1:
+	case errors.Is(err, ErrNotReplicated):
+		a.s.undo(a.ctx, a.waiter)
+	default:
+		a.s.undoLater(a.waiter)
 	}
-	w.a.s.undo(w.a.ctx, w.a.waiter)
 }
 
 func (w semWait) waiting() {
@@ -322,7 +327,7 @@ func (w semWait) waiting() {
 	a.s.c.blocked(a.ctx, Lock{Kind: KindSemaphore, Name: a.s.name, N: a.n}, a.s.keys[0])
 }
 
-func (w semWait) gaveUp() { w.a.s.undo(w.a.ctx, w.a.waiter) }
+func (w semWait) gaveUp() { w.a.s.undoLater(w.a.waiter) }
 
 // newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
 // Redis, with a lease of its own that only its renewal extends.
@@ -368,6 +373,14 @@ func (s *Semaphore) undo(ctx context.Context, waiter string) {
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
 	})
+}
+
+// undoLater runs undo at once within a budget, then, if that did not
+// finish, in the background: exact (by waiter), so it can.
+func (s *Semaphore) undoLater(waiter string) {
+	s.c.cleanupNow(func(ctx context.Context) error {
+		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
+	}, nil)
 }
 
 // sizeMismatch is the error of a call through s when Redis stores another
