@@ -56,6 +56,10 @@ type Client struct {
 	// id and attemptSeq name acquisition attempts (see Client.attemptID).
 	id         string
 	attemptSeq atomic.Uint64
+	// args are the script arguments every lock of the Client shares:
+	// the lease and the free-marker lifetime in ms, WithMaxLocalHandoffs.
+	args struct{ lease, mark, handoffs string }
+
 	// ident names this Client where Redis records it as a whole (a Mutex's
 	// waiting count): "<client name>/<16 hex digits>".
 	ident string
@@ -99,6 +103,8 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		id:      newID()[:16] + "-",
 	}
 	c.ident = cfg.name + "/" + c.id[:16]
+	c.args.lease, c.args.mark = leaseMS(cfg.lease), leaseMS(freeMarkerTTL)
+	c.args.handoffs = strconv.Itoa(cfg.handoffs)
 	c.clock.c = c
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)

@@ -17,7 +17,7 @@ import (
 type hold struct {
 	c     *Client
 	id    uint64
-	lock  Lock
+	lock  *Lock
 	owner string
 	token uint64
 	start time.Time
@@ -83,7 +83,9 @@ func (h *hold) mutexPrefix() string {
 	return h.renewTag
 }
 
-func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
+// newHold makes a hold of the lock l points to (the primitive's, shared by
+// its holds).
+func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
 	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now(), slot: -1}
 }
 
@@ -115,9 +117,6 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 	c.holds[h] = struct{}{}
 	c.holds = compact(c.holds, &c.holdsPeak)
 	c.mu.Unlock()
-	if h.watchdog {
-		c.renew.add(h)
-	}
 	return true
 }
 
@@ -245,15 +244,12 @@ func (h *hold) end(cause error, lost bool) bool {
 	delete(c.holds, h)
 	c.holds = compact(c.holds, &c.holdsPeak)
 	c.mu.Unlock()
-	if h.watchdog {
-		c.renew.remove(h)
-	}
 	h.ops.ended(h, lost)
 	if lost {
 		// Report before cancelling, so whoever waits on a lock context
 		// finds the loss already recorded.
 		if f := c.cfg.observer.Lost; f != nil {
-			f(Lost{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
+			f(Lost{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
 		}
 		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
 	}

@@ -34,20 +34,16 @@ const freeMarkerTTL = time.Hour
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
 type Mutex struct {
 	c    *Client
-	name string
+	info Lock   // its name, for events and errors
 	key  string // the lock value "<owner> <token> <count>"
-	ch   string // wakeup channel, published on release
 	err  error  // a bad name, returned by every call
 	lc   lockConfig
 
-	// Arguments computed once, so an acquisition does not rebuild them.
-	keys    []string // {key}
-	relKeys []string // {key, ch}
-	wkey    string   // waiting count: waiting Client -> "<goroutines> <expiry ms>"
-	skey    stateKey // m's state in the Client's registry
-
-	leaseArg string // lease of a new hold, in ms
-	markArg  string // free-marker lifetime, in ms
+	// Arguments computed once, so an acquisition does not rebuild them
+	// (those all Mutexes of the Client share are the Client's).
+	relKeys  []string // {key, wakeup channel (published on release)}
+	wkey     string   // waiting count: waiting Client -> "<goroutines> <expiry ms>"
+	leaseArg string   // lease of a new hold, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
 	// this Client that need no round trip. 1 with a fixed lease, since each
@@ -58,22 +54,25 @@ type Mutex struct {
 	lk lockerHolds // the hold taken by Lock or TryLock
 }
 
+// ch is m's wakeup channel, published on release.
+func (m *Mutex) ch() string { return m.relKeys[1] }
+
+// sk names m's state in the Client's registry.
+func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
+
 // NewMutex returns the mutex called name. An invalid name (empty, or longer
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	key := c.lockKey("mutex", name)
-	m := &Mutex{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name), lc: newLockConfig(opts)}
-	m.keys = []string{m.key}
-	m.relKeys = []string{m.key, m.ch}
+	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: newLockConfig(opts)}
+	m.relKeys = []string{key, key + ":ch"}
 	m.wkey = key + ":waiting"
-	m.skey = stateKey{key: key}
-	m.leaseArg = leaseMS(m.lease())
-	m.markArg = leaseMS(freeMarkerTTL)
-	m.block = 1
-	if m.lc.leaseTime == 0 && c.cfg.handoffs > 0 {
-		m.block = c.cfg.handoffs
+	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
+	if m.lc.leaseTime > 0 {
+		m.leaseArg = leaseMS(m.lc.leaseTime)
+	} else if c.cfg.handoffs > 0 {
+		m.block, m.blockArg = c.cfg.handoffs, c.args.handoffs
 	}
-	m.blockArg = strconv.Itoa(m.block)
 	return m
 }
 
@@ -100,7 +99,7 @@ func (m *Mutex) lockFor(ctx context.Context, try bool) (context.Context, bool, e
 func (m *Mutex) unlockFor(ctx context.Context) error { return m.UnlockContext(ctx) }
 
 func (m *Mutex) lockerEnv() (string, string, *slog.Logger, *Client) {
-	return "Mutex", m.name, m.c.cfg.logger, m.c
+	return "Mutex", m.info.Name, m.c.cfg.logger, m.c
 }
 
 // LockContext acquires m for the owner ctx carries (a fresh one if none),
@@ -157,8 +156,8 @@ func (m *Mutex) unlock(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		rctx = c.ctx
 	}
-	st := c.getMutex(m.skey)
-	defer c.putMutex(m.skey, st)
+	st := c.getMutex(m.sk())
+	defer c.putMutex(m.sk(), st)
 	st.mu.Lock()
 	h := st.h
 	if h == nil || h.owner != owner {
@@ -169,7 +168,7 @@ func (m *Mutex) unlock(ctx context.Context) error {
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
-		return wrapErr(KindMutex, m.name, err)
+		return wrapErr(KindMutex, m.info.Name, err)
 	}
 	if h.depth() > 1 {
 		h.pop()
@@ -187,11 +186,11 @@ func (m *Mutex) unlock(ctx context.Context) error {
 
 func (m *Mutex) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := m.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
 	}
 }
 
-func (m *Mutex) lockInfo() Lock { return Lock{Kind: KindMutex, Name: m.name, N: 1} }
+func (m *Mutex) lockInfo() Lock { return m.info }
 
 func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, error) {
 	c := m.c
@@ -202,7 +201,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
 	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, try)
 	ob.done(h, reentered, attempts, err)
-	return lctx, h != nil, wrapErr(KindMutex, m.name, err)
+	return lctx, h != nil, wrapErr(KindMutex, m.info.Name, err)
 }
 
 func (m *Mutex) lease() time.Duration {
@@ -213,7 +212,7 @@ func (m *Mutex) lease() time.Duration {
 }
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {
-	h := m.c.newHold(m.lockInfo(), owner, token)
+	h := m.c.newHold(&m.info, owner, token)
 	h.key = m.key
 	h.watchdog = m.lc.leaseTime == 0
 	h.ops = m
@@ -223,7 +222,7 @@ func (m *Mutex) newHold(owner string, token uint64) *hold {
 // A Mutex is the holdOps of its holds.
 
 func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.keys, Args: []string{h.mutexPrefix(), leaseMS(m.c.cfg.lease)}}
+	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.relKeys[:1], Args: []string{h.mutexPrefix(), leaseMS(m.c.cfg.lease)}}
 }
 
 func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
@@ -231,7 +230,7 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.markArg, strconv.FormatUint(h.token, 10)}}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.c.args.mark, strconv.FormatUint(h.token, 10)}}
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {
@@ -243,15 +242,15 @@ func (m *Mutex) ended(h *hold, lost bool) {
 // lost forgets a lost hold, so the next local waiter can try.
 func (m *Mutex) lost(h *hold) {
 	c := m.c
-	st := c.getMutex(m.skey)
+	st := c.getMutex(m.sk())
 	st.mu.Lock()
 	if st.h == h {
 		st.h = nil
 		st.wakeNext()
 		st.mu.Unlock()
-		c.putMutex(m.skey, st) // the hold's reference
+		c.putMutex(m.sk(), st) // the hold's reference
 	} else {
 		st.mu.Unlock()
 	}
-	c.putMutex(m.skey, st)
+	c.putMutex(m.sk(), st)
 }

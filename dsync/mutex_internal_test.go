@@ -45,11 +45,11 @@ func TestMutexTokenBlock(t *testing.T) {
 	}
 	// All three wait in the local queue before the first release.
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		st := c.getMutex(m.skey)
+		st := c.getMutex(m.sk())
 		st.mu.Lock()
 		n := len(st.queue)
 		st.mu.Unlock()
-		c.putMutex(m.skey, st)
+		c.putMutex(m.sk(), st)
 		assert.Equal(ct, 3, n, "local waiters")
 	}, 5*time.Second, time.Millisecond, "the three waiters did not all queue locally")
 	tok0, _ := FencingToken(first)

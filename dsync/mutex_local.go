@@ -150,18 +150,18 @@ func (st *mutexState) remove(w *mutexWaiter) {
 
 func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	st := c.getMutex(m.skey)
+	st := c.getMutex(m.sk())
 	st.mu.Lock()
 	if h := st.h; h != nil && h.owner == owner {
 		lctx := h.newCtx(ctx)
 		st.mu.Unlock()
-		c.putMutex(m.skey, st)
+		c.putMutex(m.sk(), st)
 		return lctx, h, true, 0, nil
 	}
 	lead := st.h == nil && !st.busy
 	if try && !lead {
 		st.mu.Unlock()
-		c.putMutex(m.skey, st)
+		c.putMutex(m.sk(), st)
 		return nil, nil, false, 0, nil
 	}
 	var w *mutexWaiter
@@ -186,7 +186,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 					st.busy = false
 					st.wakeNext()
 					st.mu.Unlock()
-					c.putMutex(m.skey, st)
+					c.putMutex(m.sk(), st)
 					return nil, nil, false, attempts, err
 				}
 			}
@@ -197,7 +197,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			if h == nil {
 				st.wakeNext()
 				st.mu.Unlock()
-				c.putMutex(m.skey, st)
+				c.putMutex(m.sk(), st)
 				return nil, nil, false, attempts, err
 			}
 			st.h = h
@@ -216,7 +216,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 				continue
 			}
 			if w.lctx != nil {
-				c.putMutex(m.skey, st) // re-entered: the hold has its reference
+				c.putMutex(m.sk(), st) // re-entered: the hold has its reference
 				return w.lctx, h, true, attempts, nil
 			}
 			return h.newCtx(ctx), h, false, attempts, nil
@@ -229,7 +229,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		if !w.woken {
 			st.remove(w)
 			st.mu.Unlock()
-			c.putMutex(m.skey, st)
+			c.putMutex(m.sk(), st)
 			return nil, nil, false, attempts, done
 		}
 		st.mu.Unlock()
@@ -237,7 +237,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		if w.lctx != nil {
 			// Re-entered as we gave up: the acquisition is made, so report
 			// it rather than undo it (its context ends with ctx).
-			c.putMutex(m.skey, st)
+			c.putMutex(m.sk(), st)
 			return w.lctx, h, true, attempts, nil
 		}
 		// Woken as we gave up: pass on what we were given.
@@ -256,7 +256,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 			st.busy = false
 			st.wakeNext()
 			st.mu.Unlock()
-			c.putMutex(m.skey, st)
+			c.putMutex(m.sk(), st)
 		}
 		return nil, nil, false, attempts, done
 	}
@@ -282,7 +282,7 @@ const yieldWait = 2 * time.Millisecond
 // subscribe.
 func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
-	defer c.putMutex(m.skey, st) // the hold's reference
+	defer c.putMutex(m.sk(), st) // the hold's reference
 	h.beginRelease()
 	bound := c.cfg.handoffs
 	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
@@ -364,7 +364,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	if err == nil && (code == 0 || !ended) {
 		err = ErrNotHeld
 	}
-	return wrapErr(KindMutex, m.name, err)
+	return wrapErr(KindMutex, m.info.Name, err)
 }
 
 // handoff moves the lock from hold h to owner to in one script and returns
@@ -376,11 +376,11 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	own := "-1"
 	if check {
 		own = "0"
-		if c.notify.isLive(m.ch) {
+		if c.notify.isLive(m.ch()) {
 			own = "1"
 		}
 	}
-	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.markArg, m.blockArg, strconv.FormatUint(h.token, 10)}
+	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.c.args.mark, m.blockArg, strconv.FormatUint(h.token, 10)}
 	var vals []int64
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {
@@ -389,7 +389,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 		return err
 	})
 	if err != nil {
-		return nil, false, wrapErr(KindMutex, m.name, err)
+		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}
 	if len(vals) == 1 && vals[0] == 2 {
 		return nil, true, nil
@@ -401,7 +401,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
-		return nil, false, wrapErr(KindMutex, m.name, err)
+		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}
 	nh = m.newHold(to, uint64(vals[1]))
 	nh.rToken = nh.token + uint64(m.block) - 1

@@ -18,7 +18,7 @@ import (
 // which the script makes safe, and completes even if ctx ends (see
 // idempotent).
 func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	args := []string{owner, strconv.FormatUint(token, 10), m.markArg, strconv.FormatUint(used, 10)}
+	args := []string{owner, strconv.FormatUint(token, 10), m.c.args.mark, strconv.FormatUint(used, 10)}
 	call := func(ctx context.Context) (err error) {
 		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
 		return err
@@ -57,7 +57,7 @@ func (m *Mutex) unregister(st *mutexState) {
 // repeated.
 func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 	keys := withMarker(m.relKeys, mark)
-	args := []string{owner, "0", m.markArg, "0"}
+	args := []string{owner, "0", m.c.args.mark, "0"}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
 	})
@@ -67,7 +67,7 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 	keys := withMarker(m.relKeys, marker)
-	args := []string{owner, "0", m.markArg}
+	args := []string{owner, "0", m.c.args.mark}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
 	})
@@ -75,7 +75,7 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 
 // acquireRedis runs the acquire script in the wait loop (waitLoop) until
 // the lock is held, ctx is done or Redis fails; the release message comes
-// on m.ch, and the fallback is the holder's remaining lease.
+// on m.ch(), and the fallback is the holder's remaining lease.
 //
 // reentered reports that the owner already held the lock through another
 // Client, so only the count in Redis grew.
@@ -110,7 +110,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 			}
 		}()
 	}
-	attempts, err = waitLoop(c, ctx, m.ch, try, mutexWait{&a})
+	attempts, err = waitLoop(c, ctx, m.ch(), try, mutexWait{&a})
 	vals := a.vals
 	if err != nil || vals[0] == 0 {
 		return nil, false, attempts, err

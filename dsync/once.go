@@ -34,6 +34,7 @@ type Once struct {
 	ch    string // published when a run ends
 	err   error
 	lc    lockConfig
+	info  Lock // what events say of its runs
 }
 
 // NewOnce returns the Once called name. An invalid name makes every call
@@ -44,7 +45,8 @@ func (c *Client) NewOnce(name string, opts ...LockOption) *Once {
 
 func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 	base := c.lockKey(kind, name)
-	return &Once{c: c, name: name, state: base, run: base + ":run", ch: base + ":ch", err: checkName(name), lc: newLockConfig(opts)}
+	return &Once{c: c, name: name, state: base, run: base + ":run", ch: base + ":ch", err: checkName(name), lc: newLockConfig(opts),
+		info: Lock{Kind: KindOnce, Name: name, N: 1}}
 }
 
 // Do calls f if and only if no call of f for this name has succeeded yet,
@@ -142,7 +144,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if lease == 0 {
 		lease = c.cfg.lease
 	}
-	ctx, ob := c.observe(ctx, Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, false)
+	ctx, ob := c.observe(ctx, o.info, owner, false)
 	call := c.attemptID() // names this Do call's run, for its exact undo
 	val, tok, sentAt, attempts, err := o.begin(ctx, owner, call, lease)
 	var h *hold
@@ -220,7 +222,7 @@ func (w onceWait) failed(error) {
 
 func (w onceWait) waiting() {
 	a := w.a
-	a.o.c.blocked(a.ctx, Lock{Kind: KindOnce, Name: a.o.name, N: 1}, a.o.state)
+	a.o.c.blocked(a.ctx, a.o.info, a.o.state)
 }
 
 func (onceWait) gaveUp() {}
@@ -243,7 +245,7 @@ func (o *Once) undo(ctx context.Context, call string) {
 // <token> <call>"): its lease is the marker's.
 func (o *Once) newHold(owner string, tok uint64, mark string) *hold {
 	c := o.c
-	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
+	h := c.newHold(&o.info, owner, tok)
 	h.key = o.state
 	h.watchdog = o.lc.leaseTime == 0
 	h.ops = &onceHold{o: o, mark: mark}
@@ -281,7 +283,7 @@ func (o *Once) runF(ctx context.Context, h *hold, mark string, sentAt time.Time,
 	released := func(err error) {
 		h.end(errReleased, false)
 		if f := o.c.cfg.observer.Released; f != nil {
-			f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+			f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
 		}
 	}
 	ok := false

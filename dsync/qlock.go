@@ -152,7 +152,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 
 func (q *qlock) newHold(owner string, token uint64) *hold {
 	c := q.c
-	h := c.newHold(q.info, owner, token)
+	h := c.newHold(&q.info, owner, token)
 	h.key = q.base
 	h.watchdog = q.lc.leaseTime == 0
 	h.ops = q
@@ -247,7 +247,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 
 func (q *qlock) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := q.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
 	}
 }
 

@@ -3,7 +3,6 @@ package dsync
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -22,31 +21,13 @@ const renewBatch = 256
 var renewChunk = 16384 // a variable for tests
 
 // The renewer is the Client's single watchdog: every lease/3 it renews all
-// watchdog holds, pipelined, one batch per script.
+// watchdog holds of the Client (Client.holds), pipelined, one batch per
+// script.
 type renewer struct {
-	c     *Client
-	mu    sync.Mutex
-	holds map[*hold]struct{}
-	peak  int // of holds, for compact
+	c *Client
 }
 
-func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, holds: make(map[*hold]struct{})}
-}
-
-func (r *renewer) add(h *hold) {
-	r.mu.Lock()
-	r.holds[h] = struct{}{}
-	r.holds = compact(r.holds, &r.peak)
-	r.mu.Unlock()
-}
-
-func (r *renewer) remove(h *hold) {
-	r.mu.Lock()
-	delete(r.holds, h)
-	r.holds = compact(r.holds, &r.peak)
-	r.mu.Unlock()
-}
+func newRenewer(c *Client) *renewer { return &renewer{c: c} }
 
 func (r *renewer) loop() {
 	c := r.c
@@ -79,12 +60,14 @@ func (r *renewer) loop() {
 // slot in one.
 func (r *renewer) round() bool {
 	c := r.c
-	r.mu.Lock()
-	holds := make([]*hold, 0, len(r.holds))
-	for h := range r.holds {
-		holds = append(holds, h)
+	c.mu.Lock()
+	holds := make([]*hold, 0, len(c.holds))
+	for h := range c.holds {
+		if h.watchdog {
+			holds = append(holds, h)
+		}
 	}
-	r.mu.Unlock()
+	c.mu.Unlock()
 	var failed []*hold
 	var failure error
 	for len(holds) > 0 {

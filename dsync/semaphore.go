@@ -127,7 +127,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	for _, h := range ended {
 		if h.end(errReleased, false) {
 			if f := s.c.cfg.observer.Released; f != nil {
-				f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+				f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
 			}
 		}
 	}
@@ -333,10 +333,11 @@ func (w semWait) gaveUp() { w.a.s.undoLater(w.a.waiter) }
 // Redis, with a lease of its own that only its renewal extends.
 func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	c := s.c
-	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
+	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
+	h := c.newHold(&sh.lock, owner, token)
 	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
-	h.ops = &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, n: n}
+	h.ops = sh
 	c.mu.Lock()
 	s.setHolds(owner, append(c.semHolds[s.keys[0]][owner], h))
 	c.mu.Unlock()
@@ -348,7 +349,7 @@ func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 type semHold struct {
 	s      *Semaphore
 	member string
-	n      int64
+	lock   Lock // N: its permits
 }
 
 func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false }
@@ -360,7 +361,7 @@ func (sh *semHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
 
 func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
 	s := sh.s
-	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.n), strconv.FormatUint(h.token, 10))}
+	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.lock.N), strconv.FormatUint(h.token, 10))}
 }
 
 // ended forgets the hold however it ends (release, loss, Client.Close).
