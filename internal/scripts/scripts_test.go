@@ -27,6 +27,14 @@ func num(t *testing.T, r rueidis.RedisResult) int64 {
 	return v
 }
 
+// firstN returns the first two bytes of a reply string ("" on error).
+func firstN(v string, err error) string {
+	if err != nil || len(v) < 2 {
+		return ""
+	}
+	return v[:2]
+}
+
 func TestMutexScripts(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
@@ -52,6 +60,12 @@ func TestMutexScripts(t *testing.T) {
 	r := acq("A")
 	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
+	// A waiting attempt (ARGV[5..7]: the waiting Client, its count, not
+	// registered yet) marks the value, so that the release publishes.
+	r = ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
+	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
+	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
+	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b").Build()).ToString()), "the waiting count of client-b")
 	r = acq("B")
 	require.Equal(t, int64(0), r[0], "other owner = %v, want {0, pttl}", r)
 	require.Greater(t, r[1], int64(0), "other owner = %v, want {0, pttl}", r)
@@ -59,7 +73,7 @@ func TestMutexScripts(t *testing.T) {
 	require.Equal(t, int64(0), rel("B", tok), "foreign release")
 	require.Equal(t, int64(0), rel("A", tok+1), "release with a wrong token")
 	require.Equal(t, int64(2), rel("A", tok), "first release")
-	require.True(t, strings.HasSuffix(get(), " 1"), "value %q after the first release", get())
+	require.True(t, strings.HasSuffix(get(), " 1 w"), "value %q after the first release: count 1, still marked", get())
 	// The release publishes the token on the channel.
 	sub := s.Client(t)
 	msgs := make(chan string, 1)
@@ -71,7 +85,12 @@ func TestMutexScripts(t *testing.T) {
 	<-subscribed
 	require.Equal(t, int64(1), rel("A", tok), "last release")
 	require.Equal(t, "- "+strconv.FormatInt(tok, 10)+" 0", get(), "last release")
-	require.Equal(t, strconv.FormatInt(tok, 10), <-msgs, "published")
+	select {
+	case m := <-msgs:
+		require.Equal(t, strconv.FormatInt(tok, 10), m, "published")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the release of a marked lock published nothing")
+	}
 	require.Greater(t, num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())), int64(10000), "free marker ttl")
 	// A retried release (reply lost) is a no-op success.
 	require.Equal(t, int64(1), rel("A", tok), "retried release")
@@ -118,7 +137,12 @@ func TestMutexScripts(t *testing.T) {
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
 	require.Equal(t, int64(2), r[0], "checked handoff with a foreign subscriber = %v, want a yield", r)
 	require.Equal(t, "- "+tokD+" 0", get(), "after a yield the value")
-	require.Equal(t, tokD, <-msgs, "yield published")
+	select {
+	case m := <-msgs:
+		require.Equal(t, tokD, m, "yield published")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the yield published nothing")
+	}
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
 	require.Equal(t, int64(2), r[0], "retried yield = %v", r)
 	acq("C")
