@@ -13,6 +13,6 @@ end
 redis.call('del', KEYS[2], KEYS[3])
 if #released > 0 then
   wake(ARGV[1])
-  touch(now)
+  touch(now, true)
 end
 return released

@@ -7,7 +7,7 @@
 -- <waiter>"); {0, ms} not acquired (queued unless "try"), ms is when to look
 -- again at the latest (a holder's lease may lapse then); {-1, size} the
 -- semaphore exists with another size.
-local now = now_ms()
+local now, now_us = now_ms()
 if redis.call('zscore', KEYS[7], ARGV[2]) then
   return {0, 1} -- the caller gave up and undid this attempt: do nothing
 end
@@ -38,26 +38,31 @@ if free >= n and fits(ahead, free, n) then
   -- Fencing token: one more than the last, never below the server clock in
   -- microseconds, as for the mutex.
   local last = tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
-  local tok = math.max(last + 1, now_us())
+  local tok = math.max(last + 1, now_us)
   local stok = string.format('%.0f', tok)
   redis.call('hset', KEYS[1], 'tok', stok)
   local member = ARGV[1] .. ' ' .. stok .. ' ' .. ARGV[2]
+  local existed = redis.call('exists', KEYS[2], KEYS[3]) == 2
   redis.call('hset', KEYS[3], member, n)
-  redis.call('zadd', KEYS[2], now + tonumber(ARGV[5]), member)
+  local expiry = now + tonumber(ARGV[5])
+  redis.call('zadd', KEYS[2], expiry, member)
   if pruned then wake(ARGV[7]) end
-  touch(now)
+  touch(now, not (stored and existed), expiry)
   return {1, tok}
 end
+local created, upto = not stored, now
 if ARGV[6] == 'wait' then
   if not ticket then
     local seq = redis.call('hincrby', KEYS[1], 'seq', 1)
     redis.call('zadd', KEYS[4], seq, ARGV[2])
     redis.call('hset', KEYS[5], ARGV[2], ARGV[3])
+    created = true -- the queue's keys, if it was empty
   end
-  redis.call('zadd', KEYS[6], now + tonumber(ARGV[8]), ARGV[2])
+  upto = now + tonumber(ARGV[8])
+  redis.call('zadd', KEYS[6], upto, ARGV[2])
 end
 if pruned then wake(ARGV[7]) end
-touch(now)
+touch(now, created, upto)
 -- The earliest lease to lapse may free permits without anyone publishing.
 local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
 local hint = tonumber(ARGV[8])

@@ -15,14 +15,10 @@
 -- Every script first drops expired owners and waiters, so the permits of a
 -- dead owner come back within one lease, whoever touches the semaphore next.
 
+-- now_ms reads the server clock once: in ms, and in µs (for tokens).
 local function now_ms()
   local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function now_us()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- prune reports whether it removed anyone.
@@ -104,8 +100,18 @@ local function wake(chprefix)
 end
 
 -- touch keeps the keys until an hour past the last lease or queue place,
--- so an abandoned semaphore does not stay in Redis forever.
-local function touch(now)
+-- so an abandoned semaphore does not stay in Redis forever. All keys are
+-- given the same lifetime, so the hash's tells them all: when this call
+-- created no key (created false) and the keys outlive upto (the latest
+-- expiry it wrote) by 50 minutes, it costs one PTTL; else every key is
+-- set.
+local function touch(now, created, upto)
+  if not created then
+    local left = redis.call('pttl', KEYS[1])
+    if left > 0 and now + left >= (upto or now) + 3000000 then
+      return
+    end
+  end
   local last = now
   local h = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
   if h[2] then last = math.max(last, tonumber(h[2])) end

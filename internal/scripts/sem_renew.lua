@@ -11,6 +11,7 @@ if not exp or tonumber(exp) <= now then
   if prune(now) then wake(ARGV[3]) end
   return 0
 end
-redis.call('zadd', KEYS[2], math.max(tonumber(exp), now + tonumber(ARGV[2])), ARGV[1])
-touch(now)
+local expiry = math.max(tonumber(exp), now + tonumber(ARGV[2]))
+redis.call('zadd', KEYS[2], expiry, ARGV[1])
+touch(now, false, expiry)
 return 1

@@ -25,5 +25,5 @@ for _, m in ipairs(redis.call('hkeys', KEYS[3])) do
 end
 prune(now)
 wake(ARGV[2])
-touch(now)
+touch(now, true) -- the undone set may be new
 return back
