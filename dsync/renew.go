@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -10,14 +11,14 @@ import (
 )
 
 // renewBatch bounds the holds renewed by one script call.
-const renewBatch = 256
+var renewBatch = 256 // a variable for tests
 
 // renewChunk bounds the holds of one pipeline of a renewal round: a round
-// sends its holds chunk after chunk, each chunk's lease clocks moved from
-// its own send time, so that a Client holding a million locks neither sends
-// one pipeline so long that it times out (measured: 8.5-9.4 s rounds, an
-// i/o timeout and most locks lost at 1M) nor keeps Redis busy with it in
-// one stretch.
+// sends its script calls in pipelines of about this many holds, all at
+// once, each pipeline's lease clocks moved from its own send time, so that
+// a Client holding a million locks does not send one pipeline so long that
+// it times out (measured: 8.5-9.4 s rounds, an i/o timeout and most locks
+// lost at 1M).
 var renewChunk = 16384 // a variable for tests
 
 // The renewer is the Client's single watchdog: every lease/3 it renews all
@@ -53,11 +54,12 @@ func (r *renewer) loop() {
 	}
 }
 
-// round renews every watchdog hold once, in pipelined round trips of at
-// most renewChunk holds; it reports false if any part of it could not reach
-// Redis. Holds whose lock value has the mutex's layout (Mutex, FairMutex)
-// go up to renewBatch to one script call: all together off a cluster, per
-// slot in one.
+// round renews every watchdog hold once and reports false if any part of
+// it could not reach Redis. Holds whose lock value has the mutex's layout
+// (Mutex, FairMutex) go up to renewBatch to one script call: all together
+// off a cluster, per slot in one. The calls go out in pipelines of at most
+// renewChunk holds, all at once, each pipeline's lease clocks moved from
+// its own send time.
 func (r *renewer) round() bool {
 	c := r.c
 	c.mu.Lock()
@@ -68,18 +70,32 @@ func (r *renewer) round() bool {
 		}
 	}
 	c.mu.Unlock()
-	var failed []*hold
-	var failure error
-	for len(holds) > 0 {
-		n := min(len(holds), renewChunk)
-		if f, err := r.renewChunk(holds[:n]); len(f) > 0 {
-			failed, failure = append(failed, f...), err
+	calls := r.calls(holds)
+	var (
+		mu      sync.Mutex
+		failed  []*hold
+		failure error
+		wg      sync.WaitGroup
+	)
+	for len(calls) > 0 {
+		n, size := 0, 0
+		for n < len(calls) && (n == 0 || size+len(calls[n].holds) <= renewChunk) {
+			size += len(calls[n].holds)
+			n++
 		}
-		holds = holds[n:]
-		if c.closed.Load() {
-			return true
-		}
+		part := calls[:n]
+		calls = calls[n:]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if f, err := r.send(part); len(f) > 0 {
+				mu.Lock()
+				failed, failure = append(failed, f...), err
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	if len(failed) == 0 {
 		return true
 	}
@@ -94,16 +110,11 @@ func (r *renewer) round() bool {
 	return false
 }
 
-// renewChunk renews holds in one pipelined round trip and returns those it
-// could not (Redis unreachable), with the error.
-func (r *renewer) renewChunk(holds []*hold) (failed []*hold, failure error) {
+// calls groups the renewals of holds into script calls: a batch per slot
+// (one off a cluster) of holds with the mutex's layout, up to renewBatch
+// each, and one call for each other hold.
+func (r *renewer) calls(holds []*hold) []renewCall {
 	c := r.c
-	// c.ctx ends with Close, which must not wait for a slow round. A chunk
-	// may take up to lease/2: its holds' lease clocks, not this bound,
-	// decide when they are lost.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
-	defer cancel()
-
 	var calls []renewCall
 	// One open batch per cluster slot (a script's keys must share one); off
 	// a cluster, one for all.
@@ -137,6 +148,18 @@ func (r *renewer) renewChunk(holds []*hold) (failed []*hold, failure error) {
 	for _, batch := range batches {
 		calls = append(calls, *batch)
 	}
+	return calls
+}
+
+// send sends calls in one pipelined round trip, applies the replies, and
+// returns the holds it could not renew (Redis unreachable), with the error.
+func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
+	c := r.c
+	// c.ctx ends with Close, which must not wait for a slow round. A
+	// pipeline may take up to lease/2: its holds' lease clocks, not this
+	// bound, decide when they are lost.
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
+	defer cancel()
 
 	sentAt := time.Now()
 	res := r.exec(ctx, calls)

@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A round sent in chunks renews every hold: 35 holds in chunks of 8 (five
-// pipelines a round), a 300 ms lease, and none lost over 6 leases.
+// A round sent in several pipelines renews every hold: 35 holds in batches
+// of 4 and pipelines of 8 holds (five pipelines a round, sent at once), a
+// 300 ms lease, and none lost over 6 leases.
 func TestRenewalInChunks(t *testing.T) {
-	old := renewChunk
-	renewChunk = 8
-	t.Cleanup(func() { renewChunk = old })
+	oldChunk, oldBatch := renewChunk, renewBatch
+	renewChunk, renewBatch = 8, 4
+	t.Cleanup(func() { renewChunk, renewBatch = oldChunk, oldBatch })
 	rc := redistest.Start(t).Client(t)
 	c, err := NewClient(rc, WithKeyPrefix("chunks"), WithLease(300*time.Millisecond))
 	require.NoError(t, err)
