@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -50,11 +51,12 @@ type capSettings struct {
 
 // capRun is one measurement: where it ran, what, and its figures.
 type capRun struct {
-	Deploy string `json:"deploy"` // "standalone" or "cluster"
-	Kind   string `json:"kind"`   // held, waiters, procs
-	Label  string `json:"label"`
-	Sample sample `json:"figures"`
-	Err    string `json:"error,omitempty"`
+	Deploy string   `json:"deploy"` // "standalone" or "cluster"
+	Kind   string   `json:"kind"`   // held, waiters, procs
+	Label  string   `json:"label"`
+	Sample sample   `json:"figures"`
+	Notes  []string `json:"notes,omitempty"`
+	Err    string   `json:"error,omitempty"`
 }
 
 type capReport struct {
@@ -73,8 +75,9 @@ type capEnv struct {
 	masters []string
 	ctl     map[string]rueidis.Client
 	self    string
-	profDir string  // held children write heap and CPU profiles here, if set
-	idle    float64 // main-thread CPU % of the masters with no client load
+	profDir string   // held children write heap and CPU profiles here, if set
+	idle    float64  // main-thread CPU % of the masters with no client load
+	notes   []string // the last child's remarks (first renewal error, ...)
 }
 
 func (e *capEnv) close() {
@@ -223,6 +226,7 @@ func (e *capEnv) snap() (map[string]nodeSnap, error) {
 // snapshots of every master; poll, if set, is called at each mark before
 // the snapshot (to wait for a condition the child cannot see).
 func (e *capEnv) capChild(poll func(mark string) error, args ...string) (sample, map[string]map[string]nodeSnap, error) {
+	e.notes = nil
 	k, err := startChild(&env{self: e.self}, append([]string{"-addr=" + strings.Join(e.addrs, ",")}, args...)...)
 	if err != nil {
 		return nil, nil, err
@@ -246,6 +250,10 @@ func (e *capEnv) capChild(poll func(mark string) error, args ...string) (sample,
 			if err := k.send("ok"); err != nil {
 				return nil, snaps, err
 			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "note "); ok {
+			e.notes = append(e.notes, rest)
 			continue
 		}
 		if rest, ok := strings.CutPrefix(line, "result "); ok {
@@ -412,11 +420,18 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 	rc := &roundClient{Client: base, rounds: make(chan time.Duration, 1)}
 	var renewFailed atomic.Int64
 	var lostN atomic.Int64
+	var firstRenewErr atomic.Value
 	obs := dsync.Observer{
-		RenewFailed: func(dsync.RenewFailed) { renewFailed.Add(1) },
-		Lost:        func(dsync.Lost) { lostN.Add(1) },
+		RenewFailed: func(e dsync.RenewFailed) {
+			if renewFailed.Add(1) == 1 {
+				firstRenewErr.Store(fmt.Sprintf("first failed renewal round (%d holds): %v", e.Holds, e.Err))
+			}
+		},
+		Lost: func(dsync.Lost) { lostN.Add(1) },
 	}
-	c, err := dsync.NewClient(rc, dsync.WithLease(lease), dsync.WithKeyPrefix("cap"), dsync.WithObserver(obs))
+	// The observer counts; a log line per lost lock would flood stderr and
+	// cost CPU in the measured window.
+	c, err := dsync.NewClient(rc, dsync.WithLease(lease), dsync.WithKeyPrefix("cap"), dsync.WithObserver(obs), quiet())
 	if err != nil {
 		return err
 	}
@@ -577,10 +592,16 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 		"renew_failed":         float64(renewFailed.Load()),
 		"unlock_errors":        float64(unlockErrs.Load()),
 	}
+	if v := firstRenewErr.Load(); v != nil {
+		fmt.Printf("note %s\n", v)
+	}
 	b, _ := json.Marshal(s)
 	fmt.Printf("result %s\n", b)
 	return nil
 }
+
+// quiet is a Client option that drops the Client's log lines.
+func quiet() dsync.Option { return dsync.WithLogger(slog.New(slog.DiscardHandler)) }
 
 func writeProfile(path, name string) error {
 	f, err := os.Create(path)
@@ -663,13 +684,13 @@ func childWaiters(addrs string, n int, one bool) error {
 		return err
 	}
 	defer wrc.Close()
-	H, err := dsync.NewClient(hrc, dsync.WithKeyPrefix("cap"))
+	H, err := dsync.NewClient(hrc, dsync.WithKeyPrefix("cap"), quiet())
 	if err != nil {
 		return err
 	}
 	defer H.Close()
 	var started atomic.Int64
-	W, err := dsync.NewClient(wrc, dsync.WithKeyPrefix("cap"), dsync.WithObserver(dsync.Observer{
+	W, err := dsync.NewClient(wrc, dsync.WithKeyPrefix("cap"), quiet(), dsync.WithObserver(dsync.Observer{
 		AcquireStart: func(ctx context.Context, _ dsync.AcquireStart) context.Context { started.Add(1); return ctx },
 	}))
 	if err != nil {
@@ -945,7 +966,7 @@ func childProc(addrs, name string, g, n int) error {
 		return err
 	}
 	defer rc.Close()
-	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix("cap"))
+	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix("cap"), quiet())
 	if err != nil {
 		return err
 	}
@@ -1025,7 +1046,11 @@ func runCapacity(st capSettings, outDir, redisBin string) error {
 		}
 	}
 	add := func(e *capEnv, kind, label string, s sample, err error) {
-		r := &capRun{Deploy: e.deploy, Kind: kind, Label: label, Sample: s}
+		if s != nil {
+			// The machine may be shared: say how busy it was.
+			s["load1"] = loadAvg()
+		}
+		r := &capRun{Deploy: e.deploy, Kind: kind, Label: label, Sample: s, Notes: e.notes}
 		if err != nil {
 			r.Err = err.Error()
 			fmt.Fprintf(os.Stderr, "  %s %s %s: %v\n", e.deploy, kind, label, err)
@@ -1128,6 +1153,20 @@ func runCapacity(st capSettings, outDir, redisBin string) error {
 	return os.WriteFile(filepath.Join(outDir, "scale.md"), []byte(md), 0o644)
 }
 
+// loadAvg is the machine's 1-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 func (r *capReport) find(deploy, kind, label string) sample {
 	for _, x := range r.Runs {
 		if x.Deploy == deploy && x.Kind == kind && x.Label == label && x.Err == "" {
@@ -1183,7 +1222,7 @@ func (r *capReport) markdown() string {
 	fmt.Fprintf(&b, "## dsync capacity (make scale), %s\n\n", m.Date)
 	fmt.Fprintf(&b, "- machine: %d CPUs, %s, %s, kernel %s\n", m.NProc, m.CPU, m.OS, m.Kernel)
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence); run took %s\n", m.Go, m.Redis, r.Elapsed)
-	fmt.Fprintf(&b, "- one run, no repeats: every figure is from this run. Redis CPU is the main thread's (INFO cpu *_main_thread), client CPU the child process's (getrusage).\n")
+	fmt.Fprintf(&b, "- one run, no repeats: every figure is from this run. Redis CPU is the main thread's (INFO cpu *_main_thread), less the idle server's; client CPU the child process's (getrusage). \"load 1m\" is the machine's load average after each run: above ~2 other work shared the 2 CPUs.\n")
 	b.WriteString("\n### Targets (issue 18)\n\n| target | goal | measured | |\n| --- | --- | --- | --- |\n")
 	for _, t := range r.Targets {
 		mark := "not met"
@@ -1223,6 +1262,13 @@ func (r *capReport) markdown() string {
 			}
 			b.WriteString("\n")
 		}
+		for _, x := range r.Runs {
+			if x.Kind == kind {
+				for _, n := range x.Notes {
+					fmt.Fprintf(&b, "\n- %s %s: %s\n", x.Deploy, x.Label, n)
+				}
+			}
+		}
 	}
 	table("Held locks: one process, idle Mutexes (window = whole renewal rounds)", "held", []col{
 		{"rounds", "rounds", "%.0f"}, {"window s", "window_s", "%.1f"},
@@ -1237,7 +1283,7 @@ func (r *capReport) markdown() string {
 		{"Redis B/lock", "redis_bytes_lock", "%.0f"}, {"Redis B/lock after release", "redis_bytes_lock_after_release", "%.0f"},
 		{"busiest master key share", "keys_max_master_share", "%.3f"},
 		{"acquire s", "acquire_s", "%.1f"}, {"release s", "release_s", "%.1f"},
-		{"lost", "lost", "%.0f"}, {"failed renewals", "renew_failed", "%.0f"},
+		{"lost", "lost", "%.0f"}, {"failed renewals", "renew_failed", "%.0f"}, {"load 1m", "load1", "%.1f"},
 	})
 	table("Waiters: one process, another Client holds the locks, then releases all at once", "waiters", []col{
 		{"woken", "woken", "%.0f"}, {"release ms", "release_ms", "%.1f"},
@@ -1246,13 +1292,14 @@ func (r *capReport) markdown() string {
 		{"Redis B/waiter", "redis_bytes_waiter", "%.0f"}, {"heap B/waiter", "heap_waiter_b", "%.0f"}, {"stack B/waiter", "stack_waiter_b", "%.0f"},
 		{"goroutines/waiter", "goroutines_waiter", "%.2f"},
 		{"Redis us/wake", "redis_us_wake", "%.1f"}, {"Redis cmds/wake", "redis_cmds_wake", "%.1f"}, {"client us/wake", "client_us_wake", "%.1f"},
+		{"load 1m", "load1", "%.1f"},
 	})
 	table("Processes: each its own Client, goroutines locking random locks (zero-length holds)", "procs", []col{
 		{"acq/s", "acq_s", "%.0f"}, {"conns/proc", "conns_proc_max", "%.0f"}, {"sub conns/proc", "sub_conns_proc", "%.0f"},
 		{"Redis us/acq", "redis_us_acq", "%.1f"}, {"Redis main %", "redis_main_pct", "%.1f"}, {"Redis cmds/acq", "redis_cmds_acq", "%.2f"},
 		{"min acq/proc", "proc_acq_min", "%.0f"}, {"max acq/proc", "proc_acq_max", "%.0f"}, {"Jain (procs)", "proc_fairness", "%.3f"},
 		{"Jain (goroutines)", "goroutine_fair", "%.3f"}, {"wait p50 ms", "wait_p50_ms", "%.2f"}, {"wait p99 ms", "wait_p99_ms", "%.1f"},
-		{"errors", "errors", "%.0f"},
+		{"errors", "errors", "%.0f"}, {"load 1m", "load1", "%.1f"},
 	})
 	return b.String()
 }
