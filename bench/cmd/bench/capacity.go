@@ -857,6 +857,11 @@ func b2f(b bool) float64 {
 // ---- processes --------------------------------------------------------
 
 func (e *capEnv) procs(p, g, locks int, d time.Duration) (sample, error) {
+	e.notes = nil
+	pre, err := e.snap()
+	if err != nil {
+		return nil, err
+	}
 	kids := make([]*child, 0, p)
 	defer func() {
 		for _, k := range kids {
@@ -880,6 +885,7 @@ func (e *capEnv) procs(p, g, locks int, d time.Duration) (sample, error) {
 	if err != nil {
 		return nil, err
 	}
+	memProcs, _ := delta(pre, s0, fMem) // every process connected, subscribed to nothing yet
 	stopAt := time.Now().Add(100 * time.Millisecond).Add(d)
 	for _, k := range kids {
 		if err := k.send("go " + strconv.FormatInt(stopAt.UnixNano(), 10) + " " + strconv.FormatInt(int64(d), 10)); err != nil {
@@ -907,6 +913,9 @@ func (e *capEnv) procs(p, g, locks int, d time.Duration) (sample, error) {
 		var sum int64
 		for _, c := range r.Counts {
 			sum += c
+		}
+		if r.FirstErr != "" {
+			e.notes = append(e.notes, fmt.Sprintf("%d errors in one process, first: %s", r.Errs, r.FirstErr))
 		}
 		perProc = append(perProc, sum)
 		perG = append(perG, r.Counts...)
@@ -938,21 +947,22 @@ func (e *capEnv) procs(p, g, locks int, d time.Duration) (sample, error) {
 	mn, mx := slices.Min(perProc), slices.Max(perProc)
 	return sample{
 		"procs": float64(p), "goroutines": float64(g), "locks": float64(locks), "window_s": d.Seconds(),
-		"acq_s":          float64(acq) / d.Seconds(),
-		"conns_proc_min": slices.Min(conns),
-		"conns_proc_max": slices.Max(conns),
-		"sub_conns_proc": slices.Max(subConns),
-		"redis_us_acq":   cpuMain * 1e6 / float64(max(total, 1)),
-		"redis_main_pct": 100 * cpuMain / wall(s0, s1),
-		"redis_cmds_acq": calls / float64(max(total, 1)),
-		"proc_acq_min":   float64(mn),
-		"proc_acq_max":   float64(mx),
-		"proc_fairness":  jain(perProc),
-		"goroutine_fair": jain(perG),
-		"wait_p50_ms":    ms2(percentile(waits, 50)),
-		"wait_p99_ms":    ms2(percentile(waits, 99)),
-		"errors":         float64(nerr),
-		"masters":        float64(len(e.masters)),
+		"acq_s":            float64(acq) / d.Seconds(),
+		"conns_proc_min":   slices.Min(conns),
+		"conns_proc_max":   slices.Max(conns),
+		"sub_conns_proc":   slices.Max(subConns),
+		"redis_bytes_proc": memProcs / float64(p),
+		"redis_us_acq":     cpuMain * 1e6 / float64(max(total, 1)),
+		"redis_main_pct":   100 * cpuMain / wall(s0, s1),
+		"redis_cmds_acq":   calls / float64(max(total, 1)),
+		"proc_acq_min":     float64(mn),
+		"proc_acq_max":     float64(mx),
+		"proc_fairness":    jain(perProc),
+		"goroutine_fair":   jain(perG),
+		"wait_p50_ms":      ms2(percentile(waits, 50)),
+		"wait_p99_ms":      ms2(percentile(waits, 99)),
+		"errors":           float64(nerr),
+		"masters":          float64(len(e.masters)),
 	}, nil
 }
 
@@ -1296,6 +1306,7 @@ func (r *capReport) markdown() string {
 	})
 	table("Processes: each its own Client, goroutines locking random locks (zero-length holds)", "procs", []col{
 		{"acq/s", "acq_s", "%.0f"}, {"conns/proc", "conns_proc_max", "%.0f"}, {"sub conns/proc", "sub_conns_proc", "%.0f"},
+		{"Redis B/proc", "redis_bytes_proc", "%.0f"},
 		{"Redis us/acq", "redis_us_acq", "%.1f"}, {"Redis main %", "redis_main_pct", "%.1f"}, {"Redis cmds/acq", "redis_cmds_acq", "%.2f"},
 		{"min acq/proc", "proc_acq_min", "%.0f"}, {"max acq/proc", "proc_acq_max", "%.0f"}, {"Jain (procs)", "proc_fairness", "%.3f"},
 		{"Jain (goroutines)", "goroutine_fair", "%.3f"}, {"wait p50 ms", "wait_p50_ms", "%.2f"}, {"wait p99 ms", "wait_p99_ms", "%.1f"},
