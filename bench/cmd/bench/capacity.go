@@ -329,7 +329,7 @@ func (e *capEnv) held(n int, lease time.Duration, rounds int) (sample, error) {
 	keys, share := delta(base, heldS, fKeys)
 	s["keys_lock"] = keys / nf
 	s["keys_max_master_share"] = share
-	w := s["rounds"] * s["interval_s"] // see client_cpu_pct
+	w := s["window_norm_s"] // see client_cpu_pct
 	cpuMain, cpuShare := delta(w0, w1, fCPUMain)
 	cpuAll, _ := delta(w0, w1, fCPUAll)
 	s["redis_window_s"] = wall(w0, w1)
@@ -342,7 +342,7 @@ func (e *capEnv) held(n int, lease time.Duration, rounds int) (sample, error) {
 	s["redis_ns_lock_s"] = (cpuMain/w - e.idle/100) * 1e9 / nf
 	evs, _ := delta(w0, w1, fEvalsha)
 	calls, _ := delta(w0, w1, fCalls)
-	r := s["rounds"]
+	r := max(s["rounds_seen"], 1)
 	s["evalsha_round"] = evs / r
 	s["redis_cmds_round"] = calls / r
 	s["masters"] = float64(len(e.masters))
@@ -496,16 +496,20 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 		select {
 		case d := <-rc.rounds:
 			return d, nil
-		case <-time.After(2 * lease):
-			return 0, errors.New("no renewal round within 2 leases")
+		case <-time.After(lease):
+			return 0, errors.New("no renewal round came back within a lease")
 		}
 	}
 	select { // a round that ended before now does not start the window
 	case <-rc.rounds:
 	default:
 	}
+	var notes []string
+	// A Client that renews nothing (every hold lost) or cannot finish a
+	// round within a lease has no rounds to count: the window then ends
+	// at the timeout and is reported as it is.
 	if _, err := next(); err != nil {
-		return err
+		notes = append(notes, "before the window: "+err.Error())
 	}
 	if profDir != "" {
 		f, err := os.Create(filepath.Join(profDir, fmt.Sprintf("cpu-held-%d-%v.pprof", n, lease)))
@@ -522,14 +526,24 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 		return err
 	}
 	var maxRound time.Duration
+	seen := 0
 	for range rounds {
 		d, err := next()
 		if err != nil {
-			return err
+			notes = append(notes, fmt.Sprintf("in the window, after %d rounds: %v", seen, err))
+			break
 		}
+		seen++
 		maxRound = max(maxRound, d)
 	}
 	cpu1, wl, rts := cpuTime(), time.Since(wall0), rc.rt.Load()-rt0
+	// Per interval of steady renewal: the window holds exactly rounds
+	// rounds of work, but is shorter or longer than rounds intervals by
+	// the difference of its first and last rounds' durations.
+	norm := float64(rounds) * (lease / 3).Seconds()
+	if seen < rounds {
+		norm = wl.Seconds()
+	}
 	if profDir != "" {
 		pprof.StopCPUProfile()
 	}
@@ -570,12 +584,11 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 	s := sample{
 		"locks": float64(n), "lease_s": lease.Seconds(), "interval_s": (lease / 3).Seconds(), "rounds": float64(rounds),
 		"acquire_s": acq.Seconds(), "release_s": rel.Seconds(), "window_s": wl.Seconds(),
-		// Per interval of steady renewal: the window holds exactly rounds
-		// rounds of work, but is shorter or longer than rounds intervals
-		// by the difference of its first and last rounds' durations.
-		"client_cpu_pct":       100 * (cpu1 - cpu0).Seconds() / (float64(rounds) * (lease / 3).Seconds()),
+		"client_cpu_pct":       100 * (cpu1 - cpu0).Seconds() / norm,
+		"window_norm_s":        norm,
+		"rounds_seen":          float64(seen),
 		"client_idle_pct":      idlePct,
-		"client_rt_round":      float64(rts) / float64(rounds),
+		"client_rt_round":      float64(rts) / float64(max(seen, 1)),
 		"max_round_ms":         ms2(maxRound),
 		"heap_mutex_b":         perN(hNames.inuse, h1.inuse, n),
 		"heap_hold_b":          perN(h1.inuse, h2.inuse, n),
@@ -593,7 +606,10 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 		"unlock_errors":        float64(unlockErrs.Load()),
 	}
 	if v := firstRenewErr.Load(); v != nil {
-		fmt.Printf("note %s\n", v)
+		notes = append(notes, v.(string))
+	}
+	for _, n := range notes {
+		fmt.Printf("note %s\n", n)
 	}
 	b, _ := json.Marshal(s)
 	fmt.Printf("result %s\n", b)
@@ -1281,7 +1297,7 @@ func (r *capReport) markdown() string {
 		}
 	}
 	table("Held locks: one process, idle Mutexes (window = whole renewal rounds)", "held", []col{
-		{"rounds", "rounds", "%.0f"}, {"window s", "window_s", "%.1f"},
+		{"rounds", "rounds_seen", "%.0f"}, {"window s", "window_s", "%.1f"},
 		{"client CPU % core", "client_cpu_pct", "%.3f"}, {"idle client %", "client_idle_pct", "%.3f"}, {"client ns/lock/s", "client_ns_lock_s", "%.1f"},
 		{"Redis main %", "redis_main_pct", "%.3f"}, {"idle Redis %", "redis_idle_pct", "%.3f"}, {"Redis ns/lock/s", "redis_ns_lock_s", "%.1f"},
 		{"busiest master % (main)", "redis_main_max_master_pct", "%.3f"},
