@@ -80,7 +80,7 @@ func main() {
 		case "held":
 			err = childHeld(*addr, *n, *lease, *rounds, *out)
 		case "waiters":
-			err = childWaiters(*addr, *n, *key == "one")
+			err = childWaiters(*addr, *n, *key)
 		case "proc":
 			err = childProc(*addr, *key, *g, *n)
 		default:
