@@ -2,12 +2,12 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNewClientBadInput(t *testing.T) {
@@ -28,20 +28,15 @@ func TestNewClientBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := dsync.NewClient(rc, tc.opts...)
 			if tc.err {
-				if !errors.Is(err, dsync.ErrInvalidArgument) {
-					t.Fatalf("err = %v, want ErrInvalidArgument", err)
-				}
+				require.ErrorIs(t, err, dsync.ErrInvalidArgument)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			c.Close()
 		})
 	}
-	if _, err := dsync.NewClient(nil); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("nil rueidis client: %v", err)
-	}
+	_, err := dsync.NewClient(nil)
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "nil rueidis client")
 }
 
 func TestMutexBadInput(t *testing.T) {
@@ -61,50 +56,31 @@ func TestMutexBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := c.NewMutex(tc.mu)
-			if _, err := m.LockContext(tc.ctx); !errors.Is(err, tc.want) {
-				t.Fatalf("LockContext = %v, want %v", err, tc.want)
-			}
-			if _, _, err := m.TryLockContext(tc.ctx); !errors.Is(err, tc.want) {
-				t.Fatalf("TryLockContext = %v, want %v", err, tc.want)
-			}
-			if err := m.UnlockContext(tc.ctx); !errors.Is(err, tc.want) {
-				t.Fatalf("UnlockContext = %v, want %v", err, tc.want)
-			}
-			if tc.mu != "ok" && m.TryLock() {
-				t.Fatal("TryLock succeeded")
+			_, err := m.LockContext(tc.ctx)
+			require.ErrorIs(t, err, tc.want, "LockContext")
+			_, _, err = m.TryLockContext(tc.ctx)
+			require.ErrorIs(t, err, tc.want, "TryLockContext")
+			require.ErrorIs(t, m.UnlockContext(tc.ctx), tc.want, "UnlockContext")
+			if tc.mu != "ok" {
+				require.False(t, m.TryLock(), "TryLock succeeded")
 			}
 		})
 	}
 	// Nothing was written for the rejected calls.
 	keys, err := rc.Do(context.Background(), rc.B().Keys().Pattern(prefixOf(t, c)+":*").Build()).AsStrSlice()
-	if err != nil || len(keys) != 0 {
-		t.Fatalf("keys after rejected calls: %v %v", keys, err)
-	}
-	func() {
-		defer func() {
-			if r := recover(); r == nil {
-				t.Fatal("Lock with an empty name did not panic")
-			}
-		}()
-		c.NewMutex("").Lock()
-	}()
+	require.NoError(t, err, "keys after rejected calls: %v", keys)
+	require.Empty(t, keys, "keys after rejected calls: %v", keys)
+	require.Panics(t, func() { c.NewMutex("").Lock() }, "Lock with an empty name did not panic")
 	// Releasing without an owner, or an owner that holds nothing.
 	m := c.NewMutex("ok")
-	if err := m.UnlockContext(context.Background()); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("unlock without owner = %v", err)
-	}
-	if err := m.UnlockContext(dsync.WithOwner(context.Background())); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("unlock by a stranger = %v", err)
-	}
+	require.ErrorIs(t, m.UnlockContext(context.Background()), dsync.ErrNotHeld, "unlock without owner")
+	require.ErrorIs(t, m.UnlockContext(dsync.WithOwner(context.Background())), dsync.ErrNotHeld, "unlock by a stranger")
 	// A fixed lease <= 0 means the watchdog.
 	lctx, err := c.NewMutex("ok", dsync.WithLeaseTime(-time.Second)).LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pttl, _ := rc.Do(context.Background(), rc.B().Pttl().Key(prefixOf(t, c)+":{ok}:mutex").Build()).AsInt64()
-	if pttl <= 0 || pttl > dsync.DefaultLease.Milliseconds() {
-		t.Fatalf("pttl %d, want the default lease", pttl)
-	}
+	require.Greater(t, pttl, int64(0), "pttl")
+	require.LessOrEqual(t, pttl, dsync.DefaultLease.Milliseconds(), "pttl")
 	m.UnlockContext(lctx)
 }
 
@@ -119,17 +95,13 @@ func TestMutexNames(t *testing.T) {
 	var held []context.Context
 	for _, n := range names {
 		lctx, ok, err := c.NewMutex(n).TryLockContext(dsync.WithOwner(context.Background()))
-		if err != nil || !ok {
-			t.Fatalf("name %q: %v %v (names collided?)", n[:min(len(n), 20)], ok, err)
-		}
+		require.NoError(t, err, "name %q (names collided?)", n[:min(len(n), 20)])
+		require.True(t, ok, "name %q (names collided?)", n[:min(len(n), 20)])
 		held = append(held, lctx)
 	}
 	for i, n := range names {
-		if _, ok, _ := c.NewMutex(n).TryLockContext(context.Background()); ok {
-			t.Fatalf("name %q acquired twice", n)
-		}
-		if err := c.NewMutex(n).UnlockContext(held[i]); err != nil {
-			t.Fatal(err)
-		}
+		_, ok, _ := c.NewMutex(n).TryLockContext(context.Background())
+		require.False(t, ok, "name %q acquired twice", n)
+		require.NoError(t, c.NewMutex(n).UnlockContext(held[i]))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/require"
 )
 
 // A wait ended by its context leaves nothing behind, for an owner made for
@@ -41,36 +42,24 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 				l, err := tc.mine.LockContext(ctx)
 				cancel()
 				if err == nil {
-					if err := tc.mine.UnlockContext(l); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, tc.mine.UnlockContext(l))
 					continue
 				}
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("try %d: %v", i, err)
-				}
+				require.ErrorIs(t, err, context.DeadlineExceeded, "try %d", i)
 				cancelled++
 				returned := time.Now()
 				var got context.Context
 				waitFor(t, 500*time.Millisecond, "the lock to be free again", func() bool {
 					l, ok, err := tc.his.TryLockContext(context.Background())
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 					got = l
 					return ok
 				})
-				if d := time.Since(returned); d > 500*time.Millisecond {
-					t.Fatalf("try %d: the lock was free only %v after the cancelled call returned", i, d)
-				}
-				if err := tc.his.UnlockContext(got); err != nil {
-					t.Fatal(err)
-				}
+				require.LessOrEqual(t, time.Since(returned), 500*time.Millisecond, "try %d: the lock was free only after the cancelled call returned", i)
+				require.NoError(t, tc.his.UnlockContext(got))
 			}
 			t.Logf("%d of %d calls ended by their deadline", cancelled, tries)
-			if cancelled == 0 {
-				t.Fatal("no call was cancelled: the test proves nothing")
-			}
+			require.NotEqual(t, 0, cancelled, "no call was cancelled: the test proves nothing")
 		})
 	}
 }
@@ -111,12 +100,8 @@ func TestCancelledOnceLeavesNothing(t *testing.T) {
 		ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
 		err = his.Do(ctx, fail)
 		cancel()
-		if !errors.Is(err, errF) {
-			t.Fatalf("try %d: another Client's Do after a cancelled one = %v, want f to run", i, err)
-		}
+		require.ErrorIs(t, err, errF, "try %d: another Client's Do after a cancelled one", i)
 	}
 	t.Logf("%d of %d calls ended by their deadline", cancelled, tries)
-	if cancelled == 0 {
-		t.Fatal("no call was cancelled: the test proves nothing")
-	}
+	require.NotEqual(t, 0, cancelled, "no call was cancelled: the test proves nothing")
 }

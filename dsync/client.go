@@ -35,14 +35,19 @@ type Client struct {
 	cancel context.CancelFunc
 	loops  sync.WaitGroup // the renewal loop and the notifier
 	bg     sync.WaitGroup // cleanups handed to the background
-	timers sync.WaitGroup // lease timers armed and not yet stopped or fired
+	timers sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.arm)
 
 	notify *notifier
 	renew  *renewer
+	clock  leaseClock
 
-	mu      sync.Mutex
-	holds   map[*hold]struct{} // every hold of this Client, for Close
-	mutexes map[string]*mutexState
+	mu    sync.Mutex
+	holds map[*hold]struct{} // every hold of this Client, for Close
+	// mutexes is the registry of per-lock state in this process (see
+	// stateKey); semHolds the Semaphore acquisitions held through this
+	// Client, by semaphore key and owner, oldest first (guarded by mu).
+	mutexes  map[stateKey]*mutexState
+	semHolds map[string]map[string][]*hold
 	// peaks of the maps above, for compact
 	holdsPeak, mutexesPeak int
 
@@ -51,6 +56,13 @@ type Client struct {
 	// id and attemptSeq name acquisition attempts (see Client.attemptID).
 	id         string
 	attemptSeq atomic.Uint64
+	// args are the script arguments every lock of the Client shares:
+	// the lease and the free-marker lifetime in ms, WithMaxLocalHandoffs.
+	args struct{ lease, mark, handoffs string }
+
+	// ident names this Client where Redis records it as a whole (a Mutex's
+	// waiting count): "<client name>/<16 hex digits>".
+	ident string
 }
 
 // attemptID returns a name for one acquisition attempt, unique across
@@ -87,9 +99,13 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		cluster: rc.Mode() == rueidis.ClientModeCluster,
 		done:    make(chan struct{}),
 		holds:   make(map[*hold]struct{}),
-		mutexes: make(map[string]*mutexState),
+		mutexes: make(map[stateKey]*mutexState),
 		id:      newID()[:16] + "-",
 	}
+	c.ident = cfg.name + "/" + c.id[:16]
+	c.args.lease, c.args.mark = leaseMS(cfg.lease), leaseMS(freeMarkerTTL)
+	c.args.handoffs = strconv.Itoa(cfg.handoffs)
+	c.clock.c = c
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
@@ -124,6 +140,7 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		h.end(ErrClosed, false)
 	}
+	c.clock.close()
 	c.cancel()
 	c.loops.Wait()
 	c.bg.Wait()
@@ -140,10 +157,9 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	defer cancel()
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
-		if s, e, ok := h.releaseCmd(); ok {
-			s = c.lua(s)
-			groups[s] = append(groups[s], e)
-		}
+		s, e := h.ops.releaseExec(h)
+		s = c.lua(s)
+		groups[s] = append(groups[s], e)
 	}
 	for s, execs := range groups {
 		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
@@ -265,6 +281,28 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 		d = min(d, max(time.Until(dl), 0)+cleanupGrace)
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// cleanupNow runs f, a cleanup that is safe to repeat, at once with a
+// budget of cleanupGrace, so that the call needing it returns within that of
+// its context's end even when Redis is slow or cut off; if f did not get an
+// answer, it runs again in the background, with retries (see idempotent),
+// and a failure then goes to failed, if set.
+func (c *Client) cleanupNow(f func(ctx context.Context) error, failed func(error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupGrace)
+	err := f(ctx)
+	cancel()
+	if err == nil || isRedisErr(err) {
+		if err != nil && failed != nil {
+			failed(err)
+		}
+		return
+	}
+	c.background(func(bctx context.Context) {
+		if err := idempotent(bctx, f); err != nil && failed != nil {
+			failed(err)
+		}
+	})
 }
 
 // background runs a cleanup on its own goroutine, under a context that

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The scale-out deployments are started on first use, once per package, and
@@ -47,9 +48,7 @@ func stopScaleOut() {
 func requireScaleOut(t testing.TB, err error) {
 	t.Helper()
 	redistest.Require(t)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
 // cluster returns the package's 3-master, 3-replica Redis Cluster.
@@ -99,9 +98,7 @@ func redlockServers(t testing.TB) []*redistest.Server {
 func clusterRueidis(t testing.TB) rueidis.Client {
 	t.Helper()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster(t).Addrs(), DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(rc.Close)
 	return rc
 }
@@ -116,17 +113,13 @@ func namesOnMasters(t testing.TB, prefix string) []string {
 	for i := 0; len(names) < 3 && i < 1000; i++ {
 		name := fmt.Sprintf("n%d", i)
 		m, _, err := cl.MasterOf(prefix + ":{" + name + "}:mutex")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if !seen[m.Addr] {
 			seen[m.Addr] = true
 			names = append(names, name)
 		}
 	}
-	if len(names) < 3 {
-		t.Fatal("could not find names on three masters")
-	}
+	require.GreaterOrEqual(t, len(names), 3, "could not find names on three masters")
 	return names
 }
 
@@ -137,35 +130,24 @@ func TestClusterMutexBasic(t *testing.T) {
 	for _, name := range append(namesOnMasters(t, prefix), "brace}{name", "") {
 		m := c.NewMutex(name)
 		if name == "" {
-			if _, err := m.LockContext(ctx); !errors.Is(err, dsync.ErrInvalidArgument) {
-				t.Fatalf("empty name: %v, want ErrInvalidArgument", err)
-			}
+			_, err := m.LockContext(ctx)
+			require.ErrorIs(t, err, dsync.ErrInvalidArgument, "empty name")
 			continue
 		}
 		lctx, err := m.LockContext(ctx)
-		if err != nil {
-			t.Fatalf("%q: %v", name, err)
-		}
+		require.NoError(t, err, "%q", name)
 		tok, _ := dsync.FencingToken(lctx)
-		if _, ok, err := m.TryLockContext(ctx); err != nil || ok {
-			t.Fatalf("%q: TryLockContext by another owner = %v, %v", name, ok, err)
-		}
-		if err := m.UnlockContext(lctx); err != nil {
-			t.Fatalf("%q: %v", name, err)
-		}
-		if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
-			t.Fatalf("%q: second unlock = %v, want ErrNotHeld", name, err)
-		}
+		_, ok, err := m.TryLockContext(ctx)
+		require.NoError(t, err, "%q: TryLockContext by another owner", name)
+		require.False(t, ok, "%q: TryLockContext by another owner", name)
+		require.NoError(t, m.UnlockContext(lctx), "%q", name)
+		require.ErrorIs(t, m.UnlockContext(lctx), dsync.ErrNotHeld, "%q: second unlock", name)
 		lctx2, ok, err := m.TryLockContext(ctx)
-		if err != nil || !ok {
-			t.Fatalf("%q: relock = %v, %v", name, ok, err)
-		}
-		if tok2, _ := dsync.FencingToken(lctx2); tok2 <= tok {
-			t.Fatalf("%q: token %d after %d", name, tok2, tok)
-		}
-		if err := m.UnlockContext(lctx2); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "%q: relock", name)
+		require.True(t, ok, "%q: relock", name)
+		tok2, _ := dsync.FencingToken(lctx2)
+		require.Greater(t, tok2, tok, "%q: token", name)
+		require.NoError(t, m.UnlockContext(lctx2))
 	}
 }
 
@@ -179,15 +161,11 @@ func TestClusterWakeup(t *testing.T) {
 	ctx := ctxT(t)
 	for _, name := range namesOnMasters(t, prefix) {
 		lctx, err := a.NewMutex(name).LockContext(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		wait := waitForLock(ctx, b, name)
 		waitShardSubscribed(t, prefix+":{"+name+"}:mutex")
 		bctx := releaseWakes(t, a, name, lctx, wait)
-		if err := b.NewMutex(name).UnlockContext(bctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.NewMutex(name).UnlockContext(bctx))
 	}
 	// Close drops the subscriptions from the rueidis client's connections,
 	// which outlive the Client.
@@ -195,9 +173,7 @@ func TestClusterWakeup(t *testing.T) {
 	for _, name := range namesOnMasters(t, prefix) {
 		key := prefix + ":{" + name + "}:mutex"
 		m, _, err := cluster(t).MasterOf(key)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		waitFor(t, 5*time.Second, "the subscription to "+key+":ch to end", func() bool {
 			return shardNumsub(t, m.Addr, key+":ch") == 0
 		})
@@ -227,14 +203,10 @@ type lockResult struct {
 func releaseWakes(t *testing.T, a *dsync.Client, name string, lctx context.Context, wait <-chan lockResult) context.Context {
 	t.Helper()
 	released := time.Now()
-	if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.NewMutex(name).UnlockContext(lctx))
 	select {
 	case r := <-wait:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
+		require.NoError(t, r.err)
 		t.Logf("%s: woken %v after the release", name, time.Since(released))
 		return r.ctx
 	case <-time.After(2 * time.Second):
@@ -250,17 +222,14 @@ func waitShardSubscribed(t testing.TB, key string) {
 	t.Helper()
 	cl := cluster(t)
 	m, _, err := cl.MasterOf(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ch := key + ":ch"
 	waitFor(t, 5*time.Second, "a waiter to SSUBSCRIBE to "+ch+" on "+m.Addr, func() bool {
 		return shardNumsub(t, m.Addr, ch) > 0
 	})
 	for _, addr := range cl.Addrs() {
-		if n := numsubOn(t, "NUMSUB", addr, ch); n != 0 {
-			t.Fatalf("%d classic subscribers of %s on %s; wakeups in a cluster are sharded", n, ch, addr)
-		}
+		n := numsubOn(t, "NUMSUB", addr, ch)
+		require.Equal(t, int64(0), n, "%d classic subscribers of %s on %s; wakeups in a cluster are sharded", n, ch, addr)
 	}
 }
 
@@ -270,14 +239,11 @@ func shardNumsub(t testing.TB, addr, ch string) int64 { return numsubOn(t, "SHAR
 func numsubOn(t testing.TB, sub, addr, ch string) int64 {
 	t.Helper()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer rc.Close()
 	v, err := rc.Do(context.Background(), rc.B().Arbitrary("PUBSUB", sub).Args(ch).Build()).ToArray()
-	if err != nil || len(v) != 2 {
-		t.Fatalf("PUBSUB %s on %s: %v %v", sub, addr, v, err)
-	}
+	require.NoError(t, err, "PUBSUB %s on %s: %v", sub, addr, v)
+	require.Len(t, v, 2, "PUBSUB %s on %s: %v", sub, addr, v)
 	n, _ := v[1].AsInt64()
 	return n
 }
@@ -312,8 +278,7 @@ func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), 
 					}
 					lctx, err := m.LockContext(ctx)
 					if err != nil {
-						if ctx.Err() != nil {
-							t.Errorf("hammer stuck: %d of %d iterations, %v", i, iters, err)
+						if !assert.NoError(t, ctx.Err(), "hammer stuck: %d of %d iterations, %v", i, iters, err) {
 							return
 						}
 						// A failover may fail a call; retrying is the caller's job.
@@ -323,9 +288,7 @@ func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), 
 						time.Sleep(10 * time.Millisecond)
 						continue
 					}
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders at once", n)
-					}
+					assert.Equal(t, int32(1), inside.Add(1), "holders at once")
 					time.Sleep(200 * time.Microsecond)
 					inside.Add(-1)
 					if err := m.UnlockContext(lctx); err != nil {
@@ -356,9 +319,8 @@ func clusterHammer(t *testing.T, prefix, name string, iters int, during func(), 
 func TestClusterMutexHammer(t *testing.T) {
 	prefix := testPrefix(t)
 	for _, name := range namesOnMasters(t, prefix)[:2] {
-		if errs, _ := clusterHammer(t, prefix, name, 25, nil); errs != 0 {
-			t.Fatalf("%d errors without a fault", errs)
-		}
+		errs, _ := clusterHammer(t, prefix, name, 25, nil)
+		require.Equal(t, int64(0), errs, "errors without a fault")
 	}
 }
 
@@ -370,27 +332,21 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	cl := cluster(t)
 	name := "failover"
 	_, replica, err := cl.MasterOf(prefix + ":{" + name + "}:mutex")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// A release caught by the failover's write pause can fail; its key then
 	// frees itself when the lease runs out, so the lease bounds the stall.
 	const lease = 3 * time.Second
 	errs, after := clusterHammer(t, prefix, name, 20, func() {
-		if err := cl.Failover(replica, 10*time.Second); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, cl.Failover(replica, 10*time.Second))
 	}, dsync.WithLease(lease))
-	if role, err := redistest.Role(replica); err != nil || role != "master" {
-		t.Fatalf("replica role %q, %v: no failover happened", role, err)
-	}
+	role, roleErr := redistest.Role(replica)
+	require.NoError(t, roleErr, "no failover happened")
+	require.Equal(t, "master", role, "replica role: no failover happened")
 	t.Logf("160 acquisitions after the failover took %v; %d failed calls retried", after, errs)
 	// Waiters of the other Client are woken by the release message; were
 	// they not, each crossing would wait up to lease/3, and 160 acquisitions
 	// (handed over in-process at most 8 in a row) would take far longer.
-	if after > lease+3*time.Second {
-		t.Fatalf("waiters not woken after the failover: %v for 160 acquisitions", after)
-	}
+	require.LessOrEqual(t, after, lease+3*time.Second, "waiters not woken after the failover for 160 acquisitions")
 }
 
 // TestClusterPrimitives runs a small cross-Client hammer of every other
@@ -437,21 +393,16 @@ func TestClusterPrimitives(t *testing.T) {
 						defer wg.Done()
 						for range 10 {
 							_, unlock, err := tc.lock(c, ctx)
-							if err != nil {
-								t.Error(err)
+							if !assert.NoError(t, err) {
 								return
 							}
 							n := inside.Add(1)
-							if n > tc.limit {
-								t.Errorf("%d holders, limit %d", n, tc.limit)
-							}
+							assert.LessOrEqual(t, n, tc.limit, "holders over the limit")
 							for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 							}
 							time.Sleep(200 * time.Microsecond)
 							inside.Add(-1)
-							if err := unlock(); err != nil {
-								t.Error(err)
-							}
+							assert.NoError(t, unlock())
 						}
 					}()
 				}
@@ -479,24 +430,18 @@ func TestClusterPrimitives(t *testing.T) {
 						time.Sleep(20 * time.Millisecond)
 						return nil
 					})
-					if err != nil {
-						t.Error(err)
-					}
+					assert.NoError(t, err)
 				}()
 			}
 		}
 		wg.Wait()
-		if n := runs.Load(); n != 1 {
-			t.Fatalf("Once ran f %d times", n)
-		}
+		require.Equal(t, int32(1), runs.Load(), "runs of f by Once")
 	})
 	t.Run("WaitGroup", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
 		defer cancel()
 		a, b := clients[0].NewWaitGroup("wg"), clients[1].NewWaitGroup("wg")
-		if err := a.Add(ctx, 3); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, a.Add(ctx, 3))
 		waited := make(chan error, 1)
 		go func() { waited <- b.Wait(ctx) }()
 		waitShardSubscribed(t, prefix+":{wg}:wg")
@@ -506,13 +451,9 @@ func TestClusterPrimitives(t *testing.T) {
 				t.Fatalf("Wait returned before the counter reached zero: %v", err)
 			default:
 			}
-			if err := a.Done(ctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, a.Done(ctx))
 		}
-		if err := <-waited; err != nil {
-			t.Fatalf("Wait on the other Client: %v", err)
-		}
+		require.NoError(t, <-waited, "Wait on the other Client")
 	})
 }
 
@@ -538,31 +479,23 @@ func TestClusterRenewalBySlot(t *testing.T) {
 			shared = append(shared, bySlot[slot])
 		}
 	}
-	if len(shared) < 3 {
-		t.Fatal("found no three slots with three names each")
-	}
+	require.GreaterOrEqual(t, len(shared), 3, "found no three slots with three names each")
 	names := append([]string{"alone1", "alone2"}, shared[0]...)
 	names = append(append(names, shared[1]...), shared[2]...)
 	held := map[string]context.Context{}
 	for _, name := range names {
 		l, err := c.NewMutex(name).LockContext(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		held[name] = l
 	}
 	victim := shared[1][1]
-	if err := rc.Do(context.Background(), rc.B().Del().Key(key(victim)).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rc.Do(context.Background(), rc.B().Del().Key(key(victim)).Build()).Error())
 	onlyVictimLost(t, lease, held, victim)
 	for name, l := range held {
 		if name == victim {
 			continue
 		}
-		if err := c.NewMutex(name).UnlockContext(l); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		require.NoError(t, c.NewMutex(name).UnlockContext(l), "%s", name)
 	}
 }
 
@@ -578,35 +511,22 @@ func TestClusterSlotMigration(t *testing.T) {
 	const name = "moving"
 	key := prefix + ":{" + name + "}:mutex"
 	lctx, err := a.NewMutex(name).LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok, _ := dsync.FencingToken(lctx)
 	wait := waitForLock(ctx, b, name)
 	waitShardSubscribed(t, key)
 	from, _, err := cluster(t).MasterOf(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	to, err := cluster(t).MigrateSlot(key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("slot of %s moved from %s to %s", key, from.Addr, to.Addr)
 	waitShardSubscribed(t, key) // now on the new master
-	if shardNumsub(t, from.Addr, key+":ch") != 0 {
-		t.Fatalf("still subscribed on the old master %s", from.Addr)
-	}
-	if lctx.Err() != nil {
-		t.Fatalf("the hold was lost in the migration: %v", context.Cause(lctx))
-	}
+	require.Equal(t, int64(0), shardNumsub(t, from.Addr, key+":ch"), "still subscribed on the old master %s", from.Addr)
+	require.NoError(t, lctx.Err(), "the hold was lost in the migration: %v", context.Cause(lctx))
 	bctx := releaseWakes(t, a, name, lctx, wait)
-	if tok2, _ := dsync.FencingToken(bctx); tok2 <= tok {
-		t.Fatalf("token %d after %d", tok2, tok)
-	}
-	if err := b.NewMutex(name).UnlockContext(bctx); err != nil {
-		t.Fatal(err)
-	}
+	tok2, _ := dsync.FencingToken(bctx)
+	require.Greater(t, tok2, tok, "token not above the previous one")
+	require.NoError(t, b.NewMutex(name).UnlockContext(bctx))
 }
 
 // TestClusterMasterKilled: the master of a lock's slot dies (SIGKILL) and
@@ -622,16 +542,12 @@ func TestClusterMasterKilled(t *testing.T) {
 	const name, lease = "killed", 12 * time.Second
 	key := prefix + ":{" + name + "}:mutex"
 	master, replica, err := cl.MasterOf(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	b := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	ctx := ctxT(t)
 	lctx, err := a.NewMutex(name).LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok, _ := dsync.FencingToken(lctx)
 	waitFor(t, 5*time.Second, "the hold to reach the replica", func() bool {
 		n, err := replica.Do(t, "EXISTS", key).AsInt64()
@@ -656,17 +572,12 @@ func TestClusterMasterKilled(t *testing.T) {
 	}()
 	waitShardSubscribed(t, key)
 
-	if err := master.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, master.Signal(syscall.SIGKILL))
 	t.Cleanup(func() {
-		if err := master.Restart(); err != nil {
-			t.Errorf("restarting %s: %v", master.Addr, err)
+		if !assert.NoError(t, master.Restart(), "restarting %s", master.Addr) {
 			return
 		}
-		if err := cl.WaitOK(30 * time.Second); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, cl.WaitOK(30*time.Second))
 	})
 	killed := time.Now()
 	waitFor(t, 30*time.Second, "the replica to be promoted", func() bool {
@@ -679,27 +590,18 @@ func TestClusterMasterKilled(t *testing.T) {
 	})
 	resubscribed := time.Since(killed)
 	released := time.Now()
-	if lctx.Err() != nil {
-		t.Fatalf("the hold was lost in the failover: %v", context.Cause(lctx))
-	}
-	if err := a.NewMutex(name).UnlockContext(lctx); err != nil {
-		t.Fatalf("release on the new master: %v", err)
-	}
+	require.NoError(t, lctx.Err(), "the hold was lost in the failover: %v", context.Cause(lctx))
+	require.NoError(t, a.NewMutex(name).UnlockContext(lctx), "release on the new master")
 	var r lockResult
 	select {
 	case r = <-wait:
 	case <-time.After(2 * time.Second):
 		t.Fatal("waiter not woken within 2s of the release on the new master")
 	}
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	require.NoError(t, r.err)
 	t.Logf("promoted after %v, waiter resubscribed after %v, lock taken %v after the release; %d failed waits retried",
 		promoted.Round(time.Millisecond), resubscribed.Round(time.Millisecond), time.Since(released).Round(time.Millisecond), failed.Load())
-	if tok2, _ := dsync.FencingToken(r.ctx); tok2 <= tok {
-		t.Fatalf("token %d after %d", tok2, tok)
-	}
-	if err := b.NewMutex(name).UnlockContext(r.ctx); err != nil {
-		t.Fatal(err)
-	}
+	tok2, _ := dsync.FencingToken(r.ctx)
+	require.Greater(t, tok2, tok, "token not above the previous one")
+	require.NoError(t, b.NewMutex(name).UnlockContext(r.ctx))
 }

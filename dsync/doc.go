@@ -24,12 +24,15 @@
 // cancelled as soon as the Client learns the lock is gone, or could not renew
 // it before the lease — counted on the local monotonic clock from when the
 // acquire was sent, less 1% for clock drift and 5 ms for timer lateness —
-// would have run out. Mutual exclusion therefore holds as long as Redis
-// keeps its data and a holder
-// notices its lock context in time. A process paused longer than its lease
-// (GC, SIGSTOP, a VM migration) can act after its lock was granted to
-// another; so can any holder after a Redis failover that lost the latest
-// writes. Where correctness depends on exclusion, pass the fencing token to
+// would have run out. The lock context's Err looks at that lease clock
+// itself, so a holder that checks Err before acting sees the loss at once
+// even if the Client has not processed it yet (a late timer, a process just
+// thawed from a pause longer than its lease); Done closes as Err reports
+// it. Mutual exclusion therefore holds as long as Redis keeps its data and
+// a holder checks its lock context before it acts. A process paused longer
+// than its lease (GC, SIGSTOP, a VM migration) in the middle of an action
+// can still complete that action after its lock was granted to another; so
+// can any holder after a Redis failover that lost the latest writes. Where correctness depends on exclusion, pass the fencing token to
 // the resource and have it reject tokens lower than one it has seen: tokens
 // of one lock name grow strictly across all owners and processes. A token
 // minted in Redis is the larger of the last one plus one and the Redis
@@ -61,7 +64,10 @@
 // be reached then does it stay, until its lease runs out. Waiters do not poll: a release
 // publishes a message and waiters wake on it; if a message is lost, a waiter
 // looks again after at most the holder's remaining lease or lease/3,
-// whichever is sooner. Goroutines of one Client waiting for the same lock
+// whichever is sooner. A Mutex's release publishes only when a waiter of
+// another Client marked the lock at a failed attempt, so an uncontended
+// cycle costs no PUBLISH; a waiting Client is also counted, with its
+// waiting goroutines, in the lock's waiting count that Inspect reports. Goroutines of one Client waiting for the same lock
 // wait in a local queue, and one of them talks to Redis; on unlock the lock
 // is handed to the next local waiter with the next fencing token of a block
 // that the acquisition reserved in Redis, without a round trip. When the

@@ -3,7 +3,6 @@ package dsync_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,6 +15,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -31,26 +32,22 @@ func fairKeys(prefix, name string) []string {
 func lrange(t testing.TB, rc rueidis.Client, key string) []string {
 	t.Helper()
 	v, err := rc.Do(context.Background(), rc.B().Lrange().Key(key).Start(0).Stop(-1).Build()).AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v
 }
 
 func zcard(t testing.TB, rc rueidis.Client, key string) int64 {
 	t.Helper()
 	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(key).Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return n
 }
 
 func getStr(t testing.TB, rc rueidis.Client, key string) string {
 	t.Helper()
 	v, err := rc.Do(context.Background(), rc.B().Get().Key(key).Build()).ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatal(err)
+	if !rueidis.IsRedisNil(err) {
+		require.NoError(t, err)
 	}
 	return v
 }
@@ -61,77 +58,43 @@ func TestFairMutexBasic(t *testing.T) {
 	f := c.NewFairMutex("basic")
 	ctx := dsync.WithOwner(ctxT(t))
 	l1, err := f.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok1, ok := dsync.FencingToken(l1)
-	if !ok {
-		t.Fatal("no fencing token")
-	}
+	require.True(t, ok, "no fencing token")
 	// Reentrant by owner, in this Client and through another one.
 	l2, err := f.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f2 := c2.NewFairMutex("basic")
 	l3, err := f2.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok3, _ := dsync.FencingToken(l3); tok3 != tok1 {
-		t.Fatalf("re-entry through another Client changed the token: %d -> %d", tok1, tok3)
-	}
-	if _, ok, err := f2.TryLockContext(ctxT(t)); ok || err != nil {
-		t.Fatalf("TryLockContext by another owner = %v, %v; want false, nil", ok, err)
-	}
-	if err := f.UnlockContext(dsync.WithOwner(ctxT(t))); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("foreign unlock = %v, want ErrNotHeld", err)
-	}
-	if err := f2.UnlockContext(l3); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.UnlockContext(l2); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, _ := f2.TryLockContext(ctxT(t)); ok {
-		t.Fatal("free after 2 of 3 releases")
-	}
-	if err := f.UnlockContext(l1); err != nil {
-		t.Fatal(err)
-	}
-	if l1.Err() == nil {
-		t.Fatal("lock context not cancelled by the release")
-	}
-	if err := f.UnlockContext(l1); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("second unlock = %v, want ErrNotHeld", err)
-	}
+	require.NoError(t, err)
+	tok3, _ := dsync.FencingToken(l3)
+	require.Equal(t, tok1, tok3, "re-entry through another Client changed the token")
+	_, ok, err = f2.TryLockContext(ctxT(t))
+	require.False(t, ok, "TryLockContext by another owner")
+	require.NoError(t, err, "TryLockContext by another owner")
+	require.ErrorIs(t, f.UnlockContext(dsync.WithOwner(ctxT(t))), dsync.ErrNotHeld, "foreign unlock")
+	require.NoError(t, f2.UnlockContext(l3))
+	require.NoError(t, f.UnlockContext(l2))
+	_, ok, _ = f2.TryLockContext(ctxT(t))
+	require.False(t, ok, "free after 2 of 3 releases")
+	require.NoError(t, f.UnlockContext(l1))
+	require.Error(t, l1.Err(), "lock context not cancelled by the release")
+	require.ErrorIs(t, f.UnlockContext(l1), dsync.ErrNotHeld, "second unlock")
 	l4, ok, err := f2.TryLockContext(ctxT(t))
-	if err != nil || !ok {
-		t.Fatalf("TryLockContext on a free lock = %v, %v", ok, err)
-	}
-	if tok4, _ := dsync.FencingToken(l4); tok4 <= tok1 {
-		t.Fatalf("token %d after %d: not increasing", tok4, tok1)
-	}
+	require.NoError(t, err, "TryLockContext on a free lock")
+	require.True(t, ok, "TryLockContext on a free lock")
+	tok4, _ := dsync.FencingToken(l4)
+	require.Greater(t, tok4, tok1, "token: not increasing")
 	f2.UnlockContext(l4)
 
 	// sync.Locker.
 	var l sync.Locker = f
 	l.Lock()
-	if f.TryLock() {
-		t.Fatal("TryLock on a held FairMutex succeeded")
-	}
+	require.False(t, f.TryLock(), "TryLock on a held FairMutex succeeded")
 	l.Unlock()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("Unlock of an unlocked FairMutex did not panic")
-			}
-		}()
-		l.Unlock()
-	}()
-	if _, err := c.NewFairMutex("").LockContext(ctxT(t)); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("empty name: %v, want ErrInvalidArgument", err)
-	}
+	require.Panics(t, l.Unlock, "Unlock of an unlocked FairMutex did not panic")
+	_, err = c.NewFairMutex("").LockContext(ctxT(t))
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "empty name")
 }
 
 // A waiter whose context ends leaves the queue at once and leaves nothing
@@ -142,9 +105,7 @@ func TestFairMutexCancelledWaiterLeaves(t *testing.T) {
 	keys := fairKeys(prefixOf(t, c), "cancel")
 	f := c.NewFairMutex("cancel")
 	hctx, err := f.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	before := getStr(t, rc, keys[0])
 	short, cancel := context.WithTimeout(ctxT(t), 150*time.Millisecond)
 	defer cancel()
@@ -154,18 +115,11 @@ func TestFairMutexCancelledWaiterLeaves(t *testing.T) {
 		errc <- err
 	}()
 	waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return len(lrange(t, rc, keys[1])) == 1 })
-	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait ended by its deadline returned %v", err)
-	}
-	if q := lrange(t, rc, keys[1]); len(q) != 0 {
-		t.Fatalf("queue after a cancelled wait: %q", q)
-	}
-	if n := zcard(t, rc, keys[2]); n != 0 {
-		t.Fatalf("%d queue places after a cancelled wait", n)
-	}
-	if after := getStr(t, rc, keys[0]); after != before {
-		t.Fatalf("lock value changed by a cancelled wait: %q -> %q", before, after)
-	}
+	require.ErrorIs(t, <-errc, context.DeadlineExceeded, "wait ended by its deadline")
+	q := lrange(t, rc, keys[1])
+	require.Empty(t, q, "queue after a cancelled wait: %q", q)
+	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "queue places after a cancelled wait")
+	require.Equal(t, before, getStr(t, rc, keys[0]), "lock value changed by a cancelled wait")
 	// A queued waiter makes TryLock fail even on a free lock.
 	queued := make(chan error, 1)
 	go func() {
@@ -176,15 +130,10 @@ func TestFairMutexCancelledWaiterLeaves(t *testing.T) {
 		queued <- err
 	}()
 	waitFor(t, 2*time.Second, "the second waiter to queue", func() bool { return len(lrange(t, rc, keys[1])) == 1 })
-	if err := f.UnlockContext(hctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-queued; err != nil {
-		t.Fatal(err)
-	}
-	if q := lrange(t, rc, keys[1]); len(q) != 0 {
-		t.Fatalf("queue not empty at the end: %q", q)
-	}
+	require.NoError(t, f.UnlockContext(hctx))
+	require.NoError(t, <-queued)
+	q = lrange(t, rc, keys[1])
+	require.Empty(t, q, "queue not empty at the end: %q", q)
 }
 
 // childFairWaiter: for each line "<id>" on stdin, start a goroutine that
@@ -238,21 +187,15 @@ func TestFairMutexFIFOAcrossProcesses(t *testing.T) {
 	keys := fairKeys(prefix, name)
 	f := c.NewFairMutex(name)
 	hold, err := f.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var stdins []*os.File
 	var cmds []interface{ Wait() error }
 	for i := 0; i < 2; i++ {
 		cmd := startChild(t, "fairwaiter", prefix, "DSYNC_TEST_NAME="+name)
 		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		cmd.Stdin = r
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		r.Close()
 		stdins = append(stdins, w)
 		cmds = append(cmds, cmd)
@@ -262,9 +205,8 @@ func TestFairMutexFIFOAcrossProcesses(t *testing.T) {
 	for i := 0; i < waiters; i++ {
 		id := strconv.Itoa(i)
 		if src := i % 3; src < 2 {
-			if _, err := fmt.Fprintln(stdins[src], id); err != nil {
-				t.Fatal(err)
-			}
+			_, err := fmt.Fprintln(stdins[src], id)
+			require.NoError(t, err)
 		} else {
 			local.Add(1)
 			go func() {
@@ -280,18 +222,14 @@ func TestFairMutexFIFOAcrossProcesses(t *testing.T) {
 	for _, w := range stdins {
 		w.Close()
 	}
-	if err := f.UnlockContext(hold); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.UnlockContext(hold))
 	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("child: %v", err)
-		}
+		require.NoError(t, cmd.Wait(), "child")
 	}
 	local.Wait()
 	close(localErr)
 	for err := range localErr {
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	order := lrange(t, rc, prefix+":order")
 	violations := 0
@@ -301,9 +239,8 @@ func TestFairMutexFIFOAcrossProcesses(t *testing.T) {
 		}
 	}
 	t.Logf("FIFO: %d waiters from 3 processes, %d violations, order %v", len(order), violations, order)
-	if len(order) != waiters || violations != 0 {
-		t.Fatalf("served %d of %d waiters with %d FIFO violations: %v", len(order), waiters, violations, order)
-	}
+	require.Equal(t, waiters, len(order), "served %d of %d waiters with %d FIFO violations: %v", len(order), waiters, violations, order)
+	require.Equal(t, 0, violations, "served %d of %d waiters with %d FIFO violations: %v", len(order), waiters, violations, order)
 }
 
 // A waiter that is SIGKILLed while queued blocks the queue for at most one
@@ -316,22 +253,17 @@ func TestFairMutexKilledWaiterDropsOut(t *testing.T) {
 	keys := fairKeys(prefix, name)
 	f := c.NewFairMutex(name)
 	hold, err := f.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd := startChild(t, "fairwaiter", prefix, "DSYNC_TEST_NAME="+name, "DSYNC_TEST_LEASE="+lease.String())
 	cmd.Stdin = strings.NewReader("child\n")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	waitFor(t, 5*time.Second, "the child to queue", func() bool { return len(lrange(t, rc, keys[1])) == 1 })
 	got := make(chan time.Time, 1)
 	go func() {
 		l, err := f.LockContext(ctxT(t))
-		if err != nil {
-			t.Error(err)
+		if !assert.NoError(t, err) {
 			got <- time.Time{}
 			return
 		}
@@ -341,16 +273,11 @@ func TestFairMutexKilledWaiterDropsOut(t *testing.T) {
 	waitFor(t, 2*time.Second, "the local waiter to queue", func() bool { return len(lrange(t, rc, keys[1])) == 2 })
 	// Sleep is the point here: a live waiter keeps its place past a lease.
 	time.Sleep(lease + lease/2)
-	if q := lrange(t, rc, keys[1]); len(q) != 2 {
-		t.Fatalf("a live waiter lost its place: queue %q", q)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	q := lrange(t, rc, keys[1])
+	require.Len(t, q, 2, "a live waiter lost its place: queue %q", q)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
-	if err := f.UnlockContext(hold); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.UnlockContext(hold))
 	var at time.Time
 	select {
 	case at = <-got:
@@ -359,9 +286,7 @@ func TestFairMutexKilledWaiterDropsOut(t *testing.T) {
 	}
 	wait := at.Sub(killed)
 	t.Logf("next waiter served %v after the head was killed (lease %v)", wait, lease)
-	if wait > lease+lease/2 {
-		t.Fatalf("dead waiter blocked the queue for %v, more than one lease (%v) plus slack", wait, lease)
-	}
+	require.LessOrEqual(t, wait, lease+lease/2, "dead waiter blocked the queue for %v, more than one lease (%v) plus slack", wait, lease)
 }
 
 // The scripts, called directly, with the Redis state checked after each.
@@ -378,17 +303,13 @@ func TestFairMutexScripts(t *testing.T) {
 			tr = "1"
 		}
 		v, err := scripts.FairAcquire.Exec(ctx, rc, keys, []string{owner, "10000", "1000", tr, wch}).AsIntSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
 	release := func(owner, tok string) int64 {
 		t.Helper()
 		n, err := scripts.FairRelease.Exec(ctx, rc, keys, []string{owner, tok, "60000", wch}).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n
 	}
 	// Listen on b's and c's channels: only the head may be woken.
@@ -396,86 +317,64 @@ func TestFairMutexScripts(t *testing.T) {
 	defer cancel()
 	msgs := make(chan string, 16)
 	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Channel }})
-	if err := dc.Do(ctx, dc.B().Subscribe().Channel(wch+"b", wch+"c").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dc.Do(ctx, dc.B().Subscribe().Channel(wch+"b", wch+"c").Build()).Error())
 	defer func() { dc.Close(); <-wait }()
 
 	a := acquire("a", false)
-	if a[0] != 1 || a[1] <= 0 {
-		t.Fatalf("acquire on a free lock = %v", a)
-	}
+	require.Equal(t, int64(1), a[0], "acquire on a free lock = %v", a)
+	require.Greater(t, a[1], int64(0), "acquire on a free lock = %v", a)
 	tok := strconv.FormatInt(a[1], 10)
-	if v := getStr(t, rc, keys[0]); v != "a "+tok+" 1" {
-		t.Fatalf("lock value %q", v)
-	}
-	if v := acquire("a", false); v[0] != 2 || v[1] != a[1] || getStr(t, rc, keys[0]) != "a "+tok+" 2" {
-		t.Fatalf("re-entry = %v, value %q", v, getStr(t, rc, keys[0]))
-	}
-	if v := acquire("b", true); v[0] != 0 || len(lrange(t, rc, keys[1])) != 0 {
-		t.Fatalf("a try queued or was granted: %v", v)
-	}
-	if v := acquire("b", false); v[0] != 0 || v[1] <= 0 || v[1] > 10000 {
-		t.Fatalf("b = %v, want {0, pttl}", v)
-	}
+	require.Equal(t, "a "+tok+" 1", getStr(t, rc, keys[0]), "lock value")
+	v := acquire("a", false)
+	require.Equal(t, int64(2), v[0], "re-entry = %v, value", v)
+	require.Equal(t, a[1], v[1], "re-entry = %v, value", v)
+	require.Equal(t, "a "+tok+" 2", getStr(t, rc, keys[0]), "re-entry = %v, value", v)
+	v = acquire("b", true)
+	require.Equal(t, int64(0), v[0], "a try queued or was granted: %v", v)
+	require.Empty(t, lrange(t, rc, keys[1]), "a try queued or was granted: %v", v)
+	v = acquire("b", false)
+	require.Equal(t, int64(0), v[0], "b = %v, want {0, pttl}", v)
+	require.Greater(t, v[1], int64(0), "b = %v, want {0, pttl}", v)
+	require.LessOrEqual(t, v[1], int64(10000), "b = %v, want {0, pttl}", v)
 	acquire("c", false)
 	acquire("b", false) // renews b's place, keeps its position
-	if q := lrange(t, rc, keys[1]); strings.Join(q, ",") != "b,c" || zcard(t, rc, keys[2]) != 2 {
-		t.Fatalf("queue %q", q)
-	}
-	if n := release("x", "0"); n != 0 {
-		t.Fatalf("foreign release = %d", n)
-	}
-	if n := release("a", tok); n != 2 {
-		t.Fatalf("first of two releases = %d", n)
-	}
-	if n := release("a", tok); n != 1 || getStr(t, rc, keys[0]) != "- "+tok+" 0" {
-		t.Fatalf("release = %d, value %q", n, getStr(t, rc, keys[0]))
-	}
-	if n := release("a", tok); n != 1 {
-		t.Fatalf("retried release = %d, want 1 (no-op)", n)
-	}
+	q := lrange(t, rc, keys[1])
+	require.Equal(t, "b,c", strings.Join(q, ","), "queue %q", q)
+	require.Equal(t, int64(2), zcard(t, rc, keys[2]), "queue %q", q)
+	require.Equal(t, int64(0), release("x", "0"), "foreign release")
+	require.Equal(t, int64(2), release("a", tok), "first of two releases")
+	require.Equal(t, int64(1), release("a", tok), "release")
+	require.Equal(t, "- "+tok+" 0", getStr(t, rc, keys[0]), "release")
+	require.Equal(t, int64(1), release("a", tok), "retried release")
 	select {
 	case ch := <-msgs:
-		if ch != wch+"b" {
-			t.Fatalf("release woke %q, want the head b", ch)
-		}
+		require.Equal(t, wch+"b", ch, "release woke")
 	case <-time.After(2 * time.Second):
 		t.Fatal("release did not wake the head")
 	}
 	// The lock is free but b is first: c waits, and b is reminded.
-	if v := acquire("c", false); v[0] != 0 {
-		t.Fatalf("c overtook b: %v", v)
-	}
-	if ch := <-msgs; ch != wch+"b" {
-		t.Fatalf("woke %q, want b", ch)
-	}
+	v = acquire("c", false)
+	require.Equal(t, int64(0), v[0], "c overtook b: %v", v)
+	require.Equal(t, wch+"b", <-msgs, "woke")
 	// b leaves: c is the new head and is told at once.
-	if n, err := scripts.FairLeave.Exec(ctx, rc, keys[1:], []string{"b", wch, ""}).AsInt64(); err != nil || n != 1 {
-		t.Fatalf("leave = %d, %v", n, err)
-	}
-	if ch := <-msgs; ch != wch+"c" {
-		t.Fatalf("leave woke %q, want the new head c", ch)
-	}
-	if n, _ := scripts.FairLeave.Exec(ctx, rc, keys[1:], []string{"b", wch, ""}).AsInt64(); n != 0 {
-		t.Fatal("second leave removed something")
-	}
+	n, err := scripts.FairLeave.Exec(ctx, rc, keys[1:], []string{"b", wch, ""}).AsInt64()
+	require.NoError(t, err, "leave")
+	require.Equal(t, int64(1), n, "leave")
+	require.Equal(t, wch+"c", <-msgs, "leave woke")
+	n, _ = scripts.FairLeave.Exec(ctx, rc, keys[1:], []string{"b", wch, ""}).AsInt64()
+	require.Equal(t, int64(0), n, "second leave removed something")
 	c := acquire("c", false)
-	if c[0] != 1 || c[1] <= a[1] {
-		t.Fatalf("c = %v after token %d", c, a[1])
-	}
-	if len(lrange(t, rc, keys[1])) != 0 || zcard(t, rc, keys[2]) != 0 {
-		t.Fatal("queue not empty after the last waiter got the lock")
-	}
+	require.Equal(t, int64(1), c[0], "c = %v after token", c)
+	require.Greater(t, c[1], a[1], "c = %v after token", c)
+	require.Empty(t, lrange(t, rc, keys[1]), "queue not empty after the last waiter got the lock")
+	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "queue not empty after the last waiter got the lock")
 	// A place not renewed lapses after its lease (1s here) and is pruned.
 	acquire("d", false)
 	waitFor(t, 3*time.Second, "d's place to lapse", func() bool {
 		acquire("e", true) // any call prunes
 		return len(lrange(t, rc, keys[1])) == 0
 	})
-	if zcard(t, rc, keys[2]) != 0 {
-		t.Fatal("lapsed place left in the zset")
-	}
+	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "lapsed place left in the zset")
 }
 
 // Mutual exclusion across two Clients, every goroutine queueing in Redis.
@@ -483,7 +382,6 @@ func TestFairMutexHammerClients(t *testing.T) {
 	prefix := hammerClients(t, 4, 25, func(c *dsync.Client) dsync.ContextLocker { return c.NewFairMutex("hammer") })
 	rcv := newRueidis(t)
 	keys := fairKeys(prefix, "hammer")
-	if len(lrange(t, rcv, keys[1])) != 0 || zcard(t, rcv, keys[2]) != 0 {
-		t.Fatal("queue not empty after every waiter was served")
-	}
+	require.Empty(t, lrange(t, rcv, keys[1]), "queue not empty after every waiter was served")
+	require.Equal(t, int64(0), zcard(t, rcv, keys[2]), "queue not empty after every waiter was served")
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func heapInUse() uint64 {
@@ -24,18 +26,14 @@ func heapInUse() uint64 {
 func TestHeapBackAfterBurst(t *testing.T) {
 	s := redistest.Start(t)
 	c, err := NewClient(s.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	// Warm up what the first acquisitions allocate once (scripts, pools).
 	for i := 0; i < 100; i++ {
 		m := c.NewMutex("warm" + strconv.Itoa(i))
 		l, err := m.LockContext(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		m.UnlockContext(l)
 	}
 	base := heapInUse()
@@ -50,8 +48,7 @@ func TestHeapBackAfterBurst(t *testing.T) {
 			for i := g; i < n; i += 16 {
 				ms[i] = c.NewMutex("burst" + strconv.Itoa(i))
 				l, err := ms[i].LockContext(ctx)
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				ls[i] = l
@@ -61,22 +58,18 @@ func TestHeapBackAfterBurst(t *testing.T) {
 	wg.Wait()
 	held := heapInUse()
 	for i := range ls {
-		if err := ms[i].UnlockContext(ls[i]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, ms[i].UnlockContext(ls[i]))
 	}
 	ls, ms = nil, nil
 	after := heapInUse()
 	t.Logf("heap: base %d KB, %d locks held %+d KB (%d B per lock), after release %+d KB", base/1024, n, (int64(held)-int64(base))/1024, (int64(held)-int64(base))/n, (int64(after)-int64(base))/1024)
 	// Before compact, ~4.5 MB of map buckets stayed; what stays now
 	// (~0.7 MB) is rueidis' buffers of the connections the burst dialed.
-	if grown := int64(after) - int64(base); grown > 2<<20 {
-		t.Errorf("heap %d KB above the baseline after every lock was released", grown/1024)
-	}
+	grown := int64(after) - int64(base)
+	assert.LessOrEqual(t, grown, int64(2<<20), "heap %d KB above the baseline after every lock was released", grown/1024)
 	c.mu.Lock()
 	left, peak := len(c.mutexes)+len(c.holds), c.mutexesPeak
 	c.mu.Unlock()
-	if left != 0 || peak >= 1024 {
-		t.Errorf("after the burst: %d entries left, mutex map peak %d (want compacted below 1024)", left, peak)
-	}
+	assert.Equal(t, 0, left, "after the burst: entries left")
+	assert.Less(t, peak, 1024, "after the burst: mutex map peak (want compacted below 1024)")
 }

@@ -2,7 +2,9 @@ package dsync
 
 import (
 	"context"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -15,27 +17,17 @@ import (
 type hold struct {
 	c     *Client
 	id    uint64
-	lock  Lock
+	lock  *Lock
 	owner string
 	token uint64
 	start time.Time
 
-	// renewal, set before track and read-only after: the script and its
-	// arguments that extend the lease, and the release used by Close.
+	// watchdog holds are renewed by the renewal loop; ops is how (set
+	// before track, read-only after).
 	watchdog bool
-	renew    func() (*rueidis.Lua, rueidis.LuaExec)
-	release  func() (*rueidis.Lua, rueidis.LuaExec)
-	// onLost is called (without locks held) when the hold is lost, before
-	// its contexts are cancelled, so the primitive can forget it.
-	onLost func(*hold)
-	// onEnd, when set, is called (without locks held) when the hold ends,
-	// by release, loss or Close, before its contexts are cancelled.
-	onEnd func(*hold)
-	// ops, when set, replaces renew, release and onLost: it builds the
-	// commands from the hold itself, so a hold costs no closures.
-	ops holdOps
-	// renewTag caches what the renewal loop sends for a mutex hold; only
-	// that loop's goroutine touches it.
+	ops      holdOps
+	// renewTag caches the value prefix a batched renewal checks (see
+	// holdOps.renewKey); only the renewal loop's goroutine touches it.
 	renewTag string
 
 	// rOwner and rToken are the hold as Redis knows it, which scripts
@@ -44,46 +36,57 @@ type hold struct {
 	// Redis instead of a round trip (see Mutex.passOn).
 	rOwner string
 	rToken uint64
+	// key is the lock's key, which names its tag hash; tag, set when the
+	// observer tags holds (Observer.HoldTag), is this hold's.
+	key string
+	tag atomic.Pointer[string]
 
 	mu        sync.Mutex
 	succ      *hold     // the hold this one was handed to inside the Client, same hold in Redis
 	deadline  time.Time // when the lease clock runs out
 	ended     bool
 	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
-	timer     *time.Timer
-	cancels   []context.CancelCauseFunc // one per acquisition, innermost last
+	expiring  bool // the lease clock ran out: a renewal that succeeds now is too late
+	// slot and due are the hold's entry in the Client's leaseClock,
+	// guarded by its mutex: its index in the heap (-1 when not watched)
+	// and the deadline it was pushed with (see tick).
+	slot    int32
+	due     int64
+	cancels []context.CancelCauseFunc // one per acquisition, innermost last
 }
 
-// holdOps describes the holds of one primitive; see hold.ops.
+// holdOps is a hold's one extension point: how its primitive renews and
+// releases it, and what it does when the hold ends. Every hold has one.
 type holdOps interface {
+	// renewKey names, for a hold whose lock value has the mutex's layout
+	// "<owner> <token> <count>", the key and the value prefix "<owner>
+	// <token> " that proves the hold is still its owner's: the renewal
+	// loop then renews it in a batch (MutexRenewMany) with every such
+	// hold of the Client, whatever its primitive. ok false: renewExec.
+	renewKey(h *hold) (key, prefix string, ok bool)
+	// renewExec is the script that renews h alone.
 	renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+	// releaseExec is the release Close sends for h.
 	releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
-	lost(h *hold)
+	// ended is called (without locks held) when h ends, by release, loss
+	// (lost) or Close, before its contexts are cancelled, so that the
+	// primitive can forget it.
+	ended(h *hold, lost bool)
 }
 
-func (h *hold) renewCmd() (*rueidis.Lua, rueidis.LuaExec) {
-	if h.ops != nil {
-		return h.ops.renewExec(h)
+// mutexPrefix returns (and caches) the value prefix "<owner> <token> " of
+// h as Redis knows it, for renewKey.
+func (h *hold) mutexPrefix() string {
+	if h.renewTag == "" {
+		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " "
 	}
-	return h.renew()
+	return h.renewTag
 }
 
-// releaseCmd returns the release script for Close; ok is false if the hold
-// has none.
-func (h *hold) releaseCmd() (s *rueidis.Lua, e rueidis.LuaExec, ok bool) {
-	switch {
-	case h.ops != nil:
-		s, e = h.ops.releaseExec(h)
-		return s, e, true
-	case h.release != nil:
-		s, e = h.release()
-		return s, e, true
-	}
-	return nil, e, false
-}
-
-func (c *Client) newHold(l Lock, owner string, token uint64) *hold {
-	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now()}
+// newHold makes a hold of the lock l points to (the primitive's, shared by
+// its holds).
+func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
+	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now(), slot: -1}
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
@@ -102,55 +105,104 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.holds[h] = struct{}{}
-	c.holds = compact(c.holds, &c.holdsPeak)
-	c.timers.Add(1)
 	h.mu.Lock()
 	// A renewal that reached h before its clock started counts (renewed).
 	h.deadline = later(deadline, h.deadline)
-	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
+	deadline = h.deadline
 	h.mu.Unlock()
-	c.mu.Unlock()
-	if h.watchdog {
-		c.renew.add(h)
+	if !c.clock.add(h, deadline) {
+		c.mu.Unlock()
+		return false
 	}
+	c.holds[h] = struct{}{}
+	c.holds = compact(c.holds, &c.holdsPeak)
+	c.mu.Unlock()
 	return true
 }
 
-// newCtx returns a lock context for one more acquisition of this hold. A
-// hold with a fixed lease (no watchdog) gives its contexts a Deadline at
-// the lease clock's end, when they are cancelled anyway, so that work
-// scoped to the lock can plan for it.
+// newCtx returns a lock context for one more acquisition of this hold (see
+// lockCtx).
 func (h *hold) newCtx(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancelCause(withOwnerVal(parent, ownerVal{id: h.owner, token: h.token}))
+	cctx, cancel := context.WithCancelCause(parent)
+	lctx := &lockCtx{Context: cctx, v: ownerVal{id: h.owner, token: h.token}, h: h}
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
 		cancel(ErrLockLost)
-		return ctx
+		return lctx
 	}
 	h.cancels = append(h.cancels, cancel)
-	end := h.deadline
-	h.mu.Unlock()
-	if !h.watchdog && !end.IsZero() {
-		return &leaseCtx{Context: ctx, end: end}
+	if !h.watchdog {
+		lctx.end = h.deadline
 	}
-	return ctx
+	h.mu.Unlock()
+	return lctx
 }
 
-// A leaseCtx is a lock context of a fixed-lease hold: its Deadline is the
-// lease end (or the parent's, if sooner). The hold's lease clock cancels it
-// then, with ErrLockLost, so it needs no timer of its own.
-type leaseCtx struct {
+// A lockCtx is a lock context: the cancellation the hold ends (a
+// context.WithCancelCause of the caller's context), the owner and fencing
+// token, and the hold, in one value.
+//
+// Err looks at the hold's lease clock itself: if it has run out before the
+// Client's clock ended the hold (its timer fires late on a loaded machine,
+// or the process was frozen and has just been thawed, and the goroutine
+// that checks runs first), Err ends the hold as lost there and then, so a
+// holder that checks its lock context before acting never believes in a
+// lease that Redis may have let go. Done is closed by the same end.
+//
+// A lock context of a fixed-lease hold (no watchdog) has a Deadline at the
+// lease end (or the parent's, if sooner), when it is cancelled anyway, so
+// that work scoped to the lock can plan for it.
+type lockCtx struct {
 	context.Context
-	end time.Time
+	v   ownerVal
+	h   *hold
+	end time.Time // the fixed lease's end; zero with a watchdog
 }
 
-func (c *leaseCtx) Deadline() (time.Time, bool) {
-	if d, ok := c.Context.Deadline(); ok && d.Before(c.end) {
-		return d, true
+func (c *lockCtx) Value(key any) any {
+	if _, ok := key.(ownerKey); ok {
+		return &c.v
+	}
+	return c.Context.Value(key)
+}
+
+func (c *lockCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if c.h.overdue() {
+		return c.Context.Err()
+	}
+	return nil
+}
+
+func (c *lockCtx) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
+	if c.end.IsZero() || (ok && d.Before(c.end)) {
+		return d, ok
 	}
 	return c.end, true
+}
+
+func (c *lockCtx) String() string { return "dsync lock context" }
+
+// overdue ends h as lost if its lease clock has run out but the Client's
+// clock has not ended it yet, and reports whether h is ended now.
+func (h *hold) overdue() bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return true
+	}
+	if h.deadline.IsZero() || time.Now().Before(h.deadline) {
+		h.mu.Unlock()
+		return false
+	}
+	h.expiring = true // a renewal reply that comes now is too late
+	h.mu.Unlock()
+	h.end(ErrLockLost, true)
+	return true
 }
 
 // pop ends the innermost acquisition; it reports how many remain.
@@ -185,37 +237,23 @@ func (h *hold) end(cause error, lost bool) bool {
 	h.ended = true
 	cancels := h.cancels
 	h.cancels = nil
-	if h.timer != nil && h.timer.Stop() {
-		h.c.timers.Done()
-	}
 	h.mu.Unlock()
 	c := h.c
+	c.clock.remove(h)
 	c.mu.Lock()
 	delete(c.holds, h)
 	c.holds = compact(c.holds, &c.holdsPeak)
 	c.mu.Unlock()
-	if h.watchdog {
-		c.renew.remove(h)
-	}
-	if lost {
-		switch {
-		case h.ops != nil:
-			h.ops.lost(h)
-		case h.onLost != nil:
-			h.onLost(h)
-		}
-	}
-	if h.onEnd != nil {
-		h.onEnd(h)
-	}
+	h.ops.ended(h, lost)
 	if lost {
 		// Report before cancelling, so whoever waits on a lock context
 		// finds the loss already recorded.
 		if f := c.cfg.observer.Lost; f != nil {
-			f(Lost{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
+			f(Lost{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
 		}
 		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
 	}
+	c.untag(h)
 	for i := len(cancels) - 1; i >= 0; i-- {
 		cancels[i](cause)
 	}
@@ -242,19 +280,6 @@ func (h *hold) isEnded() bool {
 	return h.ended
 }
 
-// expire runs when the lease clock runs out before a renewal moved it.
-func (h *hold) expire() {
-	defer h.c.timers.Done()
-	h.mu.Lock()
-	if h.ended {
-		h.mu.Unlock()
-		return
-	}
-	h.timer = nil // fired: end must not Stop it again
-	h.mu.Unlock()
-	h.end(ErrLockLost, true)
-}
-
 // handedTo records that h was handed to nh inside the Client, as the same
 // hold in Redis, so that a renewal of h whose reply arrives after the
 // handoff reaches nh (see live).
@@ -278,26 +303,18 @@ func (h *hold) live() *hold {
 	}
 }
 
-// renewed moves the lease clock after a renewal sent at sentAt succeeded.
-// A hold whose clock has not started yet (being handed over) keeps the new
-// end for trackUntil.
+// renewed moves the lease clock after a renewal sent at sentAt succeeded
+// (the Client's leaseClock finds the new end when the old one comes). A
+// hold whose clock has not started yet (being handed over) keeps the new
+// end for trackUntil; one whose clock ran out stays lost. Only forward: a
+// reply may arrive after a newer renewal's.
 func (h *hold) renewed(sentAt time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended {
+	if h.ended || h.expiring {
 		return
 	}
-	end := sentAt.Add(validity(lease))
-	if h.timer == nil {
-		h.deadline = later(h.deadline, end)
-		return
-	}
-	// Re-arm only a timer that had not fired; a fired one has ended the hold.
-	// Only forward: a reply may arrive after a newer renewal's.
-	if h.timer.Stop() {
-		h.deadline = later(h.deadline, end)
-		h.timer.Reset(time.Until(h.deadline))
-	}
+	h.deadline = later(h.deadline, sentAt.Add(validity(lease)))
 }
 
 // leaseEnd returns when the hold's lease clock runs out.

@@ -32,8 +32,13 @@ type LockState struct {
 	LastToken uint64
 	// Waiters are the waiters queued in Redis, first in line first: for a
 	// FairMutex, the writers of an RWMutex, and a Semaphore. Only waiters
-	// whose place in the queue is live are reported, at most 1000. A plain
-	// Mutex keeps no queue in Redis.
+	// whose place in the queue is live are reported, at most 1000. A Mutex
+	// keeps no queue in Redis (its waiters queue inside their process): its
+	// Waiters are the Clients waiting for it, in no order, each with the
+	// number of its goroutines that wait (Waiter.Count), as of that
+	// Client's last attempt (at least every lease/3). Goroutines waiting
+	// behind a holder of their own Client are handed the lock there and
+	// are not counted.
 	Waiters []Waiter
 	// Mode is "read" or "write" for a held RWMutex, "" otherwise.
 	Mode string
@@ -67,8 +72,11 @@ type Holder struct {
 	Permits int64
 }
 
-// Waiter is one owner queued for a lock.
+// Waiter is one owner queued for a lock, or, for a Mutex, one Client
+// whose goroutines wait for it.
 type Waiter struct {
+	// Owner is the waiting owner; for a Mutex, the waiting Client ("<client
+	// name>/<16 hex digits>", see WithClientName).
 	Owner string
 	// Place is how long its place in the queue has left unless the waiter
 	// renews it (which a live waiter does every lease/3).
@@ -76,6 +84,9 @@ type Waiter struct {
 	// Permits is the number of permits a Semaphore waiter asks for; 1
 	// otherwise.
 	Permits int64
+	// Count is the number of waiters the entry stands for: for a Mutex,
+	// the goroutines of that Client that wait; 1 otherwise.
+	Count int64
 }
 
 // LockRef names a lock found in Redis.
@@ -124,11 +135,11 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 	execs := make([]rueidis.LuaExec, len(inspectable))
 	for i, l := range inspectable {
 		key := c.lockKey(l.part, name)
-		keys := []string{key}
+		keys, layout := []string{key, key + ":waiting"}, "waiting"
 		if l.queue {
-			keys = append(keys, key+":queue", key+":places")
+			keys, layout = []string{key, key + ":queue", key + ":places"}, "queue"
 		}
-		execs[i] = rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(maxInspectWaiters)}}
+		execs[i] = rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(maxInspectWaiters), layout}}
 	}
 	var out []LockState
 	for i, r := range scripts.InspectLock.ExecMulti(ctx, c.rc, execs...) {
@@ -206,7 +217,7 @@ func parseOtherState(v []string) (st LockState, ok bool, err error) {
 		st.Holders = append(st.Holders, Holder{Owner: h[0], Count: num(h[1]), Token: uint64(max(num(h[2]), 0)), Lease: lease, Permits: num(h[4])})
 	}
 	for w := rest[5*nh:]; len(w) >= 3; w = w[3:] {
-		st.Waiters = append(st.Waiters, Waiter{Owner: w[0], Place: time.Duration(num(w[1])) * time.Millisecond, Permits: num(w[2])})
+		st.Waiters = append(st.Waiters, Waiter{Owner: w[0], Place: time.Duration(num(w[1])) * time.Millisecond, Permits: num(w[2]), Count: 1})
 	}
 	return st, err == nil, err
 }
@@ -214,7 +225,7 @@ func parseOtherState(v []string) (st LockState, ok bool, err error) {
 // parseLockState decodes the reply of the inspect script; ok is false when
 // the lock has no state at all.
 func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err error) {
-	if len(vals) < 2 || len(vals)%2 != 0 {
+	if len(vals) < 2 || (len(vals)-2)%3 != 0 {
 		return st, false, fmt.Errorf("unexpected inspect reply of %d values", len(vals))
 	}
 	v, err := vals[0].ToString()
@@ -225,18 +236,22 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 	if err != nil {
 		return st, false, err
 	}
-	for i := 2; i < len(vals); i += 2 {
+	for i := 2; i < len(vals); i += 3 {
 		w, err1 := vals[i].ToString()
 		ms, err2 := vals[i+1].AsInt64()
-		if err1 != nil || err2 != nil {
+		n, err3 := vals[i+2].AsInt64()
+		if err1 != nil || err2 != nil || err3 != nil {
 			return st, false, fmt.Errorf("unexpected waiter in inspect reply")
 		}
-		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond, Permits: 1})
+		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond, Permits: 1, Count: n})
 	}
 	if v == "" {
 		return st, len(st.Waiters) > 0, nil
 	}
 	f := strings.Fields(v)
+	if len(f) == 4 && f[3] == "w" {
+		f = f[:3] // a Mutex's mark that a waiter was told to wait
+	}
 	if len(f) != 3 {
 		return st, false, fmt.Errorf("unexpected lock value %q", v)
 	}

@@ -2,25 +2,22 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func inspectOne(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) (dsync.LockState, bool) {
 	t.Helper()
 	states, err := c.Inspect(ctxT(t), name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range states {
 		if s.Kind == kind {
-			if s.Name != name {
-				t.Fatalf("state of %q names %q", name, s.Name)
-			}
+			require.Equal(t, name, s.Name, "state")
 			return s, true
 		}
 	}
@@ -30,55 +27,44 @@ func inspectOne(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) (ds
 func TestInspectMutex(t *testing.T) {
 	c := newClient(t, dsync.WithLease(3*time.Second))
 	name := "inspect {odd} %name"
-	if states, err := c.Inspect(ctxT(t), name); err != nil || len(states) != 0 {
-		t.Fatalf("Inspect of an unused name = %v, %v; want none", states, err)
-	}
+	states, err := c.Inspect(ctxT(t), name)
+	require.NoError(t, err, "Inspect of an unused name")
+	require.Empty(t, states, "Inspect of an unused name")
 	m := c.NewMutex(name)
 	ctx := dsync.WithOwner(ctxT(t))
 	l1, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Re-entry through another Client is counted in Redis (within one
 	// Client it is counted locally).
 	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)), dsync.WithLease(3*time.Second))
 	m2 := c2.NewMutex(name)
-	if _, err := m2.LockContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err = m2.LockContext(ctx)
+	require.NoError(t, err)
 	owner, _ := dsync.OwnerOf(ctx)
 	tok, _ := dsync.FencingToken(l1)
 	st, ok := inspectOne(t, c, name, dsync.KindMutex)
-	if !ok || len(st.Holders) != 1 {
-		t.Fatalf("held mutex: state %+v, found %v", st, ok)
-	}
+	require.True(t, ok, "held mutex: state %+v", st)
+	require.Len(t, st.Holders, 1, "held mutex: state %+v", st)
 	h := st.Holders[0]
 	// Redis records the last of the tokens reserved with the acquisition.
 	reserved := tok + dsync.DefaultMaxLocalHandoffs - 1
-	if h.Owner != owner || h.Count != 2 || h.Token != reserved || st.LastToken != reserved {
-		t.Errorf("holder = %+v (last token %d), want owner %s, count 2, token %d", h, st.LastToken, owner, reserved)
-	}
-	if h.Lease <= 0 || h.Lease > 3*time.Second {
-		t.Errorf("remaining lease %v, want in (0, 3s]", h.Lease)
-	}
-	if len(st.Waiters) != 0 {
-		t.Errorf("a Mutex reports waiters: %v", st.Waiters)
-	}
-	if err := m2.UnlockContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.UnlockContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	assert.Equal(t, owner, h.Owner, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Equal(t, int64(2), h.Count, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Equal(t, reserved, h.Token, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Equal(t, reserved, st.LastToken, "holder = %+v, last token %d", h, st.LastToken)
+	assert.Greater(t, h.Lease, time.Duration(0), "remaining lease")
+	assert.LessOrEqual(t, h.Lease, 3*time.Second, "remaining lease")
+	assert.Empty(t, st.Waiters, "a Mutex reports waiters: %v", st.Waiters)
+	require.NoError(t, m2.UnlockContext(ctx))
+	require.NoError(t, m.UnlockContext(ctx))
 	// A release records the last token issued (no local handoff: tok),
 	// not the reserved block's end, which may be ahead of the clock.
 	st, ok = inspectOne(t, c, name, dsync.KindMutex)
-	if !ok || len(st.Holders) != 0 || st.LastToken != tok {
-		t.Errorf("released mutex: state %+v, found %v; want free with last token %d", st, ok, tok)
-	}
-	if _, err := c.Inspect(ctxT(t), ""); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Errorf("Inspect(\"\") = %v, want ErrInvalidArgument", err)
-	}
+	assert.True(t, ok, "released mutex: state %+v", st)
+	assert.Empty(t, st.Holders, "released mutex: state %+v", st)
+	assert.Equal(t, tok, st.LastToken, "released mutex: state %+v", st)
+	_, err = c.Inspect(ctxT(t), "")
+	assert.ErrorIs(t, err, dsync.ErrInvalidArgument, "Inspect(\"\")")
 }
 
 // TestInspectFairQueue checks that the queue of a FairMutex is reported in
@@ -88,9 +74,8 @@ func TestInspectFairQueue(t *testing.T) {
 	name := "fair-inspect"
 	f := c.NewFairMutex(name)
 	hctx := dsync.WithOwner(ctxT(t))
-	if _, err := f.LockContext(hctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err := f.LockContext(hctx)
+	require.NoError(t, err)
 	var owners []string
 	wctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
@@ -111,32 +96,22 @@ func TestInspectFairQueue(t *testing.T) {
 	}
 	st, _ := inspectOne(t, c, name, dsync.KindFairMutex)
 	holder, _ := dsync.OwnerOf(hctx)
-	if len(st.Holders) != 1 || st.Holders[0].Owner != holder {
-		t.Fatalf("holders = %+v, want %s", st.Holders, holder)
-	}
+	require.Len(t, st.Holders, 1, "holders = %+v", st.Holders)
+	require.Equal(t, holder, st.Holders[0].Owner, "holders = %+v", st.Holders)
 	var got []string
 	for _, w := range st.Waiters {
 		got = append(got, w.Owner)
-		if w.Place <= 0 {
-			t.Errorf("waiter %s has place %v", w.Owner, w.Place)
-		}
+		assert.Greater(t, w.Place, time.Duration(0), "waiter %s has place", w.Owner)
 	}
-	if !slices.Equal(got, owners) {
-		t.Errorf("queue = %v, want arrival order %v", got, owners)
-	}
+	assert.True(t, slices.Equal(got, owners), "queue = %v, want arrival order %v", got, owners)
 	cancel()
 	for range 3 {
-		if err := <-errs; !errors.Is(err, context.Canceled) {
-			t.Errorf("cancelled waiter: %v", err)
-		}
+		assert.ErrorIs(t, <-errs, context.Canceled, "cancelled waiter")
 	}
 	// Cancelled waiters leave the queue at once.
-	if st, _ := inspectOne(t, c, name, dsync.KindFairMutex); len(st.Waiters) != 0 {
-		t.Errorf("queue after cancel = %v", st.Waiters)
-	}
-	if err := f.UnlockContext(hctx); err != nil {
-		t.Fatal(err)
-	}
+	st, _ = inspectOne(t, c, name, dsync.KindFairMutex)
+	assert.Empty(t, st.Waiters, "queue after cancel")
+	require.NoError(t, f.UnlockContext(hctx))
 }
 
 // TestInspectForceUnlock checks the operator's forced release: the holder
@@ -146,43 +121,36 @@ func TestInspectForceUnlock(t *testing.T) {
 	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
 	m := c.NewMutex("stuck")
 	lctx, err := m.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok, _ := dsync.FencingToken(lctx)
 	got := make(chan context.Context, 1)
 	go func() {
 		l, err := other.NewMutex("stuck").LockContext(ctxT(t))
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 		got <- l
 	}()
 	refs, err := other.ForceUnlock(ctxT(t), "stuck")
-	if err != nil || len(refs) != 1 || refs[0].Kind != dsync.KindMutex {
-		t.Fatalf("ForceUnlock = %v, %v", refs, err)
-	}
+	require.NoError(t, err, "ForceUnlock = %v", refs)
+	require.Len(t, refs, 1, "ForceUnlock = %v", refs)
+	require.Equal(t, dsync.KindMutex, refs[0].Kind, "ForceUnlock = %v", refs)
 	var l2 context.Context
 	select {
 	case l2 = <-got:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not get the lock after a forced release")
 	}
-	if tok2, _ := dsync.FencingToken(l2); tok2 <= tok {
-		t.Errorf("token after forced release %d <= %d", tok2, tok)
-	}
+	tok2, _ := dsync.FencingToken(l2)
+	assert.Greater(t, tok2, tok, "token after forced release")
 	select {
 	case <-lctx.Done():
-		if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-			t.Errorf("cause = %v, want ErrLockLost", context.Cause(lctx))
-		}
+		assert.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 	case <-time.After(5 * time.Second):
 		t.Fatal("the forced-out holder's lock context was not cancelled")
 	}
 	// Nothing held: nothing to release.
-	if refs, err := c.ForceUnlock(ctxT(t), "never-used"); err != nil || len(refs) != 0 {
-		t.Errorf("ForceUnlock of a free lock = %v, %v", refs, err)
-	}
+	refs, err = c.ForceUnlock(ctxT(t), "never-used")
+	assert.NoError(t, err, "ForceUnlock of a free lock")
+	assert.Empty(t, refs, "ForceUnlock of a free lock")
 }
 
 func TestInspectList(t *testing.T) {
@@ -190,32 +158,24 @@ func TestInspectList(t *testing.T) {
 	ctx := ctxT(t)
 	names := []string{"job:1", "job:2", "other}{x", "100%"}
 	for _, n := range names {
-		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); err != nil || !ok {
-			t.Fatal(n, ok, err)
-		}
+		_, ok, err := c.NewMutex(n).TryLockContext(ctx)
+		require.NoError(t, err, n)
+		require.True(t, ok, n)
 	}
-	if _, ok, err := c.NewFairMutex("job:1").TryLockContext(ctx); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
+	_, ok, err := c.NewFairMutex("job:1").TryLockContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
 	all, err := c.List(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []dsync.LockRef{{dsync.KindMutex, "100%"}, {dsync.KindFairMutex, "job:1"}, {dsync.KindMutex, "job:1"},
 		{dsync.KindMutex, "job:2"}, {dsync.KindMutex, "other}{x"}}
-	if !slices.Equal(all, want) {
-		t.Errorf("List(\"\") = %v, want %v", all, want)
-	}
+	assert.True(t, slices.Equal(all, want), "List(\"\") = %v, want %v", all, want)
 	jobs, err := c.List(ctx, "job:*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(jobs) != 3 {
-		t.Errorf("List(job:*) = %v", jobs)
-	}
+	require.NoError(t, err)
+	assert.Len(t, jobs, 3, "List(job:*) = %v", jobs)
 	odd, err := c.List(ctx, "other}*")
-	if err != nil || len(odd) != 1 || odd[0].Name != "other}{x" {
-		t.Errorf("List(other}*) = %v, %v", odd, err)
+	if assert.NoError(t, err, "List(other}*)") && assert.Len(t, odd, 1, "List(other}*)") {
+		assert.Equal(t, "other}{x", odd[0].Name, "List(other}*)")
 	}
 }
 
@@ -225,25 +185,20 @@ func TestListGlobPrefix(t *testing.T) {
 	for _, prefix := range []string{"app[1]", "a*b?", `back\slash`} {
 		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(testPrefix(t)+prefix))
 		ctx := ctxT(t)
-		if _, ok, err := c.NewMutex("held").TryLockContext(ctx); err != nil || !ok {
-			t.Fatal(prefix, ok, err)
-		}
+		_, ok, err := c.NewMutex("held").TryLockContext(ctx)
+		require.NoError(t, err, prefix)
+		require.True(t, ok, prefix)
 		refs, err := c.List(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := []dsync.LockRef{{dsync.KindMutex, "held"}}; !slices.Equal(refs, want) {
-			t.Errorf("prefix %q: List = %v, want %v", prefix, refs, want)
-		}
+		require.NoError(t, err)
+		want := []dsync.LockRef{{dsync.KindMutex, "held"}}
+		assert.True(t, slices.Equal(refs, want), "prefix %q: List = %v, want %v", prefix, refs, want)
 	}
 }
 
 func inspectKind(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) dsync.LockState {
 	t.Helper()
 	st, ok := inspectOne(t, c, name, kind)
-	if !ok {
-		t.Fatalf("Inspect(%q) found no %s", name, kind)
-	}
+	require.True(t, ok, "Inspect(%q) found no %s", name, kind)
 	return st
 }
 
@@ -253,21 +208,16 @@ func TestInspectRWMutex(t *testing.T) {
 	ctx := ctxT(t)
 	rw := c.NewRWMutex("cfg")
 	r1, err := rw.RLockContext(dsync.WithOwner(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r2, err := rw.RLockContext(dsync.WithOwner(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	st := inspectKind(t, c, "cfg", dsync.KindRWMutex)
-	if st.Mode != "read" || len(st.Holders) != 2 {
-		t.Fatalf("two readers: %+v", st)
-	}
+	require.Equal(t, "read", st.Mode, "two readers: %+v", st)
+	require.Len(t, st.Holders, 2, "two readers: %+v", st)
 	for _, h := range st.Holders {
-		if h.Count != 1 || h.Token == 0 || h.Lease <= 0 {
-			t.Errorf("reader %+v", h)
-		}
+		assert.Equal(t, int64(1), h.Count, "reader %+v", h)
+		assert.NotEqual(t, uint64(0), h.Token, "reader %+v", h)
+		assert.Greater(t, h.Lease, time.Duration(0), "reader %+v", h)
 	}
 	// A writer queues behind the readers.
 	wctx, cancel := context.WithCancel(ctx)
@@ -284,17 +234,15 @@ func TestInspectRWMutex(t *testing.T) {
 		return len(st.Waiters) == 1 && st.Waiters[0].Owner == wOwner
 	})
 	for _, r := range []context.Context{r1, r2} {
-		if err := rw.RUnlockContext(r); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rw.RUnlockContext(r))
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 	st = inspectKind(t, c, "cfg", dsync.KindRWMutex)
-	if st.Mode != "write" || len(st.Holders) != 1 || st.Holders[0].Owner != wOwner || len(st.Waiters) != 0 {
-		t.Errorf("writer: %+v", st)
+	assert.Equal(t, "write", st.Mode, "writer: %+v", st)
+	if assert.Len(t, st.Holders, 1, "writer: %+v", st) {
+		assert.Equal(t, wOwner, st.Holders[0].Owner, "writer: %+v", st)
 	}
+	assert.Empty(t, st.Waiters, "writer: %+v", st)
 }
 
 func TestInspectSemaphore(t *testing.T) {
@@ -302,12 +250,9 @@ func TestInspectSemaphore(t *testing.T) {
 	ctx := ctxT(t)
 	sem := c.NewSemaphore("pool", 5)
 	a, err := sem.Acquire(dsync.WithOwner(ctx), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sem.Acquire(dsync.WithOwner(ctx), 2); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = sem.Acquire(dsync.WithOwner(ctx), 2)
+	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -320,23 +265,22 @@ func TestInspectSemaphore(t *testing.T) {
 		return len(st.Waiters) == 1
 	})
 	st := inspectKind(t, c, "pool", dsync.KindSemaphore)
-	if st.Size != 5 || st.Free != 1 || len(st.Holders) != 2 || st.Waiters[0].Permits != 3 || st.LastToken == 0 {
-		t.Errorf("semaphore: %+v", st)
+	assert.Equal(t, int64(5), st.Size, "semaphore: %+v", st)
+	assert.Equal(t, int64(1), st.Free, "semaphore: %+v", st)
+	assert.Len(t, st.Holders, 2, "semaphore: %+v", st)
+	if assert.NotEmpty(t, st.Waiters, "semaphore: %+v", st) {
+		assert.Equal(t, int64(3), st.Waiters[0].Permits, "semaphore: %+v", st)
 	}
+	assert.NotZero(t, st.LastToken, "semaphore: %+v", st)
 	for _, h := range st.Holders {
-		if h.Permits != 2 || h.Lease <= 0 {
-			t.Errorf("holder %+v", h)
-		}
+		assert.Equal(t, int64(2), h.Permits, "holder %+v", h)
+		assert.Greater(t, h.Lease, time.Duration(0), "holder %+v", h)
 	}
-	if err := sem.Release(a, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if st := inspectKind(t, c, "pool", dsync.KindSemaphore); st.Free != 0 || len(st.Waiters) != 0 {
-		t.Errorf("after the grant: %+v", st)
-	}
+	require.NoError(t, sem.Release(a, 2))
+	require.NoError(t, <-done)
+	st = inspectKind(t, c, "pool", dsync.KindSemaphore)
+	assert.Equal(t, int64(0), st.Free, "after the grant: %+v", st)
+	assert.Empty(t, st.Waiters, "after the grant: %+v", st)
 }
 
 func TestInspectOnceAndWaitGroup(t *testing.T) {
@@ -354,23 +298,19 @@ func TestInspectOnceAndWaitGroup(t *testing.T) {
 	}()
 	runner := <-running
 	st := inspectKind(t, c, "init", dsync.KindOnce)
-	if st.Done || len(st.Holders) != 1 || st.Holders[0].Owner != runner || st.Holders[0].Token == 0 {
-		t.Errorf("running Once: %+v", st)
+	assert.False(t, st.Done, "running Once: %+v", st)
+	if assert.Len(t, st.Holders, 1, "running Once: %+v", st) {
+		assert.Equal(t, runner, st.Holders[0].Owner, "running Once: %+v", st)
+		assert.NotZero(t, st.Holders[0].Token, "running Once: %+v", st)
 	}
 	close(finish)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if st := inspectKind(t, c, "init", dsync.KindOnce); !st.Done || len(st.Holders) != 0 {
-		t.Errorf("done Once: %+v", st)
-	}
+	require.NoError(t, <-done)
+	st = inspectKind(t, c, "init", dsync.KindOnce)
+	assert.True(t, st.Done, "done Once: %+v", st)
+	assert.Empty(t, st.Holders, "done Once: %+v", st)
 
-	if err := c.NewWaitGroup("batch").Add(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
-	if st := inspectKind(t, c, "batch", dsync.KindWaitGroup); st.Counter != 3 {
-		t.Errorf("WaitGroup counter = %d, want 3", st.Counter)
-	}
+	require.NoError(t, c.NewWaitGroup("batch").Add(ctx, 3))
+	assert.Equal(t, int64(3), inspectKind(t, c, "batch", dsync.KindWaitGroup).Counter, "WaitGroup counter")
 }
 
 // ForceUnlock covers every primitive that can be held: each holder's lock
@@ -383,13 +323,9 @@ func TestForceUnlockEveryPrimitive(t *testing.T) {
 	ctx := ctxT(t)
 	name := "stuck"
 	wl, err := c.NewRWMutex(name).LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sl, err := c.NewSemaphore(name, 2).Acquire(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	running := make(chan context.Context, 1)
 	go c.NewOnce(name).Do(ctx, func(fctx context.Context) error {
 		running <- fctx
@@ -397,54 +333,43 @@ func TestForceUnlockEveryPrimitive(t *testing.T) {
 		return fctx.Err()
 	})
 	ol := <-running
-	if err := c.NewWaitGroup(name).Add(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.NewWaitGroup(name).Add(ctx, 3))
 	waited := make(chan error, 1)
 	go func() { waited <- other.NewWaitGroup(name).Wait(ctx) }()
 
 	refs, err := c.ForceUnlock(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	kinds := map[dsync.Kind]bool{}
 	for _, r := range refs {
 		kinds[r.Kind] = true
 	}
 	for _, k := range []dsync.Kind{dsync.KindRWMutex, dsync.KindSemaphore, dsync.KindOnce, dsync.KindWaitGroup} {
-		if !kinds[k] {
-			t.Errorf("ForceUnlock did not release the %s: %v", k, refs)
-		}
+		assert.True(t, kinds[k], "ForceUnlock did not release the %s: %v", k, refs)
 	}
 	for what, l := range map[string]context.Context{"rw write": wl, "semaphore": sl, "once run": ol} {
 		select {
 		case <-l.Done():
-			if !errors.Is(context.Cause(l), dsync.ErrLockLost) {
-				t.Errorf("%s ended with %v, want ErrLockLost", what, context.Cause(l))
-			}
+			assert.ErrorIs(t, context.Cause(l), dsync.ErrLockLost, "%s", what)
 		case <-time.After(2 * time.Second):
 			t.Errorf("%s holder not told within 2s", what)
 		}
 	}
-	if _, ok, err := other.NewRWMutex(name).TryLockContext(ctx); err != nil || !ok {
-		t.Errorf("rw mutex after ForceUnlock: %v %v", ok, err)
-	}
-	if _, ok, err := other.NewSemaphore(name, 2).TryAcquire(ctx, 2); err != nil || !ok {
-		t.Errorf("semaphore after ForceUnlock: %v %v", ok, err)
-	}
+	_, ok, err := other.NewRWMutex(name).TryLockContext(ctx)
+	assert.NoError(t, err, "rw mutex after ForceUnlock")
+	assert.True(t, ok, "rw mutex after ForceUnlock")
+	_, ok, err = other.NewSemaphore(name, 2).TryAcquire(ctx, 2)
+	assert.NoError(t, err, "semaphore after ForceUnlock")
+	assert.True(t, ok, "semaphore after ForceUnlock")
 	ran := false
-	if err := other.NewOnce(name).Do(ctx, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
-		t.Errorf("once after ForceUnlock: ran %v, %v", ran, err)
-	}
+	assert.NoError(t, other.NewOnce(name).Do(ctx, func(context.Context) error { ran = true; return nil }), "once after ForceUnlock: ran")
+	assert.True(t, ran, "once after ForceUnlock: ran")
 	select {
 	case err := <-waited:
-		if err != nil {
-			t.Errorf("Wait after the reset = %v", err)
-		}
+		assert.NoError(t, err, "Wait after the reset")
 	case <-time.After(2 * time.Second):
 		t.Error("Wait not released by the WaitGroup reset")
 	}
-	if refs, err := c.ForceUnlock(ctx, "never-held"); err != nil || len(refs) != 0 {
-		t.Errorf("ForceUnlock of nothing = %v, %v", refs, err)
-	}
+	refs, err = c.ForceUnlock(ctx, "never-held")
+	assert.NoError(t, err, "ForceUnlock of nothing")
+	assert.Empty(t, refs, "ForceUnlock of nothing")
 }

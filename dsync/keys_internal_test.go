@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // hashTag is Redis Cluster's rule: the text between the first '{' and the
@@ -31,15 +33,13 @@ func FuzzKeys(f *testing.F) {
 		}
 		key := c.lockKey("mutex", name)
 		got, rest, ok := splitKey(c.cfg.prefix, key+":ch")
-		if !ok || got != name || rest != "mutex:ch" {
-			t.Fatalf("splitKey(%q) = %q, %q, %v", key, got, rest, ok)
-		}
+		require.True(t, ok, "splitKey(%q)", key)
+		require.Equal(t, name, got, "splitKey(%q)", key)
+		require.Equal(t, "mutex:ch", rest, "splitKey(%q)", key)
 		// Every key of the lock shares the escaped name as hash tag.
-		if tag := hashTag(key + ":queue"); tag != escapeName(name) {
-			t.Fatalf("hash tag of %q = %q", key, tag)
-		}
-		if other != name && checkName(other) == nil && c.lockKey("mutex", other) == key {
-			t.Fatalf("names %q and %q share a key", name, other)
+		require.Equal(t, escapeName(name), hashTag(key+":queue"), "hash tag of %q", key)
+		if other != name && checkName(other) == nil {
+			require.NotEqual(t, key, c.lockKey("mutex", other), "names %q and %q share a key", name, other)
 		}
 	})
 }
@@ -53,14 +53,13 @@ func FuzzOptions(f *testing.F) {
 		}
 		WithLease(durationOf(lease))(&cfg)
 		if err := cfg.validate(); err == nil {
-			if cfg.lease < minLease || strings.ContainsAny(cfg.prefix, "{}") || cfg.prefix == "" || cfg.handoffs < 0 {
-				t.Fatalf("invalid config accepted: %+v", cfg)
-			}
+			require.GreaterOrEqual(t, cfg.lease, minLease, "invalid config accepted: %+v", cfg)
+			require.False(t, strings.ContainsAny(cfg.prefix, "{}"), "invalid config accepted: %+v", cfg)
+			require.NotEqual(t, "", cfg.prefix, "invalid config accepted: %+v", cfg)
+			require.GreaterOrEqual(t, cfg.handoffs, 0, "invalid config accepted: %+v", cfg)
 		}
 		lc := newLockConfig([]LockOption{WithLeaseTime(durationOf(leaseTime))})
-		if lc.leaseTime < 0 {
-			t.Fatalf("negative lease time %v", lc.leaseTime)
-		}
+		require.GreaterOrEqual(t, lc.leaseTime, time.Duration(0), "negative lease time")
 	})
 }
 

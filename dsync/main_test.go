@@ -11,6 +11,7 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -46,9 +47,7 @@ func TestMain(m *testing.M) {
 func server(t testing.TB) *redistest.Server {
 	t.Helper()
 	redistest.Require(t)
-	if srv == nil {
-		t.Fatal("the shared redis-server did not start")
-	}
+	require.NotNil(t, srv, "the shared redis-server did not start")
 	return srv
 }
 
@@ -88,9 +87,7 @@ func newClient(t testing.TB, opts ...dsync.Option) *dsync.Client {
 func newClientOn(t testing.TB, rc rueidis.Client, opts ...dsync.Option) *dsync.Client {
 	t.Helper()
 	c, err := dsync.NewClient(rc, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -100,9 +97,7 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out after %v waiting for %s", d, what)
 		time.Sleep(time.Millisecond)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
-	"time"
 )
 
 // A ContextLocker is a lock held through a lock context: *Mutex, *FairMutex,
@@ -43,9 +43,9 @@ func (m *Mutex) orderKey() string { return m.key }
 type MultiLock struct {
 	members []ContextLocker
 
-	mu     sync.Mutex
-	held   map[string][]*multiHold // by owner; innermost acquisition last
-	locker string                  // owner of the hold taken by Lock
+	mu   sync.Mutex
+	held map[string][]*multiHold // by owner; innermost acquisition last
+	lk   lockerHolds             // the hold taken by Lock
 }
 
 // multiHold is one acquisition of all members.
@@ -177,36 +177,23 @@ func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	return err
 }
 
-// Lock acquires every member, blocking until all are held, with a fresh
-// owner, as sync.Mutex.Lock does. It retries after errors and panics on
-// errors waiting cannot cure (ErrClosed, ErrInvalidArgument).
-func (ml *MultiLock) Lock() {
-	ctx := WithOwner(context.Background())
-	owner, _ := OwnerOf(ctx)
-	for n := 1; ; n++ {
-		_, err := ml.LockContext(ctx)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
-			panic(err)
-		}
-		time.Sleep(backoff(n))
-	}
-	ml.mu.Lock()
-	ml.locker = owner
-	ml.mu.Unlock()
-}
+// Lock acquires every member, blocking until all are held, as
+// sync.Mutex.Lock does (each attempt with a fresh owner). It retries after
+// errors, logging them, and panics on errors waiting cannot cure
+// (ErrClosed, ErrInvalidArgument). (The adapter in locker.go.)
+func (ml *MultiLock) Lock() { lockerLock(ml, &ml.lk) }
 
 // Unlock releases the hold taken by Lock. It is a run-time error (a panic)
-// if ml was not locked by Lock.
-func (ml *MultiLock) Unlock() {
-	ml.mu.Lock()
-	owner := ml.locker
-	ml.locker = ""
-	ml.mu.Unlock()
-	if owner == "" {
-		panic("dsync: unlock of unlocked MultiLock")
-	}
-	_ = ml.UnlockContext(withOwnerVal(context.Background(), ownerVal{id: owner}))
+// if ml was not locked by Lock; a failed release is logged.
+func (ml *MultiLock) Unlock() { lockerUnlock(ml, &ml.lk, "unlock") }
+
+func (ml *MultiLock) lockFor(ctx context.Context, _ bool) (context.Context, bool, error) {
+	lctx, err := ml.LockContext(ctx)
+	return lctx, err == nil, err
+}
+
+func (ml *MultiLock) unlockFor(ctx context.Context) error { return ml.UnlockContext(ctx) }
+
+func (ml *MultiLock) lockerEnv() (string, string, *slog.Logger, *Client) {
+	return "MultiLock", "", slog.Default(), nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestMultiLockClusterAllOrNone: members on three different masters are
@@ -20,26 +22,18 @@ func TestMultiLockClusterAllOrNone(t *testing.T) {
 	ml := c.NewMultiLock(names)
 	ctx := ctxT(t)
 	lctx, err := ml.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := dsync.OwnerOf(lctx); !ok {
-		t.Fatal("no owner in the lock context")
-	}
+	require.NoError(t, err)
+	_, ok := dsync.OwnerOf(lctx)
+	require.True(t, ok, "no owner in the lock context")
 	for _, n := range names {
-		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); ok || err != nil {
-			t.Fatalf("member %q free while the MultiLock holds it: %v %v", n, ok, err)
-		}
+		_, ok, err := c.NewMutex(n).TryLockContext(ctx)
+		require.False(t, ok, "member %q free while the MultiLock holds it", n)
+		require.NoError(t, err, "member %q free while the MultiLock holds it", n)
 	}
-	if err := ml.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
-	if lctx.Err() == nil || errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatalf("lock context after release: %v, cause %v", lctx.Err(), context.Cause(lctx))
-	}
-	if err := ml.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("second unlock = %v, want ErrNotHeld", err)
-	}
+	require.NoError(t, ml.UnlockContext(lctx))
+	require.Error(t, lctx.Err(), "lock context after release")
+	require.NotErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "lock context after release")
+	require.ErrorIs(t, ml.UnlockContext(lctx), dsync.ErrNotHeld, "second unlock")
 
 	// Another owner holds the member taken last: the wait ends with ctx,
 	// and the members taken before it are released again.
@@ -51,29 +45,24 @@ func TestMultiLockClusterAllOrNone(t *testing.T) {
 		}
 	}
 	block, err := c.NewMutex(last).LockContext(dsync.WithOwner(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, err := ml.LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("blocked MultiLock = %v, want DeadlineExceeded", err)
-	}
+	_, err = ml.LockContext(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "blocked MultiLock")
 	for _, n := range names {
 		if n == last {
 			continue
 		}
 		l, ok, err := c.NewMutex(n).TryLockContext(ctx)
-		if !ok || err != nil {
-			t.Fatalf("member %q left held after a failed MultiLock: %v %v", n, ok, err)
-		}
+		require.True(t, ok, "member %q left held after a failed MultiLock", n)
+		require.NoError(t, err, "member %q left held after a failed MultiLock", n)
 		c.NewMutex(n).UnlockContext(l)
 	}
 	c.NewMutex(last).UnlockContext(block)
 
-	if _, err := dsync.NewMultiLock().LockContext(ctx); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("empty MultiLock = %v, want ErrInvalidArgument", err)
-	}
+	_, err = dsync.NewMultiLock().LockContext(ctx)
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "empty MultiLock")
 }
 
 // TestMultiLockOppositeOrder: two Clients lock overlapping sets given in
@@ -95,22 +84,18 @@ func TestMultiLockOppositeOrder(t *testing.T) {
 				ml := c.NewMultiLock(set)
 				for it := 0; it < 15; it++ {
 					lctx, err := ml.LockContext(ctx)
-					if err != nil {
-						t.Errorf("set %d: %v (deadlock?)", i, err)
+					if !assert.NoError(t, err, "set %d (deadlock?)", i) {
 						return
 					}
 					for _, n := range set {
-						if v := inside[idx[n]].Add(1); v != 1 {
-							t.Errorf("%d holders of %q", v, n)
-						}
+						v := inside[idx[n]].Add(1)
+						assert.Equal(t, int32(1), v, "%d holders of %q", v, n)
 					}
 					time.Sleep(100 * time.Microsecond)
 					for _, n := range set {
 						inside[idx[n]].Add(-1)
 					}
-					if err := ml.UnlockContext(lctx); err != nil {
-						t.Error(err)
-					}
+					assert.NoError(t, ml.UnlockContext(lctx))
 				}
 			}()
 		}
@@ -124,24 +109,19 @@ func TestMultiLockMemberLost(t *testing.T) {
 	c := newClient(t)
 	ml := dsync.NewMultiLock(c.NewMutex("long"), c.NewMutex("short", dsync.WithLeaseTime(150*time.Millisecond)))
 	lctx, err := ml.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitFor(t, 3*time.Second, "the lost member to cancel the MultiLock", func() bool { return lctx.Err() != nil })
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatalf("cause %v, want ErrLockLost", context.Cause(lctx))
-	}
+	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 	// Releasing still releases the member that is held. The lost one
 	// reports ErrNotHeld, or nil if its key had not quite expired in Redis
 	// yet (the local lease clock runs out first, by design).
-	if err := ml.UnlockContext(lctx); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("unlock after a loss = %v", err)
+	if err := ml.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
+		require.NoError(t, err, "unlock after a loss")
 	}
-	if l, ok, err := c.NewMutex("long").TryLockContext(ctxT(t)); !ok || err != nil {
-		t.Fatalf("the held member was not released: %v %v", ok, err)
-	} else {
-		c.NewMutex("long").UnlockContext(l)
-	}
+	l, ok, err := c.NewMutex("long").TryLockContext(ctxT(t))
+	require.True(t, ok, "the held member was not released")
+	require.NoError(t, err, "the held member was not released")
+	c.NewMutex("long").UnlockContext(l)
 }
 
 func TestMultiLockLocker(t *testing.T) {
@@ -161,10 +141,5 @@ func TestMultiLockLocker(t *testing.T) {
 	l.Unlock()
 	<-got
 	l.Unlock()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("Unlock of an unlocked MultiLock did not panic")
-		}
-	}()
-	l.Unlock()
+	require.Panics(t, l.Unlock, "Unlock of an unlocked MultiLock did not panic")
 }

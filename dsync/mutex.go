@@ -3,8 +3,8 @@ package dsync
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -34,17 +34,16 @@ const freeMarkerTTL = time.Hour
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
 type Mutex struct {
 	c    *Client
-	name string
+	info Lock   // its name, for events and errors
 	key  string // the lock value "<owner> <token> <count>"
-	ch   string // wakeup channel, published on release
 	err  error  // a bad name, returned by every call
 	lc   lockConfig
 
-	// Arguments computed once, so an acquisition does not rebuild them.
-	keys     []string // {key}
-	relKeys  []string // {key, ch}
+	// Arguments computed once, so an acquisition does not rebuild them
+	// (those all Mutexes of the Client share are the Client's).
+	relKeys  []string // {key, wakeup channel (published on release)}
+	wkey     string   // waiting count: waiting Client -> "<goroutines> <expiry ms>"
 	leaseArg string   // lease of a new hold, in ms
-	markArg  string   // free-marker lifetime, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
 	// this Client that need no round trip. 1 with a fixed lease, since each
@@ -52,85 +51,55 @@ type Mutex struct {
 	block    int
 	blockArg string
 
-	lmu    sync.Mutex
-	locker string // owner of the hold taken by Lock or TryLock
+	lk lockerHolds // the hold taken by Lock or TryLock
 }
+
+// ch is m's wakeup channel, published on release.
+func (m *Mutex) ch() string { return m.relKeys[1] }
+
+// sk names m's state in the Client's registry.
+func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
 
 // NewMutex returns the mutex called name. An invalid name (empty, or longer
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	key := c.lockKey("mutex", name)
-	m := &Mutex{c: c, name: name, key: key, ch: key + ":ch", err: checkName(name), lc: newLockConfig(opts)}
-	m.keys = []string{m.key}
-	m.relKeys = []string{m.key, m.ch}
-	m.leaseArg = leaseMS(m.lease())
-	m.markArg = leaseMS(freeMarkerTTL)
-	m.block = 1
-	if m.lc.leaseTime == 0 && c.cfg.handoffs > 0 {
-		m.block = c.cfg.handoffs
+	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: newLockConfig(opts)}
+	m.relKeys = []string{key, key + ":ch"}
+	m.wkey = key + ":waiting"
+	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
+	if m.lc.leaseTime > 0 {
+		m.leaseArg = leaseMS(m.lc.leaseTime)
+	} else if c.cfg.handoffs > 0 {
+		m.block, m.blockArg = c.cfg.handoffs, c.args.handoffs
 	}
-	m.blockArg = strconv.Itoa(m.block)
 	return m
 }
 
 // Lock acquires m, blocking until it is held. Redis errors do not end the
 // wait: Lock logs them, reports them to the observer and retries with
 // backoff. Lock panics if the Client is closed or the name is invalid,
-// errors that waiting cannot cure.
-func (m *Mutex) Lock() {
-	// Each attempt makes a fresh owner: a failed attempt's undo can then
-	// never touch a later attempt's hold, and needs no attempt marker.
-	ctx := context.Background()
-	var owner string
-	for n := 1; ; n++ {
-		lctx, err := m.LockContext(ctx)
-		if err == nil {
-			owner, _ = OwnerOf(lctx)
-			break
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
-			panic(err)
-		}
-		m.c.cfg.logger.Warn("dsync: Lock retrying", "name", shortName(m.name), "err", err)
-		if m.c.sleepCtx(ctx, backoff(n)) != nil {
-			panic(ErrClosed)
-		}
-	}
-	m.lmu.Lock()
-	m.locker = owner
-	m.lmu.Unlock()
-}
+// errors that waiting cannot cure. (The adapter in locker.go.)
+func (m *Mutex) Lock() { lockerLock(m, &m.lk) }
 
 // TryLock tries to acquire m without waiting and reports whether it did.
 // It returns false on any error.
-func (m *Mutex) TryLock() bool {
-	lctx, ok, err := m.TryLockContext(context.Background())
-	if err != nil || !ok {
-		return false
-	}
-	owner, _ := OwnerOf(lctx)
-	m.lmu.Lock()
-	m.locker = owner
-	m.lmu.Unlock()
-	return true
-}
+func (m *Mutex) TryLock() bool { return lockerTryLock(m, &m.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
 // (a panic) if m was not locked by Lock or TryLock. A release that fails
 // (the lock was lost, Redis is unreachable) is logged; the lock then
 // expires with its lease.
-func (m *Mutex) Unlock() {
-	m.lmu.Lock()
-	owner := m.locker
-	m.locker = ""
-	m.lmu.Unlock()
-	if owner == "" {
-		panic("dsync: unlock of unlocked Mutex")
-	}
-	ctx := withOwnerVal(context.Background(), ownerVal{id: owner})
-	if err := m.UnlockContext(ctx); err != nil {
-		m.c.cfg.logger.Warn("dsync: Unlock failed", "name", shortName(m.name), "err", err)
-	}
+func (m *Mutex) Unlock() { lockerUnlock(m, &m.lk, "unlock") }
+
+func (m *Mutex) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
+	return m.lock(ctx, try)
+}
+
+func (m *Mutex) unlockFor(ctx context.Context) error { return m.UnlockContext(ctx) }
+
+func (m *Mutex) lockerEnv() (string, string, *slog.Logger, *Client) {
+	return "Mutex", m.info.Name, m.c.cfg.logger, m.c
 }
 
 // LockContext acquires m for the owner ctx carries (a fresh one if none),
@@ -180,19 +149,26 @@ func (m *Mutex) unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	c := m.c
-	st := c.getMutex(m.key)
-	defer c.putMutex(m.key, st)
+	// Redis is told under ctx only if it bounds the release in time; else
+	// under the Client's context, whose Done channel exists already (a
+	// lock context's would be made for this call alone).
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		rctx = c.ctx
+	}
+	st := c.getMutex(m.sk())
+	defer c.putMutex(m.sk(), st)
 	st.mu.Lock()
 	h := st.h
 	if h == nil || h.owner != owner {
 		st.mu.Unlock()
 		// Not held through this Client: the owner may hold it through
 		// another Client, so ask Redis.
-		code, err := m.release(ctx, owner, 0, 0)
+		code, err := m.release(rctx, owner, 0, 0)
 		if err == nil && code == 0 {
 			err = ErrNotHeld
 		}
-		return wrapErr(KindMutex, m.name, err)
+		return wrapErr(KindMutex, m.info.Name, err)
 	}
 	if h.depth() > 1 {
 		h.pop()
@@ -203,18 +179,18 @@ func (m *Mutex) unlock(ctx context.Context) error {
 	// The last acquisition's context is cancelled by h.end once the lock
 	// is passed on, so the release below can still run under ctx.
 	st.h = nil
-	err := m.passOn(ctx, st, h)
+	err := m.passOn(rctx, st, h)
 	m.observeRelease(ctx, h, err, true)
 	return err
 }
 
 func (m *Mutex) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := m.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
 	}
 }
 
-func (m *Mutex) lockInfo() Lock { return Lock{Kind: KindMutex, Name: m.name, N: 1} }
+func (m *Mutex) lockInfo() Lock { return m.info }
 
 func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, error) {
 	c := m.c
@@ -222,399 +198,10 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 		return nil, false, err
 	}
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
-	obs := c.cfg.observer
-	info := m.lockInfo()
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info, Try: try}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
 	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, try)
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Owner: owner, Try: try, Acquired: h != nil, Reentered: reentered, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
-	return lctx, h != nil, wrapErr(KindMutex, m.name, err)
-}
-
-// mutexState is what one Client knows of one mutex: its hold, if this
-// Client holds it, and the local goroutines waiting for it. Only one
-// goroutine at a time talks to Redis for it (busy); the others wait here.
-type mutexState struct {
-	refs    int // guarded by Client.mu: calls in progress plus one for a hold
-	mu      sync.Mutex
-	h       *hold
-	queue   []*mutexWaiter
-	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
-	passes  int  // consecutive handoffs inside this Client
-	yielded bool // the lock was just released to other processes' waiters
-	// next..last are the fencing tokens reserved in Redis for handoffs
-	// inside this Client (see Mutex.block); empty when next > last.
-	next, last uint64
-	// first is the block's first token, minted at most at the server
-	// clock (µs), and at is when its reply arrived: a token of the block is
-	// issued only once the clock has reached it, first + µs since at (see
-	// tokenDue), so no token is ever ahead of the server clock.
-	first uint64
-	at    time.Time
-}
-
-// reserved records the block of tokens a Redis acquisition or handoff
-// reserved for hold h.
-func (st *mutexState) reserved(h *hold) {
-	st.next, st.last = h.token+1, h.rToken
-	st.first, st.at = h.token, time.Now()
-}
-
-// tokenDue reports whether the next token of the block may be issued now:
-// not ahead of the server clock. Issuing handoffs faster than one per µs
-// (or on a server whose clock runs slower than ours) sends the handoff to
-// Redis, which mints a token from its clock.
-func (st *mutexState) tokenDue() bool {
-	return st.next <= st.last && st.next <= st.first+uint64(time.Since(st.at)/time.Microsecond)
-}
-
-type mutexWaiter struct {
-	ctx   context.Context
-	owner string
-	// ch receives nil ("acquire through Redis now") or the hold handed over.
-	ch    chan *hold
-	woken bool // a value was sent on ch; guarded by mutexState.mu
-	// lctx, set before the hold is sent on ch, is the waiter's acquisition
-	// when it re-enters a hold its owner took meanwhile (see shareHold).
-	lctx context.Context
-}
-
-func (c *Client) getMutex(key string) *mutexState {
-	c.mu.Lock()
-	st := c.mutexes[key]
-	if st == nil {
-		st = &mutexState{}
-		c.mutexes[key] = st
-		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
-	}
-	st.refs++
-	c.mu.Unlock()
-	return st
-}
-
-func (c *Client) putMutex(key string, st *mutexState) {
-	c.mu.Lock()
-	if st.refs--; st.refs == 0 {
-		delete(c.mutexes, key)
-		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
-	}
-	c.mu.Unlock()
-}
-
-// wakeNext lets the first local waiter acquire through Redis, if nobody
-// holds or is acquiring. st.mu must be held.
-func (st *mutexState) wakeNext() {
-	if st.h != nil || st.busy || len(st.queue) == 0 {
-		return
-	}
-	w := st.queue[0]
-	st.queue = st.queue[1:]
-	w.woken = true
-	st.busy = true
-	w.ch <- nil
-}
-
-// shareHold lets the queued waiters of h's owner re-enter h, as they would
-// had they arrived just after it was taken: leaving them queued until the
-// owner releases would deadlock a holder that waits for them. Their lock
-// contexts are made here, under st.mu, so a release cannot end h first.
-func (st *mutexState) shareHold(h *hold) {
-	q := st.queue[:0]
-	for _, w := range st.queue {
-		if w.owner != h.owner {
-			q = append(q, w)
-			continue
-		}
-		w.woken = true
-		w.lctx = h.newCtx(w.ctx)
-		w.ch <- h
-	}
-	clear(st.queue[len(q):])
-	st.queue = q
-}
-
-func (st *mutexState) remove(w *mutexWaiter) {
-	for i, x := range st.queue {
-		if x == w {
-			st.queue = append(st.queue[:i], st.queue[i+1:]...)
-			return
-		}
-	}
-}
-
-func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
-	c := m.c
-	st := c.getMutex(m.key)
-	st.mu.Lock()
-	if h := st.h; h != nil && h.owner == owner {
-		lctx := h.newCtx(ctx)
-		st.mu.Unlock()
-		c.putMutex(m.key, st)
-		return lctx, h, true, 0, nil
-	}
-	lead := st.h == nil && !st.busy
-	if try && !lead {
-		st.mu.Unlock()
-		c.putMutex(m.key, st)
-		return nil, nil, false, 0, nil
-	}
-	var w *mutexWaiter
-	if lead {
-		st.busy = true
-	} else {
-		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
-		st.queue = append(st.queue, w)
-	}
-	st.mu.Unlock()
-	for {
-		if lead {
-			st.mu.Lock()
-			yielded := st.yielded
-			st.yielded = false
-			st.mu.Unlock()
-			if yielded {
-				// Let the other processes' waiter take it first.
-				if err := c.sleepCtx(ctx, yieldWait); err != nil {
-					st.mu.Lock()
-					st.busy = false
-					st.wakeNext()
-					st.mu.Unlock()
-					c.putMutex(m.key, st)
-					return nil, nil, false, attempts, err
-				}
-			}
-			h, again, n, err := m.acquireRedis(ctx, owner, try)
-			attempts += n
-			st.mu.Lock()
-			st.busy = false
-			if h == nil {
-				st.wakeNext()
-				st.mu.Unlock()
-				c.putMutex(m.key, st)
-				return nil, nil, false, attempts, err
-			}
-			st.h = h
-			st.passes = 0
-			st.reserved(h)
-			lctx := h.newCtx(ctx)
-			st.shareHold(h)
-			st.mu.Unlock()
-			return lctx, h, again, attempts, nil
-		}
-		var done error
-		select {
-		case h := <-w.ch:
-			if h == nil {
-				lead = true
-				continue
-			}
-			if w.lctx != nil {
-				c.putMutex(m.key, st) // re-entered: the hold has its reference
-				return w.lctx, h, true, attempts, nil
-			}
-			return h.newCtx(ctx), h, false, attempts, nil
-		case <-ctx.Done():
-			done = ctx.Err()
-		case <-c.done:
-			done = ErrClosed
-		}
-		st.mu.Lock()
-		if !w.woken {
-			st.remove(w)
-			st.mu.Unlock()
-			c.putMutex(m.key, st)
-			return nil, nil, false, attempts, done
-		}
-		st.mu.Unlock()
-		h := <-w.ch
-		if w.lctx != nil {
-			// Re-entered as we gave up: the acquisition is made, so report
-			// it rather than undo it (its context ends with ctx).
-			c.putMutex(m.key, st)
-			return w.lctx, h, true, attempts, nil
-		}
-		// Woken as we gave up: pass on what we were given.
-		if h != nil {
-			cctx, cancel := cleanupCtx(ctx)
-			st.mu.Lock()
-			if st.h == h {
-				st.h = nil
-				_ = m.passOn(cctx, st, h)
-			} else {
-				st.mu.Unlock()
-			}
-			cancel()
-		} else {
-			st.mu.Lock()
-			st.busy = false
-			st.wakeNext()
-			st.mu.Unlock()
-			c.putMutex(m.key, st)
-		}
-		return nil, nil, false, attempts, done
-	}
-}
-
-// yieldWait is how long a Client's next local waiter holds back after the
-// Client yielded a lock to other processes, so that their waiter, woken by
-// the release message, gets it first.
-const yieldWait = 2 * time.Millisecond
-
-// passOn ends hold h (removed from st.h, no acquisitions left): it hands the
-// lock to the next local waiter, or releases it in Redis and lets the next
-// local waiter compete. Called with st.mu held; unlocks it.
-//
-// Every acquisition in Redis reserves m.block fencing tokens (the value
-// records the last), so the next m.block-1 handoffs inside this Client need
-// no round trip: the new holder takes the next token and the same hold in
-// Redis. When the block runs out, a handoff script reserves the next one in
-// one round trip, and first asks Redis whether other processes wait (their
-// waiters are subscribed to the lock's channel); if so it releases the lock
-// to them instead: the yield. Without waiters elsewhere the lock keeps
-// passing locally, up to a hard cap of 8 blocks, in case a waiter could not
-// subscribe.
-func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
-	c := m.c
-	defer c.putMutex(m.key, st) // the hold's reference
-	h.beginRelease()
-	bound := c.cfg.handoffs
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
-		// A token from the block reserved in Redis: no round trip. The new
-		// hold is the same hold in Redis, so it takes over its lease clock.
-		w := st.queue[0]
-		st.queue = st.queue[1:]
-		w.woken = true
-		st.passes++
-		nh := m.newHold(w.owner, st.next)
-		st.next++
-		nh.rOwner, nh.rToken = h.rOwner, h.rToken
-		// Hand over before reading h's lease clock: a renewal reply in
-		// between reaches nh, which keeps it for trackUntil.
-		h.handedTo(nh)
-		if nh.trackUntil(h.leaseEnd()) {
-			h.end(errReleased, false)
-			st.h = nh
-			w.ch <- nh
-			st.shareHold(nh) // other waiters of the same owner re-enter
-			st.mu.Unlock()
-			return nil
-		}
-		// Closed meanwhile: the waiter finds out through Redis.
-		st.busy = true
-		w.ch <- nil
-		st.mu.Unlock()
-		h.end(errReleased, false)
-		return ErrClosed
-	}
-	// A handoff through Redis reserves a new block; with blocks each is a
-	// yield check, without them every bound-th.
-	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster && !c.sharded) && !h.isEnded() {
-		// In a cluster without sharded pub/sub, PUBSUB NUMSUB sees only one
-		// node's subscribers, so a check there always yields (the plain
-		// release below).
-		w := st.queue[0]
-		st.queue = st.queue[1:]
-		w.woken = true
-		st.busy = true
-		st.passes++
-		st.mu.Unlock()
-		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
-		h.end(errReleased, false)
-		st.mu.Lock()
-		st.busy = false
-		switch {
-		case nh != nil:
-			st.h = nh
-			st.reserved(nh)
-			w.ch <- nh
-			st.shareHold(nh) // other waiters of the same owner re-enter
-		case yielded:
-			// Back to the head of the queue, to compete after the others.
-			w.woken = false
-			st.queue = append([]*mutexWaiter{w}, st.queue...)
-			st.passes = 0
-			st.yielded = true
-			st.wakeNext()
-		default:
-			// Not handed over: the waiter acquires through Redis.
-			st.busy = true
-			w.ch <- nil
-		}
-		st.mu.Unlock()
-		return err
-	}
-	st.busy = true
-	st.yielded = len(st.queue) > 0 && st.passes > 0
-	st.passes = 0
-	st.mu.Unlock()
-	code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
-	ended := h.end(errReleased, false)
-	st.mu.Lock()
-	st.busy = false
-	st.wakeNext()
-	st.mu.Unlock()
-	if err == nil && (code == 0 || !ended) {
-		err = ErrNotHeld
-	}
-	return wrapErr(KindMutex, m.name, err)
-}
-
-// handoff moves the lock from hold h to owner to in one script and returns
-// the new hold; with check, it yields instead if other processes wait. It
-// returns nil with the reason if it could do neither.
-func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh *hold, yielded bool, err error) {
-	c := m.c
-	lease := m.lease()
-	own := "-1"
-	if check {
-		own = "0"
-		if c.notify.isLive(m.ch) {
-			own = "1"
-		}
-	}
-	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.markArg, m.blockArg, strconv.FormatUint(h.token, 10)}
-	var vals []int64
-	var sentAt time.Time
-	err = idempotent(ctx, func(ctx context.Context) (err error) {
-		sentAt = time.Now()
-		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
-		return err
-	})
-	if err != nil {
-		return nil, false, wrapErr(KindMutex, m.name, err)
-	}
-	if len(vals) == 1 && vals[0] == 2 {
-		return nil, true, nil
-	}
-	if len(vals) < 2 || vals[0] != 1 {
-		// h was not this owner's alone (lost, or re-entered through another
-		// Client): release our part normally.
-		code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
-		if err == nil && code == 0 {
-			err = ErrNotHeld
-		}
-		return nil, false, wrapErr(KindMutex, m.name, err)
-	}
-	nh = m.newHold(to, uint64(vals[1]))
-	nh.rToken = nh.token + uint64(m.block) - 1
-	if !nh.track(sentAt, lease) {
-		// Closed meanwhile: nobody will renew or release the new hold.
-		_, _ = m.release(ctx, to, nh.rToken, nh.token)
-		return nil, false, ErrClosed
-	}
-	return nh, false, nil
+	ob.done(h, reentered, attempts, err)
+	return lctx, h != nil, wrapErr(KindMutex, m.info.Name, err)
 }
 
 func (m *Mutex) lease() time.Duration {
@@ -625,206 +212,45 @@ func (m *Mutex) lease() time.Duration {
 }
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {
-	h := m.c.newHold(m.lockInfo(), owner, token)
+	h := m.c.newHold(&m.info, owner, token)
+	h.key = m.key
 	h.watchdog = m.lc.leaseTime == 0
 	h.ops = m
 	return h
 }
 
+// A Mutex is the holdOps of its holds.
+
 func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	_, prefix := m.renewKey(h)
-	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.keys, Args: []string{prefix, leaseMS(m.c.cfg.lease)}}
+	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.relKeys[:1], Args: []string{h.mutexPrefix(), leaseMS(m.c.cfg.lease)}}
 }
 
-// renewKey returns the lock key and the value prefix "<owner> <token> "
-// that the renewal scripts check, for the batched renewal.
-func (m *Mutex) renewKey(h *hold) (key, prefix string) {
-	if h.renewTag == "" {
-		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " "
-	}
-	return m.key, h.renewTag
+func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
+	return m.key, h.mutexPrefix(), true
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.markArg, strconv.FormatUint(h.token, 10)}}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.c.args.mark, strconv.FormatUint(h.token, 10)}}
+}
+
+func (m *Mutex) ended(h *hold, lost bool) {
+	if lost {
+		m.lost(h)
+	}
 }
 
 // lost forgets a lost hold, so the next local waiter can try.
 func (m *Mutex) lost(h *hold) {
 	c := m.c
-	st := c.getMutex(m.key)
+	st := c.getMutex(m.sk())
 	st.mu.Lock()
 	if st.h == h {
 		st.h = nil
 		st.wakeNext()
 		st.mu.Unlock()
-		c.putMutex(m.key, st) // the hold's reference
+		c.putMutex(m.sk(), st) // the hold's reference
 	} else {
 		st.mu.Unlock()
 	}
-	c.putMutex(m.key, st)
-}
-
-// release runs the release script (token 0: any hold of owner); used is
-// the last fencing token issued under the hold (0: unknown), which the free
-// marker records. A release of a known hold is retried after a lost reply,
-// which the script makes safe, and completes even if ctx ends (see
-// idempotent).
-func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	args := []string{owner, strconv.FormatUint(token, 10), m.markArg, strconv.FormatUint(used, 10)}
-	call := func(ctx context.Context) (err error) {
-		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
-		return err
-	}
-	if token == 0 {
-		// An owner-only release could decrement twice if repeated: one try.
-		if ctx.Err() == nil {
-			return code, call(ctx)
-		}
-		cctx, cancel := cleanupCtx(ctx)
-		defer cancel()
-		return code, call(cctx)
-	}
-	return code, idempotent(ctx, call)
-}
-
-// undoFresh undoes an acquisition by an owner made for that one call: it
-// marks the attempt undone, then releases what the owner holds. It can be
-// repeated.
-func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
-	keys := withMarker(m.relKeys, mark)
-	args := []string{owner, "0", m.markArg, "0"}
-	_ = idempotent(ctx, func(ctx context.Context) error {
-		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
-	})
-}
-
-// undo releases the acquisition made by the attempt with marker, if the
-// acquire script applied it, and nothing otherwise. It can be repeated.
-func (m *Mutex) undo(ctx context.Context, owner, marker string) {
-	keys := withMarker(m.relKeys, marker)
-	args := []string{owner, "0", m.markArg}
-	_ = idempotent(ctx, func(ctx context.Context) error {
-		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
-	})
-}
-
-// acquireRedis loops on the acquire script until the lock is held, ctx is
-// done or Redis fails; between attempts it waits for a release message, or
-// at most the holder's remaining lease or lease/3, whichever is sooner, in
-// case the message was lost.
-//
-// reentered reports that the owner already held the lock through another
-// Client, so only the count in Redis grew.
-func (m *Mutex) acquireRedis(ctx context.Context, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
-	c := m.c
-	lease := m.lease()
-	args := []string{owner, m.leaseArg, m.blockArg}
-	// An owner the caller supplied may hold the lock through another Client
-	// too; an attempt marker lets a lost reply be undone exactly (undo).
-	var marker string
-	fresh := freshOwner(ctx)
-	if fresh {
-		// An owner made for this call holds nothing else, so its undo
-		// releases whatever it holds; the mark only makes an acquire that
-		// arrives after the undo a no-op. The acquire checks it and never
-		// writes it: a successful acquisition leaves no key.
-		marker = m.key + ":x:" + owner
-		args = append(args, "check")
-	} else {
-		marker = m.key + ":a:" + c.attemptID()
-	}
-	keys := withMarker(m.keys, marker)
-	var sub *subscription
-	live := false
-	defer func() { sub.close() }()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for attempt := 1; ; attempt++ {
-		if sub != nil {
-			sub.drain()
-		}
-		sentAt := time.Now()
-		vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, keys, args) // WAIT with WithReplicaSync
-		if err == nil && len(vals) != 2 {
-			err = errors.New("dsync: unexpected reply from the acquire script")
-		}
-		if err != nil {
-			if !isRedisErr(err) {
-				switch {
-				case errors.Is(err, ErrNotReplicated) && len(vals) == 2 && vals[0] == 1:
-					// Acquired, not synced: undone by its token before the
-					// call returns, as ErrNotReplicated says.
-					_, _ = m.release(ctx, owner, uint64(vals[1])+uint64(m.block)-1, uint64(vals[1]))
-				case fresh:
-					// An owner made for this call alone holds nothing else:
-					// mark the attempt undone, then release it. Exact, so
-					// it runs in the background and the call returns by
-					// its deadline.
-					c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker) })
-				default:
-					// The script may have run with its reply lost (or was a
-					// re-entry replicas did not acknowledge): undo exactly
-					// this attempt, whatever else the owner holds.
-					c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
-				}
-			}
-			if err := ctxErr(ctx); err != nil {
-				return nil, false, attempt, err
-			}
-			if c.closed.Load() {
-				return nil, false, attempt, ErrClosed
-			}
-			return nil, false, attempt, ownErr(err)
-		}
-		if vals[0] != 0 {
-			if !fresh {
-				c.dropMarker(marker)
-			}
-			h := m.newHold(owner, uint64(vals[1]))
-			if vals[0] == 1 {
-				h.rToken = h.token + uint64(m.block) - 1
-			}
-			if !h.track(sentAt, lease) {
-				_, _ = m.release(ctx, owner, h.rToken, h.token)
-				return nil, false, attempt, ErrClosed
-			}
-			return h, vals[0] == 2, attempt, nil
-		}
-		if try {
-			return nil, false, attempt, nil
-		}
-		if sub == nil || !live {
-			sub.close()
-			sub, live = c.notify.subscribe(ctx, m.ch)
-			if live {
-				continue // look again: the release may have come before the subscription
-			}
-		}
-		wait := c.cfg.lease / 3
-		if pttl := time.Duration(vals[1]) * time.Millisecond; vals[1] >= 0 && pttl < wait {
-			wait = pttl
-		}
-		if !live {
-			wait = min(wait, backoff(attempt))
-		}
-		wait = max(wait, time.Millisecond)
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-sub.C:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, false, attempt, ctx.Err()
-		case <-c.done:
-			return nil, false, attempt, ErrClosed
-		}
-	}
+	c.putMutex(m.sk(), st)
 }

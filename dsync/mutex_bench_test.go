@@ -3,6 +3,9 @@ package dsync_test
 import (
 	"context"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Quick in-package figures; the side-by-side comparison with the peers is
@@ -15,12 +18,8 @@ func BenchmarkMutexSerial(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		lctx, err := m.LockContext(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := m.UnlockContext(lctx); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
+		require.NoError(b, m.UnlockContext(lctx))
 	}
 }
 
@@ -33,12 +32,10 @@ func BenchmarkMutexContended16(b *testing.B) {
 		ctx := context.Background()
 		for pb.Next() {
 			lctx, err := m.LockContext(ctx)
-			if err != nil {
-				b.Error(err)
+			if !assert.NoError(b, err) {
 				return
 			}
-			if err := m.UnlockContext(lctx); err != nil {
-				b.Error(err)
+			if !assert.NoError(b, m.UnlockContext(lctx)) {
 				return
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Handoffs inside a Client take consecutive tokens from the block the
@@ -17,9 +19,7 @@ func TestMutexTokenBlock(t *testing.T) {
 	newC := func(opts ...Option) *Client {
 		rc := s.Client(t)
 		c, err := NewClient(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
@@ -27,9 +27,7 @@ func TestMutexTokenBlock(t *testing.T) {
 	other := newC()
 	m := c.NewMutex("blk")
 	first, err := m.LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	type held struct {
 		ctx context.Context
 		tok uint64
@@ -38,8 +36,7 @@ func TestMutexTokenBlock(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		go func() {
 			l, err := m.LockContext(context.Background())
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err) {
 				return
 			}
 			tok, _ := FencingToken(l)
@@ -47,53 +44,34 @@ func TestMutexTokenBlock(t *testing.T) {
 		}()
 	}
 	// All three wait in the local queue before the first release.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st := c.getMutex(m.key)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		st := c.getMutex(m.sk())
 		st.mu.Lock()
 		n := len(st.queue)
 		st.mu.Unlock()
-		c.putMutex(m.key, st)
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d local waiters, want 3", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		c.putMutex(m.sk(), st)
+		assert.Equal(ct, 3, n, "local waiters")
+	}, 5*time.Second, time.Millisecond, "the three waiters did not all queue locally")
 	tok0, _ := FencingToken(first)
 	prev, cur := tok0, first
 	for i := 0; i < 3; i++ {
-		if err := m.UnlockContext(cur); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.UnlockContext(cur))
 		h := <-got
-		if h.tok != prev+1 {
-			t.Fatalf("handoff %d: token %d, want %d (the next of the block)", i+1, h.tok, prev+1)
-		}
+		require.Equal(t, prev+1, h.tok, "handoff %d: token (the next of the block)", i+1)
 		prev, cur = h.tok, h.ctx
 	}
 	// Redis still records the block's last token under the first owner.
 	rc := s.Client(t)
 	owner0, _ := OwnerOf(first)
 	want := owner0 + " " + strconv.FormatUint(tok0+3, 10) + " 1"
-	if v, _ := rc.Do(context.Background(), rc.B().Get().Key(m.key).Build()).ToString(); v != want {
-		t.Fatalf("lock value %q, want %q", v, want)
-	}
-	if err := m.UnlockContext(cur); err != nil {
-		t.Fatal(err)
-	}
+	v, _ := rc.Do(context.Background(), rc.B().Get().Key(m.key).Build()).ToString()
+	require.Equal(t, want, v, "lock value")
+	require.NoError(t, m.UnlockContext(cur))
 	l, err := other.NewMutex("blk").LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok, _ := FencingToken(l); tok <= tok0+3 {
-		t.Fatalf("next acquisition's token %d is not above the reserved block (up to %d)", tok, tok0+3)
-	}
-	if err := other.NewMutex("blk").UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	tok, _ := FencingToken(l)
+	require.Greater(t, tok, tok0+3, "next acquisition's token")
+	require.NoError(t, other.NewMutex("blk").UnlockContext(l))
 }
 
 // waitUntil polls cond until it holds, failing after d.
@@ -101,9 +79,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out after %v waiting for %s", d, what)
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -111,7 +87,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // queued reports how many goroutines of c wait locally for the mutex key.
 func queued(c *Client, key string) int {
 	c.mu.Lock()
-	st := c.mutexes[key]
+	st := c.mutexes[stateKey{key: key}]
 	c.mu.Unlock()
 	if st == nil {
 		return 0
@@ -129,9 +105,7 @@ func queued(c *Client, key string) int {
 func TestMutexHandoffToRecordedOwner(t *testing.T) {
 	s := redistest.Start(t)
 	c, err := NewClient(s.Client(t), WithMaxLocalHandoffs(2), WithKeyPrefix("rec"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	m := c.NewMutex("m")
 	ctxA, ctxB := WithOwner(context.Background()), WithOwner(context.Background())
@@ -139,36 +113,25 @@ func TestMutexHandoffToRecordedOwner(t *testing.T) {
 		got := make(chan context.Context, 1)
 		go func() {
 			l, err := m.LockContext(ctx)
-			if err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, err)
 			got <- l
 		}()
 		return got
 	}
 	lA, err := m.LockContext(ctxA) // reserves tokens t1, t1+1; Redis names A
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	gotB := lockAsync(ctxB)
 	waitUntil(t, 5*time.Second, "B to queue", func() bool { return queued(c, m.key) == 1 })
-	if err := m.UnlockContext(lA); err != nil { // local handoff: B gets t1+1
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lA)) // local handoff: B gets t1+1
 	lB := <-gotB
 	gotA := lockAsync(ctxA)
 	waitUntil(t, 5*time.Second, "A to queue again", func() bool { return queued(c, m.key) == 1 })
-	if err := m.UnlockContext(lB); err != nil { // block used up: handoff through Redis to A
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lB)) // block used up: handoff through Redis to A
 	lA2 := <-gotA
 	t1, _ := FencingToken(lA)
 	t2, _ := FencingToken(lB)
 	t3, _ := FencingToken(lA2)
-	if !(t1 < t2 && t2 < t3) {
-		t.Fatalf("fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
-	}
-	if err := m.UnlockContext(lA2); err != nil {
-		t.Fatal(err)
-	}
+	require.Less(t, t1, t2, "fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
+	require.Less(t, t2, t3, "fencing tokens %d, %d, %d: not strictly increasing", t1, t2, t3)
+	require.NoError(t, m.UnlockContext(lA2))
 }

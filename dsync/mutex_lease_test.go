@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -22,9 +23,7 @@ func getKey(t testing.TB, rc rueidis.Client, key string) (string, bool) {
 	if rueidis.IsRedisNil(err) {
 		return "", false
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v, true
 }
 
@@ -34,9 +33,7 @@ func TestMutexContextDeadline(t *testing.T) {
 	key := prefixOf(t, c) + ":{d}:mutex"
 	m := c.NewMutex("d")
 	held, err := m.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	holder, _ := getKey(t, rc, key)
 
 	// Waiters in this Client (local queue) and in another Client (Redis).
@@ -47,34 +44,31 @@ func TestMutexContextDeadline(t *testing.T) {
 		_, err := mm.LockContext(ctx)
 		late := time.Since(start) - 80*time.Millisecond
 		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("LockContext = %v, want DeadlineExceeded", err)
-		}
-		if late > 30*time.Millisecond {
-			t.Errorf("returned %v after the deadline", late)
-		}
+		require.ErrorIs(t, err, context.DeadlineExceeded, "LockContext")
+		assert.LessOrEqual(t, late, 30*time.Millisecond, "returned after the deadline")
 	}
 	// A context cancelled before the call fails at once, with its error.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := other.NewMutex("d").LockContext(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled ctx: %v", err)
-	}
-	// Nothing was left behind: the holder's value is unchanged, and after
-	// the release the lock is free for anyone.
-	if v, _ := getKey(t, rc, key); v != holder {
-		t.Fatalf("lock value changed by cancelled waiters: %q -> %q", holder, v)
-	}
-	if err := m.UnlockContext(held); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := getKey(t, rc, key); !strings.HasPrefix(v, "- ") {
-		t.Fatalf("after release the key is %q, want a free marker", v)
-	}
+	_, err = other.NewMutex("d").LockContext(ctx)
+	require.ErrorIs(t, err, context.Canceled, "cancelled ctx")
+	// Nothing was left behind: the holder's value is unchanged (the mark
+	// a waiter sets, " w", goes with the last waiting Client's entry in
+	// the waiting count, which the give-up removes in the background), and
+	// after the release the lock is free for anyone.
+	waitFor(t, time.Second, "the holder's value as it was", func() bool {
+		v, _ := getKey(t, rc, key)
+		return v == holder
+	})
+	n, err := rc.Do(context.Background(), rc.B().Exists().Key(key+":waiting").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "waiting count left by cancelled waiters")
+	require.NoError(t, m.UnlockContext(held))
+	v, _ := getKey(t, rc, key)
+	require.True(t, strings.HasPrefix(v, "- "), "after release the key is %q, want a free marker", v)
 	l, ok, err := other.NewMutex("d").TryLockContext(ctxT(t))
-	if !ok || err != nil {
-		t.Fatalf("lock not free after cancelled waits: %v %v", ok, err)
-	}
+	require.True(t, ok, "lock not free after cancelled waits")
+	require.NoError(t, err, "lock not free after cancelled waits")
 	other.NewMutex("d").UnlockContext(l)
 }
 
@@ -83,20 +77,14 @@ func TestMutexLeaseTimeExpires(t *testing.T) {
 	m := c.NewMutex("fixed", dsync.WithLeaseTime(150*time.Millisecond))
 	start := time.Now()
 	lctx, err := m.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	select {
 	case <-lctx.Done():
 	case <-time.After(2 * time.Second):
 		t.Fatal("lock context not cancelled after the fixed lease")
 	}
-	if d := time.Since(start); d > 150*time.Millisecond {
-		t.Errorf("lock context cancelled %v after the acquire, after the lease of 150ms ran out", d)
-	}
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatalf("cause = %v, want ErrLockLost", context.Cause(lctx))
-	}
+	assert.LessOrEqual(t, time.Since(start), 150*time.Millisecond, "lock context cancelled after the acquire, after the lease of 150ms ran out")
+	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 	// Redis expired it too: another owner gets it.
 	waitFor(t, time.Second, "the lock to expire in Redis", func() bool {
 		l, ok, _ := c.NewMutex("fixed").TryLockContext(context.Background())
@@ -105,33 +93,24 @@ func TestMutexLeaseTimeExpires(t *testing.T) {
 		}
 		return ok
 	})
-	if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("unlock after expiry = %v, want ErrNotHeld", err)
-	}
+	require.ErrorIs(t, m.UnlockContext(lctx), dsync.ErrNotHeld, "unlock after expiry")
 }
 
 func TestMutexWatchdogRenews(t *testing.T) {
 	c := newClient(t, dsync.WithLease(150*time.Millisecond))
 	m := c.NewMutex("dog")
 	lctx, err := m.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Proving a negative: for 6 leases nothing may take it or cancel it.
 	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
 	deadline := time.Now().Add(900 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		if _, ok, _ := other.NewMutex("dog").TryLockContext(context.Background()); ok {
-			t.Fatal("another owner acquired a lock the watchdog should keep")
-		}
-		if lctx.Err() != nil {
-			t.Fatalf("lock context ended: %v", context.Cause(lctx))
-		}
+		_, ok, _ := other.NewMutex("dog").TryLockContext(context.Background())
+		require.False(t, ok, "another owner acquired a lock the watchdog should keep")
+		require.NoError(t, lctx.Err(), "lock context ended: %v", context.Cause(lctx))
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lctx))
 }
 
 func TestMutexFlushAllCancels(t *testing.T) {
@@ -139,12 +118,8 @@ func TestMutexFlushAllCancels(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	c := newClientOn(t, s.Client(t), dsync.WithLease(lease))
 	lctx, err := c.NewMutex("f").LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Do(t, "FLUSHALL").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.Do(t, "FLUSHALL").Error())
 	flushed := time.Now()
 	select {
 	case <-lctx.Done():
@@ -152,12 +127,9 @@ func TestMutexFlushAllCancels(t *testing.T) {
 		t.Fatal("lock context not cancelled after FLUSHALL")
 	}
 	// One renewal interval (lease/3), plus scheduling slack.
-	if d := time.Since(flushed); d > lease/3+100*time.Millisecond {
-		t.Errorf("cancelled %v after FLUSHALL, want within one renewal interval (%v)", d, lease/3)
-	}
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatalf("cause = %v", context.Cause(lctx))
-	}
+	d := time.Since(flushed)
+	assert.LessOrEqual(t, d, lease/3+100*time.Millisecond, "cancelled %v after FLUSHALL, want within one renewal interval (%v)", d, lease/3)
+	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 }
 
 func TestFencingTokensIncrease(t *testing.T) {
@@ -174,16 +146,14 @@ func TestFencingTokensIncrease(t *testing.T) {
 				m := c.NewMutex("fence")
 				for i := 0; i < 25; i++ {
 					lctx, err := m.LockContext(context.Background())
-					if err != nil {
-						t.Error(err)
+					if !assert.NoError(t, err) {
 						return
 					}
 					tok, _ := dsync.FencingToken(lctx)
 					mu.Lock() // inside the lock: the order of holds
 					tokens = append(tokens, tok)
 					mu.Unlock()
-					if err := m.UnlockContext(lctx); err != nil {
-						t.Error(err)
+					if !assert.NoError(t, m.UnlockContext(lctx)) {
 						return
 					}
 				}
@@ -191,13 +161,9 @@ func TestFencingTokensIncrease(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if len(tokens) != 200 {
-		t.Fatalf("%d acquisitions, want 200", len(tokens))
-	}
+	require.Len(t, tokens, 200, "acquisitions")
 	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("token %d = %d after %d: not strictly increasing", i, tokens[i], tokens[i-1])
-		}
+		require.Greater(t, tokens[i], tokens[i-1], "token %d: not strictly increasing", i)
 	}
 }
 
@@ -208,20 +174,12 @@ func TestFencingTokensSurviveRestart(t *testing.T) {
 	var last uint64
 	for i := 0; i < 3; i++ {
 		lctx, err := c.NewMutex("r").LockContext(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tok, _ := dsync.FencingToken(lctx)
-		if tok <= last {
-			t.Fatalf("token %d after %d", tok, last)
-		}
+		require.Greater(t, tok, last, "token not above the previous one")
 		last = tok
-		if err := c.NewMutex("r").UnlockContext(lctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Do(t, "FLUSHALL").Error(); err != nil { // forget the counter
-			t.Fatal(err)
-		}
+		require.NoError(t, c.NewMutex("r").UnlockContext(lctx))
+		require.NoError(t, s.Do(t, "FLUSHALL").Error()) // forget the counter
 	}
 }
 
@@ -241,25 +199,17 @@ func TestMutexLostWakeup(t *testing.T) {
 			rc.Do(context.Background(), rc.B().Del().Key(prefix+":{lw}:mutex").Build())
 		}},
 		{"pubsub connection killed", func(t *testing.T, lctx context.Context) {
-			if err := rc.Do(context.Background(), rc.B().ClientKill().TypePubsub().Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			if err := holder.NewMutex("lw").UnlockContext(lctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, rc.Do(context.Background(), rc.B().ClientKill().TypePubsub().Build()).Error())
+			require.NoError(t, holder.NewMutex("lw").UnlockContext(lctx))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lctx, err := holder.NewMutex("lw").LockContext(ctxT(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			got := make(chan time.Time, 1)
 			go func() {
 				l, err := waiter.NewMutex("lw").LockContext(ctxT(t))
-				if err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, err)
 				got <- time.Now()
 				waiter.NewMutex("lw").UnlockContext(l)
 			}()
@@ -272,9 +222,8 @@ func TestMutexLostWakeup(t *testing.T) {
 			tc.free(t, lctx)
 			select {
 			case at := <-got:
-				if d := at.Sub(freed); d > lease/3+150*time.Millisecond {
-					t.Errorf("waiter acquired %v after the lock was freed; fallback bound is %v", d, lease/3)
-				}
+				d := at.Sub(freed)
+				assert.LessOrEqual(t, d, lease/3+150*time.Millisecond, "waiter acquired %v after the lock was freed; fallback bound is %v", d, lease/3)
 			case <-time.After(5 * time.Second):
 				t.Fatal("waiter stalled with the lock free")
 			}
@@ -287,59 +236,38 @@ func TestCloseEndsEverything(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	func() {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer rc.Close()
 		prefix := testPrefix(t)
 		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		m := c.NewMutex("close")
 		lctx, err := m.LockContext(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		fixed, err := c.NewMutex("close2", dsync.WithLeaseTime(time.Minute)).LockContext(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		waitErr := make(chan error, 1)
 		go func() {
 			_, err := m.LockContext(context.Background())
 			waitErr <- err
 		}()
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-waitErr; !errors.Is(err, dsync.ErrClosed) {
-			t.Fatalf("waiter got %v, want ErrClosed", err)
-		}
+		require.NoError(t, c.Close())
+		require.ErrorIs(t, <-waitErr, dsync.ErrClosed, "waiter")
 		for _, l := range []context.Context{lctx, fixed} {
-			if !errors.Is(context.Cause(l), dsync.ErrClosed) {
-				t.Fatalf("held lock context cause = %v, want ErrClosed", context.Cause(l))
-			}
+			require.ErrorIs(t, context.Cause(l), dsync.ErrClosed, "held lock context cause")
 		}
-		if _, err := m.LockContext(context.Background()); !errors.Is(err, dsync.ErrClosed) {
-			t.Fatalf("LockContext after Close = %v", err)
-		}
-		if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrClosed) {
-			t.Fatalf("UnlockContext after Close = %v", err)
-		}
-		if err := c.Close(); err != nil {
-			t.Fatal("second Close:", err)
-		}
+		_, err = m.LockContext(context.Background())
+		require.ErrorIs(t, err, dsync.ErrClosed, "LockContext after Close")
+		require.ErrorIs(t, m.UnlockContext(lctx), dsync.ErrClosed, "UnlockContext after Close")
+		require.NoError(t, c.Close(), "second Close")
 		// Close released the locks: a new Client gets them at once.
 		c2, _ := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix))
 		defer c2.Close()
-		if _, ok, err := c2.NewMutex("close").TryLockContext(context.Background()); !ok || err != nil {
-			t.Fatalf("lock not released by Close: %v %v", ok, err)
-		}
+		_, ok, err := c2.NewMutex("close").TryLockContext(context.Background())
+		require.True(t, ok, "lock not released by Close")
+		require.NoError(t, err, "lock not released by Close")
 	}()
-	if err := goleak.Find(before); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, goleak.Find(before))
 }
 
 // Renewal batches EVALSHA itself; after SCRIPT FLUSH (as after a restart or
@@ -351,28 +279,20 @@ func TestRenewalAfterScriptFlush(t *testing.T) {
 	var held []context.Context
 	for _, n := range []string{"a", "b", "c"} {
 		l, err := c.NewMutex(n).LockContext(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		held = append(held, l)
 	}
-	if err := s.Do(t, "SCRIPT", "FLUSH").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Do(t, "SCRIPT", "FLUSH").Error())
 	// Proving a negative: for 4 leases no hold may be lost.
 	deadline := time.Now().Add(4 * lease)
 	for time.Now().Before(deadline) {
 		for _, l := range held {
-			if l.Err() != nil {
-				t.Fatalf("hold lost after SCRIPT FLUSH: %v", context.Cause(l))
-			}
+			require.NoError(t, l.Err(), "hold lost after SCRIPT FLUSH: %v", context.Cause(l))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	for i, n := range []string{"a", "b", "c"} {
-		if err := c.NewMutex(n).UnlockContext(held[i]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.NewMutex(n).UnlockContext(held[i]))
 	}
 }
 
@@ -387,9 +307,7 @@ func TestRenewalBatches(t *testing.T) {
 	for i := range n {
 		name := strconv.Itoa(i)
 		l, err := c.NewMutex(name).LockContext(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		held[name] = l
 	}
 	const victim = "417"
@@ -400,12 +318,8 @@ func TestRenewalBatches(t *testing.T) {
 			continue
 		}
 		pttl, _ := rc.Do(context.Background(), rc.B().Pttl().Key("b:{"+name+"}:mutex").Build()).AsInt64()
-		if pttl <= 0 {
-			t.Fatalf("hold %s has pttl %d", name, pttl)
-		}
-		if err := c.NewMutex(name).UnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
+		require.Greater(t, pttl, int64(0), "hold %s has pttl", name)
+		require.NoError(t, c.NewMutex(name).UnlockContext(l))
 	}
 }
 
@@ -415,15 +329,13 @@ func TestRenewalBatches(t *testing.T) {
 func onlyVictimLost(t *testing.T, lease time.Duration, held map[string]context.Context, victim string) {
 	t.Helper()
 	waitFor(t, 2*lease, "the hold whose key was deleted to be lost", func() bool { return held[victim].Err() != nil })
-	if !errors.Is(context.Cause(held[victim]), dsync.ErrLockLost) {
-		t.Fatalf("cause %v", context.Cause(held[victim]))
-	}
+	require.ErrorIs(t, context.Cause(held[victim]), dsync.ErrLockLost, "cause")
 	// Proving a negative: over 3 more leases no other hold is lost.
 	deadline := time.Now().Add(3 * lease)
 	for time.Now().Before(deadline) {
 		for name, l := range held {
-			if name != victim && l.Err() != nil {
-				t.Fatalf("hold %s lost: %v", name, context.Cause(l))
+			if name != victim {
+				require.NoError(t, l.Err(), "hold %s lost: %v", name, context.Cause(l))
 			}
 		}
 		time.Sleep(10 * time.Millisecond)

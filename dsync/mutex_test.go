@@ -3,7 +3,6 @@ package dsync_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMutexLockUnlock(t *testing.T) {
@@ -22,55 +23,37 @@ func TestMutexLockUnlock(t *testing.T) {
 	m := c.NewMutex("basic")
 	ctx := ctxT(t)
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := dsync.OwnerOf(lctx); !ok {
-		t.Fatal("lock context carries no owner")
-	}
+	require.NoError(t, err)
+	_, ok := dsync.OwnerOf(lctx)
+	require.True(t, ok, "lock context carries no owner")
 	tok, ok := dsync.FencingToken(lctx)
-	if !ok || tok == 0 {
-		t.Fatalf("lock context carries no fencing token: %d %v", tok, ok)
-	}
+	require.True(t, ok, "lock context carries no fencing token")
+	require.NotEqual(t, uint64(0), tok, "lock context carries no fencing token")
 	// Held: another owner cannot take it.
-	if _, ok, err := m.TryLockContext(ctx); err != nil || ok {
-		t.Fatalf("TryLockContext by another owner = %v, %v; want false, nil", ok, err)
-	}
+	_, ok, err = m.TryLockContext(ctx)
+	require.NoError(t, err, "TryLockContext by another owner")
+	require.False(t, ok, "TryLockContext by another owner")
 	// Work derived from the lock context ends with it, and carries its
 	// owner and token.
 	child, cancel := context.WithTimeout(lctx, time.Hour)
 	defer cancel()
-	if tc, _ := dsync.FencingToken(child); tc != tok {
-		t.Fatalf("derived context carries token %d, want %d", tc, tok)
-	}
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
-	if lctx.Err() == nil {
-		t.Fatal("lock context not cancelled by the release")
-	}
+	tc, _ := dsync.FencingToken(child)
+	require.Equal(t, tok, tc, "derived context carries token")
+	require.NoError(t, m.UnlockContext(lctx))
+	require.Error(t, lctx.Err(), "lock context not cancelled by the release")
 	select {
 	case <-child.Done():
 	case <-time.After(time.Second):
 		t.Fatal("a context derived from the lock context outlived the release")
 	}
-	if errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatal("a released lock reports ErrLockLost")
-	}
-	if err := m.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("second unlock = %v, want ErrNotHeld", err)
-	}
+	require.NotErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "a released lock reports ErrLockLost")
+	require.ErrorIs(t, m.UnlockContext(lctx), dsync.ErrNotHeld, "second unlock")
 	lctx2, ok, err := m.TryLockContext(ctx)
-	if err != nil || !ok {
-		t.Fatalf("TryLockContext on a free lock = %v, %v", ok, err)
-	}
+	require.NoError(t, err, "TryLockContext on a free lock")
+	require.True(t, ok, "TryLockContext on a free lock")
 	tok2, _ := dsync.FencingToken(lctx2)
-	if tok2 <= tok {
-		t.Fatalf("token %d after %d: not increasing", tok2, tok)
-	}
-	if err := m.UnlockContext(lctx2); err != nil {
-		t.Fatal(err)
-	}
+	require.Greater(t, tok2, tok, "token: not increasing")
+	require.NoError(t, m.UnlockContext(lctx2))
 }
 
 func TestMutexReentrant(t *testing.T) {
@@ -79,53 +62,37 @@ func TestMutexReentrant(t *testing.T) {
 	m := c.NewMutex("re")
 	ctx := dsync.WithOwner(ctxT(t))
 	l1, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l2, err := m.LockContext(ctx) // same owner: re-enters
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t1, _ := dsync.FencingToken(l1)
 	t2, _ := dsync.FencingToken(l2)
-	if t1 != t2 {
-		t.Fatalf("re-entry changed the token: %d -> %d", t1, t2)
-	}
+	require.Equal(t, t2, t1, "re-entry changed the token")
 	// The same owner through another Client re-enters too.
 	m2 := c2.NewMutex("re")
 	l3, err := m2.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// A different owner is blocked.
 	short, cancel := context.WithTimeout(ctxT(t), 50*time.Millisecond)
 	defer cancel()
-	if _, err := m2.LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("other owner got %v, want DeadlineExceeded", err)
-	}
+	_, err = m2.LockContext(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "other owner")
 	// A foreign unlock is refused.
-	if err := m.UnlockContext(dsync.WithOwner(ctxT(t))); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("foreign unlock = %v, want ErrNotHeld", err)
-	}
+	require.ErrorIs(t, m.UnlockContext(dsync.WithOwner(ctxT(t))), dsync.ErrNotHeld, "foreign unlock")
 	for i, l := range []context.Context{l3, l2, l1} {
-		if _, ok, _ := c2.NewMutex("re").TryLockContext(ctxT(t)); ok {
-			t.Fatalf("lock free after %d of 3 releases", i)
-		}
+		_, ok, _ := c2.NewMutex("re").TryLockContext(ctxT(t))
+		require.False(t, ok, "lock free after %d of 3 releases", i)
 		mm := m
 		if l == l3 {
 			mm = m2
 		}
-		if err := mm.UnlockContext(l); err != nil {
-			t.Fatalf("release %d: %v", i, err)
-		}
+		require.NoError(t, mm.UnlockContext(l), "release %d", i)
 	}
-	if l1.Err() == nil || l2.Err() == nil {
-		t.Fatal("lock contexts not cancelled after the releases")
-	}
+	require.Error(t, l1.Err(), "lock contexts not cancelled after the releases")
+	require.Error(t, l2.Err(), "lock contexts not cancelled after the releases")
 	lctx, ok, err := m2.TryLockContext(ctxT(t))
-	if err != nil || !ok {
-		t.Fatalf("lock not free after all releases: %v %v", ok, err)
-	}
+	require.NoError(t, err, "lock not free after all releases")
+	require.True(t, ok, "lock not free after all releases")
 	m2.UnlockContext(lctx)
 }
 
@@ -146,21 +113,10 @@ func TestMutexLocker(t *testing.T) {
 	l.Unlock()
 	<-got
 	l.Unlock()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("Unlock of an unlocked Mutex did not panic")
-			}
-		}()
-		l.Unlock()
-	}()
+	require.Panics(t, l.Unlock, "Unlock of an unlocked Mutex did not panic")
 	m := c.NewMutex("locker")
-	if !m.TryLock() {
-		t.Fatal("TryLock on a free mutex failed")
-	}
-	if m.TryLock() {
-		t.Fatal("TryLock on a held mutex succeeded")
-	}
+	require.True(t, m.TryLock(), "TryLock on a free mutex failed")
+	require.False(t, m.TryLock(), "TryLock on a held mutex succeeded")
 	m.Unlock()
 }
 
@@ -196,17 +152,13 @@ func hammerClients(t *testing.T, goroutines, iters int, newLock func(*dsync.Clie
 				l := newLock(c)
 				for i := 0; i < iters; i++ {
 					lctx, err := l.LockContext(context.Background())
-					if err != nil {
-						t.Error(err)
+					if !assert.NoError(t, err) {
 						return
 					}
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%d holders at once", n)
-					}
+					assert.Equal(t, int32(1), inside.Add(1), "holders at once")
 					unguardedIncr(t, rcv, prefix+":counter")
 					inside.Add(-1)
-					if err := l.UnlockContext(lctx); err != nil {
-						t.Error(err)
+					if !assert.NoError(t, l.UnlockContext(lctx)) {
 						return
 					}
 				}
@@ -215,12 +167,8 @@ func hammerClients(t *testing.T, goroutines, iters int, newLock func(*dsync.Clie
 	}
 	wg.Wait()
 	got, err := rcv.Do(context.Background(), rcv.B().Get().Key(prefix+":counter").Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int64(2 * goroutines * iters); got != want {
-		t.Fatalf("counter = %d, want %d: updates lost", got, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, int64(2*goroutines*iters), got, "counter: updates lost")
 	return prefix
 }
 
@@ -229,14 +177,11 @@ func hammerClients(t *testing.T, goroutines, iters int, newLock func(*dsync.Clie
 func unguardedIncr(t testing.TB, rc rueidis.Client, key string) {
 	ctx := context.Background()
 	n, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Error(err)
+	if !rueidis.IsRedisNil(err) && !assert.NoError(t, err) {
 		return
 	}
 	time.Sleep(100 * time.Microsecond)
-	if err := rc.Do(ctx, rc.B().Set().Key(key).Value(strconv.FormatInt(n+1, 10)).Build()).Error(); err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value(strconv.FormatInt(n+1, 10)).Build()).Error())
 }
 
 const childEnv = "DSYNC_TEST_CHILD"
@@ -349,16 +294,12 @@ func childSaying(t testing.TB, want, role, prefix string, env ...string) *exec.C
 	t.Helper()
 	cmd := startChild(t, role, prefix, env...)
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != want+"\n" {
-		t.Fatalf("child said %q, %v; want %q", line, err, want)
-	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "child said %q", line)
+	require.Equal(t, want+"\n", line, "child said")
 	return cmd
 }
 
@@ -369,23 +310,15 @@ func TestMutexHammerProcesses(t *testing.T) {
 	var cmds []*exec.Cmd
 	for i := 0; i < 2; i++ {
 		cmd := startChild(t, "hammer", prefix, "DSYNC_TEST_ITERS="+strconv.Itoa(iters))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
 	}
 	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("child: %v", err)
-		}
+		require.NoError(t, cmd.Wait(), "child")
 	}
 	got, err := rc.Do(context.Background(), rc.B().Get().Key(prefix+":counter").Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int64(2 * 4 * iters); got != want {
-		t.Fatalf("counter = %d, want %d: updates lost across processes", got, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, int64(2*4*iters), got, "counter: updates lost across processes")
 }
 
 // A Client whose goroutines pass a lock among themselves must still let a
@@ -416,13 +349,11 @@ func testYields(t *testing.T, newRC func(testing.TB) rueidis.Client) {
 				default:
 				}
 				lctx, err := m.LockContext(context.Background())
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				passes.Add(1)
-				if err := m.UnlockContext(lctx); err != nil {
-					t.Error(err)
+				if !assert.NoError(t, m.UnlockContext(lctx)) {
 					return
 				}
 			}
@@ -434,22 +365,16 @@ func testYields(t *testing.T, newRC func(testing.TB) rueidis.Client) {
 	for i := 0; i < 5; i++ {
 		start := time.Now()
 		lctx, err := m.LockContext(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		worst = max(worst, time.Since(start))
-		if err := m.UnlockContext(lctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.UnlockContext(lctx))
 	}
 	before := passes.Load()
 	waitFor(t, 5*time.Second, "the busy Client to go on after the other's turns", func() bool { return passes.Load() > before+20 })
 	close(stop)
 	wg.Wait()
 	t.Logf("other Client's worst wait %v with %d local passes", worst, passes.Load())
-	if worst > 500*time.Millisecond {
-		t.Fatalf("another Client waited %v for a lock passed around locally", worst)
-	}
+	require.LessOrEqual(t, worst, 500*time.Millisecond, "another Client waited for a lock passed around locally")
 }
 
 // An owner holds a lock through Client B; its acquisitions through Client A
@@ -480,9 +405,7 @@ func TestFailedAttemptKeepsOtherClientsHold(t *testing.T) {
 			p := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 			owner := dsync.WithOwner(context.Background())
 			lb, err := k.open(b).LockContext(owner)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ma := k.open(a)
 			failed := 0
 			for i := 0; i < 200; i++ {
@@ -491,28 +414,20 @@ func TestFailedAttemptKeepsOtherClientsHold(t *testing.T) {
 				cancel()
 				if err == nil {
 					// Re-entered through A: give that acquisition back.
-					if err := ma.UnlockContext(lctx); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, ma.UnlockContext(lctx))
 					continue
 				}
 				failed++
-				if lp, ok, err := k.open(p).TryLockContext(context.Background()); err != nil || ok {
-					if ok {
-						_ = k.open(p).UnlockContext(lp)
-					}
-					t.Fatalf("attempt %d (%d failed): another owner acquired the lock while the owner holds it through B (%v)", i, failed, err)
+				lp, ok, err := k.open(p).TryLockContext(context.Background())
+				if ok {
+					_ = k.open(p).UnlockContext(lp)
 				}
+				require.NoError(t, err, "attempt %d (%d failed)", i, failed)
+				require.False(t, ok, "attempt %d (%d failed): another owner acquired the lock while the owner holds it through B", i, failed)
 			}
-			if failed == 0 {
-				t.Fatal("no attempt failed: the deadlines never cut an acquisition short")
-			}
-			if lb.Err() != nil {
-				t.Fatalf("B's hold ended: %v", context.Cause(lb))
-			}
-			if err := k.open(b).UnlockContext(lb); err != nil {
-				t.Fatal(err)
-			}
+			require.NotEqual(t, 0, failed, "no attempt failed: the deadlines never cut an acquisition short")
+			require.NoError(t, lb.Err(), "B's hold ended: %v", context.Cause(lb))
+			require.NoError(t, k.open(b).UnlockContext(lb))
 			// A's attempts are undone in the background, within the
 			// cleanup bound: then the lock is free.
 			waitFor(t, 5*time.Second, "the lock to be free after B's release", func() bool {

@@ -16,6 +16,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -26,13 +28,9 @@ func init() {
 func cycle(t testing.TB, m *dsync.Mutex, ctx context.Context) uint64 {
 	t.Helper()
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok, _ := dsync.FencingToken(lctx)
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lctx))
 	return tok
 }
 
@@ -40,9 +38,7 @@ func cycle(t testing.TB, m *dsync.Mutex, ctx context.Context) uint64 {
 func serverMicros(t testing.TB, s *redistest.Server) uint64 {
 	t.Helper()
 	v, err := s.Do(t, "TIME").AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sec, _ := strconv.ParseUint(v[0], 10, 64)
 	us, _ := strconv.ParseUint(v[1], 10, 64)
 	return sec*1_000_000 + us
@@ -63,22 +59,15 @@ func TestMutexTokensBoundedByClockFlushAll(t *testing.T) {
 	n := 0
 	for end := time.Now().Add(time.Second); time.Now().Before(end); n++ {
 		tok := cycle(t, m, ctx)
-		if tok <= last {
-			t.Fatalf("token %d after %d", tok, last)
-		}
+		require.Greater(t, tok, last, "token not above the previous one")
 		last = tok
 	}
 	ahead := int64(last) - int64(serverMicros(t, s))
 	t.Logf("%d cycles; the last token is %d µs ahead of the server clock", n, ahead)
-	if ahead > 0 {
-		t.Errorf("the last token was %d µs ahead of the server clock", ahead)
-	}
-	if err := s.Do(t, "FLUSHALL").Error(); err != nil {
-		t.Fatal(err)
-	}
-	if tok := cycle(t, m, ctx); tok <= last {
-		t.Fatalf("token after FLUSHALL %d <= %d issued before (%.3f s below)", tok, last, float64(last-tok)/1e6)
-	}
+	assert.LessOrEqual(t, ahead, int64(0), "the last token was ahead of the server clock (µs)")
+	require.NoError(t, s.Do(t, "FLUSHALL").Error())
+	tok := cycle(t, m, ctx)
+	require.Greater(t, tok, last, "token after FLUSHALL %d <= %d issued before (%.3f s below)", tok, last, float64(last-tok)/1e6)
 }
 
 // The same under local handoffs: 8 goroutines pass the lock inside the
@@ -99,20 +88,16 @@ func TestMutexTokensBoundedByClockLocalHandoffs(t *testing.T) {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				lctx, err := m.LockContext(ctx)
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				tok, _ := dsync.FencingToken(lctx)
 				now := serverMicros(t, s)
 				mu.Lock()
 				toks = append(toks, tok)
-				if tok > now {
-					t.Errorf("token %d issued %d µs ahead of the server clock", tok, tok-now)
-				}
+				assert.LessOrEqual(t, tok, now, "token %d issued %d µs ahead of the server clock", tok, tok-now)
 				mu.Unlock()
-				if err := m.UnlockContext(lctx); err != nil {
-					t.Error(err)
+				if !assert.NoError(t, m.UnlockContext(lctx)) {
 					return
 				}
 			}
@@ -124,12 +109,8 @@ func TestMutexTokensBoundedByClockLocalHandoffs(t *testing.T) {
 		maxTok = max(maxTok, tok)
 	}
 	t.Logf("%d acquisitions", len(toks))
-	if err := s.Do(t, "FLUSHALL").Error(); err != nil {
-		t.Fatal(err)
-	}
-	if tok := cycle(t, m, ctx); tok <= maxTok {
-		t.Fatalf("token after FLUSHALL %d <= %d issued before", tok, maxTok)
-	}
+	require.NoError(t, s.Do(t, "FLUSHALL").Error())
+	require.Greater(t, cycle(t, m, ctx), maxTok, "token after FLUSHALL not above the ones issued before")
 }
 
 // childTokenRun: lock/unlock "crash" as fast as possible for DSYNC_TEST_FOR
@@ -166,34 +147,22 @@ func TestMutexTokensAfterHolderCrash(t *testing.T) {
 	prefix := testPrefix(t)
 	cmd := startChild(t, "tokenrun", prefix, "DSYNC_TEST_FOR=1s", "DSYNC_TEST_LEASE=500ms", "DSYNC_TEST_HANDOFFS=1000")
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "held ") {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	require.NoError(t, err, "child said %q", line)
+	require.True(t, strings.HasPrefix(line, "held "), "child said %q", line)
 	last, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "held ")), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Kill())
 	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
 	defer cancel()
 	lctx, err := c.NewMutex("crash").LockContext(ctx) // after the dead holder's lease
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tok, _ := dsync.FencingToken(lctx); tok <= last {
-		t.Fatalf("token after the holder's crash %d <= its last %d (%.3f s below)", tok, last, float64(last-tok)/1e6)
-	}
+	require.NoError(t, err)
+	tok, _ := dsync.FencingToken(lctx)
+	require.Greater(t, tok, last, "token after the holder's crash %d <= its last %d (%.3f s below)", tok, last, float64(last-tok)/1e6)
 }
 
 // Holds passed inside one Client for seconds, with a 300 ms lease and
@@ -217,14 +186,13 @@ func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				lctx, err := m.LockContext(ctx)
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				time.Sleep(50 * time.Microsecond) // the holder's work
 				gone := lctx.Err() != nil
-				if err := m.UnlockContext(lctx); err != nil && !gone {
-					t.Error(err)
+				if err := m.UnlockContext(lctx); !gone {
+					assert.NoError(t, err)
 				}
 				mu.Lock()
 				n++
@@ -238,9 +206,7 @@ func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d acquisitions, %d lost", n, lost)
-	if lost > 0 {
-		t.Fatalf("%d of %d holders lost the lock with Redis healthy", lost, n)
-	}
+	require.LessOrEqual(t, lost, 0, "%d of %d holders lost the lock with Redis healthy", lost, n)
 }
 
 // A restart without persistence while the lock passes inside one Client:
@@ -298,9 +264,7 @@ func TestMutexRestartDuringLocalHandoffs(t *testing.T) {
 		}()
 	}
 	waitFor(t, 5*time.Second, "the lock to pass locally", func() bool { return held.Load() > 200 })
-	if err := s.Restart(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Restart())
 	at := time.Now()
 	waitFor(t, 5*time.Second, "a holder to see the lock lost", func() bool {
 		mu.Lock()
@@ -315,12 +279,8 @@ func TestMutexRestartDuringLocalHandoffs(t *testing.T) {
 	t.Logf("the live hold was lost %v after the restart", d)
 	// The next renewal round (within lease/3) finds the lock gone; if it
 	// meets the server still restarting, the retry follows lease/9 later.
-	if bound := lease/3 + lease/9 + 150*time.Millisecond; d > bound {
-		t.Errorf("hold lost %v after the restart, want within a renewal interval and its retry (%v)", d, bound)
-	}
-	if tok := cycle(t, m, ctx); tok <= maxBefore {
-		t.Fatalf("token after the restart %d <= %d issued before", tok, maxBefore)
-	}
+	assert.LessOrEqual(t, d, lease/3+lease/9+150*time.Millisecond, "hold lost after the restart, want within a renewal interval and its retry")
+	require.Greater(t, cycle(t, m, ctx), maxBefore, "token after the restart not above the ones issued before")
 }
 
 // No key of an acquisition outlives it: after 1,000 cycles, on the lock
@@ -334,9 +294,7 @@ func TestMutexCyclesLeaveNoKeys(t *testing.T) {
 	ctx := ctxT(t)
 	keys := func() []string {
 		ks, err := rc.Do(ctx, rc.B().Keys().Pattern(prefixOf(t, c)+":*").Build()).AsStrSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return ks
 	}
 	for _, tc := range []struct {
@@ -345,12 +303,8 @@ func TestMutexCyclesLeaveNoKeys(t *testing.T) {
 	}{
 		{"LockContext with WithOwner", func(m *dsync.Mutex) {
 			lctx, err := m.LockContext(dsync.WithOwner(ctx))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.UnlockContext(lctx); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(lctx))
 		}},
 		{"Lock", func(m *dsync.Mutex) {
 			m.Lock()
@@ -367,14 +321,10 @@ func TestMutexCyclesLeaveNoKeys(t *testing.T) {
 				return false
 			}
 			for _, k := range ks {
-				if !strings.HasSuffix(k, ":mutex") {
-					t.Fatalf("%s: key %q left", tc.name, k)
-				}
+				require.True(t, strings.HasSuffix(k, ":mutex"), "%s: key %q left", tc.name, k)
 			}
 			return true
 		})
-		if err := rc.Do(ctx, rc.B().Del().Key(keys()...).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(keys()...).Build()).Error())
 	}
 }

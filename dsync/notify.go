@@ -394,9 +394,9 @@ func (n *notifier) sweep() {
 				cs.stop() // its receive loop unsubscribes
 				continue
 			}
-			if cs.live {
-				idle = append(idle, ch)
-			}
+			// Not live too: a SUBSCRIBE whose caller's context ended while
+			// it was on its way may have reached the server all the same.
+			idle = append(idle, ch)
 		}
 	}
 	n.subsMu.Unlock()
@@ -453,12 +453,12 @@ func (w *wakeup) drain() {
 
 // wait blocks until a message or a reconnect signals the subscription, or
 // the fallback delay runs out: hint (how long the holder's lease has left;
-// <= 0 when unknown), but at most lease/3, in case a message was lost, and
+// < 0 when unknown), but at most lease/3, in case a message was lost, and
 // while not subscribed a growing backoff. It returns ctx.Err() or ErrClosed
 // when the wait must end instead.
 func (w *wakeup) wait(ctx context.Context, hint time.Duration, attempt int) error {
 	d := w.c.cfg.lease / 3
-	if hint > 0 && hint < d {
+	if hint >= 0 && hint < d {
 		d = hint
 	}
 	if !w.live {

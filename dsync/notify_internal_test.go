@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 )
 
 // In a cluster, when the node under a sharded subscription goes away,
@@ -20,35 +21,23 @@ import (
 // node can be killed and restarted at will.
 func TestShardedSubscriptionBreak(t *testing.T) {
 	s := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	if err := s.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Error())
 	waitUntil(t, 10*time.Second, "the one-node cluster to be ok", func() bool {
 		info, err := s.Do(t, "CLUSTER", "INFO").ToString()
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	})
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer rc.Close()
-	if rc.Mode() != rueidis.ClientModeCluster {
-		t.Fatalf("mode %v, want a cluster client", rc.Mode())
-	}
+	require.Equal(t, rueidis.ClientModeCluster, rc.Mode(), "mode")
 	c, err := NewClient(rc, WithKeyPrefix("brk"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if !c.sharded {
-		t.Fatal("a Redis 7 cluster without sharded pub/sub")
-	}
+	require.True(t, c.sharded, "a Redis 7 cluster without sharded pub/sub")
 	const ch = "brk:{x}:mutex:ch"
 	sub, live := c.notify.subscribe(context.Background(), ch)
 	defer sub.close()
-	if !live {
-		t.Fatal("subscription not confirmed")
-	}
+	require.True(t, live, "subscription not confirmed")
 	sub.drain()
 	state := func() (live, broken bool) {
 		c.notify.subsMu.RLock()
@@ -57,9 +46,7 @@ func TestShardedSubscriptionBreak(t *testing.T) {
 		return cs.live, cs.broken
 	}
 
-	if err := s.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Signal(syscall.SIGKILL))
 	waitUntil(t, 5*time.Second, "the break to be recorded", func() bool {
 		l, b := state()
 		return !l && b
@@ -72,13 +59,10 @@ func TestShardedSubscriptionBreak(t *testing.T) {
 	start := time.Now()
 	other, live2 := c.notify.subscribe(context.Background(), ch)
 	other.close()
-	if live2 || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("a new waiter during the break: live=%v after %v; want false at once", live2, time.Since(start))
-	}
+	require.False(t, live2, "a new waiter during the break: live")
+	require.LessOrEqual(t, time.Since(start), 100*time.Millisecond, "a new waiter during the break: live")
 
-	if err := s.Restart(); err != nil { // keeps nodes.conf: the same one-node cluster
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Restart()) // keeps nodes.conf: the same one-node cluster
 	waitUntil(t, 15*time.Second, "the subscription to be confirmed again", func() bool {
 		l, _ := state()
 		return l
@@ -89,10 +73,8 @@ func TestShardedSubscriptionBreak(t *testing.T) {
 		t.Fatal("waiter not signalled when the subscription came back")
 	}
 	n, err := s.Do(t, "PUBSUB", "SHARDNUMSUB", ch).ToArray()
-	if err != nil || len(n) != 2 {
-		t.Fatalf("SHARDNUMSUB: %v %v", n, err)
-	}
-	if v, _ := n[1].AsInt64(); v != 1 {
-		t.Fatalf("%d sharded subscriptions on the restarted node, want 1", v)
-	}
+	require.NoError(t, err, "SHARDNUMSUB: %v", n)
+	require.Len(t, n, 2, "SHARDNUMSUB: %v", n)
+	v, _ := n[1].AsInt64()
+	require.Equal(t, int64(1), v, "sharded subscriptions on the restarted node")
 }

@@ -37,6 +37,16 @@ type Observer struct {
 	// Lost is called when a hold is lost: its lease ran out unrenewed or its
 	// key was gone.
 	Lost func(e Lost)
+	// HoldTag, when set, is called after AcquireDone for every new hold
+	// (not for re-entries). A non-empty string it returns (at most 512
+	// bytes) is kept with the lock in Redis while the hold lasts, and an
+	// acquisition of the same lock, in any process, that has to wait
+	// receives the tags of the holders it waited for in
+	// AcquireDone.BlockedBy. The otel/ package stores the hold span's
+	// context, so that a waiter's span links to the span of whoever
+	// blocked it. The cost, only while it is set: one Redis command per
+	// hold and one per release, and two per acquisition that waits.
+	HoldTag func(ctx context.Context, e AcquireDone) string
 }
 
 // Lock identifies the lock an event is about.
@@ -67,6 +77,13 @@ type AcquireDone struct {
 	Token     uint64        // fencing token, when acquired
 	Hold      uint64        // identifies the hold in Released and Lost
 	Owner     string        // the owner that acquired or waited ("<name>/<random>", see WithOwner)
+	// BlockedBy are the tags (see Observer.HoldTag) of the holders the
+	// acquisition found holding the lock when it first had to wait: the
+	// holder in its own Client it queued behind, or the holders in Redis,
+	// read just after its first attempt failed (a holder that released in
+	// between is missed; the wait was then short). Set whether or not the
+	// wait ended with the lock; empty unless HoldTag is set.
+	BlockedBy []string
 }
 
 // Released describes the end of a hold by release.

@@ -34,6 +34,7 @@ type Once struct {
 	ch    string // published when a run ends
 	err   error
 	lc    lockConfig
+	info  Lock // what events say of its runs
 }
 
 // NewOnce returns the Once called name. An invalid name makes every call
@@ -44,7 +45,8 @@ func (c *Client) NewOnce(name string, opts ...LockOption) *Once {
 
 func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 	base := c.lockKey(kind, name)
-	return &Once{c: c, name: name, state: base, run: base + ":run", ch: base + ":ch", err: checkName(name), lc: newLockConfig(opts)}
+	return &Once{c: c, name: name, state: base, run: base + ":run", ch: base + ":ch", err: checkName(name), lc: newLockConfig(opts),
+		info: Lock{Kind: KindOnce, Name: name, N: 1}}
 }
 
 // Do calls f if and only if no call of f for this name has succeeded yet,
@@ -142,15 +144,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	if lease == 0 {
 		lease = c.cfg.lease
 	}
-	info := Lock{Kind: KindOnce, Name: o.name, N: 1}
-	obs := c.cfg.observer
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, o.info, owner, false)
 	call := c.attemptID() // names this Do call's run, for its exact undo
 	val, tok, sentAt, attempts, err := o.begin(ctx, owner, call, lease)
 	var h *hold
@@ -159,73 +153,79 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 		mark = owner + " " + strconv.FormatUint(tok, 10) + " " + call
 		h = o.newHold(owner, tok, mark)
 	}
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Owner: owner, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
+	ob.done(h, false, attempts, err)
 	if h == nil {
 		return val, wrapErr(KindOnce, o.name, err)
 	}
 	return o.runF(ctx, h, mark, sentAt, lease, f)
 }
 
-// begin waits until f is done (it returns the stored result) or this owner
-// may run it (it returns the run's token and when the run began).
+// begin waits, in the wait loop (waitLoop), until f is done (it returns
+// the stored result) or this owner may run it (it returns the run's token
+// and when the run began). The end of a run is published on o.ch; the
+// fallback is the running marker's remaining lease.
 func (o *Once) begin(ctx context.Context, owner, call string, lease time.Duration) (val string, tok uint64, sentAt time.Time, attempts int, err error) {
-	c := o.c
-	keys := []string{o.state, o.run, o.run + ":undone"}
-	args := []string{owner, leaseMS(lease), call}
-	w := wakeup{c: c, ch: o.ch}
-	defer w.close()
-	for attempt := 1; ; attempt++ {
-		w.drain()
-		sentAt = time.Now()
-		res, err := scripts.OnceBegin.Exec(ctx, c.rc, keys, args).ToArray()
-		var code int64
-		if err == nil && len(res) > 0 {
-			code, err = res[0].AsInt64()
-		}
-		if err == nil && len(res) != 2 {
-			err = errors.New("dsync: unexpected reply from the once script")
-		}
-		if err != nil {
-			if e := ctxErr(ctx); e != nil {
-				err = e
-			} else if c.closed.Load() {
-				err = ErrClosed
-			} else {
-				err = ownErr(err)
-			}
-			// A lost reply may hide a started run: undo this call exactly
-			// (its run, if it started; a begin still on its way does
-			// nothing), in the background so the call returns by its
-			// deadline.
-			c.background(func(bctx context.Context) { o.undo(bctx, call) })
-			return "", 0, sentAt, attempt, err
-		}
-		switch code {
-		case 2:
-			val, err := res[1].ToString()
-			return val, 0, sentAt, attempt, err
-		case 1:
-			t, err := res[1].AsInt64()
-			return "", uint64(t), sentAt, attempt, err
-		}
-		pttl, _ := res[1].AsInt64()
-		if w.subscribe(ctx) {
-			continue // look again: the run may have ended before the subscription
-		}
-		if pttl == 0 {
-			pttl = 1 // the marker expires now: look again soon
-		}
-		if err := w.wait(ctx, time.Duration(pttl)*time.Millisecond, attempt); err != nil {
-			return "", 0, sentAt, attempt, err
-		}
-	}
+	a := onceAttempt{o: o, ctx: ctx, call: call,
+		keys: []string{o.state, o.run, o.run + ":undone"}, args: []string{owner, leaseMS(lease), call}}
+	attempts, err = waitLoop(o.c, ctx, o.ch, false, onceWait{&a})
+	return a.val, a.tok, a.sentAt, attempts, err
 }
+
+// onceAttempt is the state of one Do call's wait in Redis.
+type onceAttempt struct {
+	o          *Once
+	ctx        context.Context
+	call       string
+	keys, args []string
+	sentAt     time.Time
+	val        string // the stored result, when f is done
+	tok        uint64 // the run's token, when this call runs f
+}
+
+// onceWait is a Do call's waitProto.
+type onceWait struct{ a *onceAttempt }
+
+func (w onceWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a := w.a
+	a.sentAt = time.Now()
+	res, err := scripts.OnceBegin.Exec(ctx, a.o.c.rc, a.keys, a.args).ToArray()
+	var code int64
+	if err == nil && len(res) > 0 {
+		code, err = res[0].AsInt64()
+	}
+	if err == nil && len(res) != 2 {
+		err = errors.New("dsync: unexpected reply from the once script")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	switch code {
+	case 2:
+		a.val, err = res[1].ToString()
+		return true, 0, err
+	case 1:
+		t, err := res[1].AsInt64()
+		a.tok = uint64(t)
+		return true, 0, err
+	}
+	pttl, _ := res[1].AsInt64()
+	return false, time.Duration(max(pttl, 1)) * time.Millisecond, nil // at 0 the marker expires now: look again soon
+}
+
+// failed undoes this call exactly: a lost reply may hide a started run (a
+// begin still on its way then does nothing). In the background, so the
+// call returns by its deadline.
+func (w onceWait) failed(error) {
+	o, call := w.a.o, w.a.call
+	o.c.background(func(bctx context.Context) { o.undo(bctx, call) })
+}
+
+func (w onceWait) waiting() {
+	a := w.a
+	a.o.c.blocked(a.ctx, a.o.info, a.o.state)
+}
+
+func (onceWait) gaveUp() {}
 
 // onceRunKey marks the context a run passes to f, so that a Do through it
 // (one inside f) is told apart from a concurrent Do of the same owner. The
@@ -245,18 +245,32 @@ func (o *Once) undo(ctx context.Context, call string) {
 // <token> <call>"): its lease is the marker's.
 func (o *Once) newHold(owner string, tok uint64, mark string) *hold {
 	c := o.c
-	h := c.newHold(Lock{Kind: KindOnce, Name: o.name, N: 1}, owner, tok)
+	h := c.newHold(&o.info, owner, tok)
+	h.key = o.state
 	h.watchdog = o.lc.leaseTime == 0
-	renewKeys, renewArgs := []string{o.run}, []string{mark, leaseMS(c.cfg.lease)}
-	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.OnceRenew, rueidis.LuaExec{Keys: renewKeys, Args: renewArgs}
-	}
-	endKeys, endArgs := []string{o.state, o.run, o.ch}, []string{mark, "fail", ""}
-	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.OnceEnd, rueidis.LuaExec{Keys: endKeys, Args: endArgs}
-	}
+	h.ops = &onceHold{o: o, mark: mark}
 	return h
 }
+
+// onceHold is the holdOps of a run: its running marker.
+type onceHold struct {
+	o    *Once
+	mark string
+}
+
+func (oh *onceHold) renewKey(*hold) (string, string, bool) { return "", "", false }
+
+func (oh *onceHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	return scripts.OnceRenew, rueidis.LuaExec{Keys: []string{oh.o.run}, Args: []string{oh.mark, leaseMS(oh.o.c.cfg.lease)}}
+}
+
+// releaseExec ends the run as failed (Close: f's outcome is unknown).
+func (oh *onceHold) releaseExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	o := oh.o
+	return scripts.OnceEnd, rueidis.LuaExec{Keys: []string{o.state, o.run, o.ch}, Args: []string{oh.mark, "fail", ""}}
+}
+
+func (oh *onceHold) ended(*hold, bool) {}
 
 // runF runs f under hold h of the running marker and records the outcome.
 func (o *Once) runF(ctx context.Context, h *hold, mark string, sentAt time.Time, lease time.Duration,
@@ -269,7 +283,7 @@ func (o *Once) runF(ctx context.Context, h *hold, mark string, sentAt time.Time,
 	released := func(err error) {
 		h.end(errReleased, false)
 		if f := o.c.cfg.observer.Released; f != nil {
-			f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+			f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
 		}
 	}
 	ok := false

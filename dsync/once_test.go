@@ -13,6 +13,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -34,38 +36,27 @@ func TestOnceConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				err := cl.NewOnce("init").Do(ctxT(t), func(ctx context.Context) error {
-					if inside.Add(1) != 1 {
-						t.Error("f runs concurrently")
-					}
+					assert.Equal(t, int32(1), inside.Add(1), "f runs concurrently")
 					defer inside.Add(-1)
 					runs.Add(1)
-					if _, ok := dsync.FencingToken(ctx); !ok {
-						t.Error("f's context has no fencing token")
-					}
+					_, ok := dsync.FencingToken(ctx)
+					assert.True(t, ok, "f's context has no fencing token")
 					time.Sleep(50 * time.Millisecond) // the work; widens the race window
 					finished.Store(true)
 					return nil
 				})
-				if err != nil {
-					t.Error(err)
-				}
-				if !finished.Load() {
-					t.Error("Do returned before f finished")
-				}
+				assert.NoError(t, err)
+				assert.True(t, finished.Load(), "Do returned before f finished")
 			}()
 		}
 	}
 	wg.Wait()
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("f ran %d times", n)
-	}
+	require.Equal(t, int32(1), runs.Load(), "runs of f")
 	late := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	if err := late.NewOnce("init").Do(ctxT(t), func(context.Context) error {
+	require.NoError(t, late.NewOnce("init").Do(ctxT(t), func(context.Context) error {
 		t.Error("f ran again in a later Client")
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 }
 
 // TestOnceRetry: after f fails or panics the next caller runs it; a caller
@@ -75,18 +66,10 @@ func TestOnceRetry(t *testing.T) {
 	ctx := ctxT(t)
 	o := c.NewOnce("retry")
 	boom := errors.New("boom")
-	if err := o.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
-		t.Fatalf("Do = %v, want f's error", err)
-	}
-	func() {
-		defer func() {
-			if r := recover(); r != "panic in f" {
-				t.Fatalf("recovered %v, want f's panic", r)
-			}
-		}()
+	require.ErrorIs(t, o.Do(ctx, func(context.Context) error { return boom }), boom, "Do")
+	require.PanicsWithValue(t, "panic in f", func() {
 		o.Do(ctx, func(context.Context) error { panic("panic in f") })
-		t.Fatal("Do did not re-panic")
-	}()
+	}, "Do did not re-panic f's panic")
 	// A failing run in progress; a second caller waits for it, then runs.
 	var inside atomic.Int32
 	release := make(chan struct{})
@@ -106,9 +89,7 @@ func TestOnceRetry(t *testing.T) {
 	second := make(chan error, 1)
 	go func() {
 		second <- o.Do(ctx, func(context.Context) error {
-			if inside.Load() != 0 {
-				t.Error("second run overlaps the first")
-			}
+			assert.Equal(t, int32(0), inside.Load(), "second run overlaps the first")
 			ran.Store(true)
 			return nil
 		})
@@ -119,46 +100,34 @@ func TestOnceRetry(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(release)
-	if err := <-failed; !errors.Is(err, boom) {
-		t.Fatal(err)
-	}
+	require.ErrorIs(t, <-failed, boom)
 	select {
 	case err := <-second:
-		if err != nil || !ran.Load() {
-			t.Fatalf("second Do = %v, ran %v", err, ran.Load())
-		}
+		require.NoError(t, err, "second Do")
+		require.True(t, ran.Load(), "second Do")
 	case <-time.After(2 * time.Second): // the fallback timer is lease/3 = 10s
 		t.Fatal("waiter not woken by the failed run")
 	}
-	if err := o.Do(ctx, func(context.Context) error { t.Error("ran after success"); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, o.Do(ctx, func(context.Context) error { t.Error("ran after success"); return nil }))
 }
 
 func TestOnceMisuse(t *testing.T) {
 	c := newClient(t)
 	ctx := ctxT(t)
 	o := c.NewOnce("misuse")
-	if err := o.Do(ctx, nil); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("nil f = %v", err)
-	}
-	if err := c.NewOnce("").Do(ctx, func(context.Context) error { return nil }); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("empty name = %v", err)
-	}
+	require.ErrorIs(t, o.Do(ctx, nil), dsync.ErrInvalidArgument, "nil f")
+	require.ErrorIs(t, c.NewOnce("").Do(ctx, func(context.Context) error { return nil }), dsync.ErrInvalidArgument, "empty name")
 	inner := errors.New("unset")
 	err := o.Do(ctx, func(fctx context.Context) error {
 		inner = o.Do(fctx, func(context.Context) error { return nil })
 		// A wait by another owner ends with its context.
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		if err := c.NewOnce("misuse").Do(short, func(context.Context) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("wait while running = %v", err)
-		}
+		assert.ErrorIs(t, c.NewOnce("misuse").Do(short, func(context.Context) error { return nil }), context.DeadlineExceeded, "wait while running")
 		return nil
 	})
-	if err != nil || !errors.Is(inner, dsync.ErrInvalidArgument) {
-		t.Fatalf("Do = %v, nested Do = %v", err, inner)
-	}
+	require.NoError(t, err, "Do")
+	require.ErrorIs(t, inner, dsync.ErrInvalidArgument, "Do")
 }
 
 // Two concurrent Do calls whose contexts carry the same owner, neither
@@ -197,15 +166,9 @@ func TestOnceSameOwnerConcurrent(t *testing.T) {
 	default:
 	}
 	close(finish)
-	if err := <-first; err != nil {
-		t.Fatalf("first Do = %v", err)
-	}
-	if err := <-second; err != nil {
-		t.Fatalf("second Do = %v, want nil (the run is done)", err)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("f ran %d times, want 1", n)
-	}
+	require.NoError(t, <-first, "first Do")
+	require.NoError(t, <-second, "second Do")
+	require.Equal(t, int32(1), runs.Load(), "runs of f")
 }
 
 // childOnceHang: run Do("crash") with an f that prints "running" and never
@@ -241,23 +204,17 @@ func TestOnceRunnerKilled(t *testing.T) {
 		t.Fatal("f ran while the runner was alive")
 	case <-time.After(lease + lease/2):
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	select {
 	case at := <-ran:
 		d := at.Sub(killed)
 		t.Logf("f re-ran %v after the runner's SIGKILL (lease %v)", d, lease)
-		if d > lease+500*time.Millisecond { // slack for a loaded CI machine
-			t.Fatalf("took %v, more than one lease", d)
-		}
+		require.LessOrEqual(t, d, lease+500*time.Millisecond, "took more than one lease") // slack for a loaded CI machine
 	case <-time.After(5 * time.Second):
 		t.Fatal("f never re-ran after the runner died")
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 }
 
 type onceResult struct {
@@ -282,9 +239,8 @@ func TestOnceValue(t *testing.T) {
 	get1 := dsync.OnceValue(c, "cfg", f)
 	get2 := dsync.OnceValue(c2, "cfg", f)
 	ctx := ctxT(t)
-	if _, err := get1(ctx); err == nil {
-		t.Fatal("the failing first run returned no error")
-	}
+	_, err := get1(ctx)
+	require.Error(t, err, "the failing first run returned no error")
 	var wg sync.WaitGroup
 	vals := make([]onceResult, 10)
 	for i := range vals {
@@ -296,31 +252,24 @@ func TestOnceValue(t *testing.T) {
 				get = get2
 			}
 			v, err := get(ctx)
-			if err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, err)
 			vals[i] = v
 		}()
 	}
 	wg.Wait()
 	want := vals[0]
-	if want.N != 2 || want.Name != "v" || len(want.Tags) != 2 {
-		t.Fatalf("value %+v", want)
-	}
+	require.Equal(t, 2, want.N, "value %+v", want)
+	require.Equal(t, "v", want.Name, "value %+v", want)
+	require.Len(t, want.Tags, 2, "value %+v", want)
 	for i, v := range vals {
-		if fmt.Sprint(v) != fmt.Sprint(want) {
-			t.Fatalf("value %d = %+v, want %+v", i, v, want)
-		}
+		require.Equal(t, fmt.Sprint(want), fmt.Sprint(v), "value %d = %+v, want %+v", i, v, want)
 	}
 	late := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 	v, err := dsync.OnceValue(late, "cfg", func(context.Context) (onceResult, error) {
 		t.Error("f ran in a later Client")
 		return onceResult{}, nil
 	})(ctx)
-	if err != nil || fmt.Sprint(v) != fmt.Sprint(want) {
-		t.Fatalf("later Client got %+v, %v", v, err)
-	}
-	if n := calls.Load(); n != 2 {
-		t.Fatalf("f called %d times", n)
-	}
+	require.NoError(t, err, "later Client got %+v", v)
+	require.Equal(t, fmt.Sprint(want), fmt.Sprint(v), "later Client got %+v", v)
+	require.Equal(t, int32(2), calls.Load(), "calls of f")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -55,9 +56,9 @@ type RedLock struct {
 	timeo  time.Duration
 	err    error
 
-	mu     sync.Mutex
-	held   map[string][]*redHold // by owner; innermost acquisition last
-	locker string                // owner of the hold taken by Lock or TryLock
+	mu   sync.Mutex
+	held map[string][]*redHold // by owner; innermost acquisition last
+	lk   lockerHolds           // the hold taken by Lock or TryLock
 }
 
 type redHold struct {
@@ -388,49 +389,34 @@ func (rl *RedLock) UnlockContext(ctx context.Context) error {
 	return err
 }
 
-// Lock acquires rl with a fresh owner, blocking until it is held, as
-// sync.Mutex.Lock does. It retries after errors (a majority down) and
-// panics on errors waiting cannot cure (ErrClosed, ErrInvalidArgument).
-func (rl *RedLock) Lock() {
-	ctx := WithOwner(context.Background())
-	owner, _ := OwnerOf(ctx)
-	for n := 1; ; n++ {
-		_, err := rl.LockContext(ctx)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
-			panic(err)
-		}
-		time.Sleep(backoff(n))
-	}
-	rl.mu.Lock()
-	rl.locker = owner
-	rl.mu.Unlock()
-}
+// Lock acquires rl, blocking until it is held, as sync.Mutex.Lock does
+// (each attempt with a fresh owner). It retries after errors (a majority
+// down), logging them, and panics on errors waiting cannot cure
+// (ErrClosed, ErrInvalidArgument). (The adapter in locker.go.)
+func (rl *RedLock) Lock() { lockerLock(rl, &rl.lk) }
 
 // TryLock tries to acquire rl once and reports whether it did.
-func (rl *RedLock) TryLock() bool {
-	ctx := WithOwner(context.Background())
-	if _, ok, err := rl.TryLockContext(ctx); err != nil || !ok {
-		return false
-	}
-	owner, _ := OwnerOf(ctx)
-	rl.mu.Lock()
-	rl.locker = owner
-	rl.mu.Unlock()
-	return true
-}
+func (rl *RedLock) TryLock() bool { return lockerTryLock(rl, &rl.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
-// (a panic) if rl was not locked by Lock or TryLock.
-func (rl *RedLock) Unlock() {
-	rl.mu.Lock()
-	owner := rl.locker
-	rl.locker = ""
-	rl.mu.Unlock()
-	if owner == "" {
-		panic("dsync: unlock of unlocked RedLock")
+// (a panic) if rl was not locked by Lock or TryLock; a failed release is
+// logged.
+func (rl *RedLock) Unlock() { lockerUnlock(rl, &rl.lk, "unlock") }
+
+func (rl *RedLock) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
+	if try {
+		return rl.TryLockContext(ctx)
 	}
-	_ = rl.UnlockContext(withOwnerVal(context.Background(), ownerVal{id: owner}))
+	lctx, err := rl.LockContext(ctx)
+	return lctx, err == nil, err
+}
+
+func (rl *RedLock) unlockFor(ctx context.Context) error { return rl.UnlockContext(ctx) }
+
+func (rl *RedLock) lockerEnv() (string, string, *slog.Logger, *Client) {
+	log := slog.Default()
+	if len(rl.nodes) > 0 && rl.nodes[0] != nil && rl.nodes[0].c != nil {
+		log = rl.nodes[0].c.cfg.logger
+	}
+	return "RedLock", rl.name, log, nil
 }

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,6 +11,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // redlockClients returns one dsync Client per independent server, all with
@@ -32,13 +33,9 @@ func redlockClients(t *testing.T, opts ...dsync.Option) ([]*dsync.Client, []*red
 func kill(t *testing.T, servers ...*redistest.Server) {
 	t.Helper()
 	for _, s := range servers {
-		if err := s.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Signal(syscall.SIGKILL))
 		t.Cleanup(func() {
-			if err := s.Restart(); err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, s.Restart())
 		})
 	}
 }
@@ -47,8 +44,8 @@ func kill(t *testing.T, servers ...*redistest.Server) {
 func lockValue(t *testing.T, s *redistest.Server, prefix, name string) string {
 	t.Helper()
 	v, err := s.Do(t, "GET", prefix+":{"+name+"}:mutex").ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatal(err)
+	if !rueidis.IsRedisNil(err) {
+		require.NoError(t, err)
 	}
 	return v
 }
@@ -58,45 +55,32 @@ func TestRedLockBasic(t *testing.T) {
 	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
 	ctx := ctxT(t)
 	lctx, err := rl.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	owner, _ := dsync.OwnerOf(lctx)
-	if _, ok := dsync.FencingToken(lctx); ok {
-		t.Fatal("a RedLock lock context carries a fencing token")
-	}
+	_, ok := dsync.FencingToken(lctx)
+	require.False(t, ok, "a RedLock lock context carries a fencing token")
 	for _, s := range servers {
-		if v := lockValue(t, s, prefix, "r"); !strings.HasPrefix(v, owner+" ") {
-			t.Fatalf("%s holds %q, want the owner's hold", s.Addr, v)
-		}
+		v := lockValue(t, s, prefix, "r")
+		require.True(t, strings.HasPrefix(v, owner+" "), "%s holds %q, want the owner's hold", s.Addr, v)
 	}
-	if _, ok, err := dsync.NewRedLock("r", clients).TryLockContext(ctx); ok || err != nil {
-		t.Fatalf("TryLockContext by another owner = %v, %v", ok, err)
-	}
-	if err := rl.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
-	if lctx.Err() == nil {
-		t.Fatal("lock context not cancelled by the release")
-	}
-	if err := rl.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("second unlock = %v, want ErrNotHeld", err)
-	}
+	_, ok, err = dsync.NewRedLock("r", clients).TryLockContext(ctx)
+	require.False(t, ok, "TryLockContext by another owner")
+	require.NoError(t, err, "TryLockContext by another owner")
+	require.NoError(t, rl.UnlockContext(lctx))
+	require.Error(t, lctx.Err(), "lock context not cancelled by the release")
+	require.ErrorIs(t, rl.UnlockContext(lctx), dsync.ErrNotHeld, "second unlock")
 	for _, s := range servers {
-		if v := lockValue(t, s, prefix, "r"); v != "" && !strings.HasPrefix(v, "- ") {
-			t.Fatalf("%s still holds %q after the release", s.Addr, v)
+		if v := lockValue(t, s, prefix, "r"); v != "" {
+			require.True(t, strings.HasPrefix(v, "- "), "%s still holds %q after the release", s.Addr, v)
 		}
 	}
 	var l sync.Locker = rl
 	l.Lock()
-	if rl.TryLock() {
-		t.Fatal("TryLock on a held RedLock succeeded")
-	}
+	require.False(t, rl.TryLock(), "TryLock on a held RedLock succeeded")
 	l.Unlock()
 	for _, bad := range []*dsync.RedLock{dsync.NewRedLock("", clients), dsync.NewRedLock("x", nil), dsync.NewRedLock("x", []*dsync.Client{nil})} {
-		if _, err := bad.LockContext(ctx); !errors.Is(err, dsync.ErrInvalidArgument) {
-			t.Fatalf("bad RedLock = %v, want ErrInvalidArgument", err)
-		}
+		_, err := bad.LockContext(ctx)
+		require.ErrorIs(t, err, dsync.ErrInvalidArgument, "bad RedLock")
 	}
 }
 
@@ -108,21 +92,15 @@ func TestRedLockMinorityDown(t *testing.T) {
 	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
 	ctx := ctxT(t)
 	lctx, err := rl.LockContext(ctx)
-	if err != nil {
-		t.Fatalf("with 3 of 5 up: %v", err)
-	}
+	require.NoError(t, err, "with 3 of 5 up")
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, err := dsync.NewRedLock("r", clients).LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second owner = %v, want DeadlineExceeded", err)
-	}
-	if err := rl.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err = dsync.NewRedLock("r", clients).LockContext(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "second owner")
+	require.NoError(t, rl.UnlockContext(lctx))
 	l2, ok, err := dsync.NewRedLock("r", clients).TryLockContext(ctx)
-	if !ok || err != nil {
-		t.Fatalf("after release: %v %v", ok, err)
-	}
+	require.True(t, ok, "after release")
+	require.NoError(t, err, "after release")
 	rl.UnlockContext(l2) // another RedLock value's hold: not ours
 }
 
@@ -132,28 +110,21 @@ func TestRedLockMinorityDown(t *testing.T) {
 func TestRedLockMajorityDown(t *testing.T) {
 	clients, servers, prefix := redlockClients(t)
 	kill(t, servers[1], servers[2])
-	if err := servers[4].Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, servers[4].Signal(syscall.SIGSTOP))
 	t.Cleanup(func() { servers[4].Signal(syscall.SIGCONT) })
 	const nodeTimeout = 300 * time.Millisecond
 	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(nodeTimeout))
 	start := time.Now()
 	_, err := rl.LockContext(ctxT(t))
 	took := time.Since(start)
-	if err == nil {
-		t.Fatal("acquired with 2 of 5 servers up")
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		t.Fatalf("failure reported as a context error: %v", err)
-	}
-	if took > nodeTimeout+500*time.Millisecond {
-		t.Fatalf("failed after %v; the node timeout is %v", took, nodeTimeout)
-	}
+	require.Error(t, err, "acquired with 2 of 5 servers up")
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "failure reported as a context error")
+	require.NotErrorIs(t, err, context.Canceled, "failure reported as a context error")
+	require.LessOrEqual(t, took, nodeTimeout+500*time.Millisecond, "failed after %v; the node timeout is %v", took, nodeTimeout)
 	t.Logf("failed in %v: %v", took, err)
 	for _, s := range []*redistest.Server{servers[0], servers[3]} {
-		if v := lockValue(t, s, prefix, "r"); v != "" && !strings.HasPrefix(v, "- ") {
-			t.Fatalf("live server %s left holding %q", s.Addr, v)
+		if v := lockValue(t, s, prefix, "r"); v != "" {
+			require.True(t, strings.HasPrefix(v, "- "), "live server %s left holding %q", s.Addr, v)
 		}
 	}
 }
@@ -165,21 +136,13 @@ func TestRedLockLostMajority(t *testing.T) {
 	clients, servers, _ := redlockClients(t, dsync.WithLease(600*time.Millisecond))
 	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
 	lctx, err := rl.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	kill(t, servers[0], servers[1])
 	// A minority lost: still held past several leases.
 	time.Sleep(1500 * time.Millisecond)
-	if lctx.Err() != nil {
-		t.Fatalf("lost with a majority alive: %v", context.Cause(lctx))
-	}
+	require.NoError(t, lctx.Err(), "lost with a majority alive: %v", context.Cause(lctx))
 	kill(t, servers[2])
 	waitFor(t, 3*time.Second, "the RedLock to be lost", func() bool { return lctx.Err() != nil })
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatalf("cause %v, want ErrLockLost", context.Cause(lctx))
-	}
-	if err := rl.UnlockContext(lctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("unlock of a lost RedLock = %v, want ErrNotHeld", err)
-	}
+	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
+	require.ErrorIs(t, rl.UnlockContext(lctx), dsync.ErrNotHeld, "unlock of a lost RedLock")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/require"
 )
 
 // replicaKinds are the lock kinds WithReplicaSync applies to. Each takes
@@ -100,20 +101,14 @@ func TestReplicaSync(t *testing.T) {
 			synced := dsync.WithReplicaSync(1, 2*time.Second)
 
 			release, err := k.lock(c, ctx, false, synced)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			// WAIT returned: the replica has the hold already, no polling.
-			if n, err := replica.Do(t, "EXISTS", key).AsInt64(); err != nil || n != 1 {
-				t.Fatalf("replica has no %s (%v)", key, err)
-			}
-			if err := release(); err != nil {
-				t.Fatal(err)
-			}
+			n, err := replica.Do(t, "EXISTS", key).AsInt64()
+			require.NoError(t, err, "replica has no %s", key)
+			require.Equal(t, int64(1), n, "replica has no %s", key)
+			require.NoError(t, release())
 
-			if err := replica.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, replica.Signal(syscall.SIGSTOP))
 			stopped := true
 			defer func() {
 				if stopped {
@@ -122,30 +117,18 @@ func TestReplicaSync(t *testing.T) {
 			}()
 			start := time.Now()
 			_, err = k.lock(c, ctx, false, dsync.WithReplicaSync(1, 300*time.Millisecond))
-			if !errors.Is(err, dsync.ErrNotReplicated) {
-				t.Fatalf("with the replica stopped: %v, want ErrNotReplicated", err)
-			}
-			if took := time.Since(start); took > 2*time.Second {
-				t.Fatalf("failed after %v; the sync timeout is 300ms", took)
-			}
+			require.ErrorIs(t, err, dsync.ErrNotReplicated, "with the replica stopped")
+			require.LessOrEqual(t, time.Since(start), 2*time.Second, "failed too late; the sync timeout is 300ms")
 			// Nothing left behind: without the option the lock is free at once.
 			release, err = k.lock(c, ctx, true)
-			if err != nil {
-				t.Fatalf("after the failed synced acquisition: %v", err)
-			}
-			if err := release(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "after the failed synced acquisition")
+			require.NoError(t, release())
 
 			replica.Signal(syscall.SIGCONT)
 			stopped = false
 			release, err = k.lock(c, ctx, false, synced)
-			if err != nil {
-				t.Fatalf("after SIGCONT: %v", err)
-			}
-			if err := release(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "after SIGCONT")
+			require.NoError(t, release())
 		})
 	}
 }
@@ -159,15 +142,10 @@ func TestReplicaSyncCluster(t *testing.T) {
 	for _, name := range namesOnMasters(t, prefix) {
 		m := c.NewMutex(name, dsync.WithReplicaSync(1, time.Second))
 		lctx, err := m.LockContext(ctx)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if err := m.UnlockContext(lctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "%s", name)
+		require.NoError(t, m.UnlockContext(lctx))
 		// Two replicas are more than any master has.
-		if _, err := c.NewMutex(name, dsync.WithReplicaSync(2, 50*time.Millisecond)).LockContext(ctx); !errors.Is(err, dsync.ErrNotReplicated) {
-			t.Fatalf("%s: asking 2 replicas of 1 = %v, want ErrNotReplicated", name, err)
-		}
+		_, err = c.NewMutex(name, dsync.WithReplicaSync(2, 50*time.Millisecond)).LockContext(ctx)
+		require.ErrorIs(t, err, dsync.ErrNotReplicated, "%s: asking 2 replicas of 1", name)
 	}
 }

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"syscall"
 	"testing"
@@ -11,6 +10,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A failure that is not the caller's context ending, here rueidis' own
@@ -27,9 +28,7 @@ func TestOwnTimeoutIsNotContextError(t *testing.T) {
 	})
 	c := newClientOn(t, rc, dsync.WithKeyPrefix("own"))
 	ctx := ctxT(t)
-	if err := s.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Signal(syscall.SIGSTOP))
 	t.Cleanup(func() { s.Signal(syscall.SIGCONT) })
 	calls := []struct {
 		name string
@@ -41,16 +40,11 @@ func TestOwnTimeoutIsNotContextError(t *testing.T) {
 	}
 	for _, tc := range calls {
 		err := tc.call()
-		if err == nil {
-			t.Fatalf("%s succeeded against a stalled server", tc.name)
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%s: the test's context ended: %v", tc.name, err)
-		}
+		require.Error(t, err, "%s succeeded against a stalled server", tc.name)
+		require.NoError(t, ctx.Err(), "%s: the test's context ended: %v", tc.name, err)
 		t.Logf("%s: %v", tc.name, err)
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			t.Errorf("%s = %v: a context error while ctx is live", tc.name, err)
-		}
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s: a context error while ctx is live", tc.name)
+		assert.NotErrorIs(t, err, context.Canceled, "%s: a context error while ctx is live", tc.name)
 	}
 }
 
@@ -64,9 +58,7 @@ func TestMutexSameOwnerWaitersReenter(t *testing.T) {
 	m := c.NewMutex("m")
 	elsewhere := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c))).NewMutex("m")
 	other, err := elsewhere.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	owner := dsync.WithOwner(ctxT(t))
 	type result struct {
 		l   context.Context
@@ -80,16 +72,12 @@ func TestMutexSameOwnerWaitersReenter(t *testing.T) {
 		}()
 	}
 	waitSubscribed(t, newRueidis(t), prefixOf(t, c)+":{m}:mutex:ch") // one waits in Redis (the other locally, or re-enters on arrival)
-	if err := elsewhere.UnlockContext(other); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, elsewhere.UnlockContext(other))
 	var ls []context.Context
 	for range 2 {
 		select {
 		case r := <-got:
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
+			require.NoError(t, r.err)
 			ls = append(ls, r.l)
 		case <-time.After(5 * time.Second):
 			t.Fatal("the owner's second acquisition did not re-enter while the owner held the lock")
@@ -97,15 +85,11 @@ func TestMutexSameOwnerWaitersReenter(t *testing.T) {
 	}
 	t1, _ := dsync.FencingToken(ls[0])
 	t2, _ := dsync.FencingToken(ls[1])
-	if t1 != t2 {
-		t.Fatalf("re-entries of one hold have tokens %d and %d", t1, t2)
-	}
+	require.Equal(t, t2, t1, "re-entries of one hold have tokens")
 	for _, l := range ls {
-		if err := m.UnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.UnlockContext(l))
 	}
-	if _, ok, err := c.NewMutex("m").TryLockContext(ctxT(t)); !ok || err != nil {
-		t.Fatalf("after both releases: %v %v", ok, err)
-	}
+	_, ok, err := c.NewMutex("m").TryLockContext(ctxT(t))
+	require.True(t, ok, "after both releases")
+	require.NoError(t, err, "after both releases")
 }

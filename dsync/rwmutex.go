@@ -48,9 +48,8 @@ import (
 type RWMutex struct {
 	w, r qlock
 
-	lmu     sync.Mutex
-	locker  string   // owner of the write hold taken by Lock or TryLock
-	rlocked []string // owners of the read holds taken by RLock or TryRLock
+	wlk lockerHolds // the write hold taken by Lock or TryLock
+	rlk lockerHolds // the read holds taken by RLock or TryRLock
 }
 
 // NewRWMutex returns the rw mutex called name. An invalid name (empty, or
@@ -96,11 +95,11 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 		if mode == "write" {
 			// One write hold per owner and Client; "\x00" keeps these slot
 			// keys apart from every real key.
-			q.slot = func(string) string { return key + "\x00w" }
+			q.slot = func(string) stateKey { return stateKey{key: key, slot: "w"} }
 			q.ch = func(owner string) string { return wch + owner }
 			q.rwWrite = key
 		} else {
-			q.slot = func(owner string) string { return key + "\x00r\x00" + owner }
+			q.slot = func(owner string) stateKey { return stateKey{key: key, slot: "r", owner: owner} }
 			q.ch = func(string) string { return rch }
 			q.rwRead = key
 		}
@@ -112,56 +111,28 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 
 // Lock acquires the write lock, blocking until it is held, as Mutex.Lock
 // does.
-func (rw *RWMutex) Lock() { rw.w.lockLocker(&rw.lmu, &rw.locker) }
+func (rw *RWMutex) Lock() { lockerLock(&rw.w, &rw.wlk) }
 
 // TryLock tries to take the write lock without waiting and reports whether
 // it did. It returns false on any error.
-func (rw *RWMutex) TryLock() bool { return rw.w.tryLocker(&rw.lmu, &rw.locker) }
+func (rw *RWMutex) TryLock() bool { return lockerTryLock(&rw.w, &rw.wlk) }
 
 // Unlock releases the write lock taken by Lock or TryLock. It is a run-time
 // error (a panic) if rw is not write-locked by Lock or TryLock.
-func (rw *RWMutex) Unlock() {
-	rw.w.unlockLocker(&rw.lmu, &rw.locker, "dsync: unlock of unlocked RWMutex")
-}
+func (rw *RWMutex) Unlock() { lockerUnlock(&rw.w, &rw.wlk, "unlock") }
 
 // RLock acquires a read lock, blocking until it is held. Redis errors do
 // not end the wait; RLock panics if the Client is closed or the name is
 // invalid.
-func (rw *RWMutex) RLock() {
-	var owner string
-	rw.r.lockLocker(&rw.lmu, &owner)
-	rw.lmu.Lock()
-	rw.rlocked = append(rw.rlocked, owner)
-	rw.lmu.Unlock()
-}
+func (rw *RWMutex) RLock() { lockerLock(&rw.r, &rw.rlk) }
 
 // TryRLock tries to take a read lock without waiting and reports whether it
 // did. It returns false on any error.
-func (rw *RWMutex) TryRLock() bool {
-	var owner string
-	if !rw.r.tryLocker(&rw.lmu, &owner) {
-		return false
-	}
-	rw.lmu.Lock()
-	rw.rlocked = append(rw.rlocked, owner)
-	rw.lmu.Unlock()
-	return true
-}
+func (rw *RWMutex) TryRLock() bool { return lockerTryLock(&rw.r, &rw.rlk) }
 
-// RUnlock undoes one RLock or TryRLock. It is a run-time error (a panic) if
-// rw holds no read lock taken by RLock or TryRLock.
-func (rw *RWMutex) RUnlock() {
-	rw.lmu.Lock()
-	n := len(rw.rlocked)
-	if n == 0 {
-		rw.lmu.Unlock()
-		panic("dsync: RUnlock of unlocked RWMutex")
-	}
-	owner := rw.rlocked[n-1]
-	rw.rlocked = rw.rlocked[:n-1]
-	rw.lmu.Unlock()
-	rw.r.unlockOwner(owner)
-}
+// RUnlock undoes one RLock or TryRLock, the latest first. It is a run-time
+// error (a panic) if rw holds no read lock taken by RLock or TryRLock.
+func (rw *RWMutex) RUnlock() { lockerUnlock(&rw.r, &rw.rlk, "RUnlock") }
 
 // RLocker returns a sync.Locker that implements Lock and Unlock by calling
 // rw.RLock and rw.RUnlock.

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -39,9 +40,7 @@ func TestRWMutexUpgradeAheadOfQueuedWriter(t *testing.T) {
 	keys := rwKeys(prefixOf(t, c), "up")
 	rw := c.NewRWMutex("up")
 	rctx, err := rw.RLockContext(dsync.WithOwner(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wdone := make(chan error, 1)
 	go func() {
 		wctx, err := c2.NewRWMutex("up").LockContext(ctx)
@@ -55,19 +54,11 @@ func TestRWMutexUpgradeAheadOfQueuedWriter(t *testing.T) {
 	uctx, cancel := context.WithTimeout(rctx, 2*time.Second)
 	defer cancel()
 	wctx, err := rw.LockContext(uctx)
-	if err != nil {
-		t.Fatalf("upgrade with a queued writer = %v after %v, want the write lock", err, time.Since(start))
-	}
+	require.NoError(t, err, "upgrade with a queued writer = %v after %v, want the write lock", err, time.Since(start))
 	t.Logf("upgrade granted in %v ahead of the queued writer", time.Since(start))
-	if err := rw.UnlockContext(wctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := rw.RUnlockContext(rctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-wdone; err != nil {
-		t.Fatalf("queued writer after the upgrader left = %v", err)
-	}
+	require.NoError(t, rw.UnlockContext(wctx))
+	require.NoError(t, rw.RUnlockContext(rctx))
+	require.NoError(t, <-wdone, "queued writer after the upgrader left")
 }
 
 // With another reader, the upgrade queues; when that reader leaves, the
@@ -80,13 +71,9 @@ func TestRWMutexUpgradeAfterOtherReaderLeaves(t *testing.T) {
 	keys := rwKeys(prefixOf(t, c), "up2")
 	rw := c.NewRWMutex("up2")
 	uctx, err := rw.RLockContext(dsync.WithOwner(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	other, err := rw.RLockContext(dsync.WithOwner(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wdone := make(chan error, 1)
 	go func() {
 		wctx, err := c2.NewRWMutex("up2").LockContext(ctx)
@@ -107,27 +94,17 @@ func TestRWMutexUpgradeAfterOtherReaderLeaves(t *testing.T) {
 	}()
 	waitQueued(t, rc, keys, 2)
 	left := time.Now()
-	if err := rw.RUnlockContext(other); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rw.RUnlockContext(other))
 	select {
 	case r := <-up:
-		if r.err != nil {
-			t.Fatalf("upgrade = %v", r.err)
-		}
+		require.NoError(t, r.err, "upgrade")
 		t.Logf("upgrade granted %v after the other reader left", time.Since(left))
-		if err := rw.UnlockContext(r.ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rw.UnlockContext(r.ctx))
 	case <-time.After(2 * time.Second): // the fallback look is lease/3 = 10 s
 		t.Fatal("the upgrader was not woken when it became the only reader")
 	}
-	if err := rw.RUnlockContext(uctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-wdone; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rw.RUnlockContext(uctx))
+	require.NoError(t, <-wdone)
 }
 
 // Two writers on two Clients take turns without pause; a reader on a third
@@ -153,14 +130,12 @@ func TestRWMutexReaderNotStarvedByWriters(t *testing.T) {
 				default:
 				}
 				l, err := rw.LockContext(ctx)
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				turns.Add(1)
 				time.Sleep(10 * time.Millisecond) // the writer's work
-				if err := rw.UnlockContext(l); err != nil {
-					t.Error(err)
+				if !assert.NoError(t, rw.UnlockContext(l)) {
 					return
 				}
 			}
@@ -175,18 +150,12 @@ func TestRWMutexReaderNotStarvedByWriters(t *testing.T) {
 		l, err := rc.NewRWMutex("starve").RLockContext(rctx)
 		waited, during := time.Since(start), turns.Load()-before
 		cancel()
-		if err != nil {
-			t.Fatalf("reader %d: %v after %v and %d writer turns", i, err, waited, during)
-		}
+		require.NoError(t, err, "reader %d: %v after %v and %d writer turns", i, err, waited, during)
 		t.Logf("reader %d got in after %v, %d writer turns", i, waited, during)
 		// Phase-fair: at most the turn under way and the one queued before
 		// the reader arrived go first.
-		if during > 3 {
-			t.Errorf("reader %d waited through %d writer turns, want at most 3", i, during)
-		}
-		if err := rc.NewRWMutex("starve").RUnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
+		assert.LessOrEqual(t, during, int64(3), "reader %d waited through writer turns", i)
+		require.NoError(t, rc.NewRWMutex("starve").RUnlockContext(l))
 	}
 }
 
@@ -199,35 +168,21 @@ func TestRWMutexDowngradeThroughLockContext(t *testing.T) {
 	ctx := ctxT(t)
 	rw := c.NewRWMutex("down")
 	wctx, err := rw.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rctx, err := rw.RLockContext(wctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rw.UnlockContext(wctx); err != nil {
-		t.Fatal(err)
-	}
-	if wctx.Err() == nil {
-		t.Fatal("the write lock context is live after its release")
-	}
-	if err := rctx.Err(); err != nil {
-		t.Fatalf("read lock context ended with the write lock: %v (cause %v)", err, context.Cause(rctx))
-	}
+	require.NoError(t, err)
+	require.NoError(t, rw.UnlockContext(wctx))
+	require.Error(t, wctx.Err(), "the write lock context is live after its release")
+	require.NoError(t, rctx.Err(), "read lock context ended with the write lock (cause %v)", context.Cause(rctx))
 	other := c2.NewRWMutex("down")
-	if _, ok, err := other.TryLockContext(ctx); err != nil || ok {
-		t.Fatalf("another writer got in past the downgraded reader: %v %v", ok, err)
-	}
-	if _, ok, err := other.TryRLockContext(ctx); err != nil || !ok {
-		t.Fatalf("another reader kept out after the downgrade: %v %v", ok, err)
-	}
-	if err := rw.RUnlockContext(rctx); err != nil {
-		t.Fatalf("RUnlockContext of the downgraded hold = %v", err)
-	}
-	if rctx.Err() == nil {
-		t.Fatal("read lock context live after its release")
-	}
+	_, ok, err := other.TryLockContext(ctx)
+	require.NoError(t, err, "another writer got in past the downgraded reader")
+	require.False(t, ok, "another writer got in past the downgraded reader")
+	_, ok, err = other.TryRLockContext(ctx)
+	require.NoError(t, err, "another reader kept out after the downgrade")
+	require.True(t, ok, "another reader kept out after the downgrade")
+	require.NoError(t, rw.RUnlockContext(rctx), "RUnlockContext of the downgraded hold")
+	require.Error(t, rctx.Err(), "read lock context live after its release")
 }
 
 // A reader whose wait ends leaves nothing behind: no registered or admitted
@@ -240,24 +195,17 @@ func TestRWMutexCancelledReaderLeavesNothing(t *testing.T) {
 	keys := rwKeys(prefixOf(t, c), "rc")
 	rw := c.NewRWMutex("rc")
 	w1, err := rw.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, err := c2.NewRWMutex("rc").RLockContext(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("reader's wait = %v", err)
-	}
-	if n := zcard(t, rc, keys[4]) + zcard(t, rc, keys[5]); n != 0 {
-		t.Fatalf("%d reader places left after a cancelled wait", n)
-	}
+	_, err = c2.NewRWMutex("rc").RLockContext(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "reader's wait")
+	require.Equal(t, int64(0), zcard(t, rc, keys[4])+zcard(t, rc, keys[5]), "reader places left after a cancelled wait")
 	// A later writer is not held back by the reader that left.
-	if err := rw.UnlockContext(w1); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, err := c2.NewRWMutex("rc").TryLockContext(ctx); err != nil || !ok {
-		t.Fatalf("writer after the cancelled reader: %v %v", ok, err)
-	}
+	require.NoError(t, rw.UnlockContext(w1))
+	_, ok, err := c2.NewRWMutex("rc").TryLockContext(ctx)
+	require.NoError(t, err, "writer after the cancelled reader")
+	require.True(t, ok, "writer after the cancelled reader")
 }
 
 // childRWReaders: DSYNC_TEST_N goroutines take and release read locks of
@@ -350,34 +298,18 @@ func TestRWMutexThousandReadersAndAWriter(t *testing.T) {
 		l, err := rw.LockContext(wctx)
 		waited := time.Since(start)
 		cancel()
-		if err != nil {
-			t.Fatalf("writer %d: %v after %v", i, err, waited)
-		}
+		require.NoError(t, err, "writer %d: %v after %v", i, err, waited)
 		worst = max(worst, waited)
-		if err := rc.Do(ctx, rc.B().Set().Key(prefix+":writing").Value("1").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(prefix+":writing").Value("1").Build()).Error())
 		time.Sleep(5 * time.Millisecond) // the writer's work, with readers knocking
-		if err := rc.Do(ctx, rc.B().Del().Key(prefix+":writing").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		if err := rw.UnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(prefix+":writing").Build()).Error())
+		require.NoError(t, rw.UnlockContext(l))
 	}
 	t.Logf("worst writer wait among 1,000 readers in 4 processes: %v", worst)
-	if worst > 3*time.Second {
-		t.Errorf("worst writer wait %v, want under 3s", worst)
-	}
-	if err := rc.Do(ctx, rc.B().Set().Key(prefix+":stop").Value("1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if code := <-local; code != 0 {
-		t.Fatal("a reader in this process failed")
-	}
+	assert.LessOrEqual(t, worst, 3*time.Second, "worst writer wait")
+	require.NoError(t, rc.Do(ctx, rc.B().Set().Key(prefix+":stop").Value("1").Build()).Error())
+	require.Equal(t, 0, <-local, "a reader in this process failed")
 	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("reader process: %v", err)
-		}
+		require.NoError(t, cmd.Wait(), "reader process")
 	}
 }

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -30,9 +31,7 @@ func rwKeys(prefix, name string) []string {
 func hgetall(t testing.TB, rc rueidis.Client, key string) map[string]string {
 	t.Helper()
 	m, err := rc.Do(context.Background(), rc.B().Hgetall().Key(key).Build()).AsStrMap()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return m
 }
 
@@ -44,110 +43,65 @@ func TestRWMutexBasic(t *testing.T) {
 	r1 := dsync.WithOwner(ctx)
 	// Readers share, across Clients, and re-enter.
 	l1, err := rw.RLockContext(r1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l1b, err := rw2.RLockContext(r1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, b := tokenOf(t, l1), tokenOf(t, l1b); a != b {
-		t.Fatalf("read re-entry changed the token %d -> %d", a, b)
-	}
+	require.NoError(t, err)
+	a, b := tokenOf(t, l1), tokenOf(t, l1b)
+	require.Equal(t, b, a, "read re-entry changed the token")
 	l2, ok, err := rw2.TryRLockContext(ctx)
-	if err != nil || !ok {
-		t.Fatalf("second reader: %v %v", ok, err)
-	}
-	if _, ok, err := rw.TryLockContext(ctx); ok || err != nil {
-		t.Fatalf("writer got in among readers: %v %v", ok, err)
-	}
-	if err := rw.RUnlockContext(dsync.WithOwner(ctx)); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("foreign RUnlock = %v, want ErrNotHeld", err)
-	}
-	if err := rw.UnlockContext(r1); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("Unlock by a reader = %v, want ErrNotHeld", err)
-	}
+	require.NoError(t, err, "second reader")
+	require.True(t, ok, "second reader")
+	_, ok, err = rw.TryLockContext(ctx)
+	require.False(t, ok, "writer got in among readers")
+	require.NoError(t, err, "writer got in among readers")
+	require.ErrorIs(t, rw.RUnlockContext(dsync.WithOwner(ctx)), dsync.ErrNotHeld, "foreign RUnlock")
+	require.ErrorIs(t, rw.UnlockContext(r1), dsync.ErrNotHeld, "Unlock by a reader")
 	for _, u := range []struct {
 		m *dsync.RWMutex
 		l context.Context
 	}{{rw2, l1b}, {rw, l1}, {rw2, l2}} {
-		if err := u.m.RUnlockContext(u.l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, u.m.RUnlockContext(u.l))
 	}
-	if err := rw.RUnlockContext(l1); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("extra RUnlock = %v, want ErrNotHeld", err)
-	}
+	require.ErrorIs(t, rw.RUnlockContext(l1), dsync.ErrNotHeld, "extra RUnlock")
 	// A writer excludes all, and re-enters.
 	w := dsync.WithOwner(ctx)
 	lw, err := rw.LockContext(w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lw2, err := rw2.LockContext(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tokenOf(t, lw) <= tokenOf(t, l2) {
-		t.Fatal("write token not above the read tokens")
-	}
-	if _, ok, _ := rw2.TryRLockContext(ctx); ok {
-		t.Fatal("reader got in with a writer")
-	}
-	if _, ok, _ := rw2.TryLockContext(ctx); ok {
-		t.Fatal("second writer got in")
-	}
-	if err := rw.UnlockContext(dsync.WithOwner(ctx)); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("foreign Unlock = %v", err)
-	}
-	if err := rw2.UnlockContext(lw2); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, _ := rw2.TryRLockContext(ctx); ok {
-		t.Fatal("reader got in after 1 of 2 write releases")
-	}
-	if err := rw.UnlockContext(lw); err != nil {
-		t.Fatal(err)
-	}
-	if lw.Err() == nil {
-		t.Fatal("write lock context not cancelled by release")
-	}
+	require.NoError(t, err)
+	require.Greater(t, tokenOf(t, lw), tokenOf(t, l2), "write token not above the read tokens")
+	_, ok, _ = rw2.TryRLockContext(ctx)
+	require.False(t, ok, "reader got in with a writer")
+	_, ok, _ = rw2.TryLockContext(ctx)
+	require.False(t, ok, "second writer got in")
+	require.ErrorIs(t, rw.UnlockContext(dsync.WithOwner(ctx)), dsync.ErrNotHeld, "foreign Unlock")
+	require.NoError(t, rw2.UnlockContext(lw2))
+	_, ok, _ = rw2.TryRLockContext(ctx)
+	require.False(t, ok, "reader got in after 1 of 2 write releases")
+	require.NoError(t, rw.UnlockContext(lw))
+	require.Error(t, lw.Err(), "write lock context not cancelled by release")
 	// sync.Locker forms.
 	rw.Lock()
-	if rw.TryRLock() || rw.TryLock() {
-		t.Fatal("Try succeeded against Lock")
-	}
+	require.False(t, rw.TryRLock(), "Try succeeded against Lock")
+	require.False(t, rw.TryLock(), "Try succeeded against Lock")
 	rw.Unlock()
 	var rl sync.Locker = rw.RLocker()
 	rl.Lock()
 	rw.RLock()
-	if rw.TryLock() {
-		t.Fatal("TryLock succeeded against RLock")
-	}
+	require.False(t, rw.TryLock(), "TryLock succeeded against RLock")
 	rl.Unlock()
 	rw.RUnlock()
-	if !rw.TryLock() {
-		t.Fatal("TryLock failed on a free RWMutex")
-	}
+	require.True(t, rw.TryLock(), "TryLock failed on a free RWMutex")
 	rw.Unlock()
 	for _, f := range []func(){rw.Unlock, rw.RUnlock} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Fatal("unlock of an unlocked RWMutex did not panic")
-				}
-			}()
-			f()
-		}()
+		require.Panics(t, f, "unlock of an unlocked RWMutex did not panic")
 	}
 }
 
 func tokenOf(t testing.TB, ctx context.Context) uint64 {
 	t.Helper()
 	tok, ok := dsync.FencingToken(ctx)
-	if !ok {
-		t.Fatal("no fencing token")
-	}
+	require.True(t, ok, "no fencing token")
 	return tok
 }
 
@@ -156,37 +110,22 @@ func TestRWMutexDowngrade(t *testing.T) {
 	rw := c.NewRWMutex("down")
 	ctx := dsync.WithOwner(ctxT(t))
 	lw, err := rw.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lr, err := rw.RLockContext(ctx) // the writer takes the read lock
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, _ := rw.TryRLockContext(ctxT(t)); ok {
-		t.Fatal("another reader got in while write-locked")
-	}
-	if err := rw.UnlockContext(lw); err != nil {
-		t.Fatal(err)
-	}
-	if lr.Err() != nil {
-		t.Fatal("read hold ended with the write hold")
-	}
+	require.NoError(t, err)
+	_, ok, _ := rw.TryRLockContext(ctxT(t))
+	require.False(t, ok, "another reader got in while write-locked")
+	require.NoError(t, rw.UnlockContext(lw))
+	require.NoError(t, lr.Err(), "read hold ended with the write hold")
 	// Now only reading: other readers share, writers wait.
 	l2, ok, err := rw.TryRLockContext(ctxT(t))
-	if err != nil || !ok {
-		t.Fatalf("reader after downgrade: %v %v", ok, err)
-	}
-	if _, ok, _ := rw.TryLockContext(ctxT(t)); ok {
-		t.Fatal("writer got in while downgraded owner reads")
-	}
+	require.NoError(t, err, "reader after downgrade")
+	require.True(t, ok, "reader after downgrade")
+	_, ok, _ = rw.TryLockContext(ctxT(t))
+	require.False(t, ok, "writer got in while downgraded owner reads")
 	rw.RUnlockContext(l2)
-	if err := rw.RUnlockContext(lr); err != nil {
-		t.Fatal(err)
-	}
-	if !rw.TryLock() {
-		t.Fatal("not free after the downgraded read ended")
-	}
+	require.NoError(t, rw.RUnlockContext(lr))
+	require.True(t, rw.TryLock(), "not free after the downgraded read ended")
 	rw.Unlock()
 }
 
@@ -207,18 +146,15 @@ func TestRWMutexHammerClients(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < iters; i++ {
 					l, err := rw.LockContext(context.Background())
-					if err != nil {
-						t.Error(err)
+					if !assert.NoError(t, err) {
 						return
 					}
-					if n := writing.Add(1); n != 1 || reading.Load() != 0 {
-						t.Errorf("writer inside with %d writers, %d readers", n, reading.Load())
-					}
+					assert.Equal(t, int32(1), writing.Add(1), "writers inside at once")
+					assert.Equal(t, int32(0), reading.Load(), "readers inside with a writer")
 					unguardedIncr(t, rcv, prefix+":counter")
 					writes.Add(1)
 					writing.Add(-1)
-					if err := rw.UnlockContext(l); err != nil {
-						t.Error(err)
+					if !assert.NoError(t, rw.UnlockContext(l)) {
 						return
 					}
 				}
@@ -230,20 +166,16 @@ func TestRWMutexHammerClients(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < iters; i++ {
 					l, err := rw.RLockContext(context.Background())
-					if err != nil {
-						t.Error(err)
+					if !assert.NoError(t, err) {
 						return
 					}
 					n := reading.Add(1)
 					for m := maxReading.Load(); n > m && !maxReading.CompareAndSwap(m, n); m = maxReading.Load() {
 					}
-					if writing.Load() != 0 {
-						t.Error("reader inside with a writer")
-					}
+					assert.Equal(t, int32(0), writing.Load(), "reader inside with a writer")
 					time.Sleep(2 * time.Millisecond) // overlap with other readers
 					reading.Add(-1)
-					if err := rw.RUnlockContext(l); err != nil {
-						t.Error(err)
+					if !assert.NoError(t, rw.RUnlockContext(l)) {
 						return
 					}
 				}
@@ -252,16 +184,12 @@ func TestRWMutexHammerClients(t *testing.T) {
 	}
 	wg.Wait()
 	got, err := rcv.Do(context.Background(), rcv.B().Get().Key(prefix+":counter").Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := writes.Load(); got != want || want != 2*writers*iters {
-		t.Fatalf("counter = %d after %d writes: updates lost", got, want)
-	}
+	require.NoError(t, err)
+	want := writes.Load()
+	require.Equal(t, want, got, "counter writes: updates lost")
+	require.Equal(t, int64(2*writers*iters), want, "counter writes: updates lost")
 	t.Logf("max concurrent readers: %d", maxReading.Load())
-	if maxReading.Load() < 2 {
-		t.Fatal("readers never shared the lock")
-	}
+	require.GreaterOrEqual(t, maxReading.Load(), int32(2), "readers never shared the lock")
 }
 
 // A writer is not starved by readers that keep the lock read-held at every
@@ -287,8 +215,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 					default:
 					}
 					l, err := rw.RLockContext(context.Background())
-					if err != nil {
-						t.Error(err)
+					if !assert.NoError(t, err) {
 						return
 					}
 					reads.Add(1)
@@ -305,14 +232,10 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 	start := time.Now()
 	l, err := rws[0].LockContext(ctx)
 	wait := time.Since(start)
-	if err != nil {
-		t.Fatalf("writer starved by readers: %v after %v", err, wait)
-	}
+	require.NoError(t, err, "writer starved by readers: %v after %v", err, wait)
 	t.Logf("writer waited %v under a stream of 6 readers (20ms each)", wait)
 	rws[0].UnlockContext(l)
-	if wait > time.Second {
-		t.Fatalf("writer waited %v", wait)
-	}
+	require.LessOrEqual(t, wait, time.Second, "writer waited")
 }
 
 // childRWReader: take a read lock on rw mutex DSYNC_TEST_NAME, print
@@ -337,29 +260,20 @@ func TestRWMutexReaderCrash(t *testing.T) {
 	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	rw := c.NewRWMutex(name)
 	live, err := rw.RLockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd := childSaying(t, "held", "rwreader", prefix, "DSYNC_TEST_NAME="+name, "DSYNC_TEST_LEASE="+lease.String())
-	if n := zcard(t, rc, keys[1]); n != 2 {
-		t.Fatalf("%d readers, want 2", n)
-	}
+	require.Equal(t, int64(2), zcard(t, rc, keys[1]), "readers")
 	// Sleep is the point: both readers' holds outlive their first lease.
 	time.Sleep(lease + lease/2)
-	if n := zcard(t, rc, keys[1]); n != 2 {
-		t.Fatalf("a live reader's hold lapsed: %d readers", n)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, int64(2), zcard(t, rc, keys[1]), "a live reader's hold lapsed: readers")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	// A writer queues; the live reader releases after the crash; the writer
 	// gets in once the dead reader's lease lapses.
 	got := make(chan time.Duration, 1)
 	go func() {
 		l, err := rw.LockContext(ctxT(t))
-		if err != nil {
-			t.Error(err)
+		if !assert.NoError(t, err) {
 			got <- -1
 			return
 		}
@@ -367,9 +281,7 @@ func TestRWMutexReaderCrash(t *testing.T) {
 		rw.UnlockContext(l)
 	}()
 	waitFor(t, 2*time.Second, "the writer to queue", func() bool { return len(lrange(t, rc, keys[2])) == 1 })
-	if err := rw.RUnlockContext(live); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rw.RUnlockContext(live))
 	var wait time.Duration
 	select {
 	case wait = <-got:
@@ -377,9 +289,8 @@ func TestRWMutexReaderCrash(t *testing.T) {
 		t.Fatal("a dead reader kept the lock")
 	}
 	t.Logf("writer got the lock %v after the reader was killed (lease %v)", wait, lease)
-	if wait < 0 || wait > lease+lease/2 {
-		t.Fatalf("dead reader held the lock for %v, over one lease (%v) plus slack", wait, lease)
-	}
+	require.GreaterOrEqual(t, wait, time.Duration(0), "dead reader held the lock for %v, over one lease (%v) plus slack", wait, lease)
+	require.LessOrEqual(t, wait, lease+lease/2, "dead reader held the lock for %v, over one lease (%v) plus slack", wait, lease)
 }
 
 // A writer whose wait ends leaves the queue at once, so readers are no
@@ -390,9 +301,7 @@ func TestRWMutexCancelledWriterLeaves(t *testing.T) {
 	keys := rwKeys(prefixOf(t, c), "cancel")
 	rw := c.NewRWMutex("cancel")
 	l, err := rw.RLockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	before := hgetall(t, rc, keys[0])
 	short, cancel := context.WithTimeout(ctxT(t), 150*time.Millisecond)
 	defer cancel()
@@ -402,22 +311,17 @@ func TestRWMutexCancelledWriterLeaves(t *testing.T) {
 		errc <- err
 	}()
 	waitFor(t, 2*time.Second, "the writer to queue", func() bool { return len(lrange(t, rc, keys[2])) == 1 })
-	if _, ok, _ := rw.TryRLockContext(ctxT(t)); ok {
-		t.Fatal("a new reader overtook a waiting writer")
-	}
-	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait ended by its deadline returned %v", err)
-	}
-	if q := lrange(t, rc, keys[2]); len(q) != 0 || zcard(t, rc, keys[3]) != 0 {
-		t.Fatalf("queue after a cancelled writer: %q", q)
-	}
-	if after := hgetall(t, rc, keys[0]); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Fatalf("hash changed by a cancelled writer: %v -> %v", before, after)
-	}
+	_, ok, _ := rw.TryRLockContext(ctxT(t))
+	require.False(t, ok, "a new reader overtook a waiting writer")
+	require.ErrorIs(t, <-errc, context.DeadlineExceeded, "wait ended by its deadline")
+	q := lrange(t, rc, keys[2])
+	require.Empty(t, q, "queue after a cancelled writer: %q", q)
+	require.Equal(t, int64(0), zcard(t, rc, keys[3]), "queue after a cancelled writer: %q", q)
+	after := hgetall(t, rc, keys[0])
+	require.Equal(t, fmt.Sprint(before), fmt.Sprint(after), "hash changed by a cancelled writer: %v -> %v", before, after)
 	l2, ok, err := rw.TryRLockContext(ctxT(t))
-	if err != nil || !ok {
-		t.Fatalf("reader still held back after the writer left: %v %v", ok, err)
-	}
+	require.NoError(t, err, "reader still held back after the writer left")
+	require.True(t, ok, "reader still held back after the writer left")
 	rw.RUnlockContext(l2)
 	rw.RUnlockContext(l)
 }
@@ -435,125 +339,91 @@ func TestRWMutexScripts(t *testing.T) {
 			tr = "1"
 		}
 		v, err := scripts.RWAcquire.Exec(ctx, rc, keys, []string{mode, owner, lease, "10000", tr, wch}).AsIntSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
 	release := func(mode, owner string, tok int64) int64 {
 		t.Helper()
 		n, err := scripts.RWRelease.Exec(ctx, rc, keys, []string{mode, owner, strconv.FormatInt(tok, 10), rch, wch}).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n
 	}
 	renew := func(mode, owner string, tok int64, lease string) int64 {
 		t.Helper()
 		n, err := scripts.RWRenew.Exec(ctx, rc, keys, []string{mode, owner, strconv.FormatInt(tok, 10), lease}).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n
 	}
 	dc, cancel := rc.Dedicate()
 	defer cancel()
 	msgs := make(chan string, 16)
 	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Channel }})
-	if err := dc.Do(ctx, dc.B().Subscribe().Channel(rch, wch+"w1", wch+"w2").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dc.Do(ctx, dc.B().Subscribe().Channel(rch, wch+"w1", wch+"w2").Build()).Error())
 	defer func() { dc.Close(); <-wait }()
 
 	a := acquire("read", "a", "10000", false)
 	b := acquire("read", "b", "300", false) // b will die: short lease
-	if a[0] != 1 || b[0] != 1 || b[1] <= a[1] {
-		t.Fatalf("readers: %v %v", a, b)
-	}
+	require.Equal(t, int64(1), a[0], "readers: %v %v", a, b)
+	require.Equal(t, int64(1), b[0], "readers: %v %v", a, b)
+	require.Greater(t, b[1], a[1], "readers: %v %v", a, b)
 	h := hgetall(t, rc, keys[0])
-	if h["mode"] != "read" || h["r:a"] != "1 "+strconv.FormatInt(a[1], 10) || h["tok"] != strconv.FormatInt(b[1], 10) {
-		t.Fatalf("hash %v", h)
-	}
-	if v := acquire("read", "a", "10000", false); v[0] != 2 || hgetall(t, rc, keys[0])["r:a"] != "2 "+strconv.FormatInt(a[1], 10) {
-		t.Fatalf("read re-entry %v", v)
-	}
+	require.Equal(t, "read", h["mode"], "hash %v", h)
+	require.Equal(t, "1 "+strconv.FormatInt(a[1], 10), h["r:a"], "hash %v", h)
+	require.Equal(t, strconv.FormatInt(b[1], 10), h["tok"], "hash %v", h)
+	v := acquire("read", "a", "10000", false)
+	require.Equal(t, int64(2), v[0], "read re-entry %v", v)
+	require.Equal(t, "2 "+strconv.FormatInt(a[1], 10), hgetall(t, rc, keys[0])["r:a"], "read re-entry %v", v)
 	// w1 queues behind the readers; new reader c now waits behind w1.
-	if v := acquire("write", "w1", "10000", false); v[0] != 0 || v[1] <= 0 || v[1] > 300 {
-		t.Fatalf("writer among readers = %v, want {0, <= b's lease}", v)
-	}
-	if v := acquire("read", "c", "10000", false); v[0] != 0 {
-		t.Fatalf("reader overtook a queued writer: %v", v)
-	}
+	v = acquire("write", "w1", "10000", false)
+	require.Equal(t, int64(0), v[0], "writer among readers = %v, want {0, <= b's lease}", v)
+	require.Greater(t, v[1], int64(0), "writer among readers = %v, want {0, <= b's lease}", v)
+	require.LessOrEqual(t, v[1], int64(300), "writer among readers = %v, want {0, <= b's lease}", v)
+	v = acquire("read", "c", "10000", false)
+	require.Equal(t, int64(0), v[0], "reader overtook a queued writer: %v", v)
 	// a renews only itself; b's hold lapses on its own.
 	waitFor(t, 3*time.Second, "b's hold to lapse", func() bool {
-		if renew("read", "a", a[1], "10000") != 1 {
-			t.Fatal("a's renewal failed")
-		}
+		require.Equal(t, int64(1), renew("read", "a", a[1], "10000"), "a's renewal failed")
 		return zcard(t, rc, keys[1]) == 1
 	})
-	if _, ok := hgetall(t, rc, keys[0])["r:b"]; ok {
-		t.Fatal("lapsed reader b left in the hash")
-	}
-	if renew("read", "b", b[1], "10000") != 0 {
-		t.Fatal("a lapsed hold was renewed")
-	}
-	if release("read", "x", 0) != 0 || release("write", "a", 0) != 0 {
-		t.Fatal("foreign release succeeded")
-	}
-	if release("read", "a", a[1]) != 2 {
-		t.Fatal("first of a's two releases")
-	}
-	if release("read", "a", a[1]) != 1 {
-		t.Fatal("a's last release")
-	}
-	if ch := <-msgs; ch != wch+"w1" {
-		t.Fatalf("last read release woke %q, want the head writer w1", ch)
-	}
-	if _, ok := hgetall(t, rc, keys[0])["mode"]; ok {
-		t.Fatal("mode set on a free lock")
-	}
+	_, ok := hgetall(t, rc, keys[0])["r:b"]
+	require.False(t, ok, "lapsed reader b left in the hash")
+	require.Equal(t, int64(0), renew("read", "b", b[1], "10000"), "a lapsed hold was renewed")
+	require.Equal(t, int64(0), release("read", "x", 0), "foreign release succeeded")
+	require.Equal(t, int64(0), release("write", "a", 0), "foreign release succeeded")
+	require.Equal(t, int64(2), release("read", "a", a[1]), "first of a's two releases")
+	require.Equal(t, int64(1), release("read", "a", a[1]), "a's last release")
+	require.Equal(t, wch+"w1", <-msgs, "last read release woke")
+	_, ok = hgetall(t, rc, keys[0])["mode"]
+	require.False(t, ok, "mode set on a free lock")
 	w1 := acquire("write", "w1", "10000", false)
-	if w1[0] != 1 || w1[1] <= b[1] {
-		t.Fatalf("w1 = %v", w1)
-	}
+	require.Equal(t, int64(1), w1[0], "w1 = %v", w1)
+	require.Greater(t, w1[1], b[1], "w1 = %v", w1)
 	h = hgetall(t, rc, keys[0])
-	if h["mode"] != "write" || h["w"] != "w1" || h["wc"] != "1" || len(lrange(t, rc, keys[2])) != 0 {
-		t.Fatalf("hash %v after w1 acquired", h)
-	}
+	require.Equal(t, "write", h["mode"], "hash %v after w1 acquired", h)
+	require.Equal(t, "w1", h["w"], "hash %v after w1 acquired", h)
+	require.Equal(t, "1", h["wc"], "hash %v after w1 acquired", h)
+	require.Empty(t, lrange(t, rc, keys[2]), "hash %v after w1 acquired", h)
 	acquire("write", "w2", "10000", false)
 	// Downgrade: w1 takes the read lock, then drops the write lock.
-	if v := acquire("read", "w1", "10000", false); v[0] != 1 {
-		t.Fatalf("writer's read = %v", v)
-	}
-	if renew("write", "w1", w1[1], "10000") != 1 || renew("write", "w2", w1[1], "10000") != 0 {
-		t.Fatal("write renewal")
-	}
-	if release("write", "w1", w1[1]) != 1 {
-		t.Fatal("w1's write release")
-	}
-	if ch := <-msgs; ch != rch {
-		t.Fatalf("write release woke %q, want the readers", ch)
-	}
+	v = acquire("read", "w1", "10000", false)
+	require.Equal(t, int64(1), v[0], "writer's read = %v", v)
+	require.Equal(t, int64(1), renew("write", "w1", w1[1], "10000"), "write renewal")
+	require.Equal(t, int64(0), renew("write", "w2", w1[1], "10000"), "write renewal")
+	require.Equal(t, int64(1), release("write", "w1", w1[1]), "w1's write release")
+	require.Equal(t, rch, <-msgs, "write release woke")
 	// c, which waited for w1, is admitted ahead of the queued w2.
-	if z := zcard(t, rc, keys[5]); z != 1 {
-		t.Fatalf("%d admitted readers after the write release, want 1 (c)", z)
-	}
-	if h := hgetall(t, rc, keys[0]); h["mode"] != "read" || h["w"] != "" {
-		t.Fatalf("after downgrade: %v", h)
-	}
-	if v := acquire("write", "w2", "10000", true); v[0] != 0 {
-		t.Fatal("writer got in past a downgraded reader")
-	}
+	require.Equal(t, int64(1), zcard(t, rc, keys[5]), "admitted readers after the write release")
+	h = hgetall(t, rc, keys[0])
+	require.Equal(t, "read", h["mode"], "after downgrade: %v", h)
+	require.Equal(t, "", h["w"], "after downgrade: %v", h)
+	require.Equal(t, int64(0), acquire("write", "w2", "10000", true)[0], "writer got in past a downgraded reader")
 	// w2 leaves: the queue is empty, so readers are told.
-	if n, err := scripts.RWLeave.Exec(ctx, rc, keys, []string{"write", "w2", wch, rch}).AsInt64(); err != nil || n != 1 {
-		t.Fatalf("leave = %d %v", n, err)
-	}
-	if ch := <-msgs; ch != rch {
-		t.Fatalf("leave of the last writer woke %q, want the readers", ch)
-	}
-	if v := acquire("read", "c", "10000", false); v[0] != 1 {
-		t.Fatalf("reader c after the writer left: %v", v)
-	}
+	n, err := scripts.RWLeave.Exec(ctx, rc, keys, []string{"write", "w2", wch, rch}).AsInt64()
+	require.NoError(t, err, "leave")
+	require.Equal(t, int64(1), n, "leave")
+	require.Equal(t, rch, <-msgs, "leave of the last writer woke")
+	v = acquire("read", "c", "10000", false)
+	require.Equal(t, int64(1), v[0], "reader c after the writer left: %v", v)
 }
 
 // Events carry the kind and mode; a fixed lease (WithLeaseTime) expires the
@@ -575,29 +445,21 @@ func TestRWMutexEventsAndLeaseTime(t *testing.T) {
 	}))
 	rw := c.NewRWMutex("ev")
 	l, err := rw.RLockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rw.RUnlockContext(l)
 	f := c.NewFairMutex("ev", dsync.WithLeaseTime(100*time.Millisecond))
 	lf, err := f.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	short := c.NewRWMutex("ev2", dsync.WithLeaseTime(100*time.Millisecond))
 	lw, err := short.LockContext(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, l := range []context.Context{lf, lw} {
 		select {
 		case <-l.Done():
 		case <-time.After(2 * time.Second):
 			t.Fatal("fixed lease did not expire")
 		}
-		if !errors.Is(context.Cause(l), dsync.ErrLockLost) {
-			t.Fatalf("cause %v, want ErrLockLost", context.Cause(l))
-		}
+		require.ErrorIs(t, context.Cause(l), dsync.ErrLockLost, "cause")
 	}
 	// Expired in Redis too (the local clock ends a hold a little early, by
 	// the drift allowance): others get in.
@@ -615,10 +477,7 @@ func TestRWMutexEventsAndLeaseTime(t *testing.T) {
 		"acquired rw_mutex read true", "released rw_mutex read",
 		"acquired fair_mutex  true", "acquired rw_mutex write true",
 	}
-	if len(got) < 6 || fmt.Sprint(got[:4]) != fmt.Sprint(want) {
-		t.Fatalf("events %q, want %q then two losses", got, want)
-	}
-	if lost := fmt.Sprint(got[4:6]); lost != "[lost fair_mutex  lost rw_mutex write]" && lost != "[lost rw_mutex write lost fair_mutex ]" {
-		t.Fatalf("loss events %q", got[4:])
-	}
+	require.GreaterOrEqual(t, len(got), 6, "events %q, want %q then two losses", got, want)
+	require.Equal(t, fmt.Sprint(want), fmt.Sprint(got[:4]), "events %q, want %q then two losses", got, want)
+	require.Contains(t, []string{"[lost fair_mutex  lost rw_mutex write]", "[lost rw_mutex write lost fair_mutex ]"}, fmt.Sprint(got[4:6]), "loss events %q", got[4:])
 }

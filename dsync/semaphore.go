@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -47,20 +46,6 @@ type Semaphore struct {
 	chPfx string   // a waiter's wakeup channel is chPfx + waiter id
 	err   error    // a bad name or size, returned by every call
 	lc    lockConfig
-}
-
-// semHolds records the acquisitions held through each Client, by semaphore
-// key and owner, oldest first. It is shared by all Semaphore values, so one
-// may release what another of the same Client and name acquired. Entries go
-// when their last hold ends, so nothing outlives the holds.
-var semHolds = struct {
-	sync.Mutex
-	m map[semHoldsKey]map[string][]*hold
-}{m: make(map[semHoldsKey]map[string][]*hold)}
-
-type semHoldsKey struct {
-	c   *Client
-	key string
 }
 
 // NewSemaphore returns the semaphore called name with size permits. An
@@ -142,7 +127,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	for _, h := range ended {
 		if h.end(errReleased, false) {
 			if f := s.c.cfg.observer.Released; f != nil {
-				f(ctx, Released{Lock: h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+				f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
 			}
 		}
 	}
@@ -167,9 +152,9 @@ func (s *Semaphore) check(n int64) error {
 // else the latest ones as long as they fit in n. all: the owner holds
 // nothing left, so every hold of it ends.
 func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
-	semHolds.Lock()
-	defer semHolds.Unlock()
-	hs := semHolds.m[s.holdsKey()][owner]
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	hs := s.c.semHolds[s.keys[0]][owner]
 	var out []*hold
 	pick := -1
 	for i := len(hs) - 1; i >= 0; i-- {
@@ -194,30 +179,34 @@ func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
 	return out
 }
 
-func (s *Semaphore) holdsKey() semHoldsKey { return semHoldsKey{s.c, s.keys[0]} }
-
-// setHolds stores the holds of owner; semHolds must be locked.
+// setHolds stores the holds of owner in the Client's registry
+// (Client.semHolds): shared by all Semaphore values of the Client, so one
+// may release what another of the same name acquired; entries go when
+// their last hold ends, so nothing outlives the holds. c.mu must be held.
 func (s *Semaphore) setHolds(owner string, hs []*hold) {
-	k := s.holdsKey()
-	byOwner := semHolds.m[k]
+	c, k := s.c, s.keys[0]
+	byOwner := c.semHolds[k]
 	if len(hs) > 0 {
 		if byOwner == nil {
+			if c.semHolds == nil {
+				c.semHolds = make(map[string]map[string][]*hold)
+			}
 			byOwner = make(map[string][]*hold)
-			semHolds.m[k] = byOwner
+			c.semHolds[k] = byOwner
 		}
 		byOwner[owner] = hs
 		return
 	}
 	delete(byOwner, owner)
 	if len(byOwner) == 0 {
-		delete(semHolds.m, k)
+		delete(c.semHolds, k)
 	}
 }
 
 func (s *Semaphore) forget(h *hold) {
-	semHolds.Lock()
-	defer semHolds.Unlock()
-	hs := semHolds.m[s.holdsKey()][h.owner]
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	hs := s.c.semHolds[s.keys[0]][h.owner]
 	for i, x := range hs {
 		if x == h {
 			hs = append(hs[:i:i], hs[i+1:]...)
@@ -244,121 +233,139 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 	}
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	info := Lock{Kind: KindSemaphore, Name: s.name, N: n}
-	obs := c.cfg.observer
-	octx := ctx
-	if obs.AcquireStart != nil {
-		if x := obs.AcquireStart(ctx, AcquireStart{Lock: info, Try: try}); x != nil {
-			octx = x
-		}
-	}
-	start := time.Now()
+	ctx, ob := c.observe(ctx, info, owner, try)
 	h, attempts, err := s.acquireRedis(ctx, owner, n, try)
 	var lctx context.Context
 	if h != nil {
 		lctx = h.newCtx(ctx)
 	}
-	if obs.AcquireDone != nil {
-		e := AcquireDone{Lock: info, Owner: owner, Try: try, Acquired: h != nil, Err: err, Wait: time.Since(start), Attempts: attempts}
-		if h != nil {
-			e.Token, e.Hold = h.token, h.id
-		}
-		obs.AcquireDone(octx, e)
-	}
+	ob.done(h, false, attempts, err)
 	return lctx, h != nil, wrapErr(KindSemaphore, s.name, err)
 }
 
-// acquireRedis runs the acquire script until the permits are held, ctx is
-// done or Redis fails. Between attempts it waits for a message on the
-// waiter's own channel (published only when its turn has come), or at most
-// until the earliest holder's lease could lapse or lease/3, in case the
-// message was lost; each attempt also renews the waiter's queue place.
+// acquireRedis runs the acquire script in the wait loop (waitLoop) until
+// the permits are held, ctx is done or Redis fails. The waiter is woken on
+// its own channel (published only when its turn has come); the fallback is
+// the earliest holder's lease end or lease/3, in case the message was lost;
+// each attempt also renews the waiter's queue place.
 func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
 	c := s.c
 	lease := s.lease()
-	waiter := newID()
+	a := semAttempt{s: s, ctx: ctx, n: n, waiter: newID()}
 	mode := "wait"
 	if try {
 		mode = "try"
 	}
-	args := []string{owner, waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
+	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
 		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
-	w := wakeup{c: c, ch: s.chPfx + waiter}
-	defer w.close()
-	// giveUp undoes this call exactly (its queue place, and the permits of
-	// a grant whose reply was lost), under a context that outlives ctx.
-	giveUp := func(err error) (*hold, int, error) {
-		s.undo(ctx, waiter)
-		return nil, 0, err
+	attempts, err := waitLoop(c, ctx, s.chPfx+a.waiter, try, semWait{&a})
+	if err != nil || a.vals[0] != 1 {
+		return nil, attempts, err
 	}
-	for attempt := 1; ; attempt++ {
-		w.drain()
-		sentAt := time.Now()
-		vals, err := c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
-		if err == nil && len(vals) != 2 {
-			err = errors.New("dsync: unexpected reply from the acquire script")
-		}
-		if errors.Is(err, ErrNotReplicated) {
-			s.undo(ctx, waiter) // granted, but not synced
-			return nil, attempt, err
-		}
-		if err != nil {
-			// A lost reply may hide a grant: giveUp undoes exactly it.
-			if e := ctxErr(ctx); e != nil {
-				err = e
-			} else if c.closed.Load() {
-				err = ErrClosed
-			} else {
-				err = ownErr(err)
-			}
-			_, _, err = giveUp(err)
-			return nil, attempt, err
-		}
-		switch vals[0] {
-		case -1:
-			return nil, attempt, s.sizeMismatch(vals[1])
-		case 1:
-			h := s.newHold(owner, waiter, n, uint64(vals[1]))
-			if !h.track(sentAt, lease) {
-				s.undo(ctx, waiter)
-				h.end(ErrClosed, false)
-				return nil, attempt, ErrClosed
-			}
-			return h, attempt, nil
-		}
-		if try {
-			return nil, attempt, nil
-		}
-		if w.subscribe(ctx) {
-			continue // look again: the wakeup may have come before the subscription
-		}
-		if err := w.wait(ctx, time.Duration(max(vals[1], 1))*time.Millisecond, attempt); err != nil {
-			_, _, err := giveUp(err)
-			return nil, attempt, err
-		}
+	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
+	if !h.track(a.sentAt, lease) {
+		s.undo(ctx, a.waiter)
+		h.end(ErrClosed, false)
+		return nil, attempts, ErrClosed
+	}
+	return h, attempts, nil
+}
+
+// semAttempt is the state of one Semaphore acquisition in Redis.
+type semAttempt struct {
+	s      *Semaphore
+	ctx    context.Context
+	n      int64
+	waiter string // names this acquisition in the queue and in its grant
+	args   []string
+	vals   []int64
+	sentAt time.Time
+}
+
+// semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
+// takes back a queue place and the permits of a grant whose reply was
+// lost, under a context that outlives ctx.
+type semWait struct{ a *semAttempt }
+
+func (w semWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a, s := w.a, w.a.s
+	a.sentAt = time.Now()
+	vals, err := s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, a.args)
+	a.vals = vals
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	switch vals[0] {
+	case -1:
+		return true, 0, s.sizeMismatch(vals[1])
+	case 1:
+		return true, 0, nil
+	}
+	return false, time.Duration(max(vals[1], 1)) * time.Millisecond, nil
+}
+
+// failed undoes the acquisition whatever the error (a lost reply may hide
+// a grant), unless the script refused it for its size: before the call
+// returns for a grant replicas did not acknowledge (as ErrNotReplicated
+// says), else in the background, so the call returns by its deadline.
+func (w semWait) failed(err error) {
+	a := w.a
+	switch {
+	case len(a.vals) == 2 && a.vals[0] == -1:
+	case errors.Is(err, ErrNotReplicated):
+		a.s.undo(a.ctx, a.waiter)
+	default:
+		a.s.undoLater(a.waiter)
 	}
 }
+
+func (w semWait) waiting() {
+	a := w.a
+	a.s.c.blocked(a.ctx, Lock{Kind: KindSemaphore, Name: a.s.name, N: a.n}, a.s.keys[0])
+}
+
+func (w semWait) gaveUp() { w.a.s.undoLater(w.a.waiter) }
 
 // newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
 // Redis, with a lease of its own that only its renewal extends.
 func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	c := s.c
-	h := c.newHold(Lock{Kind: KindSemaphore, Name: s.name, N: n}, owner, token)
+	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
+	h := c.newHold(&sh.lock, owner, token)
+	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
-	renewArgs := []string{owner + " " + strconv.FormatUint(token, 10) + " " + waiter, leaseMS(c.cfg.lease), s.chPfx}
-	relArgs := append(s.releaseArgs(owner, n), strconv.FormatUint(token, 10))
-	h.renew = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: renewArgs}
-	}
-	h.release = func() (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: relArgs}
-	}
-	semHolds.Lock()
-	s.setHolds(owner, append(semHolds.m[s.holdsKey()][owner], h))
-	semHolds.Unlock()
-	// However the hold ends (release, loss, Client.Close), forget it.
-	h.onEnd = s.forget
+	h.ops = sh
+	c.mu.Lock()
+	s.setHolds(owner, append(c.semHolds[s.keys[0]][owner], h))
+	c.mu.Unlock()
 	return h
 }
+
+// semHold is the holdOps of one Semaphore acquisition: its member
+// "<owner> <token> <waiter>" and its permits.
+type semHold struct {
+	s      *Semaphore
+	member string
+	lock   Lock // N: its permits
+}
+
+func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false }
+
+func (sh *semHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	s := sh.s
+	return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: []string{sh.member, leaseMS(s.c.cfg.lease), s.chPfx}}
+}
+
+func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	s := sh.s
+	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.lock.N), strconv.FormatUint(h.token, 10))}
+}
+
+// ended forgets the hold however it ends (release, loss, Client.Close).
+func (sh *semHold) ended(h *hold, _ bool) { sh.s.forget(h) }
 
 // undo takes back the Acquire call of waiter (sem_undo.lua), under a
 // context that outlives ctx: a wait ended by its context, or a grant whose
@@ -367,6 +374,14 @@ func (s *Semaphore) undo(ctx context.Context, waiter string) {
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
 	})
+}
+
+// undoLater runs undo at once within a budget, then, if that did not
+// finish, in the background: exact (by waiter), so it can.
+func (s *Semaphore) undoLater(waiter string) {
+	s.c.cleanupNow(func(ctx context.Context) error {
+		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
+	}, nil)
 }
 
 // sizeMismatch is the error of a call through s when Redis stores another

@@ -6,16 +6,15 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/require"
 )
 
 func semHoldsLen(c *Client) int {
-	semHolds.Lock()
-	defer semHolds.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := 0
-	for k, byOwner := range semHolds.m {
-		if k.c == c {
-			n += len(byOwner)
-		}
+	for _, byOwner := range c.semHolds {
+		n += len(byOwner)
 	}
 	return n
 }
@@ -26,44 +25,20 @@ func semHoldsLen(c *Client) int {
 func TestSemaphoreHoldsForgotten(t *testing.T) {
 	rc := redistest.Start(t).Client(t)
 	c, err := NewClient(rc, WithKeyPrefix("internal"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ctx := context.Background()
 	s1, s2 := c.NewSemaphore("h", 3), c.NewSemaphore("h", 3)
 	l, err := s1.Acquire(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if semHoldsLen(c) != 1 {
-		t.Fatal("acquisition not recorded")
-	}
-	if err := s2.Release(l, 2); err != nil {
-		t.Fatal(err)
-	}
-	if l.Err() == nil {
-		t.Fatal("release through another value did not cancel the lock context")
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for semHoldsLen(c) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("released acquisition still recorded")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if _, err := s1.Acquire(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s2.Acquire(WithOwner(ctx), 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, 1, semHoldsLen(c), "acquisition not recorded")
+	require.NoError(t, s2.Release(l, 2))
+	require.Error(t, l.Err(), "release through another value did not cancel the lock context")
+	require.Eventually(t, func() bool { return semHoldsLen(c) == 0 }, 2*time.Second, time.Millisecond, "released acquisition still recorded")
+	_, err = s1.Acquire(ctx, 1)
+	require.NoError(t, err)
+	_, err = s2.Acquire(WithOwner(ctx), 1)
+	require.NoError(t, err)
 	c.Close()
-	deadline = time.Now().Add(2 * time.Second)
-	for semHoldsLen(c) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("holds ended by Close still recorded")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return semHoldsLen(c) == 0 }, 2*time.Second, time.Millisecond, "holds ended by Close still recorded")
 }

@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -30,9 +31,7 @@ func semKey(prefix, name, part string) string {
 func semZcard(t testing.TB, rc rueidis.Client, key string) int64 {
 	t.Helper()
 	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(key).Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return n
 }
 
@@ -41,73 +40,45 @@ func TestSemaphoreBasic(t *testing.T) {
 	s := c.NewSemaphore("basic", 3)
 	ctx := ctxT(t)
 	l1, err := s.Acquire(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok1, ok := dsync.FencingToken(l1)
-	if _, hasOwner := dsync.OwnerOf(l1); !ok || !hasOwner {
-		t.Fatal("lock context carries no owner or token")
-	}
-	if _, ok, err := s.TryAcquire(ctx, 2); ok || err != nil {
-		t.Fatalf("TryAcquire(2) with 1 free = %v, %v; want false, nil", ok, err)
-	}
+	_, hasOwner := dsync.OwnerOf(l1)
+	require.True(t, ok, "lock context carries no owner or token")
+	require.True(t, hasOwner, "lock context carries no owner or token")
+	_, ok, err = s.TryAcquire(ctx, 2)
+	require.False(t, ok, "TryAcquire(2) with 1 free")
+	require.NoError(t, err, "TryAcquire(2) with 1 free")
 	l2, ok, err := s.TryAcquire(ctx, 1)
-	if !ok || err != nil {
-		t.Fatalf("TryAcquire(1) with 1 free = %v, %v", ok, err)
-	}
-	if tok2, _ := dsync.FencingToken(l2); tok2 <= tok1 {
-		t.Fatalf("token %d after %d", tok2, tok1)
-	}
+	require.True(t, ok, "TryAcquire(1) with 1 free")
+	require.NoError(t, err, "TryAcquire(1) with 1 free")
+	tok2, _ := dsync.FencingToken(l2)
+	require.Greater(t, tok2, tok1, "token not above the previous one")
 	// Over-release: ErrNotHeld, and nothing changes.
-	if err := s.Release(l1, 3); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("over-release = %v, want ErrNotHeld", err)
-	}
-	if l1.Err() != nil {
-		t.Fatal("a refused release cancelled the lock context")
-	}
-	if err := s.Release(dsync.WithOwner(ctx), 1); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("release by a stranger = %v", err)
-	}
-	if err := s.Release(context.Background(), 1); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("release without owner = %v", err)
-	}
-	if _, ok, _ := s.TryAcquire(ctx, 1); ok {
-		t.Fatal("a refused release freed permits")
-	}
-	if err := s.Release(l1, 2); err != nil {
-		t.Fatal(err)
-	}
-	if l1.Err() == nil || errors.Is(context.Cause(l1), dsync.ErrLockLost) {
-		t.Fatalf("released lock context: err %v cause %v", l1.Err(), context.Cause(l1))
-	}
-	if l2.Err() != nil {
-		t.Fatal("releasing one acquisition cancelled another")
-	}
-	if err := s.Release(l2, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.ErrorIs(t, s.Release(l1, 3), dsync.ErrNotHeld, "over-release")
+	require.NoError(t, l1.Err(), "a refused release cancelled the lock context")
+	require.ErrorIs(t, s.Release(dsync.WithOwner(ctx), 1), dsync.ErrNotHeld, "release by a stranger")
+	require.ErrorIs(t, s.Release(context.Background(), 1), dsync.ErrNotHeld, "release without owner")
+	_, ok, _ = s.TryAcquire(ctx, 1)
+	require.False(t, ok, "a refused release freed permits")
+	require.NoError(t, s.Release(l1, 2))
+	require.Error(t, l1.Err(), "released lock context")
+	require.NotErrorIs(t, context.Cause(l1), dsync.ErrLockLost, "released lock context")
+	require.NoError(t, l2.Err(), "releasing one acquisition cancelled another")
+	require.NoError(t, s.Release(l2, 1))
 	// Reentrant by owner: permits add up, each Acquire needs its Release.
 	own := dsync.WithOwner(ctx)
 	a, err := s.Acquire(own, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := s.Acquire(own, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, _ := s.TryAcquire(ctx, 1); ok {
-		t.Fatal("3 permits held, yet one more was granted")
-	}
-	if err := s.Release(b, 2); err != nil || a.Err() != nil || b.Err() == nil {
-		t.Fatalf("release of the second acquisition: %v; contexts %v %v", err, a.Err(), b.Err())
-	}
-	if err := s.Release(own, 1); err != nil || a.Err() == nil {
-		t.Fatalf("release of the first: %v, ctx %v", err, a.Err())
-	}
-	if err := s.Release(own, 1); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("third release = %v", err)
-	}
+	require.NoError(t, err)
+	_, ok, _ = s.TryAcquire(ctx, 1)
+	require.False(t, ok, "3 permits held, yet one more was granted")
+	require.NoError(t, s.Release(b, 2), "release of the second acquisition")
+	require.NoError(t, a.Err(), "release of the second acquisition")
+	require.Error(t, b.Err(), "release of the second acquisition")
+	require.NoError(t, s.Release(own, 1), "release of the first")
+	require.Error(t, a.Err(), "release of the first")
+	require.ErrorIs(t, s.Release(own, 1), dsync.ErrNotHeld, "third release")
 }
 
 func TestSemaphoreInvalid(t *testing.T) {
@@ -116,47 +87,32 @@ func TestSemaphoreInvalid(t *testing.T) {
 	ctx := ctxT(t)
 	s := c.NewSemaphore("inv", 3)
 	for _, n := range []int64{0, -1, 4} {
-		if _, err := s.Acquire(ctx, n); !errors.Is(err, dsync.ErrInvalidArgument) {
-			t.Errorf("Acquire(%d) = %v", n, err)
-		}
-		if _, _, err := s.TryAcquire(ctx, n); !errors.Is(err, dsync.ErrInvalidArgument) {
-			t.Errorf("TryAcquire(%d) = %v", n, err)
-		}
-		if err := s.Release(ctx, n); !errors.Is(err, dsync.ErrInvalidArgument) {
-			t.Errorf("Release(%d) = %v", n, err)
-		}
+		_, err := s.Acquire(ctx, n)
+		assert.ErrorIs(t, err, dsync.ErrInvalidArgument, "Acquire(%d)", n)
+		_, _, err = s.TryAcquire(ctx, n)
+		assert.ErrorIs(t, err, dsync.ErrInvalidArgument, "TryAcquire(%d)", n)
+		assert.ErrorIs(t, s.Release(ctx, n), dsync.ErrInvalidArgument, "Release(%d)", n)
 	}
 	for _, bad := range []*dsync.Semaphore{c.NewSemaphore("inv", 0), c.NewSemaphore("", 1)} {
-		if _, err := bad.Acquire(ctx, 1); !errors.Is(err, dsync.ErrInvalidArgument) {
-			t.Errorf("bad semaphore Acquire = %v", err)
-		}
+		_, err := bad.Acquire(ctx, 1)
+		assert.ErrorIs(t, err, dsync.ErrInvalidArgument, "bad semaphore Acquire")
 	}
 	l, err := s.Acquire(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Another size for the same name: a clear error naming both sizes, and
 	// the semaphore in Redis is untouched.
 	_, err = c2.NewSemaphore("inv", 5).Acquire(ctx, 1)
-	if !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("other size = %v", err)
-	}
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "other size")
 	t.Log(err)
-	if _, ok, _ := c2.NewSemaphore("inv", 3).TryAcquire(ctx, 3); ok {
-		t.Fatal("size mismatch changed the semaphore")
-	}
+	_, ok, _ := c2.NewSemaphore("inv", 3).TryAcquire(ctx, 3)
+	require.False(t, ok, "size mismatch changed the semaphore")
 	// A release through another size is refused too, and releases nothing:
 	// the permit is still l's below.
-	if err := c2.NewSemaphore("inv", 5).Release(l, 1); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("Release through another size = %v, want ErrInvalidArgument", err)
-	}
-	if err := s.Release(l, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.ErrorIs(t, c2.NewSemaphore("inv", 5).Release(l, 1), dsync.ErrInvalidArgument, "Release through another size")
+	require.NoError(t, s.Release(l, 1))
 	c.Close()
-	if _, err := s.Acquire(ctx, 1); !errors.Is(err, dsync.ErrClosed) {
-		t.Fatalf("after Close = %v", err)
-	}
+	_, err = s.Acquire(ctx, 1)
+	require.ErrorIs(t, err, dsync.ErrClosed, "after Close")
 }
 
 // TestSemaphoreFIFO: a large request at the head is not overtaken by a
@@ -169,9 +125,7 @@ func TestSemaphoreFIFO(t *testing.T) {
 	ctx := ctxT(t)
 	s := c.NewSemaphore("fifo", 3)
 	first, err := s.Acquire(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	type grant struct {
 		name string
 		lctx context.Context
@@ -185,9 +139,7 @@ func TestSemaphoreFIFO(t *testing.T) {
 	}{{"w1", 2, c2}, {"w2", 3, c}, {"w3", 1, c2}} {
 		go func() {
 			l, err := w.c.NewSemaphore("fifo", 3).Acquire(ctx, w.n)
-			if err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, err)
 			grants <- grant{w.name, l}
 		}()
 		waitFor(t, 5*time.Second, w.name+" queued", func() bool { return semZcard(t, rc, queue) == int64(i+1) })
@@ -196,18 +148,14 @@ func TestSemaphoreFIFO(t *testing.T) {
 		t.Helper()
 		select {
 		case g := <-grants:
-			if g.name != want {
-				t.Fatalf("granted %s, want %s", g.name, want)
-			}
+			require.Equal(t, want, g.name, "granted")
 			return g
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s not granted", want)
 		}
 		return grant{}
 	}
-	if err := s.Release(first, 3); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Release(first, 3))
 	g1 := next("w1")
 	// 1 permit is free and w3 wants 1, but w2 (3) is ahead of it.
 	select {
@@ -215,17 +163,11 @@ func TestSemaphoreFIFO(t *testing.T) {
 		t.Fatalf("%s overtook w2", g.name)
 	case <-time.After(150 * time.Millisecond):
 	}
-	if err := c2.NewSemaphore("fifo", 3).Release(g1.lctx, 2); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c2.NewSemaphore("fifo", 3).Release(g1.lctx, 2))
 	g2 := next("w2")
-	if err := s.Release(g2.lctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Release(g2.lctx, 3))
 	g3 := next("w3")
-	if err := c2.NewSemaphore("fifo", 3).Release(g3.lctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c2.NewSemaphore("fifo", 3).Release(g3.lctx, 1))
 }
 
 // TestSemaphoreCancelledWaiter: a waiter whose context ends leaves no queue
@@ -238,18 +180,13 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 	ctx := ctxT(t)
 	s := c.NewSemaphore("cancel", 2)
 	held, err := s.Acquire(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, err := s.Acquire(short, 2); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("timed-out Acquire = %v", err)
-	}
+	_, err = s.Acquire(short, 2)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "timed-out Acquire")
 	queue := semKey(prefix, "cancel", ":queue")
-	if n := semZcard(t, rc, queue); n != 0 {
-		t.Fatalf("timed-out waiter left %d queue entries", n)
-	}
+	require.Equal(t, int64(0), semZcard(t, rc, queue), "timed-out waiter left queue entries")
 
 	bigCtx, cancelBig := context.WithCancel(ctx)
 	bigErr := make(chan error, 1)
@@ -258,9 +195,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 	small := make(chan context.Context, 1)
 	go func() {
 		l, err := s.Acquire(ctx, 1)
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 		small <- l
 	}()
 	waitFor(t, 5*time.Second, "small queued", func() bool { return semZcard(t, rc, queue) == 2 })
@@ -271,9 +206,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 	}
 	start := time.Now()
 	cancelBig()
-	if err := <-bigErr; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled Acquire = %v", err)
-	}
+	require.ErrorIs(t, <-bigErr, context.Canceled, "cancelled Acquire")
 	var l context.Context
 	select {
 	case l = <-small:
@@ -281,9 +214,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 		t.Fatal("small not woken when big left the head")
 	}
 	t.Logf("small granted %v after big cancelled", time.Since(start))
-	if n := semZcard(t, rc, queue); n != 0 {
-		t.Fatalf("queue has %d entries", n)
-	}
+	require.Equal(t, int64(0), semZcard(t, rc, queue), "queue entries left")
 	s.Release(l, 1)
 	s.Release(held, 1)
 }
@@ -297,36 +228,23 @@ func TestSemaphoreLost(t *testing.T) {
 	ctx := ctxT(t)
 	s := c.NewSemaphore("lost", 2)
 	l, err := s.Acquire(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Do(ctx, rc.B().Del().Key(semKey(prefix, "lost", ":permits"), semKey(prefix, "lost", ":holders")).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(semKey(prefix, "lost", ":permits"), semKey(prefix, "lost", ":holders")).Build()).Error())
 	waitFor(t, 2*time.Second, "lock context cancelled", func() bool { return l.Err() != nil })
-	if !errors.Is(context.Cause(l), dsync.ErrLockLost) {
-		t.Fatalf("cause = %v", context.Cause(l))
-	}
+	require.ErrorIs(t, context.Cause(l), dsync.ErrLockLost, "cause")
 	// The watchdog keeps a live hold past many leases.
 	l2, err := s.Acquire(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	time.Sleep(1200 * time.Millisecond) // must NOT lose it: 2 leases pass
-	if l2.Err() != nil {
-		t.Fatalf("held lock lost: %v", context.Cause(l2))
-	}
+	require.NoError(t, l2.Err(), "held lock lost: %v", context.Cause(l2))
 	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	if _, ok, _ := c2.NewSemaphore("lost", 2).TryAcquire(ctx, 1); ok {
-		t.Fatal("renewed permits were granted to another owner")
-	}
+	_, ok, _ := c2.NewSemaphore("lost", 2).TryAcquire(ctx, 1)
+	require.False(t, ok, "renewed permits were granted to another owner")
 	c.Close()
-	if !errors.Is(context.Cause(l2), dsync.ErrClosed) {
-		t.Fatalf("cause after Close = %v", context.Cause(l2))
-	}
-	if _, ok, err := c2.NewSemaphore("lost", 2).TryAcquire(ctx, 2); !ok || err != nil {
-		t.Fatalf("permits not returned by Close: %v %v", ok, err)
-	}
+	require.ErrorIs(t, context.Cause(l2), dsync.ErrClosed, "cause after Close")
+	_, ok, err = c2.NewSemaphore("lost", 2).TryAcquire(ctx, 2)
+	require.True(t, ok, "permits not returned by Close")
+	require.NoError(t, err, "permits not returned by Close")
 }
 
 // childSemHold: acquire DSYNC_TEST_N permits of "crash" (size
@@ -354,31 +272,25 @@ func TestSemaphoreCrash(t *testing.T) {
 	// Alive and renewing: not free after more than one lease.
 	short, cancel := context.WithTimeout(ctx, lease+lease/2)
 	defer cancel()
-	if _, err := s.Acquire(short, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire while the child holds all permits = %v", err)
-	}
+	_, err := s.Acquire(short, 1)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Acquire while the child holds all permits")
 	got := make(chan time.Time, 1)
 	go func() {
 		l, err := s.Acquire(ctx, 3)
 		got <- time.Now()
-		if err != nil {
-			t.Error(err)
+		if !assert.NoError(t, err) {
 			return
 		}
 		s.Release(l, 3)
 	}()
 	waitFor(t, 5*time.Second, "waiter queued", func() bool { return semZcard(t, newRueidis(t), semKey(prefix, "crash", ":queue")) == 1 })
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	select {
 	case at := <-got:
 		rec := at.Sub(killed)
 		t.Logf("permits recovered %v after SIGKILL (lease %v)", rec, lease)
-		if rec > lease+500*time.Millisecond { // slack for a loaded CI machine
-			t.Fatalf("recovery took %v, more than one lease (%v)", rec, lease)
-		}
+		require.LessOrEqual(t, rec, lease+500*time.Millisecond, "recovery took more than one lease (%v)", lease) // slack for a loaded CI machine
 	case <-time.After(5 * time.Second):
 		t.Fatal("permits of the killed holder never came back")
 	}
@@ -447,35 +359,25 @@ func TestSemaphoreHammerProcesses(t *testing.T) {
 	var cmds []*exec.Cmd
 	for i := 0; i < 2; i++ {
 		cmd := startChild(t, "semhammer", prefix, "DSYNC_TEST_ITERS="+strconv.Itoa(iters))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
 	}
 	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("child: %v", err)
-		}
+		require.NoError(t, cmd.Wait(), "child")
 	}
 	get := func(k string) int64 {
 		v, err := rc.Do(context.Background(), rc.B().Get().Key(prefix+k).Build()).AsInt64()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			t.Fatal(err)
+		if !rueidis.IsRedisNil(err) {
+			require.NoError(t, err)
 		}
 		return v
 	}
 	viol, peak := get(":violations"), get(":peak")
 	t.Logf("%d acquisitions in %v: peak %d permits in use of %d, %d violations",
 		2*4*iters, time.Since(start), peak, hammerSize, viol)
-	if viol != 0 {
-		t.Errorf("%d times more than %d permits were in use", viol, hammerSize)
-	}
-	if peak < 2 {
-		t.Errorf("peak %d: permits were never shared, the test proves nothing", peak)
-	}
-	if n := get(":inuse"); n != 0 {
-		t.Errorf("in use at the end: %d", n)
-	}
+	assert.Equal(t, int64(0), viol, "%d times more than %d permits were in use", viol, hammerSize)
+	assert.GreaterOrEqual(t, peak, int64(2), "peak: permits were never shared, the test proves nothing")
+	assert.Equal(t, int64(0), get(":inuse"), "in use at the end")
 }
 
 // TestSemaphoreObserver: acquisitions and releases reach the observer with
@@ -499,18 +401,14 @@ func TestSemaphoreObserver(t *testing.T) {
 	ctx := ctxT(t)
 	s := c.NewSemaphore("obs", 2)
 	l, err := s.Acquire(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s.TryAcquire(ctx, 1)
 	s.Release(l, 2)
 	c.NewOnce("obs").Do(ctx, func(context.Context) error { return nil })
 	mu.Lock()
 	defer mu.Unlock()
 	want := "[acquire semaphore 2 true true acquire semaphore 1 false false release semaphore 2 acquire once 1 true true release once 1]"
-	if got := fmt.Sprint(events); got != want {
-		t.Fatalf("events %s\nwant   %s", got, want)
-	}
+	require.Equal(t, want, fmt.Sprint(events), "events")
 }
 
 // A size mismatch is ErrInvalidArgument also with WithReplicaSync, and
@@ -521,14 +419,11 @@ func TestSemaphoreSizeMismatchWithReplicaSync(t *testing.T) {
 	c := newClient(t) // a server without replicas: WAIT 1 answers 0
 	ctx := dsync.WithOwner(ctxT(t))
 	s := c.NewSemaphore("s", 3)
-	if _, err := s.Acquire(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	_, err := c.NewSemaphore("s", 5, dsync.WithReplicaSync(1, 50*time.Millisecond)).Acquire(ctx, 2)
-	if !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("size 5 against 3 with WithReplicaSync: %v, want ErrInvalidArgument", err)
-	}
-	if _, ok, err := s.TryAcquire(dsync.WithOwner(ctxT(t)), 2); err != nil || ok {
-		t.Fatalf("another owner got 2 of 3 permits while 2 are held: %v %v", ok, err)
-	}
+	_, err := s.Acquire(ctx, 2)
+	require.NoError(t, err)
+	_, err = c.NewSemaphore("s", 5, dsync.WithReplicaSync(1, 50*time.Millisecond)).Acquire(ctx, 2)
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "size 5 against 3 with WithReplicaSync")
+	_, ok, err := s.TryAcquire(dsync.WithOwner(ctxT(t)), 2)
+	require.NoError(t, err, "another owner got 2 of 3 permits while 2 are held")
+	require.False(t, ok, "another owner got 2 of 3 permits while 2 are held")
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/require"
 )
 
 // An owner holds 1 of 2 permits under the watchdog, takes 1 more through a
@@ -19,32 +20,19 @@ func TestSemaphoreLaterAcquisitionKeepsEarlierLease(t *testing.T) {
 	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
 	ctx := dsync.WithOwner(ctxT(t))
 	first, err := c.NewSemaphore("lease", 2).Acquire(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	short := c.NewSemaphore("lease", 2, dsync.WithLeaseTime(500*time.Millisecond))
 	second, err := short.Acquire(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := short.Release(second, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, short.Release(second, 1))
 	time.Sleep(700 * time.Millisecond) // past the fixed lease: the fault under test
-	if first.Err() != nil {
-		t.Fatalf("first acquisition lost: %v", context.Cause(first))
-	}
-	if _, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 2); err != nil || ok {
-		t.Fatalf("another owner got both permits while the first acquisition lives: %v %v", ok, err)
-	}
+	require.NoError(t, first.Err(), "first acquisition lost: %v", context.Cause(first))
+	_, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 2)
+	require.NoError(t, err, "another owner got both permits while the first acquisition lives")
+	require.False(t, ok, "another owner got both permits while the first acquisition lives")
 	l, ok, err := other.NewSemaphore("lease", 2).TryAcquire(ctxT(t), 1)
-	if err != nil || !ok {
-		t.Fatalf("the free permit: %v %v", ok, err)
-	}
-	if err := other.NewSemaphore("lease", 2).Release(l, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.NewSemaphore("lease", 2).Release(first, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "the free permit")
+	require.True(t, ok, "the free permit")
+	require.NoError(t, other.NewSemaphore("lease", 2).Release(l, 1))
+	require.NoError(t, c.NewSemaphore("lease", 2).Release(first, 1))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 )
 
 // sentinelRueidis returns a rueidis client that finds the master through
@@ -20,9 +21,7 @@ func sentinelRueidis(t testing.TB) rueidis.Client {
 		Sentinel:     rueidis.SentinelOption{MasterSet: redistest.MasterSet},
 		DisableCache: true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(rc.Close)
 	return rc
 }
@@ -39,9 +38,7 @@ func TestSentinelFailover(t *testing.T) {
 	ctx := ctxT(t)
 
 	held, err := a.NewMutex("s").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	type result struct {
 		ctx context.Context
 		err error
@@ -61,23 +58,19 @@ func TestSentinelFailover(t *testing.T) {
 	waitSubscribed(t, sentinelRueidis(t), prefix+":{s}:mutex:ch") // the waiter is waiting
 	start := time.Now()
 	next, err := st.Failover(20 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("failover to %s took %v", next.Addr, time.Since(start))
 
 	// Give the holder two leases to show whether it survived.
 	select {
 	case <-held.Done():
-		if !errors.Is(context.Cause(held), dsync.ErrLockLost) {
-			t.Fatalf("holder's context ended with %v, want ErrLockLost", context.Cause(held))
-		}
+		require.ErrorIs(t, context.Cause(held), dsync.ErrLockLost, "holder's context")
 		t.Log("the holder lost the lock in the failover")
 	case <-time.After(2 * lease):
 		t.Log("the holder kept the lock through the failover")
 	}
-	if err := a.NewMutex("s").UnlockContext(held); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("holder's unlock: %v", err)
+	if err := a.NewMutex("s").UnlockContext(held); !errors.Is(err, dsync.ErrNotHeld) {
+		require.NoError(t, err, "holder's unlock")
 	}
 	var got result
 	select {
@@ -85,19 +78,14 @@ func TestSentinelFailover(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter is wedged after the failover")
 	}
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	if err := b.NewMutex("s").UnlockContext(got.ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, got.err)
+	require.NoError(t, b.NewMutex("s").UnlockContext(got.ctx))
 	// New acquisitions go to the new master.
 	l, ok, err := a.NewMutex("after").TryLockContext(ctx)
-	if !ok || err != nil {
-		t.Fatalf("acquisition after the failover: %v %v", ok, err)
-	}
-	if v, err := next.Do(t, "EXISTS", prefix+":{after}:mutex").AsInt64(); err != nil || v != 1 {
-		t.Fatalf("the lock is not on the new master %s: %v %v", next.Addr, v, err)
-	}
+	require.True(t, ok, "acquisition after the failover")
+	require.NoError(t, err, "acquisition after the failover")
+	v, err := next.Do(t, "EXISTS", prefix+":{after}:mutex").AsInt64()
+	require.NoError(t, err, "the lock is not on the new master %s", next.Addr)
+	require.Equal(t, int64(1), v, "the lock is not on the new master %s", next.Addr)
 	a.NewMutex("after").UnlockContext(l)
 }

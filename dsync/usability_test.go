@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A zero-value primitive panics with a message that says what to do,
@@ -28,9 +30,7 @@ func TestZeroValuePanicsClearly(t *testing.T) {
 			defer func() {
 				r := recover()
 				msg, _ := r.(string)
-				if !strings.Contains(msg, "zero-value") {
-					t.Errorf("%s on a zero value: panic %v, want a message naming the zero value", name, r)
-				}
+				assert.Contains(t, msg, "zero-value", "%s on a zero value: panic %v, want a message naming the zero value", name, r)
 			}()
 			call()
 		}()
@@ -45,37 +45,27 @@ func TestFixedLeaseLockContextDeadline(t *testing.T) {
 	const lease = 2 * time.Second
 	start := time.Now()
 	l, err := c.NewMutex("dl", dsync.WithLeaseTime(lease)).LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	d, ok := l.Deadline()
-	if !ok || d.Before(start.Add(lease-100*time.Millisecond)) || d.After(start.Add(lease)) {
-		t.Fatalf("fixed-lease lock context deadline %v (ok %v), want within (%v, %v] after the call", d.Sub(start), ok, lease-100*time.Millisecond, lease)
-	}
+	require.True(t, ok, "fixed-lease lock context deadline %v (ok %v), want within (%v, %v] after the call", d.Sub(start), ok, lease-100*time.Millisecond, lease)
+	require.False(t, d.Before(start.Add(lease-100*time.Millisecond)), "fixed-lease lock context deadline %v (ok %v), want within (%v, %v] after the call", d.Sub(start), ok, lease-100*time.Millisecond, lease)
+	require.False(t, d.After(start.Add(lease)), "fixed-lease lock context deadline %v (ok %v), want within (%v, %v] after the call", d.Sub(start), ok, lease-100*time.Millisecond, lease)
 	// A sooner deadline of the caller's stays.
 	soon, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	l2, err := c.NewFairMutex("dl2", dsync.WithLeaseTime(lease)).LockContext(soon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d2, _ := l2.Deadline(); d2.After(time.Now().Add(500 * time.Millisecond)) {
-		t.Fatalf("deadline %v is past the caller's sooner one", time.Until(d2))
-	}
+	require.NoError(t, err)
+	d2, _ := l2.Deadline()
+	require.False(t, d2.After(time.Now().Add(500*time.Millisecond)), "deadline %v is past the caller's sooner one", time.Until(d2))
 	w, err := c.NewMutex("dl3").LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := w.Deadline(); ok {
-		t.Fatal("a watchdog lock context has a deadline")
-	}
+	require.NoError(t, err)
+	_, ok = w.Deadline()
+	require.False(t, ok, "a watchdog lock context has a deadline")
 	for _, x := range []struct {
 		l context.Context
 		m interface{ UnlockContext(context.Context) error }
 	}{{l, c.NewMutex("dl")}, {l2, c.NewFairMutex("dl2")}, {w, c.NewMutex("dl3")}} {
-		if err := x.m.UnlockContext(x.l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, x.m.UnlockContext(x.l))
 	}
 }
 
@@ -86,30 +76,20 @@ func TestClientNameInOwners(t *testing.T) {
 	c := newClient(t, dsync.WithClientName("worker 7/a{b}"))
 	ctx := ctxT(t)
 	l, err := c.NewMutex("named").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	owner, _ := dsync.OwnerOf(l)
-	if !strings.HasPrefix(owner, "worker_7_a_b_/") || len(owner) != len("worker_7_a_b_/")+32 {
-		t.Fatalf("owner %q, want worker_7_a_b_/ and 32 hex digits", owner)
-	}
+	require.True(t, strings.HasPrefix(owner, "worker_7_a_b_/"), "owner %q, want worker_7_a_b_/ and 32 hex digits", owner)
+	require.Equal(t, len("worker_7_a_b_/")+32, len(owner), "owner %q, want worker_7_a_b_/ and 32 hex digits", owner)
 	st := inspectKind(t, c, "named", dsync.KindMutex)
-	if len(st.Holders) != 1 || st.Holders[0].Owner != owner {
-		t.Fatalf("Inspect holders %+v, want %s", st.Holders, owner)
-	}
+	require.Len(t, st.Holders, 1, "Inspect holders %+v", st.Holders)
+	require.Equal(t, owner, st.Holders[0].Owner, "Inspect holders %+v", st.Holders)
 	host, _ := os.Hostname()
 	want := host + ":" + strconv.Itoa(os.Getpid()) + "/"
-	if o, _ := dsync.OwnerOf(dsync.WithOwner(ctx)); !strings.HasPrefix(o, want) {
-		t.Fatalf("WithOwner owner %q, want the prefix %q", o, want)
-	}
+	o, _ := dsync.OwnerOf(dsync.WithOwner(ctx))
+	require.True(t, strings.HasPrefix(o, want), "WithOwner owner %q, want the prefix %q", o, want)
 	l2, err := newClient(t).NewMutex("unnamed").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := dsync.OwnerOf(l2); !strings.HasPrefix(o, want) {
-		t.Fatalf("default Client's owner %q, want the prefix %q", o, want)
-	}
-	if err := c.NewMutex("named").UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	o, _ = dsync.OwnerOf(l2)
+	require.True(t, strings.HasPrefix(o, want), "default Client's owner %q, want the prefix %q", o, want)
+	require.NoError(t, c.NewMutex("named").UnlockContext(l))
 }

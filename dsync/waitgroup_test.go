@@ -2,7 +2,6 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -25,52 +25,34 @@ func TestWaitGroupBasic(t *testing.T) {
 	rc := newRueidis(t)
 	ctx := ctxT(t)
 	wg := c.NewWaitGroup("basic")
-	if err := wg.Wait(ctx); err != nil {
-		t.Fatalf("Wait at zero = %v", err)
-	}
-	if err := wg.Done(ctx); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("Done at zero = %v", err)
-	}
-	if err := wg.Add(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := wg.Add(ctx, -3); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("Add(-3) at 2 = %v", err)
-	}
+	require.NoError(t, wg.Wait(ctx), "Wait at zero")
+	require.ErrorIs(t, wg.Done(ctx), dsync.ErrInvalidArgument, "Done at zero")
+	require.NoError(t, wg.Add(ctx, 2))
+	require.ErrorIs(t, wg.Add(ctx, -3), dsync.ErrInvalidArgument, "Add(-3) at 2")
 	key := prefix + ":{basic}:wg"
-	if v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64(); err != nil || v != 2 {
-		t.Fatalf("counter after a refused Add = %d, %v; want 2", v, err)
-	}
+	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64()
+	require.NoError(t, err, "counter after a refused Add")
+	require.Equal(t, int64(2), v, "counter after a refused Add")
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if err := wg.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait at 2 = %v", err)
-	}
+	require.ErrorIs(t, wg.Wait(short), context.DeadlineExceeded, "Wait at 2")
 	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
 	waited := make(chan error, 1)
 	go func() { waited <- c2.NewWaitGroup("basic").Wait(ctx) }()
-	if err := wg.Done(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wg.Done(ctx))
 	select {
 	case err := <-waited:
 		t.Fatalf("Wait returned %v at 1", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	if err := wg.Done(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wg.Done(ctx))
 	select {
 	case err := <-waited:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(2 * time.Second): // the fallback timer is lease/3 = 10s
 		t.Fatal("Wait not woken at zero")
 	}
-	if err := c.NewWaitGroup("").Add(ctx, 1); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("empty name = %v", err)
-	}
+	require.ErrorIs(t, c.NewWaitGroup("").Add(ctx, 1), dsync.ErrInvalidArgument, "empty name")
 }
 
 // observeWaits counts the Waits that observed their generation, until t
@@ -94,30 +76,20 @@ func TestWaitGroupZeroCrossing(t *testing.T) {
 	observed := observeWaits(t)
 	wg := c.NewWaitGroup("cross")
 	for run := 0; run < 20; run++ {
-		if err := wg.Add(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, wg.Add(ctx, 1))
 		before := observed.Load()
 		waited := make(chan error, 1)
 		go func() { waited <- c2.NewWaitGroup("cross").Wait(ctx) }()
 		waitFor(t, 5*time.Second, "the Wait to observe its generation", func() bool { return observed.Load() > before })
-		if err := wg.Done(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := wg.Add(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, wg.Done(ctx))
+		require.NoError(t, wg.Add(ctx, 1))
 		select {
 		case err := <-waited:
-			if err != nil {
-				t.Fatalf("run %d: Wait = %v", run, err)
-			}
+			require.NoError(t, err, "run %d: Wait", run)
 		case <-time.After(3 * time.Second):
 			t.Fatalf("run %d: Wait missed the return to zero followed by Add(1)", run)
 		}
-		if err := wg.Done(ctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, wg.Done(ctx))
 	}
 }
 
@@ -131,34 +103,19 @@ func TestWaitGroupExact(t *testing.T) {
 	wg := c.NewWaitGroup("exact")
 	counter := func() int64 {
 		v, err := rc.Do(ctx, rc.B().Get().Key(prefixOf(t, c)+":{exact}:wg").Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
 	for _, d := range []int64{1 << 53, 1} {
-		if err := wg.Add(ctx, d); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, wg.Add(ctx, d))
 	}
-	if v := counter(); v != 1<<53+1 {
-		t.Fatalf("counter = %d, want %d", v, int64(1<<53+1))
-	}
-	if err := wg.Add(ctx, -(1 << 53)); err != nil {
-		t.Fatalf("Add(-2^53) = %v", err)
-	}
-	if err := wg.Add(ctx, math.MaxInt64); !errors.Is(err, dsync.ErrInvalidArgument) {
-		t.Fatalf("Add(MaxInt64) at 1 = %v, want ErrInvalidArgument", err)
-	}
-	if v := counter(); v != 1 {
-		t.Fatalf("counter after a refused Add = %d, want 1", v)
-	}
-	if err := wg.Done(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := wg.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	v := counter()
+	require.Equal(t, int64(1<<53+1), v, "counter = %d, want %d", v, int64(1<<53+1))
+	require.NoError(t, wg.Add(ctx, -(1<<53)), "Add(-2^53)")
+	require.ErrorIs(t, wg.Add(ctx, math.MaxInt64), dsync.ErrInvalidArgument, "Add(MaxInt64) at 1")
+	require.Equal(t, int64(1), counter(), "counter after a refused Add")
+	require.NoError(t, wg.Done(ctx))
+	require.NoError(t, wg.Wait(ctx))
 }
 
 // 300 Waits over 3 Clients, through repeated zero crossings each followed
@@ -172,9 +129,7 @@ func TestWaitGroupManyWaitersGenerations(t *testing.T) {
 	ctx := ctxT(t)
 	observed := observeWaits(t)
 	wg := c.NewWaitGroup("many")
-	if err := wg.Add(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wg.Add(ctx, 1))
 	const waiters = 300
 	for round := 0; round < 5; round++ {
 		before := observed.Load()
@@ -184,27 +139,19 @@ func TestWaitGroupManyWaitersGenerations(t *testing.T) {
 			go func() { done <- w.Wait(ctx) }()
 		}
 		waitFor(t, 10*time.Second, "every Wait to observe its generation", func() bool { return observed.Load() >= before+waiters })
-		if err := wg.Done(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := wg.Add(ctx, 1); err != nil { // the next generation, at once
-			t.Fatal(err)
-		}
+		require.NoError(t, wg.Done(ctx))
+		require.NoError(t, wg.Add(ctx, 1)) // the next generation, at once
 		deadline := time.After(5 * time.Second)
 		for i := 0; i < waiters; i++ {
 			select {
 			case err := <-done:
-				if err != nil {
-					t.Fatalf("round %d: Wait = %v", round, err)
-				}
+				require.NoError(t, err, "round %d: Wait", round)
 			case <-deadline:
 				t.Fatalf("round %d: %d of %d Waits did not return", round, waiters-i, waiters)
 			}
 		}
 	}
-	if err := wg.Done(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wg.Done(ctx))
 }
 
 // childWGDone: count one unit of work, then Done on "xproc".
@@ -230,26 +177,18 @@ func TestWaitGroupProcesses(t *testing.T) {
 	rc := newRueidis(t)
 	ctx := ctxT(t)
 	wg := c.NewWaitGroup("xproc")
-	if err := wg.Add(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wg.Add(ctx, 2))
 	var cmds []*exec.Cmd
 	for i := 0; i < 2; i++ {
 		cmd := startChild(t, "wgdone", prefix)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		cmds = append(cmds, cmd)
 	}
-	if err := wg.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := rc.Do(ctx, rc.B().Get().Key(prefix+":work").Build()).AsInt64(); err != nil || n != 2 {
-		t.Fatalf("Wait returned with %d of 2 units of work done (%v)", n, err)
-	}
+	require.NoError(t, wg.Wait(ctx))
+	n, err := rc.Do(ctx, rc.B().Get().Key(prefix+":work").Build()).AsInt64()
+	require.NoError(t, err, "units of work done when Wait returned")
+	require.Equal(t, int64(2), n, "units of work done when Wait returned")
 	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("child: %v", err)
-		}
+		require.NoError(t, cmd.Wait(), "child")
 	}
 }

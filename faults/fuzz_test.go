@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/require"
 )
 
 // Issue 8 item 10: sequences of lock, unlock, acquire and release on two
@@ -226,20 +227,21 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		}
 	}
 	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
-	if got != nil && !documented(got) {
-		t.Fatalf("undocumented error from %s: %v\n%s", what, got, e.history())
+	if got != nil {
+		require.True(t, documented(got), "undocumented error from %s: %v", what, got)
 	}
 	switch {
 	case want == nil && op%10 >= 7 && op%10 <= 8 && cancelled:
 		// An invalid count with a cancelled context: ErrInvalidArgument or
 		// context.Canceled, nothing granted.
-		if got == nil || ok {
-			t.Fatalf("%s: got %v, %v; want a refusal\n%s", what, ok, got, e.history())
-		}
-	case want == nil && got != nil, want != nil && !errors.Is(got, want):
-		t.Fatalf("%s: error %v, want %v\n%s", what, got, want, e.history())
-	case ok != wantOK:
-		t.Fatalf("%s: acquired %v, model says %v\n%s", what, ok, wantOK, e.history())
+		require.Error(t, got, "%s: got %v, %v; want a refusal", what, ok, got)
+		require.False(t, ok, "%s: got %v, %v; want a refusal", what, ok, got)
+	case want == nil:
+		require.NoError(t, got, what)
+		require.Equal(t, wantOK, ok, "%s: acquired, per the model", what)
+	default:
+		require.ErrorIs(t, got, want, what)
+		require.Equal(t, wantOK, ok, "%s: acquired, per the model", what)
 	}
 	e.compare(what)
 }
@@ -257,9 +259,7 @@ func (e *fuzzEnv) compare(after string) {
 	t, m := e.t, e.m
 	for k, name := range e.names {
 		sts, err := e.cs[0].Inspect(context.Background(), name)
-		if err != nil {
-			t.Fatalf("Inspect after %s: %v", after, err)
-		}
+		require.NoError(t, err, "Inspect after %s", after)
 		var mx, rw, sem dsync.LockState
 		semFound := false
 		for _, st := range sts {
@@ -273,9 +273,7 @@ func (e *fuzzEnv) compare(after string) {
 			default:
 				t.Fatalf("Inspect after %s shows a %s", after, st.Kind)
 			}
-			if len(st.Waiters) != 0 {
-				t.Fatalf("after %s Redis shows %d waiters on %s %d\n%s", after, len(st.Waiters), st.Kind, k, e.history())
-			}
+			require.Empty(t, st.Waiters, "after %s Redis shows %d waiters on %s %d", after, len(st.Waiters), st.Kind, k)
 		}
 		var want, got []string
 		// Redis counts one acquisition per owner: re-entries through the
@@ -305,9 +303,7 @@ func (e *fuzzEnv) compare(after string) {
 			}
 			got = append(got, fmt.Sprintf("%s %s %d", kind, h.Owner, h.Count))
 		}
-		if rw.Mode != mode {
-			t.Fatalf("after %s: rw %d mode %q in Redis, %q in the model\n%s", after, k, rw.Mode, mode, e.history())
-		}
+		require.Equal(t, mode, rw.Mode, "after %s: rw %d mode %q in Redis, %q in the model", after, k, rw.Mode, mode)
 		for o, n := range m.sem[k] {
 			want = append(want, fmt.Sprintf("sem %s %d", e.owners[o], n))
 		}
@@ -315,17 +311,15 @@ func (e *fuzzEnv) compare(after string) {
 			got = append(got, fmt.Sprintf("sem %s %d", h.Owner, h.Permits))
 		}
 		free := int64(fuzzSize) - m.semUsed(k)
-		if semFound && (sem.Size != fuzzSize || sem.Free != free) {
-			t.Fatalf("after %s: semaphore %d shows %d/%d free, model %d/%d\n%s", after, k, sem.Free, sem.Size, free, fuzzSize, e.history())
-		}
-		if !semFound && free != fuzzSize {
-			t.Fatalf("after %s: semaphore %d not in Redis, model holds %d permits\n%s", after, k, fuzzSize-free, e.history())
+		if semFound {
+			require.Equal(t, int64(fuzzSize), sem.Size, "after %s: semaphore %d size", after, k)
+			require.Equal(t, free, sem.Free, "after %s: semaphore %d free permits, per the model", after, k)
+		} else {
+			require.Equal(t, int64(fuzzSize), free, "after %s: semaphore %d not in Redis, but the model holds permits", after, k)
 		}
 		sort.Strings(want)
 		sort.Strings(got)
-		if strings.Join(want, "; ") != strings.Join(got, "; ") {
-			t.Fatalf("after %s, name %d:\nRedis: %v\nmodel: %v\n%s", after, k, got, want, e.history())
-		}
+		require.Equal(t, strings.Join(want, "; "), strings.Join(got, "; "), "after %s, name %d:\nRedis: %v\nmodel: %v", after, k, got, want)
 	}
 }
 
@@ -336,32 +330,24 @@ func (e *fuzzEnv) cleanup() {
 	for k, name := range e.names {
 		for m.mu[k].owner >= 0 {
 			o := m.mu[k].owner
-			if err := e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]); err != nil {
-				e.t.Fatalf("cleanup: mutex unlock: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]), "cleanup: mutex unlock")
 			if m.mu[k].count--; m.mu[k].count == 0 {
 				m.mu[k].owner = -1
 			}
 		}
 		for ; m.rw[k].w >= 0 && m.rw[k].wc > 0; m.rw[k].wc-- {
 			o := m.rw[k].w
-			if err := e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]); err != nil {
-				e.t.Fatalf("cleanup: rw unlock: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]), "cleanup: rw unlock")
 		}
 		m.rw[k].w = -1
 		for o, n := range m.rw[k].r {
 			for range n {
-				if err := e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]); err != nil {
-					e.t.Fatalf("cleanup: rw runlock: %v\n%s", err, e.history())
-				}
+				require.NoError(e.t, e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]), "cleanup: rw runlock")
 			}
 			delete(m.rw[k].r, o)
 		}
 		for o, n := range m.sem[k] {
-			if err := e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n); err != nil {
-				e.t.Fatalf("cleanup: sem release: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n), "cleanup: sem release")
 			delete(m.sem[k], o)
 		}
 	}
@@ -396,6 +382,13 @@ func FuzzOperations(f *testing.F) {
 		}
 		seq := fuzzSeq.Add(1)
 		e := &fuzzEnv{t: t, cs: cs, m: newFuzzModel()}
+		// The steps so far explain any failure: logged once, on failure,
+		// rather than built into every check's message.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(e.history())
+			}
+		})
 		for k := range fuzzNames {
 			e.names[k] = fmt.Sprintf("fz%d-%c", seq, 'a'+k)
 		}

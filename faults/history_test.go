@@ -15,6 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
 )
 
 // now is the timestamp of every recorded event. Holders run in several
@@ -104,9 +105,7 @@ func (h *history) check(t testing.TB) (holds int) {
 	}
 	sortBy(acq, func(a, b event) bool { return a.Ret < b.Ret })
 	for i := 1; i < len(acq); i++ {
-		if acq[i].Tok <= acq[i-1].Tok {
-			t.Errorf("token %d granted after %d: not strictly increasing", acq[i].Tok, acq[i-1].Tok)
-		}
+		assert.Greater(t, acq[i].Tok, acq[i-1].Tok, "token: not strictly increasing")
 	}
 	return holds
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -64,9 +66,7 @@ func startPHolder(t *testing.T, srv *redisServer, prefix, name, kind string, lea
 	env = append(env, "FAULTS_NAME="+name, "FAULTS_KIND="+kind)
 	c := startChild(t, "pholder", srv.Addr, prefix, lease, env...)
 	tok, err := strconv.ParseUint(c.expect(t, "held", 15*time.Second), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c, tok
 }
 
@@ -104,9 +104,7 @@ func acquireAfterKill(t *testing.T, hc *child, acquire func(ctx context.Context)
 		afterKill()
 	}
 	r := <-got
-	if r.err != nil {
-		t.Fatalf("acquire after the kill: %v", r.err)
-	}
+	require.NoError(t, r.err, "acquire after the kill")
 	return r.at.Sub(killed), r.lctx
 }
 
@@ -117,9 +115,7 @@ var killBound = killLease + 250*time.Millisecond
 func rwState1(t *testing.T, c *dsync.Client, name string) (st dsync.LockState) {
 	t.Helper()
 	sts, err := c.Inspect(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range sts {
 		if s.Kind == dsync.KindRWMutex || s.Kind == dsync.KindSemaphore || s.Kind == dsync.KindOnce {
 			return s
@@ -139,35 +135,24 @@ func TestFaultKillReadHolder(t *testing.T) {
 	c := newDsync(t, srv.Addr, prefix, killLease)
 	reader := c.NewRWMutex("rk")
 	rctx, err := reader.RLockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w := newDsync(t, srv.Addr, prefix, killLease).NewRWMutex("rk")
 	took, lctx := acquireAfterKill(t, hc, w.LockContext,
 		func() {
 			waitFor(t, 10*time.Second, "the writer queued", func() bool { return len(rwState1(t, c, "rk").Waiters) == 1 })
 		},
 		func() {
-			if err := reader.RUnlockContext(rctx); err != nil {
-				t.Errorf("live reader's RUnlock: %v", err)
-			}
+			assert.NoError(t, reader.RUnlockContext(rctx), "live reader's RUnlock")
 		})
 	t2 := tokenOf(lctx)
 	st := rwState1(t, c, "rk")
 	t.Logf("SIGKILL of a read holder (lease %v, another reader left at the kill): writer acquired %v after the kill (bound %v); token %d -> %d; Redis: mode %q, %d holders",
 		killLease, took.Round(time.Millisecond), killBound, tok, t2, st.Mode, len(st.Holders))
-	if took > killBound {
-		t.Errorf("writer acquired %v after the kill; want <= %v", took, killBound)
-	}
-	if t2 <= tok {
-		t.Errorf("writer's token %d <= dead reader's %d", t2, tok)
-	}
-	if st.Mode != "write" || len(st.Holders) != 1 {
-		t.Errorf("Redis shows mode %q with %d holders; want the writer alone", st.Mode, len(st.Holders))
-	}
-	if err := w.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	assert.LessOrEqual(t, took, killBound, "writer acquired after the kill")
+	assert.Greater(t, t2, tok, "writer's token not above the dead reader's")
+	assert.Equal(t, "write", st.Mode, "Redis shows the mode; want the writer alone")
+	assert.Len(t, st.Holders, 1, "Redis shows holders; want the writer alone")
+	require.NoError(t, w.UnlockContext(lctx))
 }
 
 // TestFaultKillWriteHolder: a writer process is SIGKILLed while a reader
@@ -184,18 +169,11 @@ func TestFaultKillWriteHolder(t *testing.T) {
 	st := rwState1(t, c, "wk")
 	t.Logf("SIGKILL of a write holder (lease %v): waiting reader acquired %v after the kill (bound %v); token %d -> %d; Redis: mode %q, %d holders",
 		killLease, took.Round(time.Millisecond), killBound, tok, t2, st.Mode, len(st.Holders))
-	if took > killBound {
-		t.Errorf("reader acquired %v after the kill; want <= %v", took, killBound)
-	}
-	if t2 <= tok {
-		t.Errorf("reader's token %d <= dead writer's %d", t2, tok)
-	}
-	if st.Mode != "read" || len(st.Holders) != 1 {
-		t.Errorf("Redis shows mode %q with %d holders; want the reader alone", st.Mode, len(st.Holders))
-	}
-	if err := r.RUnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	assert.LessOrEqual(t, took, killBound, "reader acquired after the kill")
+	assert.Greater(t, t2, tok, "reader's token not above the dead writer's")
+	assert.Equal(t, "read", st.Mode, "Redis shows the mode; want the reader alone")
+	assert.Len(t, st.Holders, 1, "Redis shows holders; want the reader alone")
+	require.NoError(t, r.RUnlockContext(lctx))
 }
 
 // TestFaultKillSemaphoreHolder: of a Semaphore of 3, a process holding 2
@@ -211,9 +189,7 @@ func TestFaultKillSemaphoreHolder(t *testing.T) {
 	c := newDsync(t, srv.Addr, prefix, killLease)
 	sa := c.NewSemaphore("sk", size)
 	actx, err := sa.Acquire(context.Background(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sb := newDsync(t, srv.Addr, prefix, killLease).NewSemaphore("sk", size)
 	// Sample Redis' view meanwhile: never above size.
 	stop := make(chan struct{})
@@ -248,30 +224,19 @@ func TestFaultKillSemaphoreHolder(t *testing.T) {
 	smp := <-sampled
 	full := rwState1(t, c, "sk")
 	_, extra, err := newDsync(t, srv.Addr, prefix, killLease).NewSemaphore("sk", size).TryAcquire(context.Background(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sa.Release(actx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Release(bctx, 2); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, sa.Release(actx, 1))
+	require.NoError(t, sb.Release(bctx, 2))
 	after := rwState1(t, c, "sk")
 	t.Logf("SIGKILL of a holder of 2/3 permits (lease %v): waiter for 2 acquired %v after the kill (bound %v); token %d -> %d; Redis when full: %d free, %d holders; 4th permit granted: %v; after release: %d/%d free; %d samples, most held %d, out of range %d",
 		killLease, took.Round(time.Millisecond), killBound, tok, tokenOf(bctx), full.Free, len(full.Holders), extra, after.Free, after.Size, smp[0], smp[2], smp[1])
-	if took > killBound {
-		t.Errorf("waiter acquired %v after the kill; want <= %v", took, killBound)
-	}
-	if full.Free != 0 || extra {
-		t.Errorf("with 3 permits held Redis shows %d free, and a 4th acquire succeeded: %v", full.Free, extra)
-	}
-	if after.Free != size || len(after.Holders) != 0 {
-		t.Errorf("after every release %d permits free and %d holders; want %d and 0", after.Free, len(after.Holders), size)
-	}
-	if smp[1] != 0 || smp[2] > size {
-		t.Errorf("%d samples out of range, most held %d", smp[1], smp[2])
-	}
+	assert.LessOrEqual(t, took, killBound, "waiter acquired after the kill")
+	assert.Equal(t, int64(0), full.Free, "with 3 permits held: free permits in Redis")
+	assert.False(t, extra, "with 3 permits held: a 4th acquire succeeded")
+	assert.Equal(t, int64(size), after.Free, "after every release: free permits")
+	assert.Empty(t, after.Holders, "after every release: holders")
+	assert.Equal(t, int64(0), smp[1], "samples out of range (most held %d)", smp[2])
+	assert.LessOrEqual(t, smp[2], int64(size), "most permits held at once")
 }
 
 // TestFaultKillOnceRunner: the process running a Once's f is SIGKILLed
@@ -293,19 +258,12 @@ func TestFaultKillOnceRunner(t *testing.T) {
 		return ctx, err
 	}, func() { waitChannels(t, srv, prefix, 1) }, nil)
 	runs := 0
-	if err := newDsync(t, srv.Addr, prefix, killLease).NewOnce("ok").Do(context.Background(), func(context.Context) error { runs++; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, newDsync(t, srv.Addr, prefix, killLease).NewOnce("ok").Do(context.Background(), func(context.Context) error { runs++; return nil }))
 	st := rwState1(t, c, "ok")
 	t.Logf("SIGKILL of a Once runner (lease %v): waiting Do ran f and returned %v after the kill (bound %v); token %d -> %d; done in Redis: %v; later Do ran f %d times",
 		killLease, took.Round(time.Millisecond), killBound, tok, runTok, st.Done, runs)
-	if took > killBound {
-		t.Errorf("the waiting Do ran f and returned %v after the kill; want <= %v", took, killBound)
-	}
-	if runTok <= tok {
-		t.Errorf("the new run's token %d <= the dead run's %d", runTok, tok)
-	}
-	if !st.Done || runs != 0 {
-		t.Errorf("after the successful run: done %v, later Do ran f %d times", st.Done, runs)
-	}
+	assert.LessOrEqual(t, took, killBound, "the waiting Do ran f and returned after the kill")
+	assert.Greater(t, runTok, tok, "the new run's token not above the dead run's")
+	assert.True(t, st.Done, "after the successful run: done")
+	assert.Equal(t, 0, runs, "after the successful run: later Do ran f")
 }

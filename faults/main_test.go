@@ -21,6 +21,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -63,12 +64,8 @@ func startChild(t testing.TB, role, addr, prefix string, lease time.Duration, en
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	c := &child{cmd: cmd, lines: make(chan string, 1<<16), done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -96,9 +93,7 @@ func (c *child) expect(t testing.TB, word string, d time.Duration) string {
 	for {
 		select {
 		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before %q", word)
-			}
+			require.True(t, ok, "child exited before %q", word)
 			if w, rest, _ := strings.Cut(l, " "); w == word {
 				return rest
 			}
@@ -110,9 +105,7 @@ func (c *child) expect(t testing.TB, word string, d time.Duration) string {
 
 func (c *child) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.cmd.Process.Signal(sig))
 }
 
 func (c *child) wait(t testing.TB, d time.Duration) {

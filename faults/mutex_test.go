@@ -14,6 +14,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var prefixSeq struct {
@@ -32,9 +34,7 @@ func testPrefix() string {
 func newDsync(t testing.TB, addr, prefix string, lease time.Duration, opts ...func(*rueidis.ClientOption)) *dsync.Client {
 	t.Helper()
 	c, err := dsync.NewClient(client(t, addr, opts...), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -46,8 +46,7 @@ func collect(t testing.TB, c *child, h *history) (holds, timeouts, errs, lost in
 		switch w {
 		case "ev":
 			var e event
-			if err := json.Unmarshal([]byte(rest), &e); err != nil {
-				t.Errorf("bad event %q: %v", rest, err)
+			if err := json.Unmarshal([]byte(rest), &e); !assert.NoError(t, err, "bad event %q", rest) {
 				continue
 			}
 			h.add(e)
@@ -106,15 +105,10 @@ func TestFaultMutexContention(t *testing.T) {
 	acc, rej := st.counts()
 	t.Logf("(a) %d procs x %d + %d goroutines, %v: %d holds (%d in history), %d acquire timeouts, %d errors, %d lost holds, lost updates %d, fenced writes %d accepted / %d rejected",
 		procs, perProc, local, dur, holds, checked, timeouts, errs, lost, st.lostUpdates(), acc, rej)
-	if checked < 50 {
-		t.Errorf("only %d holds in %v: the contention did not happen", checked, dur)
-	}
-	if n := st.lostUpdates(); n != 0 {
-		t.Errorf("%d register updates lost: two holders overlapped", n)
-	}
-	if rej != 0 || lost != 0 {
-		t.Errorf("without faults: %d stale writes rejected, %d holds lost; want 0", rej, lost)
-	}
+	assert.GreaterOrEqual(t, checked, 50, "only %d holds in %v: the contention did not happen", checked, dur)
+	assert.Equal(t, int64(0), st.lostUpdates(), "register updates lost: two holders overlapped")
+	assert.Equal(t, 0, rej, "without faults: stale writes rejected")
+	assert.Equal(t, 0, lost, "without faults: holds lost")
 }
 
 // holderChild starts a holder child on name and waits until it holds.
@@ -150,21 +144,13 @@ func TestFaultHolderKill(t *testing.T) {
 	killed := time.Now()
 	hc.signal(t, syscall.SIGKILL)
 	at := <-got
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
+	require.NoError(t, lerr)
 	rec := at.Sub(killed)
 	t2, _ := dsync.FencingToken(lctx)
 	t.Logf("(b) SIGKILL of holder, lease %v: next owner acquired %v after the kill (bound %v); token %d -> %d", lease, rec.Round(time.Millisecond), lease+250*time.Millisecond, tok, t2)
-	if rec > lease+250*time.Millisecond {
-		t.Errorf("next owner acquired %v after the kill; want <= lease + 250ms", rec)
-	}
-	if t2 <= tok {
-		t.Errorf("token %d after %d", t2, tok)
-	}
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	assert.LessOrEqual(t, rec, lease+250*time.Millisecond, "next owner acquired after the kill")
+	assert.Greater(t, t2, tok, "token not above the previous one")
+	require.NoError(t, m.UnlockContext(lctx))
 }
 
 // Scenario (c): the holder process is frozen (SIGSTOP) for 2x lease. Its
@@ -186,14 +172,10 @@ func TestFaultHolderStopLong(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	acquired := time.Now()
 	mytok, _ := dsync.FencingToken(lctx)
-	if !st.fence(mytok) {
-		t.Fatal("the new holder's first fenced write was rejected")
-	}
+	require.True(t, st.fence(mytok), "the new holder's first fenced write was rejected")
 	accBefore, rejBefore := st.counts()
 	time.Sleep(time.Until(stopped.Add(2 * lease))) // the fault: frozen 2x lease
 	hc.signal(t, syscall.SIGCONT)
@@ -212,36 +194,19 @@ func TestFaultHolderStopLong(t *testing.T) {
 	t.Logf("(c) holder SIGSTOPped %v (lease %v): parent acquired %v after the stop; child cancelled %v after SIGCONT (%v after the parent's acquire; cause %s); child's writes after thaw: %d accepted, %d rejected; child Unlock: %s",
 		2*lease, lease, acquired.Sub(stopped).Round(time.Millisecond), cancelLag.Round(time.Millisecond),
 		time.Duration(cancelAt-acquired.UnixNano()).Round(time.Millisecond), cause, staleOK, rejAfter-rejBefore, unlock)
-	if acquired.Sub(stopped) > lease+250*time.Millisecond {
-		t.Errorf("parent acquired %v after the stop; want <= lease + 250ms", acquired.Sub(stopped))
-	}
-	if cancelLag > 100*time.Millisecond {
-		t.Errorf("the thawed child's lock context was cancelled %v after SIGCONT; want at once", cancelLag)
-	}
-	if staleOK != 0 {
-		t.Errorf("%d writes of the frozen holder were accepted after the parent took over", staleOK)
-	}
-	if !strings.Contains(cause, "lock lost") {
-		t.Errorf("the thawed child's lock context cause = %q, want ErrLockLost", cause)
-	}
-	if unlock != "ErrNotHeld" {
-		t.Errorf("the thawed child's Unlock = %s, want ErrNotHeld", unlock)
-	}
-	if lctx.Err() != nil {
-		t.Fatalf("the parent's hold was disturbed: %v", context.Cause(lctx))
-	}
+	assert.LessOrEqual(t, acquired.Sub(stopped), lease+250*time.Millisecond, "parent acquired after the stop")
+	assert.LessOrEqual(t, cancelLag, 100*time.Millisecond, "the thawed child's lock context was cancelled after SIGCONT")
+	assert.Equal(t, 0, staleOK, "writes of the frozen holder were accepted after the parent took over")
+	assert.Contains(t, cause, "lock lost", "the thawed child's lock context cause")
+	assert.Equal(t, "ErrNotHeld", unlock, "the thawed child's Unlock")
+	require.NoError(t, lctx.Err(), "the parent's hold was disturbed: %v", context.Cause(lctx))
 	// Ask Redis through another Client: the parent's hold must be intact.
 	_, v, err := newDsync(t, srv.Addr, prefix, lease).NewMutex("s").TryLockContext(ctx)
-	if err != nil || v {
-		t.Fatalf("after the child's Unlock the lock is free (TryLock %v, %v): the child released the parent's hold", v, err)
-	}
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatalf("parent Unlock: %v", err)
-	}
+	require.NoError(t, err, "after the child's Unlock the lock is free (TryLock: the child released the parent's hold")
+	require.False(t, v, "after the child's Unlock the lock is free (TryLock: the child released the parent's hold")
+	require.NoError(t, m.UnlockContext(lctx), "parent Unlock")
 	_ = tok
-	if rejAfter-rejBefore == 0 {
-		t.Errorf("the thawed child made no write: the scenario did not test the fence")
-	}
+	assert.NotEqual(t, 0, rejAfter-rejBefore, "the thawed child made no write: the scenario did not test the fence")
 }
 
 // Scenario (d): the holder is frozen for lease/2: it keeps the lock, and
@@ -261,9 +226,7 @@ func TestFaultHolderStopShort(t *testing.T) {
 	for time.Since(stopped) < lease/2 { // the fault: frozen lease/2, probing
 		tries++
 		lctx, ok, err := m.TryLockContext(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if ok {
 			got++
 			_ = m.UnlockContext(lctx)
@@ -281,14 +244,9 @@ func TestFaultHolderStopShort(t *testing.T) {
 	_, rej := st.counts()
 	t.Logf("(d) holder SIGSTOPped %v (lease %v): %d TryLocks meanwhile, %d succeeded; child lost its hold: %v; rejected writes %d; child Unlock: %s",
 		lease/2, lease, tries, got, lostLine != "" && strings.Contains(lostLine, "lost"), rej, unlock)
-	if got != 0 {
-		t.Errorf("a second holder got the lock %d times while the first was frozen lease/2", got)
-	}
-	if unlock != "nil" || rej != 0 {
-		t.Errorf("the holder lost the lock over a lease/2 freeze: Unlock %s, %d rejected writes", unlock, rej)
-	}
-	if strings.Contains(lostLine, "lost") {
-		t.Errorf("holder: %s", lostLine)
-	}
+	assert.Equal(t, 0, got, "a second holder got the lock times while the first was frozen lease/2")
+	assert.Equal(t, "nil", unlock, "the holder lost the lock over a lease/2 freeze: Unlock")
+	assert.Equal(t, 0, rej, "the holder lost the lock over a lease/2 freeze: rejected writes")
+	assert.NotContains(t, lostLine, "lost", "holder")
 	_ = errors.Is
 }

@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Scenario (e): the pub/sub connection is killed while 20 waiters (each in
@@ -29,9 +30,8 @@ func TestFaultPubsubKill(t *testing.T) {
 	held := make([]context.Context, n)
 	for i := range n {
 		var err error
-		if held[i], err = holder.NewMutex(fmt.Sprint("p", i)).LockContext(ctx); err != nil {
-			t.Fatal(err)
-		}
+		held[i], err = holder.NewMutex(fmt.Sprint("p", i)).LockContext(ctx)
+		require.NoError(t, err)
 	}
 	rc := client(t, srv.Addr)
 	acquired := make([]time.Time, n)
@@ -39,9 +39,7 @@ func TestFaultPubsubKill(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		wg.Add(1)
 		go func() {
@@ -65,16 +63,12 @@ func TestFaultPubsubKill(t *testing.T) {
 	killed, _ := srv.do(t, "CLIENT", "KILL", "TYPE", "pubsub").AsInt64()
 	released := time.Now()
 	for i := range n {
-		if err := holder.NewMutex(fmt.Sprint("p", i)).UnlockContext(held[i]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, holder.NewMutex(fmt.Sprint("p", i)).UnlockContext(held[i]))
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	lat := make([]time.Duration, n)
 	for i, at := range acquired {
@@ -84,21 +78,15 @@ func TestFaultPubsubKill(t *testing.T) {
 	bound := lease/3 + 250*time.Millisecond
 	t.Logf("(e) %d pub/sub connections killed, %d waiters: all acquired; after release median %v, max %v (bound lease/3 + 250ms = %v)",
 		killed, n, lat[n/2].Round(time.Millisecond), lat[n-1].Round(time.Millisecond), bound)
-	if killed < 1 {
-		t.Errorf("CLIENT KILL TYPE pubsub killed %d connections", killed)
-	}
-	if lat[n-1] > bound {
-		t.Errorf("slowest waiter acquired %v after the release; want <= %v", lat[n-1], bound)
-	}
+	assert.GreaterOrEqual(t, killed, int64(1), "CLIENT KILL TYPE pubsub killed connections")
+	assert.LessOrEqual(t, lat[n-1], bound, "slowest waiter acquired after the release")
 }
 
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out after %v waiting for %s", d, what)
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -137,38 +125,29 @@ func TestFaultNetworkLatency(t *testing.T) {
 		Lost:        func(dsync.Lost) { lostAt.Store(int64(time.Since(t0))) },
 	}
 	c, err := dsync.NewClient(client(t, px.Addr, slow), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease), dsync.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	m := c.NewMutex("long")
 	lctx, err := m.LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	time.Sleep(3 * lease) // the fault: hold through three leases of latency
 	t.Logf("renewal rounds failed: %d; hold lost at %v after start", renewFails.Load(), time.Duration(lostAt.Load()))
 	stillHeld := lctx.Err() == nil
 	uerr := m.UnlockContext(lctx)
 	// The release must have freed the lock in Redis, whatever it returned.
-	if kv, _ := srv.do(t, "GET", prefix+":{long}:mutex").ToString(); stillHeld && !strings.HasPrefix(kv, "- ") {
-		t.Errorf("after Unlock the lock key is %q, want a free marker", kv)
+	if kv, _ := srv.do(t, "GET", prefix+":{long}:mutex").ToString(); stillHeld {
+		assert.True(t, strings.HasPrefix(kv, "- "), "after Unlock the lock key is %q, want a free marker", kv)
 	}
 	wg.Wait()
 	holds := h.check(t)
 	t.Logf("(f) latency %v round trip (lease %v): a hold of 3 leases survived: %v (unlock %v); %d contended holds, %d lost, lost updates %d",
 		rtt, lease, stillHeld, uerr, holds, tl.lost.Load(), st.lostUpdates())
-	if !stillHeld {
-		t.Errorf("spurious loss under latency: %v", context.Cause(lctx))
-	}
+	assert.True(t, stillHeld, "spurious loss under latency: %v", context.Cause(lctx))
 	// A renewal in flight when the release runs must not turn the release
 	// into a spurious loss.
-	if uerr != nil {
-		t.Errorf("Unlock after a hold under latency = %v, want nil", uerr)
-	}
-	if tl.lost.Load() != 0 || st.lostUpdates() != 0 {
-		t.Errorf("under latency: %d holds lost, %d updates lost", tl.lost.Load(), st.lostUpdates())
-	}
+	assert.NoError(t, uerr, "Unlock after a hold under latency")
+	assert.Equal(t, int64(0), tl.lost.Load(), "under latency: holds lost")
+	assert.Equal(t, int64(0), st.lostUpdates(), "under latency: updates lost")
 }
 
 // Scenario (f) blackhole and (h): the holder's link is blackholed for 3x
@@ -184,18 +163,14 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	hc := newDsync(t, px.Addr, prefix, lease)
 	m := hc.NewMutex("bh")
 	lctx, err := m.LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var cancelledAt time.Time
 	cancelled := make(chan struct{})
 	context.AfterFunc(lctx, func() { cancelledAt = time.Now(); close(cancelled) })
 	// A second Client behind the proxy waits for a lock held directly.
 	other := newDsync(t, srv.Addr, prefix, lease)
 	octx, err := other.NewMutex("w").LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wc := newDsync(t, px.Addr, prefix, lease)
 	const deadline = 800 * time.Millisecond
 	wctx, wcancel := context.WithTimeout(context.Background(), deadline)
@@ -212,9 +187,7 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	go func() {
 		var err error
 		nctx, err = other.NewMutex("bh").LockContext(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 		acq <- time.Now()
 	}()
 	// Calls through the blackhole honour their contexts.
@@ -244,33 +217,21 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	t.Logf("(f/h) blackhole 3x lease %v: holder cancelled %v after the blackhole (cause %v), %v before the next owner acquired (%v after the blackhole); TryLock(300ms) returned in %v (%v); waiter(%v) returned in %v (%v); lost holder's Unlock after heal: %v in %v",
 		lease, cancelledAt.Sub(blackholed).Round(time.Millisecond), context.Cause(lctx), margin.Round(time.Millisecond),
 		acquiredAt.Sub(blackholed).Round(time.Millisecond), tryTook.Round(time.Millisecond), terr, deadline, waitTook.Round(time.Millisecond), err, uerr, unlockTook.Round(time.Millisecond))
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Errorf("blackholed holder's cause = %v, want ErrLockLost", context.Cause(lctx))
-	}
-	if margin <= 0 {
-		t.Errorf("the blackholed holder was cancelled %v after the next owner acquired: two holders", -margin)
-	}
+	assert.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "blackholed holder's cause")
+	assert.Greater(t, margin, time.Duration(0), "the blackholed holder was cancelled %v after the next owner acquired: two holders", -margin)
 	// The bound: the deadline + 50 ms.
 	slack := 50 * time.Millisecond
-	if tryTook > 300*time.Millisecond+slack || !errors.Is(terr, context.DeadlineExceeded) {
-		t.Errorf("TryLockContext(300ms) under blackhole took %v and returned %v", tryTook, terr)
-	}
-	if waitTook > deadline+slack || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("waiter under blackhole returned %v after %v; want DeadlineExceeded by %v + %v", err, waitTook, deadline, slack)
-	}
-	if !errors.Is(uerr, dsync.ErrNotHeld) {
-		t.Errorf("lost holder's Unlock = %v, want ErrNotHeld", uerr)
-	}
-	if nctx.Err() != nil {
-		t.Errorf("the new holder was disturbed: %v", context.Cause(nctx))
-	}
+	assert.LessOrEqual(t, tryTook, 300*time.Millisecond+slack, "TryLockContext(300ms) under blackhole took")
+	assert.ErrorIs(t, terr, context.DeadlineExceeded, "TryLockContext(300ms) under blackhole took")
+	assert.LessOrEqual(t, waitTook, deadline+slack, "waiter under blackhole returned %v after %v; want DeadlineExceeded by %v + %v", err, waitTook, deadline, slack)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "waiter under blackhole returned %v after %v; want DeadlineExceeded by %v + %v", err, waitTook, deadline, slack)
+	assert.ErrorIs(t, uerr, dsync.ErrNotHeld, "lost holder's Unlock")
+	assert.NoError(t, nctx.Err(), "the new holder was disturbed: %v", context.Cause(nctx))
 	// The cancelled waiter left nothing: only the two holders' keys exist.
 	keys, _ := srv.do(t, "KEYS", prefix+":*").AsStrSlice()
 	for _, k := range keys {
 		v, _ := srv.do(t, "GET", k).ToString()
-		if !strings.HasSuffix(k, ":mutex") {
-			t.Errorf("stray key %q = %q", k, v)
-		}
+		assert.True(t, strings.HasSuffix(k, ":mutex"), "stray key %q = %q", k, v)
 	}
 	_ = octx
 }
@@ -286,9 +247,7 @@ func TestFaultNetworkReset(t *testing.T) {
 	c := newDsync(t, px.Addr, prefix, lease)
 	m := c.NewMutex("rst")
 	lctx, err := m.LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for range 5 { // the fault: 5 bursts of 50 ms of resets
 		off := px.reset(t)
 		time.Sleep(50 * time.Millisecond)
@@ -314,9 +273,7 @@ func TestFaultNetworkReset(t *testing.T) {
 	})
 	t.Logf("(f) 5 bursts of resets during a hold (lease %v): hold survived %v; release under reset returned %v, lock free %v after the release began",
 		lease, survived, uerr, free.Round(time.Millisecond))
-	if !survived {
-		t.Errorf("hold lost over brief connection resets: %v", context.Cause(lctx))
-	}
+	assert.True(t, survived, "hold lost over brief connection resets: %v", context.Cause(lctx))
 }
 
 // waitSubscribed waits until a waiter is subscribed to channel ch: waiters

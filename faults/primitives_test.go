@@ -18,6 +18,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // childRoles are the child roles defined outside main_test.go, by name.
@@ -196,9 +198,7 @@ func checkTokens(t testing.TB, ev []pevent) int {
 			}
 		}
 	}
-	if bad > 0 {
-		t.Errorf("%d token pairs out of real-time order", bad)
-	}
+	assert.LessOrEqual(t, bad, 0, "token pairs out of real-time order")
 	return len(acq)
 }
 
@@ -477,8 +477,7 @@ func pcollect(t testing.TB, c *child, h *phistory, tl *tally) {
 		switch w {
 		case "ev":
 			var e pevent
-			if err := json.Unmarshal([]byte(rest), &e); err != nil {
-				t.Errorf("bad event %q: %v", rest, err)
+			if err := json.Unmarshal([]byte(rest), &e); !assert.NoError(t, err, "bad event %q", rest) {
 				continue
 			}
 			h.add(e)
@@ -536,30 +535,20 @@ func contention(t *testing.T, kind string, size int64, procs, perProc, local int
 		}()
 	}
 	wg.Wait()
-	if (procs+1)*perProc > maxWho || local > perProc {
-		t.Fatalf("worker ids exceed %d", maxWho)
-	}
+	require.LessOrEqual(t, (procs+1)*perProc, maxWho, "worker ids exceed")
+	require.LessOrEqual(t, local, perProc, "worker ids exceed")
 	return h, tl
 }
 
 // commonChecks asserts what every contention scenario must show.
 func commonChecks(t *testing.T, tl *tally, g *gauge, acquisitions int, dur time.Duration) {
 	t.Helper()
-	if acquisitions < 50 {
-		t.Errorf("only %d acquisitions in %v: the contention did not happen", acquisitions, dur)
-	}
-	if g.violations != 0 {
-		t.Errorf("%d critical-section entries overlapped a holder they exclude", g.violations)
-	}
-	if n := g.puts - g.reg; n != 0 {
-		t.Errorf("%d register updates lost: two writers overlapped", n)
-	}
-	if g.tornRead != 0 {
-		t.Errorf("%d reads saw the register change under them: a writer overlapped a reader", g.tornRead)
-	}
-	if tl.lost.Load() != 0 || tl.errs.Load() != 0 {
-		t.Errorf("without faults: %d holds lost, %d errors; want 0", tl.lost.Load(), tl.errs.Load())
-	}
+	assert.GreaterOrEqual(t, acquisitions, 50, "only %d acquisitions in %v: the contention did not happen", acquisitions, dur)
+	assert.Equal(t, 0, g.violations, "critical-section entries overlapped a holder they exclude")
+	assert.Equal(t, int64(0), g.puts-g.reg, "register updates lost: two writers overlapped")
+	assert.Equal(t, int64(0), g.tornRead, "reads saw the register change under them: a writer overlapped a reader")
+	assert.Equal(t, int64(0), tl.lost.Load(), "without faults: holds lost")
+	assert.Equal(t, int64(0), tl.errs.Load(), "without faults: errors")
 }
 
 // TestFaultRWMutexContention: processes and goroutines contend on one
@@ -588,12 +577,8 @@ func TestFaultRWMutexContention(t *testing.T) {
 	t.Logf("rw: %d procs x %d + %d goroutines, %v: %d acquisitions (%d writes, %d reads), %d acquire timeouts, %d errors, %d lost; at most %d readers at once; lost updates %d, torn reads %d, overlaps %d",
 		procs, perProc, local, dur, acq, writes, acq-writes, tl.timeouts.Load(), tl.errs.Load(), tl.lost.Load(), g.maxR, g.puts-g.reg, g.tornRead, g.violations)
 	commonChecks(t, tl, g, acq, dur)
-	if g.maxR < 2 {
-		t.Errorf("at most %d reader at once: readers never shared the lock", g.maxR)
-	}
-	if writes < 10 {
-		t.Errorf("only %d writes", writes)
-	}
+	assert.GreaterOrEqual(t, g.maxR, int64(2), "at most reader at once: readers never shared the lock")
+	assert.GreaterOrEqual(t, writes, 10, "only writes")
 }
 
 // TestFaultSemaphoreContention: processes and goroutines contend on one
@@ -615,8 +600,7 @@ func TestFaultSemaphoreContention(t *testing.T) {
 		// Sample Redis' view: free permits within 0..size.
 		for time.Now().Before(until) {
 			sts, err := c.Inspect(context.Background(), "contended")
-			if err != nil {
-				t.Errorf("Inspect: %v", err)
+			if !assert.NoError(t, err, "Inspect") {
 				return
 			}
 			for _, st := range sts {
@@ -652,12 +636,8 @@ func TestFaultSemaphoreContention(t *testing.T) {
 	t.Logf("semaphore(%d): %d procs x %d + %d goroutines, %v: %d acquisitions of %d permits, %d acquire timeouts, %d errors, %d lost; at most %d permits inside at once (overlaps %d); %d Inspect samples, fewest free %d, out of range %d",
 		size, procs, perProc, local, dur, acq, permits, tl.timeouts.Load(), tl.errs.Load(), tl.lost.Load(), g.maxS, g.violations, free.n, free.min, free.bad)
 	commonChecks(t, tl, g, acq, dur)
-	if g.maxS < 2 {
-		t.Errorf("at most %d permits held at once: permits were never shared", g.maxS)
-	}
-	if free.bad != 0 {
-		t.Errorf("%d Inspect samples outside 0..%d free permits", free.bad, size)
-	}
+	assert.GreaterOrEqual(t, g.maxS, int64(2), "at most permits held at once: permits were never shared")
+	assert.Equal(t, 0, free.bad, "%d Inspect samples outside 0..%d free permits", free.bad, size)
 }
 
 // TestFaultFairMutexContention: processes and goroutines contend on one
@@ -681,8 +661,7 @@ func TestFaultFairMutexContention(t *testing.T) {
 		for time.Now().Before(until) {
 			sts, err := c.Inspect(context.Background(), "contended")
 			at := now()
-			if err != nil {
-				t.Errorf("Inspect: %v", err)
+			if !assert.NoError(t, err, "Inspect") {
 				return
 			}
 			for _, st := range sts {
@@ -743,12 +722,8 @@ func TestFaultFairMutexContention(t *testing.T) {
 	t.Logf("fair: %d procs x %d + %d goroutines, %v: %d holds, %d acquire timeouts, %d errors, %d lost; lost updates %d, overlaps %d; %d queue samples (longest %d waiters): %d in-queue pairs and %d later arrivals checked, %d out of order",
 		procs, perProc, local, dur, holds, tl.timeouts.Load(), tl.errs.Load(), tl.lost.Load(), g.puts-g.reg, g.violations, len(snaps), longest, pairs, later, bad)
 	commonChecks(t, tl, g, holds, dur)
-	if pairs < 20 {
-		t.Errorf("only %d queued pairs seen: the queue order was hardly tested", pairs)
-	}
-	if bad != 0 {
-		t.Errorf("%d grants out of queue order", bad)
-	}
+	assert.GreaterOrEqual(t, pairs, 20, "only queued pairs seen: the queue order was hardly tested")
+	assert.Equal(t, 0, bad, "grants out of queue order")
 }
 
 // TestFaultModelsCatchViolations feeds the read-write and semaphore models
@@ -773,9 +748,7 @@ func TestFaultModelsCatchViolations(t *testing.T) {
 		{"reader inside writer", append(hold(0, false, 0, 10), hold(1, true, 2, 5)...), false},
 	}
 	for _, c := range rw {
-		if got := porcupine.CheckOperations(rwModel, c.ops); got != c.ok {
-			t.Errorf("rw model, %s: linearizable %v, want %v", c.name, got, c.ok)
-		}
+		assert.Equal(t, c.ok, porcupine.CheckOperations(rwModel, c.ops), "rw model, %s: linearizable", c.name)
 	}
 	sh := func(who int, n, from, to int64) []porcupine.Operation {
 		return []porcupine.Operation{op(who, semIn{who: who, n: n}, from, from+1), op(who, semIn{rel: true, who: who, n: n}, to, to+1)}
@@ -791,8 +764,6 @@ func TestFaultModelsCatchViolations(t *testing.T) {
 		{"release of more than held", []porcupine.Operation{op(0, semIn{who: 0, n: 1}, 0, 1), op(0, semIn{rel: true, who: 0, n: 2}, 2, 3)}, false},
 	}
 	for _, c := range sem {
-		if got := porcupine.CheckOperations(semModel(3), c.ops); got != c.ok {
-			t.Errorf("semaphore model, %s: linearizable %v, want %v", c.name, got, c.ok)
-		}
+		assert.Equal(t, c.ok, porcupine.CheckOperations(semModel(3), c.ops), "semaphore model, %s: linearizable", c.name)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
 )
 
 // redisServer is a redis-server process on a free loopback port, without
@@ -59,9 +60,7 @@ func startRedis(t testing.TB, args ...string) *redisServer {
 
 func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
@@ -185,12 +184,8 @@ func (s *redisServer) signal(t testing.TB, sig syscall.Signal) {
 	s.mu.Lock()
 	cmd := s.cmd
 	s.mu.Unlock()
-	if cmd == nil {
-		t.Fatal("redis-server not running")
-	}
-	if err := cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
+	require.NotNil(t, cmd, "redis-server not running")
+	require.NoError(t, cmd.Process.Signal(sig))
 }
 
 // client returns a rueidis client to addr (the server, or a proxy in front
@@ -211,9 +206,7 @@ func client(t testing.TB, addr string, opts ...func(*rueidis.ClientOption)) ruei
 		f(&o)
 	}
 	rc, err := rueidis.NewClient(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(rc.Close)
 	return rc
 }
@@ -243,9 +236,7 @@ func newProxy(t testing.TB, upstream string) *netProxy {
 	t.Helper()
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	p := toxiproxy.NewProxy(api, "redis", "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Start())
 	t.Cleanup(p.Stop)
 	return &netProxy{Addr: p.Listen, p: p}
 }
@@ -254,16 +245,13 @@ func newProxy(t testing.TB, upstream string) *netProxy {
 func (np *netProxy) add(t testing.TB, name, typ, stream string, attrs string) {
 	t.Helper()
 	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"attributes":%s}`, name, typ, stream, attrs)
-	if _, err := np.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := np.p.Toxics.AddToxicJson(strings.NewReader(js))
+	require.NoError(t, err)
 }
 
 func (np *netProxy) remove(t testing.TB, name string) {
 	t.Helper()
-	if err := np.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, np.p.Toxics.RemoveToxic(context.Background(), name))
 }
 
 // latency delays each direction by d.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The commands a Mutex needs: the connection handshake, the scripts (and
@@ -32,9 +33,7 @@ func TestFaultSecurityACL(t *testing.T) {
 		"ACL SETUSER locker on >lockpw resetkeys ~dsync:* resetchannels &dsync:* -@all " + dsyncCommands,
 		"ACL SETUSER outsider on >outpw resetkeys ~other:* resetchannels &other:* -@all " + dsyncCommands,
 	} {
-		if err := srv.do(t, strings.Fields(u)...).Error(); err != nil {
-			t.Fatalf("%s: %v", u, err)
-		}
+		require.NoError(t, srv.do(t, strings.Fields(u)...).Error(), "%s", u)
 	}
 	as := func(user, pw string) func(*rueidis.ClientOption) {
 		return func(o *rueidis.ClientOption) { o.Username, o.Password = user, pw }
@@ -44,9 +43,7 @@ func TestFaultSecurityACL(t *testing.T) {
 	c2 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
 	m1, m2 := c1.NewMutex("acl"), c2.NewMutex("acl")
 	l1, err := m1.LockContext(context.Background())
-	if err != nil {
-		t.Fatalf("restricted user cannot lock: %v", err)
-	}
+	require.NoError(t, err, "restricted user cannot lock")
 	got := make(chan error, 1)
 	go func() {
 		l2, err := m2.LockContext(context.Background())
@@ -56,29 +53,23 @@ func TestFaultSecurityACL(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(lease + lease/5) // hold across renewals while the other waits
-	if l1.Err() != nil {
-		t.Fatalf("restricted user's hold was lost: %v", context.Cause(l1))
-	}
-	if err := m1.UnlockContext(l1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l1.Err(), "restricted user's hold was lost: %v", context.Cause(l1))
+	require.NoError(t, m1.UnlockContext(l1))
 	select {
 	case err := <-got:
-		if err != nil {
-			t.Fatalf("restricted user's waiter: %v", err)
-		}
+		require.NoError(t, err, "restricted user's waiter")
 	case <-time.After(5 * time.Second):
 		t.Fatal("restricted user's waiter was never woken")
 	}
 	c3 := newDsync(t, srv.Addr, "dsync", lease, as("outsider", "outpw"))
 	_, err = c3.NewMutex("acl").LockContext(context.Background())
 	t.Logf("(j) ACL ~dsync:* &dsync:*: lock, renewal, wakeup and release work; a user without access gets: %v", err)
-	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), `"acl"`) {
-		t.Errorf("outsider's LockContext = %v; want an error naming the lock and NOPERM", err)
+	if assert.Error(t, err, "outsider's LockContext; want an error naming the lock and NOPERM") {
+		assert.Contains(t, err.Error(), "NOPERM", "outsider's LockContext")
+		assert.Contains(t, err.Error(), `"acl"`, "outsider's LockContext: the error does not name the lock")
 	}
-	if errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("outsider's error is misleading: %v", err)
-	}
+	assert.NotErrorIs(t, err, dsync.ErrNotHeld, "outsider's error is misleading")
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "outsider's error is misleading")
 }
 
 // Security: the client talks to redis-server over TLS only, with
@@ -105,15 +96,11 @@ func TestFaultSecurityTLS(t *testing.T) {
 	c := newDsync(t, s.Addr, "dsync", time.Second, withTLS)
 	m := c.NewMutex("tls")
 	l, err := m.LockContext(context.Background())
-	if err != nil {
-		t.Fatalf("lock over TLS: %v", err)
-	}
-	if _, ok, err := newDsync(t, s.Addr, "dsync", time.Second, withTLS).NewMutex("tls").TryLockContext(context.Background()); ok || err != nil {
-		t.Fatalf("second owner over TLS: %v, %v", ok, err)
-	}
-	if err := m.UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "lock over TLS")
+	_, ok, err := newDsync(t, s.Addr, "dsync", time.Second, withTLS).NewMutex("tls").TryLockContext(context.Background())
+	require.False(t, ok, "second owner over TLS")
+	require.NoError(t, err, "second owner over TLS")
+	require.NoError(t, m.UnlockContext(l))
 	// Plain text is refused by the TLS port.
 	conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
 	if err == nil {
@@ -122,9 +109,7 @@ func TestFaultSecurityTLS(t *testing.T) {
 		buf := make([]byte, 7)
 		n, _ := conn.Read(buf)
 		conn.Close()
-		if string(buf[:n]) == "+PONG\r\n" {
-			t.Error("the TLS port answered plain text")
-		}
+		assert.NotEqual(t, "+PONG\r\n", string(buf[:n]), "the TLS port answered plain text")
 	}
 	t.Logf("(j) TLS: lock, contention and release over --tls-port with test-made certificates")
 }
@@ -137,57 +122,48 @@ func TestFaultSecurityGuessedOwner(t *testing.T) {
 	c := newDsync(t, srv.Addr, prefix, time.Second)
 	m := c.NewMutex("g")
 	l, err := m.LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// An owner is "<client name>/<128 random bits in hex>": the name says
 	// who made it, the random part is what no one can guess.
 	owner, _ := dsync.OwnerOf(l)
 	slash := strings.LastIndexByte(owner, '/')
-	if b, err := hex.DecodeString(owner[slash+1:]); err != nil || len(b) != 16 {
-		t.Fatalf("owner %q does not end in 128 bits of hex", owner)
-	}
+	b, err := hex.DecodeString(owner[slash+1:])
+	require.NoError(t, err, "owner %q does not end in 128 bits of hex", owner)
+	require.Len(t, b, 16, "owner %q does not end in 128 bits of hex", owner)
 	attacker := newDsync(t, srv.Addr, prefix, time.Second).NewMutex("g")
 	seen := map[string]bool{owner: true}
 	const guesses = 2000
 	for range guesses {
 		g := dsync.WithOwner(context.Background())
 		id, _ := dsync.OwnerOf(g)
-		if seen[id] {
-			t.Fatalf("owner ID %s repeated", id)
-		}
+		require.False(t, seen[id], "owner ID %s repeated", id)
 		seen[id] = true
-		if err := attacker.UnlockContext(g); !errors.Is(err, dsync.ErrNotHeld) {
-			t.Fatalf("Unlock by a guessed owner = %v, want ErrNotHeld", err)
-		}
+		require.ErrorIs(t, attacker.UnlockContext(g), dsync.ErrNotHeld, "Unlock by a guessed owner")
 	}
 	// A client that bypasses the API and runs dsync's own release and
 	// renew scripts with near misses of the real owner gets nothing.
 	rel, err1 := os.ReadFile("../internal/scripts/mutex_release.lua")
 	ren, err2 := os.ReadFile("../internal/scripts/mutex_renew.lua")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("reading the scripts: %v %v", err1, err2)
-	}
+	require.NoError(t, err1, "reading the scripts")
+	require.NoError(t, err2, "reading the scripts")
 	key, ch := prefix+":{g}:mutex", prefix+":{g}:mutex:ch"
 	tok := strconv.FormatUint(tokenOf(l), 10)
 	last := len(owner) - 1
 	for _, g := range []string{owner[:last] + flip(owner[last]), owner[:slash+17], owner[slash+1:], owner + " ", "-", "", ".*"} {
-		if n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, tok, "1000").AsInt64(); err != nil || n != 0 {
-			t.Fatalf("release script as owner %q = %d, %v; want 0", g, n, err)
-		}
-		if n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, "0", "1000").AsInt64(); err != nil || n != 0 {
-			t.Fatalf("release script as owner %q, any token = %d, %v; want 0", g, n, err)
-		}
-		if n, err := srv.do(t, "EVAL", string(ren), "1", key, g+" "+tok+" ", "100000").AsInt64(); err != nil || n != 0 {
-			t.Fatalf("renew script as owner %q = %d, %v; want 0", g, n, err)
-		}
+		n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, tok, "1000").AsInt64()
+		require.NoError(t, err, "release script as owner %q", g)
+		require.Equal(t, int64(0), n, "release script as owner %q", g)
+		n, err = srv.do(t, "EVAL", string(rel), "2", key, ch, g, "0", "1000").AsInt64()
+		require.NoError(t, err, "release script as owner %q, any token", g)
+		require.Equal(t, int64(0), n, "release script as owner %q, any token", g)
+		n, err = srv.do(t, "EVAL", string(ren), "1", key, g+" "+tok+" ", "100000").AsInt64()
+		require.NoError(t, err, "renew script as owner %q", g)
+		require.Equal(t, int64(0), n, "renew script as owner %q", g)
 	}
-	if _, ok, _ := attacker.TryLockContext(context.Background()); ok || l.Err() != nil {
-		t.Fatal("the hold did not survive the guesses")
-	}
-	if err := m.UnlockContext(l); err != nil {
-		t.Fatalf("the real owner's Unlock: %v", err)
-	}
+	_, ok, _ := attacker.TryLockContext(context.Background())
+	require.False(t, ok, "the hold did not survive the guesses")
+	require.NoError(t, l.Err(), "the hold did not survive the guesses")
+	require.NoError(t, m.UnlockContext(l), "the real owner's Unlock")
 	t.Logf("(j) owner IDs 128-bit random: %d guessed owners got ErrNotHeld, 6 near misses running the release/renew scripts directly got 0; the hold survived", guesses)
 }
 

@@ -2,12 +2,13 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // holdOne acquires name on c and returns its lock context and the moment it
@@ -15,9 +16,7 @@ import (
 func holdOne(t *testing.T, c *dsync.Client, name string) (context.Context, *time.Time, chan struct{}) {
 	t.Helper()
 	lctx, err := c.NewMutex(name).LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	at := new(time.Time)
 	done := make(chan struct{})
 	context.AfterFunc(lctx, func() { *at = time.Now(); close(done) })
@@ -36,9 +35,7 @@ func TestFaultServerFlushall(t *testing.T) {
 	c := newDsync(t, srv.Addr, prefix, lease)
 	lctx, at, done := holdOne(t, c, "f")
 	before := tokenOf(lctx)
-	if err := srv.do(t, "FLUSHALL").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, srv.do(t, "FLUSHALL").Error())
 	flushed := time.Now()
 	select {
 	case <-done:
@@ -47,18 +44,14 @@ func TestFaultServerFlushall(t *testing.T) {
 	}
 	took := at.Sub(flushed)
 	l2, ok, err := newDsync(t, srv.Addr, prefix, lease).NewMutex("f").TryLockContext(context.Background())
-	if err != nil || !ok {
-		t.Fatalf("after FLUSHALL TryLock = %v, %v", ok, err)
-	}
+	require.NoError(t, err, "after FLUSHALL TryLock")
+	require.True(t, ok, "after FLUSHALL TryLock")
 	after := tokenOf(l2)
 	bound := lease/3 + 100*time.Millisecond
 	t.Logf("(g) FLUSHALL: holder cancelled %v later (bound lease/3 + 100ms = %v, cause %v); token %d -> %d", took.Round(time.Millisecond), bound, context.Cause(lctx), before, after)
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) || took > bound {
-		t.Errorf("holder cancelled %v after FLUSHALL with %v; want ErrLockLost within %v", took, context.Cause(lctx), bound)
-	}
-	if after <= before {
-		t.Errorf("token after FLUSHALL %d <= %d before", after, before)
-	}
+	assert.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "holder cancelled after FLUSHALL")
+	assert.LessOrEqual(t, took, bound, "holder cancelled after FLUSHALL")
+	assert.Greater(t, after, before, "token after FLUSHALL not above the one before")
 }
 
 // Scenario (g), restart without persistence: SHUTDOWN NOSAVE, then an
@@ -74,13 +67,9 @@ func TestFaultServerRestart(t *testing.T) {
 	var maxBefore uint64
 	for range 50 { // a run of tokens, each one more than the last
 		l, err := m.LockContext(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		maxBefore = max(maxBefore, tokenOf(l))
-		if err := m.UnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.UnlockContext(l))
 	}
 	lctx, at, done := holdOne(t, c, "r")
 	maxBefore = max(maxBefore, tokenOf(lctx))
@@ -97,24 +86,17 @@ func TestFaultServerRestart(t *testing.T) {
 	var minAfter uint64
 	for range 20 {
 		l, err := m.LockContext(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if tok := tokenOf(l); minAfter == 0 || tok < minAfter {
 			minAfter = tok
 		}
-		if err := m.UnlockContext(l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.UnlockContext(l))
 	}
 	t.Logf("(g) SHUTDOWN NOSAVE + restart (down %v): holder cancelled %v after the shutdown (cause %v); largest token before %d, smallest after %d (gap %v of server time)",
 		up.Sub(down).Round(time.Millisecond), took.Round(time.Millisecond), context.Cause(lctx), maxBefore, minAfter, time.Duration(minAfter-maxBefore)*time.Microsecond)
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) || took > lease+100*time.Millisecond {
-		t.Errorf("holder cancelled %v after the shutdown with %v; want ErrLockLost within a lease", took, context.Cause(lctx))
-	}
-	if minAfter <= maxBefore {
-		t.Errorf("a token after the restart (%d) is not above every token before (%d)", minAfter, maxBefore)
-	}
+	assert.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "holder cancelled after the shutdown")
+	assert.LessOrEqual(t, took, lease+100*time.Millisecond, "holder cancelled after the shutdown, want within a lease")
+	assert.Greater(t, minAfter, maxBefore, "a token after the restart is not above every token before")
 }
 
 // Scenario (g), stalls: DEBUG SLEEP and CLIENT PAUSE WRITE shorter than the
@@ -139,13 +121,10 @@ func TestFaultServerStall(t *testing.T) {
 		took := time.Since(t0)
 		cancel()
 		t.Logf("(g) %v: LockContext(100ms) on the held lock returned %v in %v", stall, err, took.Round(time.Millisecond))
-		if !errors.Is(err, context.DeadlineExceeded) || took > 100*time.Millisecond+slack {
-			t.Errorf("during %v: LockContext(100ms) = %v after %v", stall, err, took)
-		}
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "during %v: LockContext(100ms)", stall)
+		assert.LessOrEqual(t, took, 100*time.Millisecond+slack, "during %v: LockContext(100ms)", stall)
 		time.Sleep(lease) // the stall ends; a renewal or two pass
-		if lctx.Err() != nil {
-			t.Fatalf("hold lost over %v shorter than the lease: %v", stall, context.Cause(lctx))
-		}
+		require.NoError(t, lctx.Err(), "hold lost over %v shorter than the lease: %v", stall, context.Cause(lctx))
 	}
 	srv.signal(t, syscall.SIGSTOP)
 	stopped := time.Now()
@@ -170,13 +149,7 @@ func TestFaultServerStall(t *testing.T) {
 	uerr := c.NewMutex("st").UnlockContext(lctx)
 	t.Logf("(g) redis-server SIGSTOPped %v: holder cancelled %v after the stop (cause %v), %v before the other Client acquired; holder's Unlock: %v",
 		2*lease, at.Sub(stopped).Round(time.Millisecond), context.Cause(lctx), acquired.Sub(*at).Round(time.Millisecond), uerr)
-	if !at.Before(acquired) {
-		t.Errorf("the holder was cancelled %v after another Client acquired", at.Sub(acquired))
-	}
-	if at.Sub(stopped) > lease {
-		t.Errorf("holder cancelled %v after the server froze; want within the lease", at.Sub(stopped))
-	}
-	if !errors.Is(uerr, dsync.ErrNotHeld) {
-		t.Errorf("the lost holder's Unlock = %v, want ErrNotHeld", uerr)
-	}
+	assert.True(t, at.Before(acquired), "the holder was cancelled %v after another Client acquired", at.Sub(acquired))
+	assert.LessOrEqual(t, at.Sub(stopped), lease, "holder cancelled after the server froze")
+	assert.ErrorIs(t, uerr, dsync.ErrNotHeld, "the lost holder's Unlock")
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Scenario (i): goroutines in several Clients contend on one Mutex through
@@ -44,13 +46,9 @@ func TestFaultSoak(t *testing.T) {
 	for i := range 4 {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.Addr}, DisableCache: true,
 			ConnWriteTimeout: 500 * time.Millisecond, Dialer: dialer()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rcs, cs = append(rcs, rc), append(cs, c)
 		for g := range 2 {
 			wg.Add(1)
@@ -105,12 +103,8 @@ func TestFaultSoak(t *testing.T) {
 	}
 	t.Logf("(i) soak %v, 4 Clients x 2 goroutines, faults: %s; %d holds, %d lost by lease, %d acquire timeouts, %d errors; lost updates %d; fenced writes %d accepted / %d rejected; Redis connections %d (baseline %d)",
 		dur, strings.Join(inj, ", "), holds, tl.lost.Load(), tl.timeouts.Load(), tl.errs.Load(), st.lostUpdates(), acc, rej, conns, baseConns)
-	if n := st.lostUpdates(); n != 0 {
-		t.Errorf("%d register updates lost under faults", n)
-	}
-	if holds < 20 {
-		t.Errorf("only %d holds in %v", holds, dur)
-	}
+	assert.Equal(t, int64(0), st.lostUpdates(), "register updates lost under faults")
+	assert.GreaterOrEqual(t, holds, 20, "only %d holds in %v", holds, dur)
 }
 
 func dialer() (d net.Dialer) {

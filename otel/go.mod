@@ -6,7 +6,7 @@ replace github.com/dsync/dsync => ../
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dsync/dsync v0.0.0
+	github.com/dsync/dsync v0.0.0-20261125061713-6cc27bdaffaf
 	github.com/redis/rueidis v1.0.79
 	go.opentelemetry.io/otel v1.38.0
 	go.opentelemetry.io/otel/metric v1.38.0

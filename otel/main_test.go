@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -14,6 +15,13 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		if err := runHolder(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "holder:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	var err error
 	srv, err = redistest.StartServer()
 	if err != nil && os.Getenv("CI") != "" {
@@ -36,8 +44,6 @@ func TestMain(m *testing.M) {
 func server(t testing.TB) *redistest.Server {
 	t.Helper()
 	redistest.Require(t)
-	if srv == nil {
-		t.Fatal("the shared redis-server did not start")
-	}
+	require.NotNil(t, srv, "the shared redis-server did not start")
 	return srv
 }

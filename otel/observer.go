@@ -26,6 +26,9 @@ const (
 	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
 	KeyOwner        = attribute.Key("dsync.lock.owner") // "<client name>/<random>", on acquire spans
 	KeyEnd          = attribute.Key("dsync.lock.end")   // released or lost, on hold durations
+	// KeyLinkBlockedBy marks a link from an acquire span to the hold span
+	// of a holder it waited for.
+	KeyLinkBlockedBy = attribute.Key("dsync.lock.blocked_by")
 
 	// Semantic-convention attributes: error.type on failed acquisitions
 	// (spans and metrics) and renewal failures, with exception.message on
@@ -69,6 +72,7 @@ func NewObserver(opts ...Option) dsync.Observer {
 		Released:     o.released,
 		RenewFailed:  o.renewFailed,
 		Lost:         o.lost,
+		HoldTag:      o.holdTag,
 	}
 }
 
@@ -223,6 +227,13 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 	}
 
 	span := trace.SpanFromContext(ctx)
+	// Who blocked whom: a link to the hold span of each holder the
+	// acquisition waited for, in this process or another (see holdTag).
+	for _, tag := range e.BlockedBy {
+		if sc, ok := parseTraceparent(tag); ok {
+			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{KeyLinkBlockedBy.Bool(true)}})
+		}
+	}
 	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
 	if e.Owner != "" {
 		// On spans only: owners are unbounded, metrics must not carry them.
@@ -257,6 +268,44 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 		trace.WithAttributes(o.lockAttrs(e.Lock, KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token)))...),
 		trace.WithLinks(trace.Link{SpanContext: span.SpanContext()}))
 	o.holds[k] = hs
+}
+
+// holdTag returns the hold span's context as a W3C traceparent
+// ("00-<trace id>-<span id>-<flags>"), which dsync keeps with the lock in
+// Redis while the hold lasts and hands to the waiters it blocks, in every
+// process, as AcquireDone.BlockedBy. "" (nothing stored) when the hold
+// span is not sampled.
+func (o *observer) holdTag(_ context.Context, e dsync.AcquireDone) string {
+	o.mu.Lock()
+	hs, ok := o.holds[holdKey{lock: e.Lock, id: e.Hold}]
+	o.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	sc := hs.SpanContext()
+	if !sc.IsValid() || !sc.IsSampled() {
+		return "" // a link to a span nobody records is no use
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
+
+// parseTraceparent reads what holdTag wrote, as a remote span context.
+func parseTraceparent(s string) (trace.SpanContext, bool) {
+	// 00-<32 hex>-<16 hex>-<2 hex>
+	if len(s) != 55 || s[:3] != "00-" || s[35] != '-' || s[52] != '-' {
+		return trace.SpanContext{}, false
+	}
+	tid, err1 := trace.TraceIDFromHex(s[3:35])
+	sid, err2 := trace.SpanIDFromHex(s[36:52])
+	if err1 != nil || err2 != nil {
+		return trace.SpanContext{}, false
+	}
+	var flags trace.TraceFlags
+	if s[53:55] == "01" {
+		flags = trace.FlagsSampled
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, Remote: true})
+	return sc, sc.IsValid()
 }
 
 // take removes and returns the span of hold k, if it is open.

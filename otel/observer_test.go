@@ -16,6 +16,8 @@ import (
 	"github.com/dsync/dsync/internal/redistest"
 	dsyncotel "github.com/dsync/dsync/otel"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -56,9 +58,7 @@ func client(t *testing.T, s *redistest.Server, prefix string, o dsync.Observer, 
 	t.Helper()
 	opts = append([]dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithObserver(o)}, opts...)
 	c, err := dsync.NewClient(s.Client(t), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -71,9 +71,7 @@ func newPrefix() string { return fmt.Sprintf("otel%d-%d", os.Getpid(), prefixSeq
 func (tel *telemetry) value(t *testing.T, name string, want ...attribute.KeyValue) (float64, bool) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
-	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tel.reader.Collect(context.Background(), &rm))
 	found := false
 	var v float64
 	match := func(set attribute.Set) bool {
@@ -85,9 +83,8 @@ func (tel *telemetry) value(t *testing.T, name string, want ...attribute.KeyValu
 		return true
 	}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != dsyncotel.ScopeName || sm.Scope.Version != dsyncotel.Version {
-			t.Fatalf("scope = %q %q", sm.Scope.Name, sm.Scope.Version)
-		}
+		require.Equal(t, dsyncotel.ScopeName, sm.Scope.Name, "scope")
+		require.Equal(t, dsyncotel.Version, sm.Scope.Version, "scope")
 		for _, m := range sm.Metrics {
 			if m.Name != name {
 				continue
@@ -101,9 +98,7 @@ func (tel *telemetry) value(t *testing.T, name string, want ...attribute.KeyValu
 					}
 				}
 			case metricdata.Histogram[float64]:
-				if m.Unit != "s" {
-					t.Errorf("%s unit = %q, want s", name, m.Unit)
-				}
+				assert.Equal(t, "s", m.Unit, "%s unit", name)
 				for _, p := range d.DataPoints {
 					if match(p.Attributes) {
 						v += float64(p.Count)
@@ -120,18 +115,14 @@ func (tel *telemetry) value(t *testing.T, name string, want ...attribute.KeyValu
 func (tel *telemetry) mustValue(t *testing.T, name string, want float64, attrs ...attribute.KeyValue) {
 	t.Helper()
 	v, _ := tel.value(t, name, attrs...)
-	if v != want {
-		t.Errorf("%s%v = %v, want %v", name, attrs, v, want)
-	}
+	assert.Equal(t, want, v, "%s%v", name, attrs)
 }
 
 // histMin is the smallest recorded value of a histogram with attrs.
 func (tel *telemetry) histMin(t *testing.T, name string, attrs ...attribute.KeyValue) float64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
-	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tel.reader.Collect(context.Background(), &rm))
 	out := -1.0
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -188,9 +179,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out after %v waiting for %s", d, what)
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -198,8 +187,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func wantAttr(t *testing.T, s sdktrace.ReadOnlySpan, k attribute.Key, want attribute.Value) {
 	t.Helper()
 	got, ok := attrOf(s, k)
-	if !ok || got != want {
-		t.Errorf("span %s: %s = %v (present %v), want %v", s.Name(), k, got.Emit(), ok, want.Emit())
+	if assert.True(t, ok, "span %s: no %s, want %v", s.Name(), k, want.Emit()) {
+		assert.Equal(t, want, got, "span %s: %s = %v, want %v", s.Name(), k, got.Emit(), want.Emit())
 	}
 }
 
@@ -220,12 +209,9 @@ func TestObserverContention(t *testing.T) {
 	ctxA, jobA := tracer.Start(base, "job-a")
 	mA := c1.NewMutex("orders")
 	lA, err := mA.LockContext(ctxA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mA.LockContext(lA); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = mA.LockContext(lA)
+	require.NoError(t, err)
 
 	// Job B, in the other Client, waits for it.
 	ctxB, jobB := tracer.Start(base, "job-b")
@@ -244,9 +230,9 @@ func TestObserverContention(t *testing.T) {
 
 	// Job C tries once and gives up; job D waits and is cancelled.
 	ctxC, jobC := tracer.Start(base, "job-c")
-	if _, ok, err := mB.TryLockContext(ctxC); ok || err != nil {
-		t.Fatalf("TryLockContext while held = %v, %v", ok, err)
-	}
+	_, ok, err := mB.TryLockContext(ctxC)
+	require.False(t, ok, "TryLockContext while held")
+	require.NoError(t, err, "TryLockContext while held")
 	jobC.End()
 	ctxD, jobD := tracer.Start(base, "job-d")
 	ctxD, cancelD := context.WithCancel(ctxD)
@@ -260,33 +246,21 @@ func TestObserverContention(t *testing.T) {
 		return v == 2
 	})
 	cancelD()
-	if err := <-dDone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled wait = %v", err)
-	}
+	require.ErrorIs(t, <-dDone, context.Canceled, "cancelled wait")
 	jobD.End()
 
-	time.Sleep(20 * time.Millisecond)            // B's wait is measurably longer than A's hold so far
-	if err := mA.UnlockContext(lA); err != nil { // the re-entry
-		t.Fatal(err)
-	}
+	time.Sleep(20 * time.Millisecond)        // B's wait is measurably longer than A's hold so far
+	require.NoError(t, mA.UnlockContext(lA)) // the re-entry
 	released := time.Now()
-	if err := mA.UnlockContext(lA); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-bDone; err != nil {
-		t.Fatal(err)
-	}
-	if err := mB.UnlockContext(lB); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, mA.UnlockContext(lA))
+	require.NoError(t, <-bDone)
+	require.NoError(t, mB.UnlockContext(lB))
 	jobA.End()
 	jobB.End()
 
 	// Spans: A's two acquisitions and its hold sit under job-a.
 	acqA := tel.spansUnder(jobA.SpanContext(), "dsync.mutex.acquire")
-	if len(acqA) != 2 {
-		t.Fatalf("job-a has %d acquire spans, want 2", len(acqA))
-	}
+	require.Len(t, acqA, 2, "job-a has acquire spans")
 	for i, s := range acqA {
 		wantAttr(t, s, dsyncotel.KeyKind, attribute.StringValue("mutex"))
 		wantAttr(t, s, dsyncotel.KeyName, attribute.StringValue("orders"))
@@ -294,55 +268,34 @@ func TestObserverContention(t *testing.T) {
 		wantAttr(t, s, dsyncotel.KeyOutcome, attribute.StringValue("acquired"))
 		wantAttr(t, s, dsyncotel.KeyReentered, attribute.BoolValue(i == 1))
 		wantAttr(t, s, dsyncotel.KeyAttempts, attribute.IntValue([]int{1, 0}[i]))
-		if _, ok := attrOf(s, dsyncotel.KeyFencingToken); !ok {
-			t.Errorf("acquire span %d has no fencing token", i)
-		}
+		_, ok := attrOf(s, dsyncotel.KeyFencingToken)
+		assert.True(t, ok, "acquire span %d has no fencing token", i)
 	}
 	holdA := tel.spansUnder(jobA.SpanContext(), "dsync.mutex.hold")
-	if len(holdA) != 1 {
-		t.Fatalf("job-a has %d hold spans, want 1", len(holdA))
-	}
-	if !hasEvent(holdA[0], "dsync.lock.reentered") || !hasEvent(holdA[0], "dsync.lock.released") {
-		t.Errorf("job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
-	}
-	if holdA[0].Status().Code == codes.Error {
-		t.Errorf("a released hold has an error status")
-	}
+	require.Len(t, holdA, 1, "job-a has hold spans")
+	assert.True(t, hasEvent(holdA[0], "dsync.lock.reentered"), "job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
+	assert.True(t, hasEvent(holdA[0], "dsync.lock.released"), "job-a's hold span events = %v, want the re-entry and its release", holdA[0].Events())
+	assert.NotEqual(t, codes.Error, holdA[0].Status().Code, "a released hold has an error status")
 
 	acqB := tel.spansUnder(jobB.SpanContext(), "dsync.mutex.acquire")
-	if len(acqB) != 1 {
-		t.Fatalf("job-b has %d acquire spans, want 1", len(acqB))
-	}
+	require.Len(t, acqB, 1, "job-b has acquire spans")
 	wantAttr(t, acqB[0], dsyncotel.KeyOutcome, attribute.StringValue("acquired"))
-	if n, _ := attrOf(acqB[0], dsyncotel.KeyAttempts); n.AsInt64() < 2 {
-		t.Errorf("job-b acquired after waiting with %d attempts, want >= 2", n.AsInt64())
-	}
-	if acqB[0].EndTime().Before(released) {
-		t.Errorf("job-b's wait ended before job-a released")
-	}
-	if len(tel.spansUnder(jobB.SpanContext(), "dsync.mutex.hold")) != 1 {
-		t.Errorf("job-b has no hold span")
-	}
+	n, _ := attrOf(acqB[0], dsyncotel.KeyAttempts)
+	assert.GreaterOrEqual(t, n.AsInt64(), int64(2), "job-b acquired after waiting attempts")
+	assert.False(t, acqB[0].EndTime().Before(released), "job-b's wait ended before job-a released")
+	assert.Len(t, tel.spansUnder(jobB.SpanContext(), "dsync.mutex.hold"), 1, "job-b has no hold span")
 	tokA, _ := attrOf(acqA[0], dsyncotel.KeyFencingToken)
 	tokB, _ := attrOf(acqB[0], dsyncotel.KeyFencingToken)
-	if tokB.AsInt64() <= tokA.AsInt64() {
-		t.Errorf("fencing tokens not increasing in spans: %d then %d", tokA.AsInt64(), tokB.AsInt64())
-	}
+	assert.Greater(t, tokB.AsInt64(), tokA.AsInt64(), "fencing tokens not increasing in spans")
 
 	acqC := tel.spansUnder(jobC.SpanContext(), "dsync.mutex.acquire")
-	if len(acqC) != 1 {
-		t.Fatalf("job-c has %d acquire spans", len(acqC))
-	}
+	require.Len(t, acqC, 1, "job-c has acquire spans")
 	wantAttr(t, acqC[0], dsyncotel.KeyOutcome, attribute.StringValue("not_acquired"))
 	wantAttr(t, acqC[0], dsyncotel.KeyTry, attribute.BoolValue(true))
 	acqD := tel.spansUnder(jobD.SpanContext(), "dsync.mutex.acquire")
-	if len(acqD) != 1 {
-		t.Fatalf("job-d has %d acquire spans", len(acqD))
-	}
+	require.Len(t, acqD, 1, "job-d has acquire spans")
 	wantAttr(t, acqD[0], dsyncotel.KeyOutcome, attribute.StringValue("cancelled"))
-	if len(tel.spansUnder(jobC.SpanContext(), "dsync.mutex.hold"))+len(tel.spansUnder(jobD.SpanContext(), "dsync.mutex.hold")) != 0 {
-		t.Errorf("an acquisition that failed has a hold span")
-	}
+	assert.Equal(t, 0, len(tel.spansUnder(jobC.SpanContext(), "dsync.mutex.hold"))+len(tel.spansUnder(jobD.SpanContext(), "dsync.mutex.hold")), "an acquisition that failed has a hold span")
 
 	// Metrics.
 	out := func(s string) attribute.KeyValue { return dsyncotel.KeyOutcome.String(s) }
@@ -355,12 +308,8 @@ func TestObserverContention(t *testing.T) {
 	tel.mustValue(t, "dsync.lock.hold.duration", 2, ordersName, dsyncotel.KeyEnd.String("released"))
 	tel.mustValue(t, "dsync.lock.losses", 0)
 	tel.mustValue(t, "dsync.lock.renewal.failures", 0)
-	if mn := tel.histMin(t, "dsync.lock.hold.duration", dsyncotel.KeyEnd.String("released")); mn <= 0 {
-		t.Errorf("hold duration min = %v", mn)
-	}
-	if mx := tel.histMin(t, "dsync.lock.wait.duration", out("cancelled")); mx <= 0 {
-		t.Errorf("cancelled wait duration = %v, want > 0", mx)
-	}
+	assert.Greater(t, tel.histMin(t, "dsync.lock.hold.duration", dsyncotel.KeyEnd.String("released")), float64(0), "hold duration min")
+	assert.Greater(t, tel.histMin(t, "dsync.lock.wait.duration", out("cancelled")), float64(0), "cancelled wait duration")
 }
 
 // TestObserverLost checks that a lost hold ends its span with an error and
@@ -372,17 +321,13 @@ func TestObserverLost(t *testing.T) {
 	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
 	m := c.NewMutex("short", dsync.WithLeaseTime(50*time.Millisecond))
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	select {
 	case <-lctx.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("a 50ms lease was not lost")
 	}
-	if !errors.Is(context.Cause(lctx), dsync.ErrLockLost) {
-		t.Fatalf("cause = %v", context.Cause(lctx))
-	}
+	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 	// The hooks run after the lock contexts are cancelled.
 	waitFor(t, 5*time.Second, "the loss to be recorded", func() bool {
 		v, _ := tel.value(t, "dsync.lock.losses")
@@ -390,23 +335,18 @@ func TestObserverLost(t *testing.T) {
 	})
 	job.End()
 	holds := tel.spansUnder(job.SpanContext(), "dsync.mutex.hold")
-	if len(holds) != 1 {
-		t.Fatalf("%d hold spans, want 1", len(holds))
-	}
-	if !hasEvent(holds[0], "dsync.lock.lost") || holds[0].Status().Code != codes.Error {
-		t.Errorf("lost hold span: events %v, status %v", holds[0].Events(), holds[0].Status())
-	}
+	require.Len(t, holds, 1, "hold spans")
+	assert.True(t, hasEvent(holds[0], "dsync.lock.lost"), "lost hold span: events %v", holds[0].Events())
+	assert.Equal(t, codes.Error, holds[0].Status().Code, "lost hold span: status %v", holds[0].Status())
 	tel.mustValue(t, "dsync.lock.losses", 1, dsyncotel.KeyKind.String("mutex"))
 	tel.mustValue(t, "dsync.lock.hold.duration", 1, dsyncotel.KeyEnd.String("lost"))
 	// The default records no lock names.
 	for _, sp := range tel.spans.Ended() {
-		if _, ok := attrOf(sp, dsyncotel.KeyName); ok {
-			t.Errorf("span %s records the lock name by default", sp.Name())
-		}
+		_, ok := attrOf(sp, dsyncotel.KeyName)
+		assert.False(t, ok, "span %s records the lock name by default", sp.Name())
 	}
-	if v, _ := tel.value(t, "dsync.lock.losses", dsyncotel.KeyName.String("short")); v != 0 {
-		t.Errorf("metrics record the lock name by default")
-	}
+	v, _ := tel.value(t, "dsync.lock.losses", dsyncotel.KeyName.String("short"))
+	assert.Equal(t, float64(0), v, "metrics record the lock name by default")
 }
 
 // TestObserverRenewFailed stalls Redis so that a renewal round fails, and
@@ -421,19 +361,13 @@ func TestObserverRenewFailed(t *testing.T) {
 	// rueidis' ConnWriteTimeout fails it within ~0.3s of the stall instead.
 	rc := s.Client(t, func(o *rueidis.ClientOption) { o.ConnWriteTimeout = 300 * time.Millisecond })
 	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(newPrefix()), dsync.WithObserver(tel.observer()), dsync.WithLease(4*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ctx, job := tel.tp.Tracer("test").Start(context.Background(), "job")
 	m := c.NewMutex("renewed")
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.Signal(syscall.SIGSTOP))
 	cont := func() { _ = s.Signal(syscall.SIGCONT) }
 	defer cont()
 	waitFor(t, 8*time.Second, "a failed renewal round", func() bool {
@@ -442,17 +376,13 @@ func TestObserverRenewFailed(t *testing.T) {
 	})
 	cont()
 	// Held or lost by now, either way the hold span must end and carry the event.
-	if err := m.UnlockContext(context.WithoutCancel(lctx)); err != nil && !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatal(err)
+	if err := m.UnlockContext(context.WithoutCancel(lctx)); !errors.Is(err, dsync.ErrNotHeld) {
+		require.NoError(t, err)
 	}
 	job.End()
 	holds := tel.spansUnder(job.SpanContext(), "dsync.mutex.hold")
-	if len(holds) != 1 {
-		t.Fatalf("%d hold spans, want 1", len(holds))
-	}
-	if !hasEvent(holds[0], "dsync.lock.renew_failed") {
-		t.Errorf("hold span events = %v, want dsync.lock.renew_failed", holds[0].Events())
-	}
+	require.Len(t, holds, 1, "hold spans")
+	assert.True(t, hasEvent(holds[0], "dsync.lock.renew_failed"), "hold span events = %v, want dsync.lock.renew_failed", holds[0].Events())
 }
 
 // TestObserverAttributeFilter checks that a filter removes attributes from
@@ -468,12 +398,9 @@ func TestObserverAttributeFilter(t *testing.T) {
 	for _, name := range []string{"public", "user-4711"} {
 		m := c.NewMutex(name)
 		lctx, ok, err := m.TryLockContext(ctx)
-		if err != nil || !ok {
-			t.Fatal(ok, err)
-		}
-		if err := m.UnlockContext(lctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, m.UnlockContext(lctx))
 	}
 	names := map[string]int{}
 	for _, sp := range tel.spans.Ended() {
@@ -481,9 +408,8 @@ func TestObserverAttributeFilter(t *testing.T) {
 			names[v.AsString()]++
 		}
 	}
-	if names["public"] != 2 || names["user-4711"] != 0 {
-		t.Errorf("names on spans = %v, want public on its acquire and hold spans only", names)
-	}
+	assert.Equal(t, 2, names["public"], "names on spans = %v, want public on its acquire and hold spans only", names)
+	assert.Equal(t, 0, names["user-4711"], "names on spans = %v, want public on its acquire and hold spans only", names)
 	tel.mustValue(t, "dsync.lock.acquisitions", 1, dsyncotel.KeyName.String("public"))
 	tel.mustValue(t, "dsync.lock.acquisitions", 0, dsyncotel.KeyName.String("user-4711"))
 	tel.mustValue(t, "dsync.lock.acquisitions", 2, dsyncotel.KeyKind.String("mutex"))
@@ -501,21 +427,14 @@ func TestObserverHistogramBucketsAndErrorType(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := c1.NewMutex("h").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancelShort()
-	if _, err := c2.NewMutex("h").LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the wait = %v", err)
-	}
-	if err := c1.NewMutex("h").UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c2.NewMutex("h").LockContext(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the wait")
+	require.NoError(t, c1.NewMutex("h").UnlockContext(l))
 	var rm metricdata.ResourceMetrics
-	if err := tel.reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tel.reader.Collect(ctx, &rm))
 	seen := map[string]bool{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -525,9 +444,7 @@ func TestObserverHistogramBucketsAndErrorType(t *testing.T) {
 			}
 			for _, dp := range h.DataPoints {
 				seen[m.Name] = true
-				if !slices.Equal(dp.Bounds, dsyncotel.DurationBuckets) {
-					t.Errorf("%s bounds %v, want %v", m.Name, dp.Bounds, dsyncotel.DurationBuckets)
-				}
+				assert.True(t, slices.Equal(dp.Bounds, dsyncotel.DurationBuckets), "%s bounds %v, want %v", m.Name, dp.Bounds, dsyncotel.DurationBuckets)
 				if m.Name != "dsync.lock.wait.duration" {
 					continue
 				}
@@ -535,23 +452,17 @@ func TestObserverHistogramBucketsAndErrorType(t *testing.T) {
 				et, hasType := dp.Attributes.Value(dsyncotel.KeyErrorType)
 				switch out.AsString() {
 				case dsyncotel.OutcomeCancelled:
-					if et.AsString() != "context.DeadlineExceeded" {
-						t.Errorf("cancelled wait has error.type %q, want context.DeadlineExceeded", et.AsString())
-					}
+					assert.Equal(t, "context.DeadlineExceeded", et.AsString(), "cancelled wait has error.type")
 					t.Logf("wait histogram, cancelled: count %d, bucket counts %v", dp.Count, dp.BucketCounts)
 				case dsyncotel.OutcomeAcquired:
-					if hasType {
-						t.Errorf("an acquisition has error.type %q", et.AsString())
-					}
+					assert.False(t, hasType, "an acquisition has error.type %q", et.AsString())
 					t.Logf("wait histogram, acquired: count %d, bucket counts %v", dp.Count, dp.BucketCounts)
 				}
 			}
 		}
 	}
 	for _, name := range []string{"dsync.lock.wait.duration", "dsync.lock.hold.duration"} {
-		if !seen[name] {
-			t.Errorf("no data points for %s", name)
-		}
+		assert.True(t, seen[name], "no data points for %s", name)
 	}
 }
 
@@ -562,13 +473,9 @@ func TestObserverOwnerAttribute(t *testing.T) {
 	tel := newTelemetry(t)
 	c := client(t, s, newPrefix(), tel.observer(), dsync.WithClientName("billing-7"))
 	l, err := c.NewMutex("o").LockContext(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	owner, _ := dsync.OwnerOf(l)
-	if err := c.NewMutex("o").UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.NewMutex("o").UnlockContext(l))
 	found := false
 	for _, sp := range tel.spans.Ended() {
 		if sp.Name() != "dsync.mutex.acquire" {
@@ -580,7 +487,5 @@ func TestObserverOwnerAttribute(t *testing.T) {
 			}
 		}
 	}
-	if !found {
-		t.Fatalf("no acquire span with %s = %s", dsyncotel.KeyOwner, owner)
-	}
+	require.True(t, found, "no acquire span with %s = %s", dsyncotel.KeyOwner, owner)
 }

@@ -26,6 +26,16 @@ func lease(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
+// waiting counts the waiters of s: a Mutex's Waiters are Clients, each
+// standing for its goroutines that wait.
+func waiting(s dsync.LockState) int {
+	n := 0
+	for _, w := range s.Waiters {
+		n += int(max(w.Count, 1))
+	}
+	return n
+}
+
 func format(states []dsync.LockState) string {
 	var b strings.Builder
 	for _, s := range states {
@@ -51,6 +61,13 @@ func format(states []dsync.LockState) string {
 				continue
 			}
 			fmt.Fprintf(&b, "  holder  %s  count %d  token %d  lease %s\n", h.Owner, h.Count, h.Token, lease(h.Lease))
+		}
+		if s.Kind == dsync.KindMutex && len(s.Waiters) > 0 {
+			fmt.Fprintf(&b, "  waiters %d, in %d clients:\n", waiting(s), len(s.Waiters))
+			for _, w := range s.Waiters {
+				fmt.Fprintf(&b, "    %s  goroutines %d  entry expires in %s unless refreshed\n", w.Owner, w.Count, lease(w.Place))
+			}
+			continue
 		}
 		if len(s.Waiters) > 0 {
 			fmt.Fprintf(&b, "  waiters %d, in order:\n", len(s.Waiters))
@@ -78,6 +95,7 @@ type jsonWaiter struct {
 	Owner   string `json:"owner"`
 	PlaceMS int64  `json:"place_ms"`
 	Permits int64  `json:"permits"`
+	Count   int64  `json:"count"` // goroutines of a waiting Client (Mutex); 1 otherwise
 }
 
 type jsonState struct {
@@ -110,7 +128,7 @@ func toJSON(states []dsync.LockState) []jsonState {
 			j.Holders = append(j.Holders, jsonHolder{h.Owner, h.Count, h.Token, ms(h.Lease), h.Permits})
 		}
 		for _, w := range s.Waiters {
-			j.Waiters = append(j.Waiters, jsonWaiter{w.Owner, ms(w.Place), w.Permits})
+			j.Waiters = append(j.Waiters, jsonWaiter{w.Owner, ms(w.Place), w.Permits, w.Count})
 		}
 		j.Mode = s.Mode
 		switch s.Kind {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -51,17 +53,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	redistest.Require(t)
-	if srv == nil {
-		t.Fatal("the shared redis-server did not start")
-	}
+	require.NotNil(t, srv, "the shared redis-server did not start")
 	return &env{t: t, prefix: fmt.Sprintf("cli%d-%d", os.Getpid(), prefixSeq.Add(1)), vars: map[string]string{"REDIS_ADDR": srv.Addr}}
 }
 
 func (e *env) client() *dsync.Client {
 	c, err := dsync.NewClient(srv.Client(e.t), dsync.WithKeyPrefix(e.prefix))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -94,9 +92,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out after %v waiting for %s", d, what)
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -108,9 +104,8 @@ func heldFair(t *testing.T, e *env, name string) []string {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	hctx := dsync.WithOwner(ctx)
-	if _, err := c.NewFairMutex(name).LockContext(hctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.NewFairMutex(name).LockContext(hctx)
+	require.NoError(t, err)
 	h, _ := dsync.OwnerOf(hctx)
 	owners := []string{h}
 	var wg sync.WaitGroup
@@ -133,26 +128,28 @@ func TestCLIInspectFairWithWaiters(t *testing.T) {
 	e := newEnv(t)
 	owners := heldFair(t, e, "orders")
 	code, out, errs := e.run(context.Background(), "inspect", "orders")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	t.Logf("dsync inspect orders:\n%s", out)
 	i0, i1, i2 := strings.Index(out, "holder  "+owners[0]), strings.Index(out, "1. "+owners[1]), strings.Index(out, "2. "+owners[2])
-	if !strings.HasPrefix(out, "fair_mutex orders\n") || i0 < 0 || i1 < i0 || i2 < i1 {
-		t.Errorf("inspect output lacks the holder and the waiters in order:\n%s", out)
-	}
+	assert.True(t, strings.HasPrefix(out, "fair_mutex orders\n"), "inspect output lacks the holder and the waiters in order:\n%s", out)
+	assert.GreaterOrEqual(t, i0, 0, "inspect output lacks the holder and the waiters in order:\n%s", out)
+	assert.GreaterOrEqual(t, i1, i0, "inspect output lacks the holder and the waiters in order:\n%s", out)
+	assert.GreaterOrEqual(t, i2, i1, "inspect output lacks the holder and the waiters in order:\n%s", out)
 
 	code, out, errs = e.run(context.Background(), "inspect", "--json", "orders")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	var js []jsonState
-	if err := json.Unmarshal([]byte(out), &js); err != nil {
-		t.Fatalf("--json output %q: %v", out, err)
-	}
-	if len(js) != 1 || !js[0].Held || js[0].Holders[0].Owner != owners[0] || js[0].Holders[0].LeaseMS <= 0 ||
-		len(js[0].Waiters) != 2 || js[0].Waiters[0].Owner != owners[1] || js[0].Waiters[1].Owner != owners[2] {
-		t.Errorf("--json = %+v", js)
+	require.NoError(t, json.Unmarshal([]byte(out), &js), "--json output %q", out)
+	if assert.Len(t, js, 1, "--json = %+v", js) {
+		assert.True(t, js[0].Held, "--json = %+v", js)
+		if assert.NotEmpty(t, js[0].Holders, "--json = %+v", js) {
+			assert.Equal(t, owners[0], js[0].Holders[0].Owner, "--json = %+v", js)
+			assert.Greater(t, js[0].Holders[0].LeaseMS, int64(0), "--json = %+v", js)
+		}
+		if assert.Len(t, js[0].Waiters, 2, "--json = %+v", js) {
+			assert.Equal(t, owners[1], js[0].Waiters[0].Owner, "--json = %+v", js)
+			assert.Equal(t, owners[2], js[0].Waiters[1].Owner, "--json = %+v", js)
+		}
 	}
 }
 
@@ -182,9 +179,8 @@ func TestCLIErrors(t *testing.T) {
 		}
 		code, _, errs := e.run(ctx, tc.args...)
 		e.vars = old
-		if code != tc.code || !strings.Contains(errs, tc.msg) {
-			t.Errorf("dsync %q: exit %d, stderr %q; want exit %d with %q", tc.args, code, errs, tc.code, tc.msg)
-		}
+		assert.Equal(t, tc.code, code, "dsync %q: exit status", tc.args)
+		assert.Contains(t, errs, tc.msg, "dsync %q: stderr", tc.args)
 	}
 }
 
@@ -193,22 +189,17 @@ func TestCLIList(t *testing.T) {
 	c := e.client()
 	ctx := context.Background()
 	for _, n := range []string{"job:1", "job:2", "cron nightly"} {
-		if _, ok, err := c.NewMutex(n).TryLockContext(ctx); err != nil || !ok {
-			t.Fatal(ok, err)
-		}
+		_, ok, err := c.NewMutex(n).TryLockContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
 	}
 	code, out, errs := e.run(ctx, "list")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	require.Equal(t, 0, code, "exit %d: %s", code, errs)
 	want := "mutex      \"cron nightly\"\nmutex      job:1\nmutex      job:2\n"
-	if out != want {
-		t.Errorf("list =\n%s\nwant\n%s", out, want)
-	}
+	assert.Equal(t, want, out, "list")
 	code, out, _ = e.run(ctx, "list", "job:*", "--json")
-	if code != 0 || out != `[{"kind":"mutex","name":"job:1"},{"kind":"mutex","name":"job:2"}]`+"\n" {
-		t.Errorf("list job:* --json = %d %q", code, out)
-	}
+	assert.Equal(t, 0, code, "list job:* --json")
+	assert.Equal(t, `[{"kind":"mutex","name":"job:1"},{"kind":"mutex","name":"job:2"}]`+"\n", out, "list job:* --json")
 }
 
 func TestCLIUnlockForce(t *testing.T) {
@@ -216,9 +207,7 @@ func TestCLIUnlockForce(t *testing.T) {
 	c := e.client()
 	ctx := context.Background()
 	hctx, err := c.NewMutex("stuck").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tok, _ := dsync.FencingToken(hctx)
 	tok += dsync.DefaultMaxLocalHandoffs - 1 // Redis records the last token reserved with the acquisition
 	got := make(chan error, 1)
@@ -227,21 +216,17 @@ func TestCLIUnlockForce(t *testing.T) {
 		got <- err
 	}()
 	// Refused without confirmation: still held.
-	if code, _, _ := e.run(ctx, "unlock", "--force", "stuck"); code != 2 {
-		t.Fatalf("unlock without --yes: exit %d", code)
-	}
-	if st, _ := c.Inspect(ctx, "stuck"); len(st) != 1 || len(st[0].Holders) != 1 {
-		t.Fatalf("refused unlock changed the lock: %+v", st)
-	}
+	code, _, _ := e.run(ctx, "unlock", "--force", "stuck")
+	require.Equal(t, 2, code, "unlock without --yes: exit")
+	st, _ := c.Inspect(ctx, "stuck")
+	require.Len(t, st, 1, "refused unlock changed the lock: %+v", st)
+	require.Len(t, st[0].Holders, 1, "refused unlock changed the lock: %+v", st)
 	code, out, errs := e.run(ctx, "unlock", "--force", "--yes", "stuck")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("released mutex stuck held by %s (token %d)", ownerOf(hctx), tok)) {
-		t.Fatalf("unlock: exit %d, out %q, err %q", code, out, errs)
-	}
+	require.Equal(t, 0, code, "unlock: exit %d, out %q, err %q", code, out, errs)
+	require.Contains(t, out, fmt.Sprintf("released mutex stuck held by %s (token %d)", ownerOf(hctx), tok), "unlock: exit %d, out %q, err %q", code, out, errs)
 	select {
 	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter was not woken by the forced release")
 	}
@@ -265,58 +250,51 @@ func TestCLIWatch(t *testing.T) {
 	waitFor(t, 5*time.Second, "the empty state", func() bool { return strings.Contains(out.String(), "(no lock named w)") })
 	m := c.NewMutex("w")
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "the holder", func() bool { return strings.Contains(out.String(), "holder  "+ownerOf(lctx)) })
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lctx))
 	waitFor(t, 5*time.Second, "the release", func() bool { return strings.Contains(out.String(), "free (last fencing token") })
 	cancel()
 	select {
 	case code := <-done:
-		if code != 0 {
-			t.Errorf("watch ended with %d: %s", code, errb.String())
-		}
+		assert.Equal(t, 0, code, "watch ended with %d: %s", code, errb.String())
 	case <-time.After(5 * time.Second):
 		t.Fatal("watch did not stop on interrupt")
 	}
 	// Three states, each printed once although polled many times.
-	if n := strings.Count(out.String(), "--- "); n != 3 {
-		t.Errorf("watch printed %d states, want 3:\n%s", n, out.String())
-	}
+	n := strings.Count(out.String(), "--- ")
+	assert.Equal(t, 3, n, "watch printed %d states, want 3:\n%s", n, out.String())
 }
 
 func TestCLIInspectSemaphore(t *testing.T) {
 	e := newEnv(t)
 	c := e.client()
 	ctx := context.Background()
-	if _, err := c.NewSemaphore("pool", 4).Acquire(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.NewSemaphore("pool", 4).Acquire(ctx, 3)
+	require.NoError(t, err)
 	code, out, errs := e.run(ctx, "inspect", "pool")
-	if code != 0 || !strings.Contains(out, "semaphore pool\n  permits 1 free of 4\n  holder  ") || !strings.Contains(out, "permits 3") {
-		t.Fatalf("exit %d, out %q, err %q", code, out, errs)
-	}
+	require.Equal(t, 0, code, "exit %d, out %q, err %q", code, out, errs)
+	require.Contains(t, out, "semaphore pool\n  permits 1 free of 4\n  holder  ", "exit %d, out %q, err %q", code, out, errs)
+	require.Contains(t, out, "permits 3", "exit %d, out %q, err %q", code, out, errs)
 	code, out, _ = e.run(ctx, "--json", "inspect", "pool")
 	var js []jsonState
-	if err := json.Unmarshal([]byte(out), &js); err != nil || code != 0 {
-		t.Fatal(code, err)
-	}
-	if len(js) != 1 || js[0].Size == nil || *js[0].Size != 4 || *js[0].Free != 1 || js[0].Holders[0].Permits != 3 {
-		t.Errorf("--json = %s", out)
+	require.NoError(t, json.Unmarshal([]byte(out), &js))
+	require.Equal(t, 0, code)
+	if assert.Len(t, js, 1, "--json = %s", out) && assert.NotNil(t, js[0].Size, "--json = %s", out) {
+		assert.Equal(t, int64(4), *js[0].Size, "--json = %s", out)
+		assert.Equal(t, int64(1), *js[0].Free, "--json = %s", out)
+		if assert.NotEmpty(t, js[0].Holders, "--json = %s", out) {
+			assert.Equal(t, int64(3), js[0].Holders[0].Permits, "--json = %s", out)
+		}
 	}
 	// unlock --force releases the semaphore's permits too; again, with
 	// nothing held, it exits with the status of "nothing done".
 	code, out, errs = e.run(ctx, "unlock", "--force", "--yes", "pool")
-	if code != 0 || !strings.Contains(out, "released semaphore pool 3 permits held by") {
-		t.Errorf("unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
-	}
+	assert.Equal(t, 0, code, "unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
+	assert.Contains(t, out, "released semaphore pool 3 permits held by", "unlock of a semaphore: exit %d, stdout %q, stderr %q", code, out, errs)
 	code, _, errs = e.run(ctx, "unlock", "--force", "--yes", "pool")
-	if code != 3 || !strings.Contains(errs, "nothing released") {
-		t.Errorf("unlock of a free semaphore: exit %d, stderr %q; want 3 and the reason", code, errs)
-	}
+	assert.Equal(t, 3, code, "unlock of a free semaphore: exit status")
+	assert.Contains(t, errs, "nothing released", "unlock of a free semaphore: stderr, want the reason")
 }
 
 // --help, -h and help [COMMAND] print help on stdout and exit 0; after a
@@ -336,21 +314,17 @@ func TestCLIHelp(t *testing.T) {
 	} {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
-		if code != 0 || !strings.Contains(out.String(), tc.want) || errb.String() != "" {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and %q on stdout", tc.args, code, out.String(), errb.String(), tc.want)
-		}
+		assert.Equal(t, 0, code, "%v: exit status", tc.args)
+		assert.Contains(t, out.String(), tc.want, "%v: help on stdout", tc.args)
+		assert.Equal(t, "", errb.String(), "%v: stderr", tc.args)
 	}
 }
 
 func TestCLIAuth(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.Start(t)
-	if err := s.Do(t, "ACL", "SETUSER", "ops", "on", ">opspass", "~*", "&*", "+@all").Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Do(t, "CONFIG", "SET", "requirepass", "s3cret").Error(); err != nil { // last: Do would need it
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Do(t, "ACL", "SETUSER", "ops", "on", ">opspass", "~*", "&*", "+@all").Error())
+	require.NoError(t, s.Do(t, "CONFIG", "SET", "requirepass", "s3cret").Error()) // last: Do would need it
 	ctx := context.Background()
 	for _, tc := range []struct {
 		args []string
@@ -366,9 +340,8 @@ func TestCLIAuth(t *testing.T) {
 	} {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(k string) string { return tc.vars[k] }, &out, &errb)
-		if code != tc.code || !strings.Contains(errb.String(), tc.msg) {
-			t.Errorf("%v %v: exit %d, stderr %q; want %d with %q", tc.args, tc.vars, code, errb.String(), tc.code, tc.msg)
-		}
+		assert.Equal(t, tc.code, code, "%v %v: exit status", tc.args, tc.vars)
+		assert.Contains(t, errb.String(), tc.msg, "%v %v: stderr", tc.args, tc.vars)
 	}
 }
 
@@ -380,14 +353,10 @@ func TestCLITLS(t *testing.T) {
 	s, tlsAddr, ca := redistest.StartTLS(t)
 	ctx := context.Background()
 	c, err := dsync.NewClient(s.Client(t), dsync.WithKeyPrefix("tls"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	lctx, err := c.NewMutex("secure").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.NewMutex("secure").UnlockContext(lctx)
 	for _, tc := range []struct {
 		args []string
@@ -402,9 +371,8 @@ func TestCLITLS(t *testing.T) {
 		var out, errb syncBuffer
 		code := run(ctx, tc.args, func(string) string { return "" }, &out, &errb)
 		text := out.String() + errb.String()
-		if code != tc.code || !strings.Contains(text, tc.want) {
-			t.Errorf("%v: exit %d, output %q; want %d and %q", tc.args, code, text, tc.code, tc.want)
-		}
+		assert.Equal(t, tc.code, code, "%v: exit status", tc.args)
+		assert.Contains(t, text, tc.want, "%v: output", tc.args)
 	}
 }
 
@@ -414,9 +382,7 @@ func TestCLIWatchKeyspace(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.Start(t, "--notify-keyspace-events", "KA")
 	c, err := dsync.NewClient(s.Client(t), dsync.WithKeyPrefix("ks"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -432,18 +398,13 @@ func TestCLIWatchKeyspace(t *testing.T) {
 	})
 	m := c.NewMutex("w")
 	lctx, err := m.LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitFor(t, 2*time.Second, "the holder, woken by a notification", func() bool { return strings.Contains(out.String(), "holder  "+ownerOf(lctx)) })
-	if err := m.UnlockContext(lctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.UnlockContext(lctx))
 	waitFor(t, 2*time.Second, "the release, woken by a notification", func() bool { return strings.Contains(out.String(), "free (last fencing token") })
 	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("watch ended with %d: %s", code, errb.String())
-	}
+	code := <-done
+	assert.Equal(t, 0, code, "watch ended with %d: %s", code, errb.String())
 }
 
 // top lists the locks with the most waiters first, with their holders and
@@ -454,21 +415,15 @@ func TestCLITop(t *testing.T) {
 	ctx := context.Background()
 	// A FairMutex held with two waiters queued in Redis, and a free Mutex.
 	held, err := c.NewFairMutex("busy").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for i := 0; i < 2; i++ {
 		go c.NewFairMutex("busy").LockContext(wctx)
 	}
 	l, err := c.NewMutex("calm").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.NewMutex("calm").UnlockContext(l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, c.NewMutex("calm").UnlockContext(l))
 	waitFor(t, 5*time.Second, "two queued waiters", func() bool {
 		code, out, _ := e.run(ctx, "--json", "inspect", "busy")
 		return code == 0 && strings.Count(out, `"owner"`) >= 3
@@ -481,19 +436,18 @@ func TestCLITop(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "a snapshot", func() bool { return strings.Contains(out.String(), "calm") })
 	stop()
-	if code := <-done; code != 0 {
-		t.Fatalf("top exit %d: %s", code, errb.String())
-	}
+	code := <-done
+	require.Equal(t, 0, code, "top exit %d: %s", code, errb.String())
 	t.Logf("dsync top:\n%s", out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) < 4 || !strings.HasPrefix(lines[2], "fair_mutex") || !strings.Contains(lines[2], "busy") {
-		t.Fatalf("top did not list the contended fair mutex first:\n%s", out.String())
-	}
-	if f := strings.Fields(lines[2]); len(f) < 5 || f[1] != "1" || f[2] != "2" || f[3] == "-" {
-		t.Errorf("busy row %q: want 1 holder, 2 waiters and a hold age", lines[2])
+	require.GreaterOrEqual(t, len(lines), 4, "top did not list the contended fair mutex first:\n%s", out.String())
+	require.True(t, strings.HasPrefix(lines[2], "fair_mutex"), "top did not list the contended fair mutex first:\n%s", out.String())
+	require.Contains(t, lines[2], "busy", "top did not list the contended fair mutex first:\n%s", out.String())
+	if f := strings.Fields(lines[2]); assert.GreaterOrEqual(t, len(f), 5, "busy row %q: want 1 holder, 2 waiters and a hold age", lines[2]) {
+		assert.Equal(t, "1", f[1], "busy row %q: holders", lines[2])
+		assert.Equal(t, "2", f[2], "busy row %q: waiters", lines[2])
+		assert.NotEqual(t, "-", f[3], "busy row %q: no hold age", lines[2])
 	}
 	cancel()
-	if err := c.NewFairMutex("busy").UnlockContext(held); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.NewFairMutex("busy").UnlockContext(held))
 }

@@ -87,12 +87,17 @@ wakes it at once; it also looks every --interval, for what sends none.
 	"top": `dsync top [PATTERN]
 
 Lists the locks matching PATTERN (default all) with the most waiters first,
-then the most holders: kind, name, holders, waiters in Redis and how long
-the oldest holder has held (from its fencing token, which is the server
-clock in µs when it was minted). Refreshed every --interval (use a larger
-one on a big keyspace: each refresh SCANs the prefix), until interrupted;
-with --json, one JSON array per refresh. Shows at most --limit rows.
-Waiters of a Mutex queue inside their process and are not counted.
+then the most holders: kind, name, holders, waiters and how long the oldest
+holder has held (from its fencing token, which is the server clock in µs
+when it was minted). Refreshed every --interval (use a larger one on a big
+keyspace: each refresh SCANs the prefix), until interrupted; with --json,
+one JSON array per refresh. Shows at most --limit rows.
+
+A Mutex's waiters are counted per waiting Client, as of its last attempt
+(at least every lease/3); goroutines waiting behind a holder of their own
+Client are handed the lock inside that process and are not counted. A
+Mutex's HELD FOR is the age of its hold in Redis: handoffs inside the
+holder's Client keep that hold, so it can span several local holders.
 `,
 	"unlock": `dsync unlock --force --yes NAME
 
@@ -134,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 3
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, "dsync:", strings.TrimPrefix(err.Error(), "usage: "))
-		fmt.Fprintln(stderr, "usage: dsync [flags] inspect NAME | list [PATTERN] | watch NAME | unlock --force --yes NAME (dsync --help for more)")
+		fmt.Fprintln(stderr, "usage: dsync [flags] inspect NAME | list [PATTERN] | watch NAME | top [PATTERN] | unlock --force --yes NAME (dsync --help for more)")
 		return 2
 	default:
 		fmt.Fprintln(stderr, "dsync:", strings.TrimPrefix(err.Error(), "dsync: "))
@@ -454,7 +459,7 @@ func topRows(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options,
 			return nil, err
 		}
 		for _, st := range states {
-			row := topRow{Kind: string(st.Kind), Name: st.Name, Holders: len(st.Holders), Waiters: len(st.Waiters)}
+			row := topRow{Kind: string(st.Kind), Name: st.Name, Holders: len(st.Holders), Waiters: waiting(st)}
 			for _, h := range st.Holders {
 				// Tokens minted in Redis are the server clock in µs, or just
 				// above the last one: its age is the hold's, near enough.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	dsyncotel "github.com/dsync/dsync/otel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -16,33 +18,23 @@ import (
 func TestContention(t *testing.T) {
 	var b strings.Builder
 	reps, err := run(&b, 6, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Log("\n" + b.String())
 	n := 0
 	for _, r := range reps {
 		n += len(r.waits)
-		if !(r.p50 <= r.p99 && r.p99 <= r.max && r.max <= r.total) {
-			t.Errorf("%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
-		}
+		assert.LessOrEqual(t, r.p50, r.p99, "%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
+		assert.LessOrEqual(t, r.p99, r.max, "%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
+		assert.LessOrEqual(t, r.max, r.total, "%s: p50 %v p99 %v max %v total %v out of order", r.name, r.p50, r.p99, r.max, r.total)
 		var sum time.Duration
 		for _, w := range r.top {
-			if !strings.HasPrefix(w.id, "worker-") {
-				t.Errorf("%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
-			}
+			assert.True(t, strings.HasPrefix(w.id, "worker-"), "%s: waiter %q is not a worker: parent spans were lost", r.name, w.id)
 			sum += w.wait
 		}
-		if sum != r.total {
-			t.Errorf("%s: waiters add up to %v, total %v", r.name, sum, r.total)
-		}
-		if !strings.Contains(b.String(), "\n"+r.name+" ") {
-			t.Errorf("%s missing from the printed report", r.name)
-		}
+		assert.Equal(t, r.total, sum, "%s: waiters add up to the total", r.name)
+		assert.Contains(t, b.String(), "\n"+r.name+" ", "%s missing from the printed report", r.name)
 	}
-	if n != 6*8 {
-		t.Errorf("report counts %d acquisitions, want %d", n, 6*8)
-	}
+	assert.Equal(t, 6*8, n, "report counts acquisitions")
 }
 
 // TestAnalyse checks the arithmetic on spans made by hand.
@@ -74,14 +66,17 @@ func TestAnalyse(t *testing.T) {
 	acquire(b, "y", time.Millisecond, "acquired")
 
 	reps := analyse(spans)
-	if len(reps) != 2 || reps[0].name != "x" || reps[1].name != "y" {
-		t.Fatalf("reports = %+v", reps)
-	}
+	require.Len(t, reps, 2, "reports = %+v", reps)
+	require.Equal(t, "x", reps[0].name, "reports = %+v", reps)
+	require.Equal(t, "y", reps[1].name, "reports = %+v", reps)
 	x := reps[0]
-	if len(x.waits) != 5 || x.p50 != 3*time.Millisecond || x.p99 != 12*time.Millisecond || x.max != 12*time.Millisecond || x.total != 22*time.Millisecond {
-		t.Errorf("x = %+v", x)
-	}
-	if len(x.top) != 2 || x.top[0] != (waiter{"worker-b", 12 * time.Millisecond}) || x.top[1] != (waiter{"worker-a", 10 * time.Millisecond}) {
-		t.Errorf("top waiters = %v", x.top)
+	assert.Len(t, x.waits, 5, "x = %+v", x)
+	assert.Equal(t, 3*time.Millisecond, x.p50, "x = %+v", x)
+	assert.Equal(t, 12*time.Millisecond, x.p99, "x = %+v", x)
+	assert.Equal(t, 12*time.Millisecond, x.max, "x = %+v", x)
+	assert.Equal(t, 22*time.Millisecond, x.total, "x = %+v", x)
+	if assert.Len(t, x.top, 2, "top waiters = %v", x.top) {
+		assert.Equal(t, waiter{"worker-b", 12 * time.Millisecond}, x.top[0], "top waiters = %v", x.top)
+		assert.Equal(t, waiter{"worker-a", 10 * time.Millisecond}, x.top[1], "top waiters = %v", x.top)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/require"
 )
 
 // The README's first command must work on a fresh machine: with no
@@ -12,12 +13,9 @@ import (
 func TestQuickstart(t *testing.T) {
 	t.Setenv("REDIS_ADDR", "")
 	var out strings.Builder
-	if err := run(&out); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	if !strings.Contains(out.String(), "= 100 (want 100)") {
-		t.Fatalf("unexpected output:\n%s", out.String())
-	}
+	err := run(&out)
+	require.NoError(t, err, "%v\n%s", err, out.String())
+	require.Contains(t, out.String(), "= 100 (want 100)", "unexpected output")
 }
 
 // On a real Redis the example leaves no key behind.
@@ -25,10 +23,9 @@ func TestQuickstartLeavesNoKeys(t *testing.T) {
 	s := redistest.Start(t)
 	t.Setenv("REDIS_ADDR", s.Addr)
 	var out strings.Builder
-	if err := run(&out); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	if n, err := s.Do(t, "DBSIZE").AsInt64(); err != nil || n != 0 {
-		t.Fatalf("%d keys left behind (%v)", n, err)
-	}
+	err := run(&out)
+	require.NoError(t, err, out.String())
+	n, err := s.Do(t, "DBSIZE").AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(0), n, "keys left behind")
 }

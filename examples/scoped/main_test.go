@@ -4,6 +4,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestScoped runs the example (on the embedded server unless REDIS_ADDR is
@@ -12,27 +15,23 @@ import (
 func TestScoped(t *testing.T) {
 	var b strings.Builder
 	store, err := run(io.MultiWriter(&b, testWriter{t}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := b.String()
-	if !strings.Contains(out, "worker-1: stops before step") || !strings.Contains(out, "dsync: lock lost") {
-		t.Errorf("worker-1 did not stop on the lost lock")
-	}
+	assert.Contains(t, out, "worker-1: stops before step", "worker-1 did not stop on the lost lock")
+	assert.Contains(t, out, "dsync: lock lost", "worker-1 did not stop on the lost lock")
 	rejected := 0
 	for _, l := range store.log {
 		if strings.HasPrefix(l, "REJECTED worker-1") {
 			rejected++
 		}
-		if strings.HasPrefix(l, "REJECTED worker-2") || (rejected > 0 && strings.HasPrefix(l, "accepted worker-1")) {
-			t.Errorf("wrong write accepted or rejected: %s", l)
+		assert.False(t, strings.HasPrefix(l, "REJECTED worker-2"), "wrong write rejected: %s", l)
+		if rejected > 0 {
+			assert.False(t, strings.HasPrefix(l, "accepted worker-1"), "wrong write accepted: %s", l)
 		}
 	}
-	if rejected == 0 {
-		t.Errorf("no stale write was rejected")
-	}
-	if store.value != "step 2" || !strings.Contains(store.log[len(store.log)-1], "worker") {
-		t.Errorf("final value %q", store.value)
+	assert.NotEqual(t, 0, rejected, "no stale write was rejected")
+	if assert.Equal(t, "step 2", store.value, "final value") {
+		assert.Contains(t, store.log[len(store.log)-1], "worker", "final value %q", store.value)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMain(m *testing.M) {
@@ -18,11 +21,7 @@ func TestMain(m *testing.M) {
 // TestSwap runs both halves with two processes: the invariant must hold.
 func TestSwap(t *testing.T) {
 	var b strings.Builder
-	if err := run(&b, 2, 50); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, run(&b, 2, 50))
 	t.Log(b.String())
-	if !strings.Contains(b.String(), "dsync.Mutex: 2 processes x 50 transfers, a+b = 1000") {
-		t.Errorf("unexpected output:\n%s", b.String())
-	}
+	assert.Contains(t, b.String(), "dsync.Mutex: 2 processes x 50 transfers, a+b = 1000", "unexpected output")
 }

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A module that imports only the core package must not see the OpenTelemetry
@@ -16,30 +19,22 @@ import (
 // user's gRPC from v1.60.0 to v1.75.0.
 func TestUserModuleGraph(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
 	gomod := "module example.com/user\n\ngo 1.25.0\n\nrequire github.com/dsync/dsync v0.0.0\n\nreplace github.com/dsync/dsync => " + root + "\n"
 	main := "package main\n\nimport _ \"github.com/dsync/dsync/dsync\"\n\nfunc main() {}\n"
 	for name, text := range map[string]string{"go.mod": gomod, "main.go": main} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644))
 	}
 	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command: %v", err)
-	}
+	require.NoError(t, err, "no go command")
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(gobin, args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+		require.NoError(t, err, "go %s\n%s", strings.Join(args, " "), out)
 		return string(out)
 	}
 	run("mod", "tidy")
@@ -53,9 +48,7 @@ func TestUserModuleGraph(t *testing.T) {
 		"github.com/grpc-ecosystem",
 	} {
 		for _, line := range strings.Split(graph, "\n") {
-			if strings.HasPrefix(line, heavy) {
-				t.Errorf("a module importing only the core package has %q in its graph", line)
-			}
+			assert.False(t, strings.HasPrefix(line, heavy), "a module importing only the core package has %q in its graph", line)
 		}
 	}
 }

@@ -1,20 +1,38 @@
 -- Read a mutex or fair mutex in one atomic step, for Client.Inspect.
 --
--- KEYS[1] lock key ("<owner> <token> <count>", or "- <token> 0" when free),
--- KEYS[2] queue list and KEYS[3] queue places zset (fair mutex only)
+-- KEYS[1] lock key ("<owner> <token> <count>", or "- <token> 0" when free);
+-- for a fair mutex (ARGV[2] "queue") KEYS[2] the queue list and KEYS[3] the
+-- queue places zset; for a mutex (ARGV[2] "waiting") KEYS[2] the waiting
+-- hash "<client> -> <goroutines> <expiry ms>" (see mutex_acquire.lua)
 -- ARGV[1] the most waiters to report
--- Reply: {value or "", pttl, waiter, ms left of its place, waiter, ...}:
--- only waiters whose place has not lapsed, in queue order.
+-- Reply: {value or "", pttl, waiter, ms left of its place, count, ...}:
+-- only waiters whose place has not lapsed, in queue order; a mutex's
+-- waiters are its waiting Clients, each with its goroutines that wait.
 local out = {redis.call('get', KEYS[1]) or '', redis.call('pttl', KEYS[1])}
-if KEYS[2] then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, w in ipairs(redis.call('lrange', KEYS[2], 0, tonumber(ARGV[1]) - 1)) do
+if not KEYS[2] then
+  return out
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local max = tonumber(ARGV[1])
+if ARGV[2] == 'queue' then
+  for _, w in ipairs(redis.call('lrange', KEYS[2], 0, max - 1)) do
     local s = redis.call('zscore', KEYS[3], w)
     if s and tonumber(s) > now then
       out[#out + 1] = w
       out[#out + 1] = tonumber(s) - now
+      out[#out + 1] = 1
     end
+  end
+  return out
+end
+local all = redis.call('hgetall', KEYS[2])
+for i = 1, #all, 2 do
+  local n, e = string.match(all[i + 1], '^(%d+) (%d+)$')
+  if n and tonumber(e) > now and #out < 2 + 3 * max then
+    out[#out + 1] = all[i]
+    out[#out + 1] = tonumber(e) - now
+    out[#out + 1] = tonumber(n)
   end
 end
 return out

@@ -1,8 +1,10 @@
 -- Acquire or re-enter the reentrant mutex.
 --
--- The lock is one string key "<owner> <token> <count>". After a release the
--- key is kept as a free marker "- <token> 0" for a while, so the next token
--- continues the sequence even if the server clock steps back.
+-- The lock is one string key "<owner> <token> <count>", with " w" appended
+-- once a waiter (of another Client) has found it held: the release then
+-- publishes the wakeup, and only then. After a release the key is kept as
+-- a free marker "- <token> 0" for a while, so the next token continues the
+-- sequence even if the server clock steps back.
 --
 -- KEYS[1] lock key; KEYS[2], optional, an attempt marker: set to "1" (for
 -- one lease) when this call acquires or re-enters, so that a caller whose
@@ -14,25 +16,62 @@
 -- on inside its process with the others, without a round trip;
 -- ARGV[4] "check" when KEYS[2] is only checked, never set: for an owner
 -- made for this one call, whose undo (mutex_undo_fresh.lua) releases
--- whatever the owner holds and needs no record of the grant
+-- whatever the owner holds and needs no record of the grant; "set" otherwise.
+-- KEYS[3], ARGV[5..7], only for an attempt that waits if the lock is held
+-- (not a try): it marks the value " w" then. And the waiting count, so that
+-- Inspect sees a Mutex's waiters (they queue inside their process, not in
+-- Redis): KEYS[3] is a hash "<client> -> <waiters> <expiry ms>", ARGV[5]
+-- the waiting Client, ARGV[6] how many of its goroutines wait ("" not to
+-- register this time), ARGV[7] "1" if an earlier attempt of this wait
+-- registered it. A failed attempt registers (until one lease from now: a
+-- waiter tries again at least every lease/3); an acquisition that
+-- registered before removes its entry. The first attempt of an
+-- uncontended acquisition touches nothing but the lock.
 -- Reply: {1, token} acquired (token is the first reserved); {2, token}
 -- re-entered (the owner already held it through another Client; the
 -- recorded token); {0, pttl} held by another owner.
-if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
-  return {0, 0}
+local v, undone
+if KEYS[2] then
+  local r = redis.call('mget', KEYS[1], KEYS[2])
+  v, undone = r[1], r[2]
+  if undone then
+    return {0, 0}
+  end
+else
+  v = redis.call('get', KEYS[1])
 end
-local v = redis.call('get', KEYS[1])
 local prev = 0
 if v then
-  local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+  local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
   if o == ARGV[1] then
-    redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1), 'px', ARGV[2])
+    redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1) .. w, 'px', ARGV[2])
     if KEYS[2] and ARGV[4] ~= 'check' then
       redis.call('set', KEYS[2], '1', 'px', ARGV[2])
+    end
+    if ARGV[7] == '1' then
+      redis.call('hdel', KEYS[3], ARGV[5])
     end
     return {2, tonumber(t)}
   end
   if o ~= '-' then
+    if ARGV[5] and w == '' then
+      redis.call('set', KEYS[1], v .. ' w', 'keepttl')
+    end
+    if ARGV[6] and ARGV[6] ~= '' then
+      local t = redis.call('time')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local all = redis.call('hgetall', KEYS[3])
+      for i = 1, #all, 2 do
+        local e = tonumber(string.match(all[i + 1], ' (%d+)$'))
+        if not e or e <= now then
+          redis.call('hdel', KEYS[3], all[i])
+        end
+      end
+      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[2])))
+      if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then
+        redis.call('pexpire', KEYS[3], ARGV[2])
+      end
+    end
     return {0, redis.call('pttl', KEYS[1])}
   end
   prev = tonumber(t)
@@ -50,5 +89,8 @@ local last = tok + tonumber(ARGV[3]) - 1
 redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
 if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
+end
+if ARGV[7] == '1' then
+  redis.call('hdel', KEYS[3], ARGV[5])
 end
 return {1, tok}

@@ -18,7 +18,7 @@ local v = redis.call('get', KEYS[1])
 if not v then
   return {0}
 end
-local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
 local used = ARGV[8]
 if not used or used == '0' then
   used = ARGV[2]
@@ -48,5 +48,5 @@ end
 local now = redis.call('time')
 local tok = math.max(tonumber(used) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 local last = tok + tonumber(ARGV[7]) - 1
-redis.call('set', KEYS[1], ARGV[3] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[4])
+redis.call('set', KEYS[1], ARGV[3] .. ' ' .. string.format('%.0f', last) .. ' 1' .. w, 'px', ARGV[4])
 return {1, tok}

@@ -7,13 +7,15 @@
 -- the value records the last token reserved, which may be ahead of the
 -- server clock, and the next acquisition must continue from the last one
 -- used, so that tokens never run ahead of the clock (mutex_acquire.lua).
+-- The wakeup is published only if a waiter marked the value " w" (see
+-- mutex_acquire.lua).
 -- Reply: 1 released (the lock is free), 2 count decremented (the owner still
 -- holds it), 0 not held by this owner.
 local v = redis.call('get', KEYS[1])
 if not v then
   return 0
 end
-local o, t, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
 local used = ARGV[4]
 if o == '-' and ARGV[2] ~= '0' and (t == ARGV[2] or t == used) then
   -- Our own earlier release whose reply was lost: retrying is a no-op.
@@ -27,9 +29,11 @@ if o ~= ARGV[1] or (ARGV[2] ~= '0' and t ~= ARGV[2]) then
 end
 c = tonumber(c)
 if c > 1 then
-  redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (c - 1), 'keepttl')
+  redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (c - 1) .. w, 'keepttl')
   return 2
 end
 redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'px', ARGV[3])
-redis.call('publish', KEYS[2], used)
+if w ~= '' then
+  redis.call('publish', KEYS[2], used)
+end
 return 1

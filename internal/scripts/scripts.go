@@ -27,6 +27,8 @@ var (
 	mutexUndoSrc string
 	//go:embed mutex_undo_fresh.lua
 	mutexUndoFreshSrc string
+	//go:embed mutex_unwait.lua
+	mutexUnwaitSrc string
 )
 
 // Scripts run through EVALSHA with an EVAL fallback; the SHA-1 is computed by
@@ -45,6 +47,9 @@ var (
 	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in a
 	// cluster).
 	MutexRenewMany = newScript(mutexRenewManySrc)
+	// MutexUnwait takes a Client that stopped waiting out of the waiting
+	// count.
+	MutexUnwait = newScript(mutexUnwaitSrc)
 )
 
 // shas maps each script to its SHA-1, for callers that batch EVALSHA

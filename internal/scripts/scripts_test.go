@@ -10,23 +10,20 @@ import (
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 )
 
 func ints(t *testing.T, r rueidis.RedisResult) []int64 {
 	t.Helper()
 	v, err := r.AsIntSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v
 }
 
 func num(t *testing.T, r rueidis.RedisResult) int64 {
 	t.Helper()
 	v, err := r.AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v
 }
 
@@ -48,28 +45,21 @@ func TestMutexScripts(t *testing.T) {
 
 	before := time.Now().UnixMicro()
 	a := acq("A")
-	if a[0] != 1 || a[1] < before {
-		t.Fatalf("acquire = %v, want {1, token >= server time %d}", a, before)
-	}
+	require.Equal(t, int64(1), a[0], "acquire = %v", a)
+	require.GreaterOrEqual(t, a[1], before, "acquire = %v", a)
 	tok := a[1]
-	if v := get(); v != "A "+strconv.FormatInt(tok, 10)+" 1" {
-		t.Fatalf("value %q", v)
-	}
-	if r := acq("A"); r[0] != 2 || r[1] != tok {
-		t.Fatalf("re-entry = %v", r)
-	}
-	if r := acq("B"); r[0] != 0 || r[1] <= 0 || r[1] > 10000 {
-		t.Fatalf("other owner = %v, want {0, pttl}", r)
-	}
-	if r := rel("B", tok); r != 0 {
-		t.Fatalf("foreign release = %d", r)
-	}
-	if r := rel("A", tok+1); r != 0 {
-		t.Fatalf("release with a wrong token = %d", r)
-	}
-	if r := rel("A", tok); r != 2 || !strings.HasSuffix(get(), " 1") {
-		t.Fatalf("first release = %d, value %q", r, get())
-	}
+	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 1", get(), "value")
+	r := acq("A")
+	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
+	require.Equal(t, tok, r[1], "re-entry = %v", r)
+	r = acq("B")
+	require.Equal(t, int64(0), r[0], "other owner = %v, want {0, pttl}", r)
+	require.Greater(t, r[1], int64(0), "other owner = %v, want {0, pttl}", r)
+	require.LessOrEqual(t, r[1], int64(10000), "other owner = %v, want {0, pttl}", r)
+	require.Equal(t, int64(0), rel("B", tok), "foreign release")
+	require.Equal(t, int64(0), rel("A", tok+1), "release with a wrong token")
+	require.Equal(t, int64(2), rel("A", tok), "first release")
+	require.True(t, strings.HasSuffix(get(), " 1"), "value %q after the first release", get())
 	// The release publishes the token on the channel.
 	sub := s.Client(t)
 	msgs := make(chan string, 1)
@@ -79,79 +69,58 @@ func TestMutexScripts(t *testing.T) {
 	go sub.Receive(rueidis.WithOnSubscriptionHook(subCtx, func(rueidis.PubSubSubscription) { close(subscribed) }),
 		sub.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { msgs <- m.Message })
 	<-subscribed
-	if r := rel("A", tok); r != 1 || get() != "- "+strconv.FormatInt(tok, 10)+" 0" {
-		t.Fatalf("last release = %d, value %q", r, get())
-	}
-	if m := <-msgs; m != strconv.FormatInt(tok, 10) {
-		t.Fatalf("published %q", m)
-	}
-	if pttl := num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())); pttl <= 10000 {
-		t.Fatalf("free marker ttl %d, want the marker lifetime", pttl)
-	}
+	require.Equal(t, int64(1), rel("A", tok), "last release")
+	require.Equal(t, "- "+strconv.FormatInt(tok, 10)+" 0", get(), "last release")
+	require.Equal(t, strconv.FormatInt(tok, 10), <-msgs, "published")
+	require.Greater(t, num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())), int64(10000), "free marker ttl")
 	// A retried release (reply lost) is a no-op success.
-	if r := rel("A", tok); r != 1 {
-		t.Fatalf("retried release = %d, want 1", r)
-	}
+	require.Equal(t, int64(1), rel("A", tok), "retried release")
 	// The next token continues from the marker.
 	b := acq("B")
-	if b[0] != 1 || b[1] <= tok {
-		t.Fatalf("after the marker: %v, want a token above %d", b, tok)
-	}
+	require.Equal(t, int64(1), b[0], "after the marker: %v", b)
+	require.Greater(t, b[1], tok, "after the marker: %v", b)
 	// Renew only the exact hold.
 	renew := func(prefix string) int64 {
 		return num(t, scripts.MutexRenew.Exec(ctx, rc, []string{key}, []string{prefix, "20000"}))
 	}
-	if renew("A "+strconv.FormatInt(b[1], 10)+" ") != 0 || renew("B "+strconv.FormatInt(tok, 10)+" ") != 0 {
-		t.Fatal("renewed a hold that is not the owner's")
-	}
-	if renew("B "+strconv.FormatInt(b[1], 10)+" ") != 1 || num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())) <= 10000 {
-		t.Fatal("renewal did not extend the lease")
-	}
+	require.Equal(t, int64(0), renew("A "+strconv.FormatInt(b[1], 10)+" "), "renewed a hold that is not the owner's")
+	require.Equal(t, int64(0), renew("B "+strconv.FormatInt(tok, 10)+" "), "renewed a hold that is not the owner's")
+	require.Equal(t, int64(1), renew("B "+strconv.FormatInt(b[1], 10)+" "), "renewal did not extend the lease")
+	require.Greater(t, num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())), int64(10000), "renewal did not extend the lease")
 	// Handoff B -> C: new token, count 1, idempotent on retry.
 	hand := func() []int64 {
 		return ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"B", strconv.FormatInt(b[1], 10), "C", "5000", "-1", "60000", "1"}))
 	}
 	h := hand()
-	if h[0] != 1 || h[1] <= b[1] || get() != "C "+strconv.FormatInt(h[1], 10)+" 1" {
-		t.Fatalf("handoff = %v, value %q", h, get())
-	}
-	if h2 := hand(); h2[0] != 1 || h2[1] != h[1] {
-		t.Fatalf("retried handoff = %v", h2)
-	}
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"X", "1", "D", "5000", "-1", "60000", "1"})); r[0] != 0 {
-		t.Fatalf("handoff from a non-holder = %v", r)
-	}
+	require.Equal(t, int64(1), h[0], "handoff = %v, value", h)
+	require.Greater(t, h[1], b[1], "handoff = %v, value", h)
+	require.Equal(t, "C "+strconv.FormatInt(h[1], 10)+" 1", get(), "handoff = %v, value", h)
+	h2 := hand()
+	require.Equal(t, int64(1), h2[0], "retried handoff = %v", h2)
+	require.Equal(t, h[1], h2[1], "retried handoff = %v", h2)
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"X", "1", "D", "5000", "-1", "60000", "1"}))
+	require.Equal(t, int64(0), r[0], "handoff from a non-holder = %v", r)
 	// A handoff is refused while the holder has re-entered (count 2).
 	acq("C")
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000", "-1", "60000", "1"})); r[0] != 0 {
-		t.Fatalf("handoff with count 2 = %v", r)
-	}
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000", "-1", "60000", "1"}))
+	require.Equal(t, int64(0), r[0], "handoff with count 2 = %v", r)
 	// With a check, a handoff hands over while only the caller's own
 	// subscription (or none) is on the channel, and yields to other
 	// subscribers: the lock becomes free and they are told.
 	rel("C", 0)                                                                                    // back to count 1
 	cur := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000", "1"})) // {0, pttl}: held by C
-	if cur[0] != 0 {
-		t.Fatalf("C lost the lock: %v", cur)
-	}
+	require.Equal(t, int64(0), cur[0], "C lost the lock: %v", cur)
 	tokC := strconv.FormatInt(h[1], 10)
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"})); r[0] != 1 {
-		t.Fatalf("checked handoff with only the own subscriber (1) = %v, want handed over", r)
-	}
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"}))
+	require.Equal(t, int64(1), r[0], "checked handoff with only the own subscriber (1) = %v, want handed over", r)
 	tokD := strconv.FormatInt(ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000", "1"}))[1], 10)
 	rel("D", 0) // undo the re-entry just made to read the token
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"})); r[0] != 2 {
-		t.Fatalf("checked handoff with a foreign subscriber = %v, want a yield", r)
-	}
-	if v := get(); v != "- "+tokD+" 0" {
-		t.Fatalf("after a yield the value is %q, want the free marker", v)
-	}
-	if m := <-msgs; m != tokD {
-		t.Fatalf("yield published %q", m)
-	}
-	if r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"})); r[0] != 2 {
-		t.Fatalf("retried yield = %v", r)
-	}
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
+	require.Equal(t, int64(2), r[0], "checked handoff with a foreign subscriber = %v, want a yield", r)
+	require.Equal(t, "- "+tokD+" 0", get(), "after a yield the value")
+	require.Equal(t, tokD, <-msgs, "yield published")
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
+	require.Equal(t, int64(2), r[0], "retried yield = %v", r)
 	acq("C")
 	acq("C")
 	// Reservations: an acquisition reserving 4 tokens records the last, and
@@ -159,26 +128,23 @@ func TestMutexScripts(t *testing.T) {
 	rc.Do(ctx, rc.B().Del().Key("p:{r}:mutex").Build())
 	rk := []string{"p:{r}:mutex"}
 	r1 := ints(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
-	if v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString(); v != "R "+strconv.FormatInt(r1[1]+3, 10)+" 1" {
-		t.Fatalf("reserving acquire: %v, value %q", r1, v)
-	}
+	v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString()
+	require.Equal(t, "R "+strconv.FormatInt(r1[1]+3, 10)+" 1", v, "reserving acquire: %v, value", r1)
 	last := strconv.FormatInt(r1[1]+3, 10)
 	h4 := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
-	if h4[0] != 1 || h4[1] <= r1[1]+3 {
-		t.Fatalf("reserving handoff = %v, want a first token above %d", h4, r1[1]+3)
-	}
-	if again := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"})); again[0] != 1 || again[1] != h4[1] {
-		t.Fatalf("retried reserving handoff = %v, want %v", again, h4)
-	}
+	require.Equal(t, int64(1), h4[0], "reserving handoff = %v", h4)
+	require.Greater(t, h4[1], r1[1]+3, "reserving handoff = %v", h4)
+	again := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
+	require.Equal(t, int64(1), again[0], "retried reserving handoff = %v, want %v", again, h4)
+	require.Equal(t, h4[1], again[1], "retried reserving handoff = %v, want %v", again, h4)
 	// Token-less release (owner only) works for the owner.
-	if rel("C", 0) != 2 || rel("C", 0) != 1 {
-		t.Fatal("owner-only releases failed")
-	}
+	require.Equal(t, int64(2), rel("C", 0), "owner-only releases failed")
+	require.Equal(t, int64(1), rel("C", 0), "owner-only releases failed")
 	// Without a marker the token comes from the server clock.
 	rc.Do(ctx, rc.B().Del().Key(key).Build())
-	if r := acq("E"); r[0] != 1 || r[1] <= h[1] {
-		t.Fatalf("after DEL: %v, want a token above %d", r, h[1])
-	}
+	r = acq("E")
+	require.Equal(t, int64(1), r[0], "after DEL: %v", r)
+	require.Greater(t, r[1], h[1], "after DEL: %v", r)
 }
 
 // TestMutexUndo: an attempt marker makes the undo of a lost acquire reply
@@ -200,32 +166,18 @@ func TestMutexUndo(t *testing.T) {
 		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, ch, marker}, []string{"O", "0", "60000"}))
 	}
 	first := acq(key + ":a:1") // the owner's hold through some Client
-	if first[0] != 1 {
-		t.Fatalf("acquire = %v", first)
-	}
+	require.Equal(t, int64(1), first[0], "acquire = %v", first)
 	held := get()
-	if r := acq(key + ":a:2"); r[0] != 2 { // re-entry through another
-		t.Fatalf("re-entry = %v", r)
-	}
-	if r := undo(key + ":a:2"); r != 2 {
-		t.Fatalf("undo after the acquire = %d, want 2 (count decremented)", r)
-	}
-	if v := get(); v != held {
-		t.Fatalf("after the undo %q, want %q", v, held)
-	}
-	if r := undo(key + ":a:2"); r != 0 {
-		t.Fatalf("repeated undo = %d, want 0", r)
-	}
+	r := acq(key + ":a:2") // re-entry through another
+	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
+	require.Equal(t, int64(2), undo(key+":a:2"), "undo after the acquire")
+	require.Equal(t, held, get(), "after the undo")
+	require.Equal(t, int64(0), undo(key+":a:2"), "repeated undo")
 	// The undo overtakes its acquire: the acquire then changes nothing.
-	if r := undo(key + ":a:3"); r != 0 {
-		t.Fatalf("undo before the acquire = %d, want 0", r)
-	}
-	if r := acq(key + ":a:3"); r[0] != 0 {
-		t.Fatalf("acquire after its undo = %v, want {0, 0}", r)
-	}
-	if v := get(); v != held {
-		t.Fatalf("after the late acquire %q, want %q", v, held)
-	}
+	require.Equal(t, int64(0), undo(key+":a:3"), "undo before the acquire")
+	r = acq(key + ":a:3")
+	require.Equal(t, int64(0), r[0], "acquire after its undo = %v, want {0, 0}", r)
+	require.Equal(t, held, get(), "after the late acquire")
 }
 
 // A block of tokens reserved by an acquisition is recorded in the value,
@@ -243,29 +195,19 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	}
 	a := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
 	end := strconv.FormatInt(a[1]+1000000-1, 10)
-	if v := get(); v != "A "+end+" 1" {
-		t.Fatalf("value %q, want the block's end recorded", v)
-	}
+	require.Equal(t, "A "+end+" 1", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
 	rel := func() int64 {
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", end, "60000", used}))
 	}
-	if r := rel(); r != 1 {
-		t.Fatalf("release = %d", r)
-	}
-	if v := get(); v != "- "+used+" 0" {
-		t.Fatalf("free marker %q, want the last token used %s", v, used)
-	}
-	if r := rel(); r != 1 {
-		t.Fatalf("a retried release = %d, want 1 (a no-op)", r)
-	}
-	if r := num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", "0", "60000", "0"})); r != 0 {
-		t.Fatalf("an owner-only release of a free lock = %d, want 0", r)
-	}
+	require.Equal(t, int64(1), rel(), "release")
+	v := get()
+	require.Equal(t, "- "+used+" 0", v, "free marker %q, want the last token used %s", v, used)
+	require.Equal(t, int64(1), rel(), "a retried release")
+	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", "0", "60000", "0"})), "an owner-only release of a free lock")
 	b := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
-	if b[1] <= a[1]+2 || b[1] >= a[1]+1000000-1 {
-		t.Fatalf("next token %d: want above the last used %d and from the clock, not past the block's end", b[1], a[1]+2)
-	}
+	require.Greater(t, b[1], a[1]+2, "next token and from the clock, not past the block's end")
+	require.Less(t, b[1], a[1]+1000000-1, "next token and from the clock, not past the block's end")
 }
 
 // TestMutexUndoFresh: for an owner made for one call, the acquire only
@@ -281,38 +223,29 @@ func TestMutexUndoFresh(t *testing.T) {
 		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner, "10000", "1", "check"}))
 	}
 	undo := func(owner string) {
-		if err := scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, ch, key + ":x:" + owner}, []string{owner, "0", "60000", "0"}).Error(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, ch, key + ":x:" + owner}, []string{owner, "0", "60000", "0"}).Error())
 	}
 	exists := func(k string) bool {
 		n, err := rc.Do(ctx, rc.B().Exists().Key(k).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n == 1
 	}
 	// Acquire first, then the undo: released.
-	if r := acq("A"); r[0] != 1 {
-		t.Fatalf("acquire = %v", r)
-	}
-	if exists(key + ":x:A") {
-		t.Fatal("a grant in check mode wrote the mark")
-	}
+	r := acq("A")
+	require.Equal(t, int64(1), r[0], "acquire = %v", r)
+	require.False(t, exists(key+":x:A"), "a grant in check mode wrote the mark")
 	undo("A")
-	if r := acq("B"); r[0] != 1 {
-		t.Fatalf("after the undo the lock is free: %v", r)
-	}
+	r = acq("B")
+	require.Equal(t, int64(1), r[0], "after the undo the lock is free: %v", r)
 	// The undo first (B still holds), then the late acquire: a no-op, even
 	// once the lock is free.
 	undo("C")
-	if r := num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"B", "0", "60000", "0"})); r != 1 {
-		t.Fatalf("B's release = %d", r)
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"B", "0", "60000", "0"})), "B's release")
+	r = acq("C")
+	require.Equal(t, int64(0), r[0], "a late acquire after its undo = %v, want a no-op", r)
+	v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+	if len(v) > 0 {
+		require.Equal(t, byte('-'), v[0], "lock value %q after a no-op acquire, want free", v)
 	}
-	if r := acq("C"); r[0] != 0 {
-		t.Fatalf("a late acquire after its undo = %v, want a no-op", r)
-	}
-	if v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString(); len(v) > 0 && v[0] != '-' {
-		t.Fatalf("lock value %q after a no-op acquire, want free", v)
-	}
+
 }

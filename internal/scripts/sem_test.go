@@ -10,14 +10,13 @@ import (
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 )
 
 func semInts(t *testing.T, r rueidis.RedisResult) []int64 {
 	t.Helper()
 	v, err := r.AsIntSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v
 }
 
@@ -45,9 +44,7 @@ func TestSemaphoreScripts(t *testing.T) {
 	ctx := context.Background()
 	zcard := func(k string) int64 {
 		n, err := rc.Do(ctx, rc.B().Zcard().Key(k).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n
 	}
 
@@ -56,18 +53,14 @@ func TestSemaphoreScripts(t *testing.T) {
 	dc, cancel := rc.Dedicate()
 	defer cancel()
 	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { woken <- m.Channel[len(semCh):] }})
-	if err := dc.Do(ctx, dc.B().Psubscribe().Pattern("p:{s}:sem:w:*").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dc.Do(ctx, dc.B().Psubscribe().Pattern("p:{s}:sem:w:*").Build()).Error())
 	defer func() { dc.Close(); <-wait }()
 	expectWoken := func(want ...string) {
 		t.Helper()
 		for _, w := range want {
 			select {
 			case got := <-woken:
-				if got != w {
-					t.Fatalf("woke %q, want %q", got, w)
-				}
+				require.Equal(t, w, got, "woke")
 			case <-time.After(2 * time.Second):
 				t.Fatalf("%q not woken", w)
 			}
@@ -81,114 +74,93 @@ func TestSemaphoreScripts(t *testing.T) {
 
 	before := time.Now().UnixMicro()
 	a := semAcq(t, rc, "A", "wa", 3, 4, "10000", "wait")
-	if a[0] != 1 || a[1] < before {
-		t.Fatalf("acquire = %v, want {1, token >= %d}", a, before)
-	}
-	if r := semAcq(t, rc, "X", "wx", 1, 5, "10000", "try"); r[0] != -1 || r[1] != 4 {
-		t.Fatalf("other size = %v, want {-1, 4}", r)
-	}
+	require.Equal(t, int64(1), a[0], "acquire = %v", a)
+	require.GreaterOrEqual(t, a[1], before, "acquire = %v", a)
+	r := semAcq(t, rc, "X", "wx", 1, 5, "10000", "try")
+	require.Equal(t, int64(-1), r[0], "other size = %v, want {-1, 4}", r)
+	require.Equal(t, int64(4), r[1], "other size = %v, want {-1, 4}", r)
 	// B wants 3 of the 1 free: queued. C wants 1, which is free, but B is
 	// ahead and reserves it.
-	if r := semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait"); r[0] != 0 || r[1] <= 0 {
-		t.Fatalf("B = %v, want {0, hint}", r)
-	}
-	if r := semAcq(t, rc, "C", "wc", 1, 4, "10000", "try"); r[0] != 0 {
-		t.Fatalf("C try overtook B: %v", r)
-	}
-	if r := semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait"); r[0] != 0 {
-		t.Fatalf("C overtook B: %v", r)
-	}
-	if n := zcard(semKeys[3]); n != 2 {
-		t.Fatalf("queue has %d, want 2 (try must not queue)", n)
-	}
+	r = semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait")
+	require.Equal(t, int64(0), r[0], "B = %v, want {0, hint}", r)
+	require.Greater(t, r[1], int64(0), "B = %v, want {0, hint}", r)
+	r = semAcq(t, rc, "C", "wc", 1, 4, "10000", "try")
+	require.Equal(t, int64(0), r[0], "C try overtook B: %v", r)
+	r = semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait")
+	require.Equal(t, int64(0), r[0], "C overtook B: %v", r)
+	require.Equal(t, int64(2), zcard(semKeys[3]), "queue entries (try must not queue)")
 	// A release through another size is refused like an acquire, and
 	// changes nothing.
-	if r := semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "5"})); r[0] != -1 || r[1] != 4 {
-		t.Fatalf("release with size 5 = %v, want [-1 4]", r)
-	}
+	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "5"}))
+	require.Equal(t, int64(-1), r[0], "release with size 5 = %v, want [-1 4]", r)
+	require.Equal(t, int64(4), r[1], "release with size 5 = %v, want [-1 4]", r)
 	// Over-release changes nothing.
-	if r := semRel(t, rc, "A", 4); r[0] != 0 || r[1] != 3 {
-		t.Fatalf("over-release = %v, want {0, 3}", r)
-	}
-	if r := semRel(t, rc, "Z", 1); r[0] != 0 || r[1] != 0 {
-		t.Fatalf("release by a stranger = %v", r)
-	}
+	r = semRel(t, rc, "A", 4)
+	require.Equal(t, int64(0), r[0], "over-release = %v, want {0, 3}", r)
+	require.Equal(t, int64(3), r[1], "over-release = %v, want {0, 3}", r)
+	r = semRel(t, rc, "Z", 1)
+	require.Equal(t, int64(0), r[0], "release by a stranger = %v", r)
+	require.Equal(t, int64(0), r[1], "release by a stranger = %v", r)
 	expectWoken()
 	// Releasing 1 of A's 3: 2 free, B (3) still does not fit; nobody woken.
-	if r := semRel(t, rc, "A", 1); r[0] != 1 || r[1] != 2 {
-		t.Fatalf("partial release = %v, want {1, 2}", r)
-	}
+	r = semRel(t, rc, "A", 1)
+	require.Equal(t, int64(1), r[0], "partial release = %v, want {1, 2}", r)
+	require.Equal(t, int64(2), r[1], "partial release = %v, want {1, 2}", r)
 	expectWoken()
 	// Releasing the rest: B and C both fit, in order.
-	if r := semRel(t, rc, "A", 2); r[0] != 1 || r[1] != 0 {
-		t.Fatalf("release = %v", r)
-	}
+	r = semRel(t, rc, "A", 2)
+	require.Equal(t, int64(1), r[0], "release = %v", r)
+	require.Equal(t, int64(0), r[1], "release = %v", r)
 	expectWoken("wb", "wc")
 	// C runs first, but B's 3 are reserved before it: both fit, both get in.
 	c := semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait")
 	b := semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait")
-	if c[0] != 1 || b[0] != 1 || c[1] <= a[1] || b[1] <= c[1] {
-		t.Fatalf("C = %v, B = %v: want granted with growing tokens after %d", c, b, a[1])
-	}
-	if n := zcard(semKeys[3]); n != 0 {
-		t.Fatalf("queue has %d after the grants", n)
-	}
+	require.Equal(t, int64(1), c[0], "C = %v, B = %v", c, b)
+	require.Equal(t, int64(1), b[0], "C = %v, B = %v", c, b)
+	require.Greater(t, c[1], a[1], "C = %v, B = %v", c, b)
+	require.Greater(t, b[1], c[1], "C = %v, B = %v", c, b)
+	require.Equal(t, int64(0), zcard(semKeys[3]), "queue entries after the grants")
 	// Full: D queues; cancelling removes it at once.
-	if r := semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait"); r[0] != 0 {
-		t.Fatalf("D = %v", r)
-	}
-	if r, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"wd", semCh, "10000"}).AsInt64(); r != 0 {
-		t.Fatalf("undo of a queued waiter = %d, want 0 (nothing granted)", r)
-	}
-	if n := zcard(semKeys[3]); n != 0 || zcard(semKeys[5]) != 0 {
-		t.Fatal("cancelled waiter left in the queue")
-	}
+	r = semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait")
+	require.Equal(t, int64(0), r[0], "D = %v", r)
+	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"wd", semCh, "10000"}).AsInt64()
+	require.Equal(t, int64(0), n, "undo of a queued waiter, want 0 (nothing granted)")
+	require.Equal(t, int64(0), zcard(semKeys[3]), "cancelled waiter left in the queue")
+	require.Equal(t, int64(0), zcard(semKeys[5]), "cancelled waiter left in the queue")
 	// An acquire of the undone call that arrives late does nothing.
 	semRel(t, rc, "C", 1)
-	if r := semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait"); r[0] != 0 {
-		t.Fatalf("late acquire of an undone call = %v, want a no-op", r)
-	}
-	if n := zcard(semKeys[3]); n != 0 {
-		t.Fatal("late acquire of an undone call queued")
-	}
-	if r := semAcq(t, rc, "C", "wc2", 1, 4, "10000", "wait"); r[0] != 1 {
-		t.Fatalf("C again = %v", r)
-	}
+	r = semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait")
+	require.Equal(t, int64(0), r[0], "late acquire of an undone call = %v, want a no-op", r)
+	require.Equal(t, int64(0), zcard(semKeys[3]), "late acquire of an undone call queued")
+	r = semAcq(t, rc, "C", "wc2", 1, 4, "10000", "wait")
+	require.Equal(t, int64(1), r[0], "C again = %v", r)
 	// Renewal works for a holder's acquisition and not for a stranger's.
 	memberB := "B " + strconv.FormatInt(b[1], 10) + " wb"
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64(); r != 1 {
-		t.Fatalf("renew B = %d", r)
-	}
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64(); r != 0 {
-		t.Fatalf("renew stranger = %d", r)
-	}
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64()
+	require.Equal(t, int64(1), n, "renew B")
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64()
+	require.Equal(t, int64(0), n, "renew stranger")
 	semRel(t, rc, "B", 3)
 	semRel(t, rc, "C", 1)
 
 	// Expiry: E holds all 4 for 50ms and dies; F (queued) is woken by the
 	// next script after the lease, and E's renewal fails.
 	e := semAcq(t, rc, "E", "we", 4, 4, "50", "wait")
-	if e[0] != 1 {
-		t.Fatalf("E = %v", e)
-	}
+	require.Equal(t, int64(1), e[0], "E = %v", e)
 	f := semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
-	if f[0] != 0 || f[1] > 51 {
-		t.Fatalf("F = %v, want queued with a hint <= 51ms", f)
-	}
+	require.Equal(t, int64(0), f[0], "F = %v, want queued with a hint <= 51ms", f)
+	require.LessOrEqual(t, f[1], int64(51), "F = %v, want queued with a hint <= 51ms", f)
 	time.Sleep(60 * time.Millisecond) // the injected fault: E's lease lapses
 	memberE := "E " + strconv.FormatInt(e[1], 10) + " we"
-	if r, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64(); r != 0 {
-		t.Fatalf("renew after expiry = %d, want 0", r)
-	}
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64()
+	require.Equal(t, int64(0), n, "renew after expiry")
 	expectWoken("wf")
-	if r := semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait"); r[0] != 1 {
-		t.Fatalf("F after E's expiry = %v", r)
-	}
+	r = semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
+	require.Equal(t, int64(1), r[0], "F after E's expiry = %v", r)
 	// Every key carries an expiry, so an abandoned semaphore goes away.
 	for _, k := range semKeys[:3] {
-		if ttl, _ := rc.Do(ctx, rc.B().Pttl().Key(k).Build()).AsInt64(); ttl <= 0 {
-			t.Fatalf("%s has pttl %d", k, ttl)
-		}
+		ttl, _ := rc.Do(ctx, rc.B().Pttl().Key(k).Build()).AsInt64()
+		require.Greater(t, ttl, int64(0), "%s has pttl", k)
 	}
 }
 
@@ -203,35 +175,27 @@ func TestSemaphorePerAcquisitionLease(t *testing.T) {
 	ctx := context.Background()
 	first := semAcq(t, rc, "A", "w1", 1, 2, "10000", "wait")
 	second := semAcq(t, rc, "A", "w2", 1, 2, "50", "wait")
-	if first[0] != 1 || second[0] != 1 {
-		t.Fatalf("acquisitions %v %v", first, second)
-	}
+	require.Equal(t, int64(1), first[0], "acquisitions %v %v", first, second)
+	require.Equal(t, int64(1), second[0], "acquisitions %v %v", first, second)
 	time.Sleep(60 * time.Millisecond) // the injected fault: the short lease lapses
 	// Only the second acquisition lapsed: one permit is free, not two.
-	if r := semAcq(t, rc, "B", "w3", 2, 2, "10000", "try"); r[0] != 0 {
-		t.Fatalf("another owner got both permits while A's first acquisition lives: %v", r)
-	}
-	if r := semAcq(t, rc, "B", "w4", 1, 2, "10000", "try"); r[0] != 1 {
-		t.Fatalf("the lapsed permit did not come back: %v", r)
-	}
+	r := semAcq(t, rc, "B", "w3", 2, 2, "10000", "try")
+	require.Equal(t, int64(0), r[0], "another owner got both permits while A's first acquisition lives: %v", r)
+	r = semAcq(t, rc, "B", "w4", 1, 2, "10000", "try")
+	require.Equal(t, int64(1), r[0], "the lapsed permit did not come back: %v", r)
 	// The undo of B's call w4 gives back its permit and nothing of A's.
-	if r, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"w4", semCh, "10000"}).AsInt64(); r != 1 {
-		t.Fatalf("undo of a granted call = %d, want 1", r)
-	}
-	if r := semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "2", "0"})); r[0] != 1 || r[1] != 0 {
-		t.Fatalf("A's release after B's undo = %v, want {1, 0}", r)
-	}
-	if n := zcard(t, rc, semKeys[1]); n != 0 {
-		t.Fatalf("%d acquisitions left", n)
-	}
+	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"w4", semCh, "10000"}).AsInt64()
+	require.Equal(t, int64(1), n, "undo of a granted call")
+	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "2", "0"}))
+	require.Equal(t, int64(1), r[0], "A's release after B's undo = %v, want {1, 0}", r)
+	require.Equal(t, int64(0), r[1], "A's release after B's undo = %v, want {1, 0}", r)
+	require.Equal(t, int64(0), zcard(t, rc, semKeys[1]), "acquisitions left")
 }
 
 func zcard(t *testing.T, rc rueidis.Client, k string) int64 {
 	t.Helper()
 	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(k).Build()).AsInt64()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return n
 }
 
@@ -250,71 +214,53 @@ func TestOnceScripts(t *testing.T) {
 		calls++
 		lastCall = "call" + strconv.Itoa(calls)
 		r, err := scripts.OnceBegin.Exec(ctx, rc, keys, []string{owner, "10000", lastCall}).ToArray()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return r
 	}
 	code := func(r []rueidis.RedisMessage, i int) int64 {
 		v, err := r[i].AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
 	end := func(marker, outcome, val string) []rueidis.RedisMessage {
 		r, err := scripts.OnceEnd.Exec(ctx, rc, endKeys, []string{marker, outcome, val}).ToArray()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return r
 	}
 	r := begin("A")
-	if code(r, 0) != 1 {
-		t.Fatalf("begin A = %v", r)
-	}
+	require.Equal(t, int64(1), code(r, 0), "begin A = %v", r)
 	markA := "A " + strconv.FormatInt(code(r, 1), 10) + " " + lastCall
-	if r := begin("B"); code(r, 0) != 0 || code(r, 1) <= 0 {
-		t.Fatalf("begin B while A runs = %v", r)
-	}
+	rb := begin("B")
+	require.Equal(t, int64(0), code(rb, 0), "begin B while A runs = %v", rb)
+	require.Greater(t, code(rb, 1), int64(0), "begin B while A runs = %v", rb)
 	// The same owner again (a concurrent call, not one inside f) waits too.
-	if r := begin("A"); code(r, 0) != 0 || code(r, 1) <= 0 {
-		t.Fatalf("begin A again while A runs = %v", r)
-	}
-	if v, _ := scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64(); v != 1 {
-		t.Fatalf("renew = %d", v)
-	}
-	if r := end(markA, "fail", ""); code(r, 0) != 1 {
-		t.Fatalf("fail = %v", r)
-	}
-	if v, _ := scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64(); v != 0 {
-		t.Fatalf("renew after end = %d", v)
-	}
+	ra := begin("A")
+	require.Equal(t, int64(0), code(ra, 0), "begin A again while A runs = %v", ra)
+	require.Greater(t, code(ra, 1), int64(0), "begin A again while A runs = %v", ra)
+	v, _ := scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64()
+	require.Equal(t, int64(1), v, "renew")
+	rf := end(markA, "fail", "")
+	require.Equal(t, int64(1), code(rf, 0), "fail = %v", rf)
+	v, _ = scripts.OnceRenew.Exec(ctx, rc, keys[1:], []string{markA, "10000"}).AsInt64()
+	require.Equal(t, int64(0), v, "renew after end")
 	tokA := code(r, 1)
 	r = begin("B")
 	tokB := code(r, 1)
-	if code(r, 0) != 1 || tokB <= tokA {
-		t.Fatalf("begin B = %v, want {1, token > %d}", r, tokA)
-	}
+	require.Equal(t, int64(1), code(r, 0), "begin B = %v", r)
+	require.Greater(t, tokB, tokA, "begin B = %v", r)
 	markB := "B " + strconv.FormatInt(tokB, 10) + " " + lastCall
 	// A stale end by A changes nothing.
-	if r := end(markA, "ok", `"stale"`); code(r, 0) != 0 {
-		t.Fatalf("stale end = %v", r)
-	}
-	if r := end(markB, "ok", `"v"`); code(r, 0) != 1 {
-		t.Fatalf("ok = %v", r)
-	}
+	r = end(markA, "ok", `"stale"`)
+	require.Equal(t, int64(0), code(r, 0), "stale end = %v", r)
+	r = end(markB, "ok", `"v"`)
+	require.Equal(t, int64(1), code(r, 0), "ok = %v", r)
 	// Retried end: reports done with the value.
-	if r := end(markB, "ok", `"v"`); code(r, 0) != 2 {
-		t.Fatalf("retried ok = %v", r)
-	}
+	r = end(markB, "ok", `"v"`)
+	require.Equal(t, int64(2), code(r, 0), "retried ok = %v", r)
 	r = begin("C")
-	if code(r, 0) != 2 {
-		t.Fatalf("begin after done = %v", r)
-	}
-	if v, _ := r[1].ToString(); v != `"v"` {
-		t.Fatalf("stored value %q", v)
-	}
+	require.Equal(t, int64(2), code(r, 0), "begin after done = %v", r)
+	stored, _ := r[1].ToString()
+	require.Equal(t, `"v"`, stored, "stored value")
 }
 
 // TestOnceUndo: the undo of a Do call ends exactly its run, and makes a
@@ -327,36 +273,20 @@ func TestOnceUndo(t *testing.T) {
 	undoKeys := []string{keys[0], keys[1], keys[2], "p:{u}:once:ch"}
 	begin := func(owner, call string) int64 {
 		v, err := scripts.OnceBegin.Exec(ctx, rc, keys, []string{owner, "10000", call}).AsIntSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v[0]
 	}
 	undo := func(call string) int64 {
 		n, err := scripts.OnceUndo.Exec(ctx, rc, undoKeys, []string{call, "10000"}).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n
 	}
-	if c := begin("O", "c1"); c != 1 {
-		t.Fatalf("begin c1 = %d", c)
-	}
-	if n := undo("c2"); n != 0 {
-		t.Fatal("the undo of another call ended c1's run")
-	}
-	if c := begin("O", "c3"); c != 0 {
-		t.Fatalf("begin while c1 runs = %d, want 0", c)
-	}
-	if n := undo("c1"); n != 1 {
-		t.Fatal("the undo of c1 did not end its run")
-	}
-	if c := begin("O", "c1"); c != 0 {
-		t.Fatalf("a late begin of the undone c1 = %d, want a no-op", c)
-	}
-	if c := begin("P", "c4"); c != 1 {
-		t.Fatalf("begin after the undo = %d, want the run", c)
-	}
+	require.Equal(t, int64(1), begin("O", "c1"), "begin c1")
+	require.Equal(t, int64(0), undo("c2"), "the undo of another call ended c1's run")
+	require.Equal(t, int64(0), begin("O", "c3"), "begin while c1 runs")
+	require.Equal(t, int64(1), undo("c1"), "the undo of c1 did not end its run")
+	require.Equal(t, int64(0), begin("O", "c1"), "a late begin of the undone c1")
+	require.Equal(t, int64(1), begin("P", "c4"), "begin after the undo")
 }
 
 // TestWaitGroupScript: counting, zero deletes the keys, negative refused,
@@ -375,52 +305,47 @@ func TestWaitGroupScript(t *testing.T) {
 		if rueidis.IsRedisNil(err) {
 			return ""
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
-	if r := add(2); r[0] != 1 || r[1] != 2 {
-		t.Fatalf("add 2 = %v", r)
-	}
+	r := add(2)
+	require.Equal(t, int64(1), r[0], "add 2 = %v", r)
+	require.Equal(t, int64(2), r[1], "add 2 = %v", r)
 	g1 := gen()
-	if g1 == "" {
-		t.Fatal("no generation while the counter is above zero")
-	}
-	if r := add(-3); r[0] != 0 || r[1] != 2 {
-		t.Fatalf("add -3 = %v, want refused at 2", r)
-	}
-	if r := add(-1); r[0] != 1 || r[1] != 1 {
-		t.Fatalf("add -1 = %v", r)
-	}
-	if r := add(-1); r[0] != 1 || r[1] != 0 {
-		t.Fatalf("add -1 = %v", r)
-	}
-	if n, _ := rc.Do(ctx, rc.B().Exists().Key(keys[0]).Key(keys[2]).Build()).AsInt64(); n != 0 {
-		t.Fatal("counter or generation key left at zero")
-	}
-	if r := add(-1); r[0] != 0 || r[1] != 0 {
-		t.Fatalf("add -1 at zero = %v", r)
-	}
+	require.NotEqual(t, "", g1, "no generation while the counter is above zero")
+	r = add(-3)
+	require.Equal(t, int64(0), r[0], "add -3 = %v, want refused at 2", r)
+	require.Equal(t, int64(2), r[1], "add -3 = %v, want refused at 2", r)
+	r = add(-1)
+	require.Equal(t, int64(1), r[0], "add -1 = %v", r)
+	require.Equal(t, int64(1), r[1], "add -1 = %v", r)
+	r = add(-1)
+	require.Equal(t, int64(1), r[0], "add -1 = %v", r)
+	require.Equal(t, int64(0), r[1], "add -1 = %v", r)
+	n, _ := rc.Do(ctx, rc.B().Exists().Key(keys[0]).Key(keys[2]).Build()).AsInt64()
+	require.Equal(t, int64(0), n, "counter or generation key left at zero")
+	r = add(-1)
+	require.Equal(t, int64(0), r[0], "add -1 at zero = %v", r)
+	require.Equal(t, int64(0), r[1], "add -1 at zero = %v", r)
 	// Leaving zero again starts a new generation.
-	if r := add(1); r[0] != 1 || r[1] != 1 {
-		t.Fatalf("add 1 = %v", r)
-	}
-	if g2 := gen(); g2 == "" || g2 == g1 {
-		t.Fatalf("generation after a zero crossing = %q, first was %q", g2, g1)
-	}
+	r = add(1)
+	require.Equal(t, int64(1), r[0], "add 1 = %v", r)
+	require.Equal(t, int64(1), r[1], "add 1 = %v", r)
+	g2 := gen()
+	require.NotEqual(t, "", g2, "generation after a zero crossing")
+	require.NotEqual(t, g1, g2, "generation after a zero crossing")
 	// Exact past 2^53 (a Lua double would lose the 1), and a clear refusal
 	// past int64, leaving the counter as it was.
-	if r := add64(1 << 53); r[0] != 1 || r[1] != 1<<53+1 {
-		t.Fatalf("add 2^53 = %v, want %d", r, int64(1<<53+1))
-	}
-	if r := add(1); r[0] != 1 || r[1] != 1<<53+2 {
-		t.Fatalf("add 1 = %v, want %d", r, int64(1<<53+2))
-	}
-	if r := add64(math.MaxInt64); r[0] != -1 || r[1] != 1<<53+2 {
-		t.Fatalf("add MaxInt64 = %v, want refused at %d", r, int64(1<<53+2))
-	}
-	if r := add64(-(1<<53 + 2)); r[0] != 1 || r[1] != 0 {
-		t.Fatalf("add -(2^53+2) = %v, want 0", r)
-	}
+	r = add64(1 << 53)
+	require.Equal(t, int64(1), r[0], "add 2^53 = %v, want %d", r, int64(1<<53+1))
+	require.Equal(t, int64(1<<53+1), r[1], "add 2^53 = %v, want %d", r, int64(1<<53+1))
+	r = add(1)
+	require.Equal(t, int64(1), r[0], "add 1 = %v, want %d", r, int64(1<<53+2))
+	require.Equal(t, int64(1<<53+2), r[1], "add 1 = %v, want %d", r, int64(1<<53+2))
+	r = add64(math.MaxInt64)
+	require.Equal(t, int64(-1), r[0], "add MaxInt64 = %v, want refused at %d", r, int64(1<<53+2))
+	require.Equal(t, int64(1<<53+2), r[1], "add MaxInt64 = %v, want refused at %d", r, int64(1<<53+2))
+	r = add64(-(1<<53 + 2))
+	require.Equal(t, int64(1), r[0], "add -(2^53+2) = %v, want 0", r)
+	require.Equal(t, int64(0), r[1], "add -(2^53+2) = %v, want 0", r)
 }

@@ -4,6 +4,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var redisCall = regexp.MustCompile(`redis\.call\(\s*['"]([A-Za-z]+)['"]\s*(?:,\s*['"]([A-Za-z]+)['"])?`)
@@ -29,27 +32,24 @@ func TestShardedVariants(t *testing.T) {
 			}
 		}
 		if !usesPubSub {
-			if _, ok := sharded[l]; ok {
-				t.Errorf("a script without pub/sub calls has a sharded variant")
-			}
+			_, ok := sharded[l]
+			assert.False(t, ok, "a script without pub/sub calls has a sharded variant")
 			continue
 		}
 		classic++
 		s, ok := sharded[l]
-		if !ok {
-			t.Errorf("script with pub/sub calls has no sharded variant:\n%s", firstLine(src))
+		if !assert.True(t, ok, "script with pub/sub calls has no sharded variant:\n%s", firstLine(src)) {
 			continue
 		}
 		for _, m := range redisCall.FindAllStringSubmatch(sources[s], -1) {
 			cmd, sub := strings.ToLower(m[1]), strings.ToLower(m[2])
-			if cmd == "publish" || (cmd == "pubsub" && sub != "shardnumsub") {
-				t.Errorf("sharded variant still calls %s %s:\n%s", cmd, sub, firstLine(src))
+			assert.NotEqual(t, "publish", cmd, "sharded variant still calls %s %s:\n%s", cmd, sub, firstLine(src))
+			if cmd == "pubsub" {
+				assert.Equal(t, "shardnumsub", sub, "sharded variant still calls %s %s:\n%s", cmd, sub, firstLine(src))
 			}
 		}
 	}
-	if classic < 10 {
-		t.Fatalf("found %d publishing scripts; the pattern no longer matches them", classic)
-	}
+	require.GreaterOrEqual(t, classic, 10, "found publishing scripts; the pattern no longer matches them")
 }
 
 func firstLine(s string) string {

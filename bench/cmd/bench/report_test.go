@@ -1,8 +1,9 @@
 package main
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // The targets table must mark from the figures, both ways, and never claim
@@ -27,14 +28,13 @@ func TestTargetsMarkedFromFigures(t *testing.T) {
 		"contended fairness":            true,
 		"stalls (dsync, all scenarios)": false,
 	} {
-		if tg, ok := got[name]; !ok || tg.Met != want || !tg.Measures {
-			t.Errorf("%s: %+v, want met=%v", name, tg, want)
-		}
+		tg, ok := got[name]
+		assert.True(t, ok, "%s: %+v", name, tg)
+		assert.Equal(t, want, tg.Met, "%s: %+v", name, tg)
+		assert.True(t, tg.Measures, "%s: %+v", name, tg)
 	}
-	if tg := got["scale renewal CPU (100k locks)"]; tg.Met || tg.Measures {
-		t.Errorf("unmeasured target marked: %+v", tg)
-	}
-	if !strings.Contains(md, "| serial allocs/op | <= 10 | 11.0 | not met |") {
-		t.Errorf("markdown lacks the not-met row:\n%s", md)
-	}
+	tg := got["scale renewal CPU (100k locks)"]
+	assert.False(t, tg.Met, "unmeasured target marked: %+v", tg)
+	assert.False(t, tg.Measures, "unmeasured target marked: %+v", tg)
+	assert.Contains(t, md, "| serial allocs/op | <= 10 | 11.0 | not met |", "markdown lacks the not-met row")
 }

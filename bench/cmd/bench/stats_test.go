@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestJain(t *testing.T) {
@@ -16,9 +19,8 @@ func TestJain(t *testing.T) {
 		{[]int64{2, 1}, 0.9},
 		{[]int64{0, 0}, 0},
 	} {
-		if got := jain(tc.counts); math.Abs(got-tc.want) > 1e-9 {
-			t.Errorf("jain(%v) = %v, want %v", tc.counts, got, tc.want)
-		}
+		got := jain(tc.counts)
+		assert.LessOrEqual(t, math.Abs(got-tc.want), 1e-9, "jain(%v) = %v, want %v", tc.counts, got, tc.want)
 	}
 }
 
@@ -28,25 +30,15 @@ func TestPercentile(t *testing.T) {
 		xs = append(xs, time.Duration(i))
 	}
 	for p, want := range map[float64]time.Duration{50: 50, 99: 99, 100: 100, 0: 1} {
-		if got := percentile(xs, p); got != want {
-			t.Errorf("p%v = %v, want %v", p, got, want)
-		}
+		assert.Equal(t, want, percentile(xs, p), "p%v", p)
 	}
-	if xs[0] != 100 {
-		t.Error("percentile sorted its input in place")
-	}
-	if percentile(nil, 99) != 0 {
-		t.Error("percentile of nothing is not 0")
-	}
+	assert.Equal(t, time.Duration(100), xs[0], "percentile sorted its input in place")
+	assert.Equal(t, time.Duration(0), percentile(nil, 99), "percentile of nothing is not 0")
 }
 
 func TestMedian(t *testing.T) {
-	if got := median([]float64{3, 1, 2}); got != 2 {
-		t.Errorf("median odd = %v", got)
-	}
-	if got := median([]float64{4, 1, 2, 3}); got != 2.5 {
-		t.Errorf("median even = %v", got)
-	}
+	assert.Equal(t, float64(2), median([]float64{3, 1, 2}), "median odd")
+	assert.Equal(t, 2.5, median([]float64{4, 1, 2, 3}), "median even")
 }
 
 // A free stretch is measured from the latest release of all earlier holds,
@@ -55,28 +47,18 @@ func TestGaps(t *testing.T) {
 	s := int64(time.Second)
 	iv := []interval{{0, 10 * s}, {2 * s, 3 * s}, {13 * s, 14 * s}, {14*s + 1, 15 * s}, {15 * s, 16 * s}}
 	longest, stalls := gaps(iv, 2*time.Second)
-	if longest != 3*time.Second || stalls != 1 {
-		t.Errorf("gaps = %v, %d stalls; want 3s, 1", longest, stalls)
-	}
-	if _, stalls := gaps(iv, 3*time.Second); stalls != 0 {
-		t.Errorf("a gap equal to the limit counted as a stall")
-	}
+	assert.Equal(t, 3*time.Second, longest, "gaps: the longest free stretch")
+	assert.Equal(t, 1, stalls, "gaps: stalls")
+	_, stalls = gaps(iv, 3*time.Second)
+	assert.Equal(t, 0, stalls, "a gap equal to the limit counted as a stall")
 }
 
 func TestMergeHolds(t *testing.T) {
 	ms := int64(time.Millisecond)
 	got := mergeHolds([]interval{{5 * ms, 6 * ms}, {0, ms}, {ms + 1, 2 * ms}, {10 * ms, 11 * ms}})
 	want := []interval{{0, 2 * ms}, {5 * ms, 6 * ms}, {10 * ms, 11 * ms}}
-	if len(got) != len(want) {
-		t.Fatalf("merged %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("merged %v, want %v", got, want)
-		}
-	}
+	require.Equal(t, want, got, "merged")
 	// Merging must not hide a free stretch longer than mergeGap.
-	if l, _ := gaps(got, time.Second); l != 4*time.Millisecond {
-		t.Errorf("longest gap after merge = %v, want 4ms", l)
-	}
+	l, _ := gaps(got, time.Second)
+	assert.Equal(t, 4*time.Millisecond, l, "longest gap after merge")
 }

@@ -1,0 +1,74 @@
+package dsync
+
+import (
+	"context"
+	"time"
+)
+
+// A waitProto is one acquisition's conversation with Redis, as a
+// primitive describes it to waitLoop, the one wait loop of every primitive
+// (Mutex, FairMutex, RWMutex, Semaphore, Once): what an attempt sends and
+// how it is undone are the primitive's; when to look again, how to wait
+// and how an error ends the wait are the loop's.
+//
+// Implementations are small struct values pointing at the acquisition's
+// state: waitLoop is instantiated per type, so its calls are direct and
+// the state can stay on the caller's stack.
+type waitProto interface {
+	// attempt sends attempt n. It reports whether the wait is over (the
+	// lock is held, or a Once's result is there) and, if not, how long
+	// the state it found may last at most (< 0: unknown).
+	attempt(ctx context.Context, n int) (over bool, hint time.Duration, err error)
+	// failed is called once with the error that ends the wait when an
+	// attempt failed: if it is not Redis's own, the attempt may have run
+	// with its reply lost (or acquired without the replicas'
+	// acknowledgement), and failed must undo exactly that attempt.
+	failed(err error)
+	// waiting is called after each attempt that found the lock taken,
+	// before the loop waits.
+	waiting()
+	// gaveUp is called when ctx or Close ends a wait between attempts.
+	gaveUp()
+}
+
+// waitLoop runs p until an attempt ends the wait, ctx is done, the Client
+// closes or Redis fails. Between attempts it waits for a message on ch, or
+// at most the last attempt's hint or lease/3, in case the message was
+// lost; just after subscribing it looks again at once, since the release
+// may have come before the subscription. With try it makes one attempt.
+func waitLoop[P waitProto](c *Client, ctx context.Context, ch string, try bool, p P) (attempts int, err error) {
+	w := wakeup{c: c, ch: ch}
+	defer w.close()
+	for n := 1; ; n++ {
+		w.drain()
+		over, hint, err := p.attempt(ctx, n)
+		if err != nil {
+			p.failed(err)
+			return n, c.waitErr(ctx, err)
+		}
+		if over || try {
+			return n, nil
+		}
+		p.waiting()
+		if w.subscribe(ctx) {
+			continue
+		}
+		if err := w.wait(ctx, hint, n); err != nil {
+			p.gaveUp()
+			return n, err
+		}
+	}
+}
+
+// waitErr is the one spelling of an error that ends a wait: the caller's
+// context's, ErrClosed, or Redis's (a timeout of rueidis' own, not ctx's,
+// says so).
+func (c *Client) waitErr(ctx context.Context, err error) error {
+	if e := ctxErr(ctx); e != nil {
+		return e
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return ownErr(err)
+}

@@ -1,0 +1,119 @@
+package dsync
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// A FairMutex is a Mutex that is granted in arrival order across every
+// Client and process using the same key prefix and name.
+//
+// Waiters queue in Redis: a list in arrival order, and for each waiter a
+// place with a lease on the server clock, renewed every lease/3 while it
+// waits (see WithLease). A waiter that dies drops out of the queue within
+// one lease; a waiter whose context ends leaves at once. A release wakes the
+// head of the queue only. Goroutines of one process queue in Redis like any
+// other waiter, so they never overtake earlier arrivals elsewhere.
+//
+// TryLock and TryLockContext fail while others wait, even when the lock is
+// free: taking it would jump the queue.
+//
+// Like Mutex, a FairMutex is reentrant by owner, returns a fencing token
+// per acquisition, and is renewed by the watchdog unless WithLeaseTime is
+// given. Lock, Unlock and TryLock make it a sync.Locker.
+//
+// A FairMutex is safe for concurrent use. Its zero value is not usable;
+// create FairMutexes with Client.NewFairMutex. A FairMutex may be copied
+// only before first use.
+type FairMutex struct {
+	q qlock
+
+	lk lockerHolds // the hold taken by Lock or TryLock
+}
+
+// NewFairMutex returns the fair mutex called name. An invalid name (empty,
+// or longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
+func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
+	key := c.lockKey("fair", name)
+	keys := []string{key, key + ":queue", key + ":places"}
+	wch := key + ":w:" // + owner: each waiter is woken on its own channel
+	lc := newLockConfig(opts)
+	f := &FairMutex{}
+	f.q = qlock{
+		c:      c,
+		info:   Lock{Kind: KindFairMutex, Name: name, N: 1},
+		err:    checkName(name),
+		lc:     lc,
+		slot:   func(string) stateKey { return stateKey{key: key} },
+		ch:     func(owner string) string { return wch + owner },
+		queues: true,
+		step: func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error) {
+			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
+			if check {
+				args = append(args, "check")
+			}
+			return c.execAcquire(ctx, &f.q.lc, scripts.FairAcquire, withMarker(keys, marker), args)
+		},
+		base:      key,
+		undo:      scripts.FairUndo,
+		undoFresh: scripts.FairUndoFresh,
+		leave: func(ctx context.Context, owner string) error {
+			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
+		},
+		release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+			args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), wch}
+			return scripts.FairRelease, rueidis.LuaExec{Keys: keys, Args: args}
+		},
+		retryRelease: true,
+		renew: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+			// The lock value has the mutex's format.
+			args := []string{owner + " " + strconv.FormatUint(token, 10) + " ", leaseMS(c.cfg.lease)}
+			return scripts.MutexRenew, rueidis.LuaExec{Keys: keys[:1], Args: args}
+		},
+	}
+	return f
+}
+
+// Lock acquires f, blocking until it is held, as Mutex.Lock does.
+func (f *FairMutex) Lock() { lockerLock(&f.q, &f.lk) }
+
+// TryLock tries to acquire f without waiting and reports whether it did.
+// It returns false on any error, and while others wait.
+func (f *FairMutex) TryLock() bool { return lockerTryLock(&f.q, &f.lk) }
+
+// Unlock releases the hold taken by Lock or TryLock. It is a run-time error
+// (a panic) if f was not locked by Lock or TryLock.
+func (f *FairMutex) Unlock() {
+	lockerUnlock(&f.q, &f.lk, "unlock")
+}
+
+// LockContext acquires f for the owner ctx carries (a fresh one if none),
+// waiting in the queue until its turn or until ctx is done. It returns the
+// lock context, as Mutex.LockContext does. A wait ended by ctx returns an
+// error for which errors.Is(err, ctx.Err()) holds, and leaves the queue at
+// once, so later waiters lose no time.
+func (f *FairMutex) LockContext(ctx context.Context) (context.Context, error) {
+	lctx, _, err := f.q.lock(ctx, false)
+	return lctx, err
+}
+
+// TryLockContext is LockContext without waiting: when f is held, or others
+// wait for it, it returns false and a nil error.
+func (f *FairMutex) TryLockContext(ctx context.Context) (context.Context, bool, error) {
+	return f.q.lock(ctx, true)
+}
+
+// UnlockContext releases one acquisition by the owner ctx carries, and on
+// the last one wakes the next waiter in the queue. It returns ErrNotHeld if
+// that owner does not hold f.
+func (f *FairMutex) UnlockContext(ctx context.Context) error { return f.q.unlock(ctx) }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

@@ -1,0 +1,86 @@
+package dsync_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A Mutex's waiters queue inside their process, so Inspect counts them per
+// waiting Client, from that Client's attempts, and forgets a Client once
+// its waiters stop waiting.
+func TestInspectMutexWaiters(t *testing.T) {
+	holder := newClient(t, dsync.WithLease(3*time.Second), dsync.WithClientName("holder"))
+	prefix := dsync.WithKeyPrefix(prefixOf(t, holder))
+	b := newClientOn(t, newRueidis(t), prefix, dsync.WithLease(3*time.Second), dsync.WithClientName("procb"))
+	cc := newClientOn(t, newRueidis(t), prefix, dsync.WithLease(3*time.Second), dsync.WithClientName("procc"))
+	name := "waiters {counted}"
+	lctx, err := holder.NewMutex(name).LockContext(ctxT(t))
+	require.NoError(t, err)
+
+	// procb: 3 goroutines that give up when bctx ends; procc: 2 that wait
+	// until they get the lock.
+	bctx, bcancel := context.WithCancel(ctxT(t))
+	defer bcancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.NewMutex(name).LockContext(bctx)
+			errs <- err
+		}()
+	}
+	mc := cc.NewMutex(name)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := mc.LockContext(ctxT(t))
+			if err == nil {
+				err = mc.UnlockContext(l)
+			}
+			errs <- err
+		}()
+	}
+
+	counts := func() map[string]int64 {
+		st, _ := inspectOne(t, holder, name, dsync.KindMutex)
+		out := map[string]int64{}
+		for _, w := range st.Waiters {
+			out[w.Owner[:strings.IndexByte(w.Owner, '/')]] = w.Count
+			assert.Positive(t, w.Place, "waiter %+v: entry lifetime", w)
+			assert.LessOrEqual(t, w.Place, 3*time.Second, "waiter %+v: entry lifetime beyond the lease", w)
+		}
+		return out
+	}
+	// Each Client's leader registers at its first failed attempt and
+	// refreshes the count at each later one (at least every lease/3 = 1 s).
+	waitFor(t, 5*time.Second, "3 waiters of procb and 2 of procc", func() bool {
+		n := counts()
+		return len(n) == 2 && n["procb"] == 3 && n["procc"] == 2
+	})
+
+	bcancel()
+	for range 3 {
+		require.ErrorIs(t, <-errs, context.Canceled, "cancelled waiter")
+	}
+	waitFor(t, 5*time.Second, "procb's entry gone once its waiters gave up", func() bool {
+		n := counts()
+		return len(n) == 1 && n["procc"] == 2
+	})
+
+	require.NoError(t, holder.NewMutex(name).UnlockContext(lctx))
+	wg.Wait()
+	for range 2 {
+		require.NoError(t, <-errs)
+	}
+	assert.Empty(t, counts(), "waiters after every waiter got the lock")
+}

@@ -1,0 +1,109 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// The sync.Locker side of every lock (Mutex, FairMutex, RWMutex and its
+// RLocker, RedLock, MultiLock) is this one adapter over the lock's context
+// methods, with one retry policy and one spelling of each failure:
+//
+//   - Lock makes a fresh owner for each attempt (so the undo of a failed
+//     attempt can never touch a later attempt's hold), retries Redis errors
+//     with backoff, logging each as a warning, and panics on the errors
+//     waiting cannot cure (ErrClosed, ErrInvalidArgument);
+//   - TryLock makes one attempt and reports false on any error;
+//   - Unlock releases the hold Lock or TryLock took, whichever goroutine
+//     calls it; a failed release is logged (the lock then expires with its
+//     lease), and Unlock without such a hold panics.
+
+// lockerOps is what the adapter needs of a lock.
+type lockerOps interface {
+	// lockFor acquires with the owner ctx carries, or a fresh one; with
+	// try it does not wait.
+	lockFor(ctx context.Context, try bool) (lctx context.Context, ok bool, err error)
+	// unlockFor releases one acquisition by the owner ctx carries.
+	unlockFor(ctx context.Context) error
+	// lockerEnv returns what the adapter reports and waits with: the
+	// lock's description for logs and panics, the logger, and the Client
+	// whose Close ends a retry (nil for locks over several Clients).
+	lockerEnv() (what, name string, log *slog.Logger, c *Client)
+}
+
+// lockerHolds are the owners of the holds taken through the adapter, for
+// Unlock: a stack, so that read locks taken by several RLocks are released
+// one RUnlock at a time.
+type lockerHolds struct {
+	mu     sync.Mutex
+	owners []string
+}
+
+func (hs *lockerHolds) push(owner string) {
+	hs.mu.Lock()
+	hs.owners = append(hs.owners, owner)
+	hs.mu.Unlock()
+}
+
+func (hs *lockerHolds) pop() (string, bool) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	n := len(hs.owners)
+	if n == 0 {
+		return "", false
+	}
+	owner := hs.owners[n-1]
+	hs.owners[n-1] = ""
+	hs.owners = hs.owners[:n-1]
+	return owner, true
+}
+
+// lockerLock is sync.Locker's Lock over o.
+func lockerLock(o lockerOps, hs *lockerHolds) {
+	ctx := context.Background()
+	for n := 1; ; n++ {
+		lctx, _, err := o.lockFor(ctx, false)
+		if err == nil {
+			owner, _ := OwnerOf(lctx)
+			hs.push(owner)
+			return
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+			panic(err)
+		}
+		what, name, log, c := o.lockerEnv()
+		log.Warn("dsync: Lock retrying", "kind", what, "name", shortName(name), "err", err)
+		if c == nil {
+			time.Sleep(backoff(n))
+		} else if c.sleepCtx(ctx, backoff(n)) != nil {
+			panic(ErrClosed)
+		}
+	}
+}
+
+// lockerTryLock is sync.Locker's TryLock over o.
+func lockerTryLock(o lockerOps, hs *lockerHolds) bool {
+	lctx, ok, err := o.lockFor(context.Background(), true)
+	if err != nil || !ok {
+		return false
+	}
+	owner, _ := OwnerOf(lctx)
+	hs.push(owner)
+	return true
+}
+
+// lockerUnlock is sync.Locker's Unlock over o; op names the call in the
+// panic ("unlock", "RUnlock").
+func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
+	owner, ok := hs.pop()
+	what, name, log, _ := o.lockerEnv()
+	if !ok {
+		panic("dsync: " + op + " of unlocked " + what)
+	}
+	if err := o.unlockFor(withOwnerVal(context.Background(), ownerVal{id: owner})); err != nil {
+		log.Warn("dsync: Unlock failed", "kind", what, "name", shortName(name), "err", err)
+	}
+}

@@ -1,0 +1,78 @@
+package dsync_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Every lock's sync.Locker side is one adapter: the same behaviour for
+// each. Two lockers of the same lock (two Clients, as two processes would)
+// exclude each other, TryLock fails while it is held, Unlock may come from
+// another goroutine, and an Unlock with nothing locked panics with one
+// message.
+func TestSyncLockerContract(t *testing.T) {
+	c1 := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c1)))
+	type tryLocker interface {
+		sync.Locker
+		TryLock() bool
+	}
+	for _, tc := range []struct {
+		what string
+		mk   func(c *dsync.Client) sync.Locker
+	}{
+		{"Mutex", func(c *dsync.Client) sync.Locker { return c.NewMutex("l") }},
+		{"FairMutex", func(c *dsync.Client) sync.Locker { return c.NewFairMutex("l") }},
+		{"RWMutex", func(c *dsync.Client) sync.Locker { return c.NewRWMutex("l") }},
+		{"RedLock", func(c *dsync.Client) sync.Locker { return dsync.NewRedLock("l", []*dsync.Client{c}) }},
+		{"MultiLock", func(c *dsync.Client) sync.Locker {
+			return dsync.NewMultiLock(c.NewMutex("ml-a"), c.NewMutex("ml-b"))
+		}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			a, b := tc.mk(c1), tc.mk(c2)
+			a.Lock()
+			if tb, ok := b.(tryLocker); ok {
+				require.False(t, tb.TryLock(), "TryLock through another Client succeeded while held")
+			}
+			got := make(chan struct{})
+			go func() {
+				b.Lock() // waits for a's Unlock
+				close(got)
+			}()
+			select {
+			case <-got:
+				t.Fatal("Lock through another Client got a held lock")
+			case <-time.After(50 * time.Millisecond):
+			}
+			done := make(chan struct{})
+			go func() { a.Unlock(); close(done) }() // from another goroutine
+			<-done
+			select {
+			case <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiting Lock did not get the lock after Unlock")
+			}
+			b.Unlock()
+			assert.PanicsWithValue(t, fmt.Sprintf("dsync: unlock of unlocked %s", tc.what), b.Unlock, "Unlock of an unlocked %s", tc.what)
+		})
+	}
+	t.Run("RLocker", func(t *testing.T) {
+		rw := c1.NewRWMutex("r")
+		rl := rw.RLocker()
+		rl.Lock()
+		rl.Lock() // readers share
+		require.False(t, rw.TryLock(), "a writer got in while read-locked")
+		rl.Unlock()
+		rl.Unlock()
+		require.True(t, rw.TryLock(), "the write lock is not free after both RUnlocks")
+		rw.Unlock()
+		assert.PanicsWithValue(t, "dsync: RUnlock of unlocked RWMutex", rl.Unlock, "RUnlock with no read lock")
+	})
+}

@@ -1,0 +1,95 @@
+package dsync_test
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The Redis work of one uncontended cycle, counted by the server (INFO
+// commandstats, commands inside scripts included), on a private server:
+// acquire = EVALSHA + MGET (lock and undo mark) + TIME + SET, release =
+// EVALSHA + GET + SET (the free marker); no PUBLISH, since no waiter
+// marked the lock. A caller-supplied owner adds the attempt marker (SET,
+// then DEL once the reply is in).
+func TestMutexCommandsPerCycle(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClientOn(t, s.Client(t))
+	ctx := ctxT(t)
+	m := c.NewMutex("floor")
+	rc := s.Client(t)
+	calls := regexp.MustCompile(`cmdstat_([\w|]+):calls=(\d+)`)
+	for _, tc := range []struct {
+		name  string
+		cycle func()
+		max   float64
+	}{
+		{"LockContext", func() {
+			l, err := m.LockContext(ctx)
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(l))
+		}, 7},
+		{"Lock", func() { m.Lock(); m.Unlock() }, 7},
+		{"WithOwner", func() {
+			l, err := m.LockContext(dsync.WithOwner(ctx))
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(l))
+		}, 9},
+	} {
+		tc.cycle() // scripts loaded
+		require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+		const n = 500
+		for range n {
+			tc.cycle()
+		}
+		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+		require.NoError(t, err)
+		total := 0
+		for _, mm := range calls.FindAllStringSubmatch(info, -1) {
+			if mm[1] == "info" || mm[1] == "config|resetstat" {
+				continue
+			}
+			v, _ := strconv.Atoi(mm[2])
+			total += v
+		}
+		per := float64(total) / n
+		t.Logf("%s: %.2f Redis commands per cycle", tc.name, per)
+		// Up to 2 commands of slack in all: the background DEL of the
+		// previous phase's last marker may land after the reset.
+		assert.LessOrEqual(t, total, int(tc.max*n)+2, "%s: %.2f Redis commands per cycle, want at most %v:\n%s", tc.name, per, tc.max, info)
+	}
+}
+
+// Allocations of one uncontended cycle, rueidis' included: the fresh
+// owner, the hold, its lock context (owner value, cancelCtx and its cancel
+// func), the per-Client lock state, the script arguments and replies. The
+// bounds are today's counts, so that a change that adds one is seen.
+func TestMutexAllocsPerCycle(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	m := c.NewMutex("allocs")
+	// AllocsPerRun counts the whole process's allocations: whatever else
+	// runs (a test's Client winding down, rueidis' own goroutines) can only
+	// add to them, so the least of 5 measurements is the cycle's.
+	least := func(f func()) float64 {
+		n := testing.AllocsPerRun(500, f)
+		for range 4 {
+			n = min(n, testing.AllocsPerRun(500, f))
+		}
+		return n
+	}
+	lockCtx := least(func() {
+		l, err := m.LockContext(ctx)
+		require.NoError(t, err)
+		require.NoError(t, m.UnlockContext(l))
+	})
+	locker := least(func() { m.Lock(); m.Unlock() })
+	t.Logf("allocations per cycle: LockContext/UnlockContext %.1f, Lock/Unlock %.1f", lockCtx, locker)
+	assert.LessOrEqual(t, lockCtx, float64(16+raceExtraAllocs), "allocations per LockContext/UnlockContext cycle")
+	assert.LessOrEqual(t, locker, float64(17+raceExtraAllocs), "allocations per Lock/Unlock cycle")
+}

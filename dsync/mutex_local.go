@@ -1,0 +1,414 @@
+package dsync
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+)
+
+// The Mutex's in-process side: the goroutines of one Client that want the
+// same Mutex queue here, and the lock passes among them without Redis.
+//
+// The states of one Mutex in one Client (a mutexState), as st.h, st.busy
+// and st.queue say:
+//
+//	free       h == nil, !busy: the next caller leads (busy) and goes to Redis
+//	acquiring  h == nil, busy: a leader is in Redis (acquireRedis); later
+//	           callers queue
+//	held       h != nil: callers queue (the owner's own re-enter h)
+//	passing    the holder releases (passOn) with waiters queued: to the
+//	           first one with the next token of the reserved block (no
+//	           round trip), or through one handoff script that reserves a
+//	           new block, or (yield) back to Redis when other processes
+//	           wait, the queue head then leading after yieldWait
+//	releasing  busy while the release script runs; then free, and the
+//	           next waiter leads
+//
+// A hold that is lost (lease clock, renewal) makes the state free and
+// wakes the next waiter to go to Redis.
+
+// mutexState is what one Client knows of one mutex: its hold, if this
+// Client holds it, and the local goroutines waiting for it. Only one
+// goroutine at a time talks to Redis for it (busy); the others wait here.
+type mutexState struct {
+	refs    int // guarded by Client.mu: calls in progress plus one for a hold
+	mu      sync.Mutex
+	h       *hold
+	queue   []*mutexWaiter
+	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
+	passes  int  // consecutive handoffs inside this Client
+	yielded bool // the lock was just released to other processes' waiters
+	// next..last are the fencing tokens reserved in Redis for handoffs
+	// inside this Client (see Mutex.block); empty when next > last.
+	next, last uint64
+	// first is the block's first token, minted at most at the server
+	// clock (µs), and at is when its reply arrived: a token of the block is
+	// issued only once the clock has reached it, first + µs since at (see
+	// tokenDue), so no token is ever ahead of the server clock.
+	first uint64
+	at    time.Time
+}
+
+// reserved records the block of tokens a Redis acquisition or handoff
+// reserved for hold h.
+func (st *mutexState) reserved(h *hold) {
+	st.next, st.last = h.token+1, h.rToken
+	st.first, st.at = h.token, time.Now()
+}
+
+// tokenDue reports whether the next token of the block may be issued now:
+// not ahead of the server clock. Issuing handoffs faster than one per µs
+// (or on a server whose clock runs slower than ours) sends the handoff to
+// Redis, which mints a token from its clock.
+func (st *mutexState) tokenDue() bool {
+	return st.next <= st.last && st.next <= st.first+uint64(time.Since(st.at)/time.Microsecond)
+}
+
+type mutexWaiter struct {
+	ctx   context.Context
+	owner string
+	// ch receives nil ("acquire through Redis now") or the hold handed over.
+	ch    chan *hold
+	woken bool // a value was sent on ch; guarded by mutexState.mu
+	// lctx, set before the hold is sent on ch, is the waiter's acquisition
+	// when it re-enters a hold its owner took meanwhile (see shareHold).
+	lctx context.Context
+}
+
+// stateKey names one lock's per-process state in the Client's registry
+// (Client.mutexes): the lock's key and, for an RWMutex, its hold slot: one
+// for the write hold ("w"), one per reader owner ("r" and the owner).
+type stateKey struct {
+	key, slot, owner string
+}
+
+func (c *Client) getMutex(key stateKey) *mutexState {
+	c.mu.Lock()
+	st := c.mutexes[key]
+	if st == nil {
+		st = &mutexState{}
+		c.mutexes[key] = st
+		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+	}
+	st.refs++
+	c.mu.Unlock()
+	return st
+}
+
+func (c *Client) putMutex(key stateKey, st *mutexState) {
+	c.mu.Lock()
+	if st.refs--; st.refs == 0 {
+		delete(c.mutexes, key)
+		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+	}
+	c.mu.Unlock()
+}
+
+// wakeNext lets the first local waiter acquire through Redis, if nobody
+// holds or is acquiring. st.mu must be held.
+func (st *mutexState) wakeNext() {
+	if st.h != nil || st.busy || len(st.queue) == 0 {
+		return
+	}
+	w := st.queue[0]
+	st.queue = st.queue[1:]
+	w.woken = true
+	st.busy = true
+	w.ch <- nil
+}
+
+// shareHold lets the queued waiters of h's owner re-enter h, as they would
+// had they arrived just after it was taken: leaving them queued until the
+// owner releases would deadlock a holder that waits for them. Their lock
+// contexts are made here, under st.mu, so a release cannot end h first.
+func (st *mutexState) shareHold(h *hold) {
+	q := st.queue[:0]
+	for _, w := range st.queue {
+		if w.owner != h.owner {
+			q = append(q, w)
+			continue
+		}
+		w.woken = true
+		w.lctx = h.newCtx(w.ctx)
+		w.ch <- h
+	}
+	clear(st.queue[len(q):])
+	st.queue = q
+}
+
+func (st *mutexState) remove(w *mutexWaiter) {
+	for i, x := range st.queue {
+		if x == w {
+			st.queue = append(st.queue[:i], st.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+	c := m.c
+	st := c.getMutex(m.sk())
+	st.mu.Lock()
+	if h := st.h; h != nil && h.owner == owner {
+		lctx := h.newCtx(ctx)
+		st.mu.Unlock()
+		c.putMutex(m.sk(), st)
+		return lctx, h, true, 0, nil
+	}
+	lead := st.h == nil && !st.busy
+	if try && !lead {
+		st.mu.Unlock()
+		c.putMutex(m.sk(), st)
+		return nil, nil, false, 0, nil
+	}
+	var w *mutexWaiter
+	if lead {
+		st.busy = true
+	} else {
+		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
+		st.queue = append(st.queue, w)
+		c.blockedBy(ctx, st.h)
+	}
+	st.mu.Unlock()
+	for {
+		if lead {
+			st.mu.Lock()
+			yielded := st.yielded
+			st.yielded = false
+			st.mu.Unlock()
+			if yielded {
+				// Let the other processes' waiter take it first.
+				if err := c.sleepCtx(ctx, yieldWait); err != nil {
+					st.mu.Lock()
+					st.busy = false
+					st.wakeNext()
+					st.mu.Unlock()
+					c.putMutex(m.sk(), st)
+					return nil, nil, false, attempts, err
+				}
+			}
+			h, again, n, err := m.acquireRedis(ctx, st, owner, try)
+			attempts += n
+			st.mu.Lock()
+			st.busy = false
+			if h == nil {
+				st.wakeNext()
+				st.mu.Unlock()
+				c.putMutex(m.sk(), st)
+				return nil, nil, false, attempts, err
+			}
+			st.h = h
+			st.passes = 0
+			st.reserved(h)
+			lctx := h.newCtx(ctx)
+			st.shareHold(h)
+			st.mu.Unlock()
+			return lctx, h, again, attempts, nil
+		}
+		var done error
+		select {
+		case h := <-w.ch:
+			if h == nil {
+				lead = true
+				continue
+			}
+			if w.lctx != nil {
+				c.putMutex(m.sk(), st) // re-entered: the hold has its reference
+				return w.lctx, h, true, attempts, nil
+			}
+			return h.newCtx(ctx), h, false, attempts, nil
+		case <-ctx.Done():
+			done = ctx.Err()
+		case <-c.done:
+			done = ErrClosed
+		}
+		st.mu.Lock()
+		if !w.woken {
+			st.remove(w)
+			st.mu.Unlock()
+			c.putMutex(m.sk(), st)
+			return nil, nil, false, attempts, done
+		}
+		st.mu.Unlock()
+		h := <-w.ch
+		if w.lctx != nil {
+			// Re-entered as we gave up: the acquisition is made, so report
+			// it rather than undo it (its context ends with ctx).
+			c.putMutex(m.sk(), st)
+			return w.lctx, h, true, attempts, nil
+		}
+		// Woken as we gave up: pass on what we were given.
+		if h != nil {
+			cctx, cancel := cleanupCtx(ctx)
+			st.mu.Lock()
+			if st.h == h {
+				st.h = nil
+				_ = m.passOn(cctx, st, h)
+			} else {
+				st.mu.Unlock()
+			}
+			cancel()
+		} else {
+			st.mu.Lock()
+			st.busy = false
+			st.wakeNext()
+			st.mu.Unlock()
+			c.putMutex(m.sk(), st)
+		}
+		return nil, nil, false, attempts, done
+	}
+}
+
+// yieldWait is how long a Client's next local waiter holds back after the
+// Client yielded a lock to other processes, so that their waiter, woken by
+// the release message, gets it first.
+const yieldWait = 2 * time.Millisecond
+
+// passOn ends hold h (removed from st.h, no acquisitions left): it hands the
+// lock to the next local waiter, or releases it in Redis and lets the next
+// local waiter compete. Called with st.mu held; unlocks it.
+//
+// Every acquisition in Redis reserves m.block fencing tokens (the value
+// records the last), so the next m.block-1 handoffs inside this Client need
+// no round trip: the new holder takes the next token and the same hold in
+// Redis. When the block runs out, a handoff script reserves the next one in
+// one round trip, and first asks Redis whether other processes wait (their
+// waiters are subscribed to the lock's channel); if so it releases the lock
+// to them instead: the yield. Without waiters elsewhere the lock keeps
+// passing locally, up to a hard cap of 8 blocks, in case a waiter could not
+// subscribe.
+func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
+	c := m.c
+	defer c.putMutex(m.sk(), st) // the hold's reference
+	h.beginRelease()
+	bound := c.cfg.handoffs
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
+		// A token from the block reserved in Redis: no round trip. The new
+		// hold is the same hold in Redis, so it takes over its lease clock.
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.woken = true
+		st.passes++
+		nh := m.newHold(w.owner, st.next)
+		st.next++
+		nh.rOwner, nh.rToken = h.rOwner, h.rToken
+		// Hand over before reading h's lease clock: a renewal reply in
+		// between reaches nh, which keeps it for trackUntil.
+		h.handedTo(nh)
+		if nh.trackUntil(h.leaseEnd()) {
+			h.end(errReleased, false)
+			st.h = nh
+			w.ch <- nh
+			st.shareHold(nh) // other waiters of the same owner re-enter
+			st.mu.Unlock()
+			return nil
+		}
+		// Closed meanwhile: the waiter finds out through Redis.
+		st.busy = true
+		w.ch <- nil
+		st.mu.Unlock()
+		h.end(errReleased, false)
+		return ErrClosed
+	}
+	// A handoff through Redis reserves a new block; with blocks each is a
+	// yield check, without them every bound-th.
+	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster && !c.sharded) && !h.isEnded() {
+		// In a cluster without sharded pub/sub, PUBSUB NUMSUB sees only one
+		// node's subscribers, so a check there always yields (the plain
+		// release below).
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.woken = true
+		st.busy = true
+		st.passes++
+		st.mu.Unlock()
+		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
+		h.end(errReleased, false)
+		st.mu.Lock()
+		st.busy = false
+		switch {
+		case nh != nil:
+			st.h = nh
+			st.reserved(nh)
+			w.ch <- nh
+			st.shareHold(nh) // other waiters of the same owner re-enter
+		case yielded:
+			// Back to the head of the queue, to compete after the others.
+			w.woken = false
+			st.queue = append([]*mutexWaiter{w}, st.queue...)
+			st.passes = 0
+			st.yielded = true
+			st.wakeNext()
+		default:
+			// Not handed over: the waiter acquires through Redis.
+			st.busy = true
+			w.ch <- nil
+		}
+		st.mu.Unlock()
+		return err
+	}
+	st.busy = true
+	st.yielded = len(st.queue) > 0 && st.passes > 0
+	st.passes = 0
+	st.mu.Unlock()
+	code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
+	ended := h.end(errReleased, false)
+	st.mu.Lock()
+	st.busy = false
+	st.wakeNext()
+	st.mu.Unlock()
+	if err == nil && (code == 0 || !ended) {
+		err = ErrNotHeld
+	}
+	return wrapErr(KindMutex, m.info.Name, err)
+}
+
+// handoff moves the lock from hold h to owner to in one script and returns
+// the new hold; with check, it yields instead if other processes wait. It
+// returns nil with the reason if it could do neither.
+func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh *hold, yielded bool, err error) {
+	c := m.c
+	lease := m.lease()
+	own := "-1"
+	if check {
+		own = "0"
+		if c.notify.isLive(m.ch()) {
+			own = "1"
+		}
+	}
+	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.c.args.mark, m.blockArg, strconv.FormatUint(h.token, 10)}
+	var vals []int64
+	var sentAt time.Time
+	err = idempotent(ctx, func(ctx context.Context) (err error) {
+		sentAt = time.Now()
+		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
+		return err
+	})
+	if err != nil {
+		return nil, false, wrapErr(KindMutex, m.info.Name, err)
+	}
+	if len(vals) == 1 && vals[0] == 2 {
+		return nil, true, nil
+	}
+	if len(vals) < 2 || vals[0] != 1 {
+		// h was not this owner's alone (lost, or re-entered through another
+		// Client): release our part normally.
+		code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
+		if err == nil && code == 0 {
+			err = ErrNotHeld
+		}
+		return nil, false, wrapErr(KindMutex, m.info.Name, err)
+	}
+	nh = m.newHold(to, uint64(vals[1]))
+	nh.rToken = nh.token + uint64(m.block) - 1
+	if !nh.track(sentAt, lease) {
+		// Closed meanwhile: nobody will renew or release the new hold.
+		_, _ = m.release(ctx, to, nh.rToken, nh.token)
+		return nil, false, ErrClosed
+	}
+	return nh, false, nil
+}

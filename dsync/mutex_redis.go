@@ -1,0 +1,209 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+)
+
+// The Mutex's conversation with Redis: the acquire in the wait loop, the
+// release, and the exact undo of an attempt whose reply was lost.
+
+// release runs the release script (token 0: any hold of owner); used is
+// the last fencing token issued under the hold (0: unknown), which the free
+// marker records. A release of a known hold is retried after a lost reply,
+// which the script makes safe, and completes even if ctx ends (see
+// idempotent).
+func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
+	args := []string{owner, strconv.FormatUint(token, 10), m.c.args.mark, strconv.FormatUint(used, 10)}
+	call := func(ctx context.Context) (err error) {
+		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
+		return err
+	}
+	if token == 0 {
+		// An owner-only release could decrement twice if repeated: one try.
+		if ctx.Err() == nil {
+			return code, call(ctx)
+		}
+		cctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		return code, call(cctx)
+	}
+	return code, idempotent(ctx, call)
+}
+
+// unregister removes this Client's entry from m's waiting count when its
+// wait ends without the lock, unless another local waiter goes on waiting
+// (it registers at its next attempt, overwriting the entry), and with the
+// last entry the value's mark that someone waits.
+func (m *Mutex) unregister(st *mutexState) {
+	st.mu.Lock()
+	others := len(st.queue) > 0
+	st.mu.Unlock()
+	if others {
+		return
+	}
+	c := m.c
+	c.background(func(ctx context.Context) {
+		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident}).Error()
+	})
+}
+
+// undoFresh undoes an acquisition by an owner made for that one call: it
+// marks the attempt undone, then releases what the owner holds. It can be
+// repeated.
+func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
+	keys := withMarker(m.relKeys, mark)
+	args := []string{owner, "0", m.c.args.mark, "0"}
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
+	})
+}
+
+// undo releases the acquisition made by the attempt with marker, if the
+// acquire script applied it, and nothing otherwise. It can be repeated.
+func (m *Mutex) undo(ctx context.Context, owner, marker string) {
+	keys := withMarker(m.relKeys, marker)
+	args := []string{owner, "0", m.c.args.mark}
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
+	})
+}
+
+// acquireRedis runs the acquire script in the wait loop (waitLoop) until
+// the lock is held, ctx is done or Redis fails; the release message comes
+// on m.ch(), and the fallback is the holder's remaining lease.
+//
+// reentered reports that the owner already held the lock through another
+// Client, so only the count in Redis grew.
+//
+// While it waits, each failed attempt registers the goroutines of this
+// Client that wait for m (the caller and st's queue) in the waiting hash,
+// for Inspect; the acquisition or the end of the wait removes the entry.
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
+	c := m.c
+	a := mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
+	a.args = make([]string, 4, 7) // 3 more for a wait (below): one allocation
+	a.args[0], a.args[1], a.args[2], a.args[3] = owner, m.leaseArg, m.blockArg, "set"
+	// An owner the caller supplied may hold the lock through another Client
+	// too; an attempt marker lets a lost reply be undone exactly (undo).
+	a.fresh = freshOwner(ctx)
+	if a.fresh {
+		// An owner made for this call holds nothing else, so its undo
+		// releases whatever it holds; the mark only makes an acquire that
+		// arrives after the undo a no-op. The acquire checks it and never
+		// writes it: a successful acquisition leaves no key.
+		a.marker = m.key + ":x:" + owner
+		a.args[3] = "check"
+	} else {
+		a.marker = m.key + ":a:" + c.attemptID()
+	}
+	a.keys = []string{m.key, a.marker, m.wkey}
+	if !try {
+		a.args = append(a.args, c.ident, "", "0")
+		defer func() {
+			if a.registered && h == nil {
+				m.unregister(st)
+			}
+		}()
+	}
+	attempts, err = waitLoop(c, ctx, m.ch(), try, mutexWait{&a})
+	vals := a.vals
+	if err != nil || vals[0] == 0 {
+		return nil, false, attempts, err
+	}
+	if !a.fresh {
+		c.dropMarker(a.marker)
+	}
+	h = m.newHold(owner, uint64(vals[1]))
+	if vals[0] == 1 {
+		h.rToken = h.token + uint64(m.block) - 1
+	}
+	if !h.track(a.sentAt, m.lease()) {
+		_, _ = m.release(ctx, owner, h.rToken, h.token)
+		return nil, false, attempts, ErrClosed
+	}
+	return h, vals[0] == 2, attempts, nil
+}
+
+// mutexAttempt is the state of one Mutex acquisition in Redis.
+type mutexAttempt struct {
+	m          *Mutex
+	st         *mutexState
+	ctx        context.Context
+	owner      string
+	try, fresh bool
+	marker     string
+	keys, args []string
+	vals       []int64   // the last attempt's reply
+	sentAt     time.Time // when it was sent
+	// The waiting count is registered at the first failed attempt, then
+	// again when this Client's count changed or lease/6 passed (entries
+	// live a lease; attempts come at least every lease/3).
+	registered bool
+	regCount   string
+	regAt      time.Time
+}
+
+// mutexWait is a Mutex acquisition's waitProto.
+type mutexWait struct{ a *mutexAttempt }
+
+func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a, m := w.a, w.a.m
+	c := m.c
+	if !a.try {
+		a.st.mu.Lock()
+		n := strconv.Itoa(1 + len(a.st.queue))
+		a.st.mu.Unlock()
+		a.args[5] = ""
+		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
+			a.args[5] = n
+		}
+		if a.registered {
+			a.args[6] = "1"
+		}
+	}
+	a.sentAt = time.Now()
+	vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args) // WAIT with WithReplicaSync
+	a.vals = vals
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil || vals[0] != 0 {
+		return true, 0, err
+	}
+	if !a.try && a.args[5] != "" {
+		a.registered, a.regCount, a.regAt = true, a.args[5], a.sentAt
+	}
+	return false, time.Duration(vals[1]) * time.Millisecond, nil // the holder's pttl
+}
+
+func (w mutexWait) failed(err error) {
+	a, m := w.a, w.a.m
+	c := m.c
+	owner, marker := a.owner, a.marker
+	switch {
+	case isRedisErr(err):
+	case errors.Is(err, ErrNotReplicated) && len(a.vals) == 2 && a.vals[0] == 1:
+		// Acquired, not synced: undone by its token before the call
+		// returns, as ErrNotReplicated says.
+		_, _ = m.release(a.ctx, owner, uint64(a.vals[1])+uint64(m.block)-1, uint64(a.vals[1]))
+	case a.fresh:
+		// An owner made for this call alone holds nothing else: mark the
+		// attempt undone, then release it. Exact, so it runs in the
+		// background and the call returns by its deadline.
+		c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker) })
+	default:
+		// The script may have run with its reply lost (or was a re-entry
+		// replicas did not acknowledge): undo exactly this attempt,
+		// whatever else the owner holds.
+		c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
+	}
+}
+
+func (w mutexWait) waiting() { w.a.m.c.blocked(w.a.ctx, w.a.m.lockInfo(), w.a.m.key) }
+
+func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis

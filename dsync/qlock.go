@@ -1,0 +1,399 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A qlock is the machinery FairMutex and RWMutex share: a lock taken by one
+// script call per attempt, waited for on a wakeup channel, held through a
+// per-Client hold slot (a mutexState of which only h is used) so that the
+// goroutines of one owner share one hold.
+type qlock struct {
+	c    *Client
+	info Lock
+	err  error // a bad name, returned by every call
+	lc   lockConfig
+
+	slot   func(owner string) stateKey // the Client's hold slot for owner
+	ch     func(owner string) string   // channel this waiter is woken on
+	queues bool                        // waiting puts the owner in a Redis queue
+
+	// step makes one attempt: {1|2, token} held, {0, ms} look again within
+	// ms. With a marker (an extra key) the script records a grant in it, so
+	// that undo can take back exactly that attempt (see undoAttempt); with
+	// check, it only checks the marker (an owner made for the call).
+	step         func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error)
+	base         string       // the lock's key, to name attempt markers
+	undo         *rueidis.Lua // release behind an attempt marker
+	undoFresh    *rueidis.Lua // mark, then release: for an owner made for the call
+	leave        func(ctx context.Context, owner string) error
+	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+	retryRelease bool // the release script makes a retried release a no-op
+	renew        func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+
+	// rwWrite and rwRead name the RWMutex (its key) this qlock is the
+	// write or the read lock of, for downgrades (see rwBase).
+	rwWrite, rwRead string
+}
+
+// rwBase is the context value by which a write lock context of an RWMutex
+// records the context the write lock was taken with. A read lock taken
+// with the write lock context (a downgrade) is based on that context
+// instead, so it is not cancelled when the write lock is released.
+type rwBase struct{ key string }
+
+// lockParent returns the parent of the lock context of an acquisition
+// with ctx by owner.
+func (q *qlock) lockParent(ctx context.Context, owner string) context.Context {
+	if q.rwWrite == "" {
+		return ctx
+	}
+	if base, ok := ctx.Value(rwBase{q.rwWrite}).(context.Context); ok {
+		if o, _ := OwnerOf(base); o == owner {
+			return ctx // a re-entry: the outer acquisition's base stays
+		}
+	}
+	return context.WithValue(ctx, rwBase{q.rwWrite}, ctx)
+}
+
+func (q *qlock) lease() time.Duration {
+	if q.lc.leaseTime > 0 {
+		return q.lc.leaseTime
+	}
+	return q.c.cfg.lease
+}
+
+func (q *qlock) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
+	return q.lock(ctx, try)
+}
+
+func (q *qlock) unlockFor(ctx context.Context) error { return q.unlock(ctx) }
+
+func (q *qlock) lockerEnv() (string, string, *slog.Logger, *Client) {
+	what := "FairMutex"
+	if q.info.Kind == KindRWMutex {
+		what = "RWMutex"
+	}
+	return what, q.info.Name, q.c.cfg.logger, q.c
+}
+
+func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, error) {
+	c := q.c
+	if err := c.checkCall(ctx, q.err); err != nil {
+		return nil, false, err
+	}
+	ctx, owner := ownerFrom(ctx, c.cfg.name)
+	if q.rwRead != "" {
+		if base, ok := ctx.Value(rwBase{q.rwRead}).(context.Context); ok {
+			if o, _ := OwnerOf(base); o == owner {
+				ctx = base // a downgrade: see rwBase
+			}
+		}
+	}
+	ctx, ob := c.observe(ctx, q.info, owner, try)
+	lctx, h, reentered, attempts, err := q.acquire(ctx, owner, try)
+	ob.done(h, reentered, attempts, err)
+	return lctx, h != nil, wrapErr(q.info.Kind, q.info.Name, err)
+}
+
+func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+	c := q.c
+	key := q.slot(owner)
+	st := c.getMutex(key)
+	st.mu.Lock()
+	if h := st.h; h != nil && h.owner == owner {
+		lctx := h.newCtx(q.lockParent(ctx, owner))
+		st.mu.Unlock()
+		c.putMutex(key, st)
+		return lctx, h, true, 0, nil
+	}
+	st.mu.Unlock()
+	vals, sentAt, attempts, err := q.wait(ctx, owner, try)
+	if err != nil || vals == nil {
+		c.putMutex(key, st)
+		return nil, nil, false, attempts, err
+	}
+	tok := uint64(vals[1])
+	st.mu.Lock()
+	if h := st.h; h != nil && h.owner == owner {
+		// A goroutine of the same owner got the hold meanwhile, and the
+		// script counted this acquisition in Redis too: share the hold and
+		// take the extra count back.
+		lctx := h.newCtx(q.lockParent(ctx, owner))
+		st.mu.Unlock()
+		_, _ = q.releaseRedis(ctx, owner, tok)
+		c.putMutex(key, st)
+		return lctx, h, true, attempts, nil
+	}
+	h = q.newHold(owner, tok)
+	if !h.track(sentAt, q.lease()) {
+		st.mu.Unlock()
+		_, _ = q.releaseRedis(ctx, owner, tok)
+		c.putMutex(key, st)
+		return nil, nil, false, attempts, ErrClosed
+	}
+	// A hold of another owner still here was lost in Redis (its lease ran
+	// out before its lease clock here did): its ended will find st.h
+	// replaced, so its reference is given back now.
+	stale := st.h != nil
+	st.h = h
+	lctx = h.newCtx(q.lockParent(ctx, owner))
+	st.mu.Unlock()
+	if stale {
+		c.putMutex(key, st)
+	}
+	return lctx, h, vals[0] == 2, attempts, nil // st's reference is now the hold's
+}
+
+func (q *qlock) newHold(owner string, token uint64) *hold {
+	c := q.c
+	h := c.newHold(&q.info, owner, token)
+	h.key = q.base
+	h.watchdog = q.lc.leaseTime == 0
+	h.ops = q
+	return h
+}
+
+// A qlock is the holdOps of its holds. A FairMutex's value has the mutex's
+// layout, so its holds are renewed in the mutex holds' batches.
+
+func (q *qlock) renewKey(h *hold) (key, prefix string, ok bool) {
+	if q.info.Kind != KindFairMutex {
+		return "", "", false
+	}
+	return q.base, h.mutexPrefix(), true
+}
+
+func (q *qlock) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) { return q.renew(h.owner, h.token) }
+
+func (q *qlock) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	return q.release(h.owner, h.token)
+}
+
+// ended forgets a lost hold in its slot.
+func (q *qlock) ended(h *hold, lost bool) {
+	if !lost {
+		return
+	}
+	c, key := q.c, q.slot(h.owner)
+	st := c.getMutex(key)
+	st.mu.Lock()
+	if st.h == h {
+		st.h = nil
+		st.mu.Unlock()
+		c.putMutex(key, st) // the hold's reference
+	} else {
+		st.mu.Unlock()
+	}
+	c.putMutex(key, st)
+}
+
+// unlock releases one acquisition by the owner ctx carries. The release
+// runs even if ctx is already cancelled, since a lost lock's context is.
+func (q *qlock) unlock(ctx context.Context) error {
+	if ctx == nil {
+		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+	}
+	if q.err != nil {
+		return q.err
+	}
+	c := q.c
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	ctx = releaseCtx(ctx)
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return ErrNotHeld
+	}
+	key := q.slot(owner)
+	st := c.getMutex(key)
+	defer c.putMutex(key, st)
+	st.mu.Lock()
+	h := st.h
+	if h == nil || h.owner != owner {
+		st.mu.Unlock()
+		// Not held through this Client: the owner may hold it through
+		// another Client, so ask Redis.
+		code, err := q.releaseRedis(ctx, owner, 0)
+		if err == nil && code == 0 {
+			err = ErrNotHeld
+		}
+		return wrapErr(q.info.Kind, q.info.Name, err)
+	}
+	if h.pop() > 0 {
+		st.mu.Unlock()
+		q.observeRelease(ctx, h, nil, false)
+		return nil
+	}
+	st.h = nil
+	st.mu.Unlock()
+	h.beginRelease()
+	code, err := q.releaseRedis(ctx, owner, h.token)
+	ended := h.end(errReleased, false)
+	c.putMutex(key, st) // the hold's reference
+	if err == nil && (code == 0 || !ended) {
+		err = ErrNotHeld
+	}
+	err = wrapErr(q.info.Kind, q.info.Name, err)
+	q.observeRelease(ctx, h, err, true)
+	return err
+}
+
+func (q *qlock) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
+	if f := q.c.cfg.observer.Released; f != nil {
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+	}
+}
+
+// releaseRedis runs the release script (token 0: any hold of owner) under a
+// context that ignores ctx's cancellation, retrying a lost reply where the
+// script makes that safe.
+func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (int64, error) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	s, e := q.release(owner, token)
+	var code int64
+	var err error
+	for try := 1; try <= 3; try++ {
+		code, err = q.c.lua(s).Exec(cctx, q.c.rc, e.Keys, e.Args).AsInt64()
+		if err == nil || isRedisErr(err) || cctx.Err() != nil || token == 0 || !q.retryRelease {
+			break
+		}
+	}
+	return code, err
+}
+
+// wait calls step in the wait loop (waitLoop) until the lock is held
+// (vals non-nil), ctx is done or Redis fails; the waiter is woken on its
+// channel, and the fallback is the script's hint: a queued waiter's
+// attempts also renew its place, which lasts one lease. A wait that ends
+// without the lock leaves the queue at once.
+func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64, sentAt time.Time, attempts int, err error) {
+	c := q.c
+	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
+	defer func() {
+		if vals == nil && a.queued && q.leave != nil {
+			// At once, so later waiters lose no time, within a budget so
+			// that the call returns by its context's end even when Redis is
+			// slow or cut off (then again in the background; the place
+			// lapses within a lease anyway).
+			c.cleanupNow(func(ctx context.Context) error { return q.leave(ctx, owner) }, func(err error) {
+				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
+			})
+		}
+	}()
+	// An owner the caller supplied may hold the lock through another Client
+	// too: an attempt marker lets a lost reply be undone exactly.
+	// An owner made for this call holds nothing else: its undo marks the
+	// attempt undone, so an acquire arriving later does nothing, and
+	// releases what the owner holds; the acquire only checks the mark.
+	a.fresh = freshOwner(ctx)
+	a.marker = q.base + ":x:" + owner
+	if !a.fresh {
+		a.marker = q.base + ":a:" + c.attemptID()
+	}
+	attempts, err = waitLoop(c, ctx, q.ch(owner), try, qWait{&a})
+	if err != nil || a.vals[0] == 0 {
+		return nil, a.sentAt, attempts, err
+	}
+	if !a.fresh {
+		c.dropMarker(a.marker)
+	}
+	return a.vals, a.sentAt, attempts, nil
+}
+
+// qAttempt is the state of one FairMutex or RWMutex acquisition in Redis.
+type qAttempt struct {
+	q          *qlock
+	ctx        context.Context
+	owner      string
+	try, fresh bool
+	marker     string
+	vals       []int64   // the last attempt's reply
+	sentAt     time.Time // when it was sent
+	queued     bool      // an attempt may have queued the owner
+}
+
+// qWait is a qlock acquisition's waitProto.
+type qWait struct{ a *qAttempt }
+
+func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a := w.a
+	a.sentAt = time.Now()
+	v, err := a.q.step(ctx, a.owner, a.try, a.marker, a.fresh)
+	a.vals = v
+	if err == nil && len(v) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil || v[0] != 0 {
+		return true, 0, err
+	}
+	return false, time.Duration(v[1]) * time.Millisecond, nil
+}
+
+func (w qWait) failed(err error) {
+	a, q := w.a, w.a.q
+	if isRedisErr(err) {
+		return
+	}
+	// The script may have run with its reply lost, or acquired without
+	// the replicas' acknowledgement: undo it.
+	a.queued = a.queued || (q.queues && !a.try)
+	notSynced := errors.Is(err, ErrNotReplicated)
+	undo := q.undo
+	if a.fresh {
+		undo = q.undoFresh
+	}
+	owner, marker, v := a.owner, a.marker, a.vals
+	switch {
+	case notSynced && len(v) == 2 && v[0] == 1:
+		_, _ = q.releaseRedis(a.ctx, owner, uint64(v[1]))
+	case notSynced:
+		q.undoAttempt(a.ctx, undo, owner, marker)
+	default:
+		// Exact, so it can run in the background: the call returns by its
+		// deadline even if the caller acquires again at once. Once the
+		// attempt is marked undone no late acquire can queue the owner, so
+		// leaving the queue again after it is final.
+		queues := q.queues && !a.try && q.leave != nil
+		q.c.background(func(bctx context.Context) {
+			q.undoAttempt(bctx, undo, owner, marker)
+			if queues {
+				_ = q.leave(bctx, owner)
+			}
+		})
+	}
+}
+
+func (w qWait) waiting() {
+	a := w.a
+	a.queued = a.q.queues
+	a.q.c.blocked(a.ctx, a.q.info, a.q.base)
+}
+
+func (qWait) gaveUp() {} // leaving the queue is wait's
+
+// undoAttempt releases what the attempt with marker acquired, if its script
+// ran, and nothing otherwise, with undo (q.undo or q.undoFresh). It can be
+// repeated.
+func (q *qlock) undoAttempt(ctx context.Context, undo *rueidis.Lua, owner, marker string) {
+	_, e := q.release(owner, 0)
+	keys := withMarker(e.Keys, marker)
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return q.c.lua(undo).Exec(ctx, q.c.rc, keys, e.Args).Error()
+	})
+}
+
+// withMarker returns keys with an attempt marker appended, if there is one.
+func withMarker(keys []string, marker string) []string {
+	if marker == "" {
+		return keys
+	}
+	return append(keys[:len(keys):len(keys)], marker)
+}

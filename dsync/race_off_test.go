@@ -1,0 +1,5 @@
+//go:build !race
+
+package dsync_test
+
+const raceExtraAllocs = 0
