@@ -349,12 +349,22 @@ func (e *capEnv) held(n int, lease time.Duration, rounds int) (sample, error) {
 	return s, nil
 }
 
-// roundClient tells when each renewal round (one pipeline of EVALSHA) has
-// come back, and counts the client's round trips.
+// roundClient tells when each renewal round has come back, and counts the
+// client's round trips. A round is one or more pipelines of EVALSHA sent
+// one after another (dsync may split a round into chunks); it has ended
+// when gap passes with no further renewal pipeline. rounds receives each
+// round's duration, first pipeline sent to last one back, gap after it.
 type roundClient struct {
 	rueidis.Client
 	rounds chan time.Duration
+	gap    time.Duration
 	rt     atomic.Int64
+
+	mu       sync.Mutex
+	inflight int
+	start    time.Time // of the round under way
+	last     time.Time // its last pipeline back
+	timer    *time.Timer
 }
 
 func (c *roundClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
@@ -366,15 +376,40 @@ func (c *roundClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []
 	c.rt.Add(1)
 	// Read before sending: rueidis recycles a command once it is done.
 	round := len(cmds) > 0 && len(cmds[0].Commands()) > 0 && cmds[0].Commands()[0] == "EVALSHA"
-	t := time.Now()
-	res := c.Client.DoMulti(ctx, cmds...)
-	if round {
-		select {
-		case c.rounds <- time.Since(t):
-		default:
-		}
+	if !round {
+		return c.Client.DoMulti(ctx, cmds...)
 	}
+	c.mu.Lock()
+	if c.start.IsZero() {
+		c.start = time.Now()
+	}
+	c.inflight++
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+	res := c.Client.DoMulti(ctx, cmds...)
+	c.mu.Lock()
+	c.inflight--
+	c.last = time.Now()
+	c.timer = time.AfterFunc(c.gap, c.roundEnded)
+	c.mu.Unlock()
 	return res
+}
+
+func (c *roundClient) roundEnded() {
+	c.mu.Lock()
+	if c.inflight > 0 || c.start.IsZero() || time.Since(c.last) < c.gap {
+		c.mu.Unlock() // the round goes on
+		return
+	}
+	d := c.last.Sub(c.start)
+	c.start = time.Time{}
+	c.mu.Unlock()
+	select {
+	case c.rounds <- d:
+	default:
+	}
 }
 
 func capRueidis(addrs, name string) (rueidis.Client, error) {
@@ -417,7 +452,7 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 		return err
 	}
 	defer base.Close()
-	rc := &roundClient{Client: base, rounds: make(chan time.Duration, 1)}
+	rc := &roundClient{Client: base, rounds: make(chan time.Duration, 1), gap: lease / 15}
 	var renewFailed atomic.Int64
 	var lostN atomic.Int64
 	var firstRenewErr atomic.Value
@@ -490,8 +525,9 @@ func childHeld(addrs string, n int, lease time.Duration, rounds int, profDir str
 	if err := childMark(in, "held"); err != nil {
 		return err
 	}
-	// The window runs from the return of one round's pipeline to the
-	// return of the rounds-th after it: exactly rounds rounds of work.
+	// The window runs from the end of one round to the end of the
+	// rounds-th after it (each seen gap after its last pipeline came
+	// back): exactly rounds rounds of work.
 	next := func() (time.Duration, error) {
 		select {
 		case d := <-rc.rounds:
@@ -1338,7 +1374,7 @@ func (r *capReport) markdown() string {
 		{"client CPU % core", "client_cpu_pct", "%.3f"}, {"idle client %", "client_idle_pct", "%.3f"}, {"client ns/lock/s", "client_ns_lock_s", "%.1f"},
 		{"Redis main %", "redis_main_pct", "%.3f"}, {"idle Redis %", "redis_idle_pct", "%.3f"}, {"Redis ns/lock/s", "redis_ns_lock_s", "%.1f"},
 		{"busiest master % (main)", "redis_main_max_master_pct", "%.3f"},
-		{"round trips/round", "client_rt_round", "%.1f"}, {"EVALSHA/round", "evalsha_round", "%.0f"},
+		{"pipelines/round", "client_rt_round", "%.1f"}, {"EVALSHA/round", "evalsha_round", "%.0f"},
 		{"longest round ms", "max_round_ms", "%.0f"},
 		{"heap B/lock (Mutex+hold)", "heap_held_b", "%.0f"}, {"Mutex B", "heap_mutex_b", "%.0f"}, {"hold B", "heap_hold_b", "%.0f"},
 		{"heap after release B/lock", "heap_after_release_b", "%.1f"}, {"heap end vs base KB", "heap_end_vs_base_kb", "%.0f"}, {"1 s later KB", "heap_end_1s_kb", "%.0f"},
