@@ -37,3 +37,11 @@ quickstart:
 # BENCHFLAGS=-quick for ~1 min, -spin to keep CPUs awake). See bench/README.md.
 bench: redis
 	cd bench && GOWORK=off go run ./cmd/bench $(BENCHFLAGS)
+
+# make scale: what held locks, waiters and processes cost, on a private
+# redis-server and a 3-master test cluster (minutes, not CI; writes
+# bench/results/scale.{json,md}). SCALEFLAGS=-cap-cluster=false for one
+# server only. See docs/capacity.md.
+.PHONY: scale
+scale: redis
+	cd bench && GOWORK=off go run ./cmd/bench -capacity $(SCALEFLAGS)

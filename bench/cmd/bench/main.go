@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,11 +58,53 @@ func main() {
 		g         = flag.Int("g", 8, "internal: goroutines of an xproc child")
 		n         = flag.Int("n", 100000, "internal: locks of a scale child")
 		hold      = flag.Duration("hold", 10*time.Second, "internal: holding window of a scale child")
+		lease     = flag.Duration("lease", 0, "internal: lease of a capacity held child")
+		rounds    = flag.Int("rounds", 2, "internal: renewal rounds of a capacity held child")
+
+		capacity  = flag.Bool("capacity", false, "run the capacity scenarios (make scale) instead: held locks, waiters, processes; writes scale.json and scale.md")
+		capHeld   = flag.String("cap-held", "10000,100000,1000000", "capacity: numbers of locks held by one process")
+		capShort  = flag.Int("cap-short", 100000, "capacity: held runs up to this many locks are repeated at a 3 s lease")
+		capWait   = flag.Int("cap-waiters", 10000, "capacity: waiters (on as many locks, and on one)")
+		capProcs  = flag.Int("cap-procs", 50, "capacity: processes contending on -cap-locks locks")
+		capG      = flag.Int("cap-g", 2, "capacity: goroutines per process")
+		capLocks  = flag.Int("cap-locks", 1000, "capacity: locks the processes contend on")
+		capWindow = flag.Duration("cap-window", 5*time.Second, "capacity: window of the processes run")
+		capClust  = flag.Bool("cap-cluster", true, "capacity: also run on a 3-master test cluster (needs redis-cli)")
+		capClN    = flag.Int("cap-cluster-held", 100000, "capacity: locks held on the cluster")
+		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory")
 	)
 	flag.Parse()
 	if *childRole != "" {
-		if err := runChild(*childRole, *addr, *libName, *key, *g, *n, *hold); err != nil {
+		var err error
+		switch *childRole {
+		case "held":
+			err = childHeld(*addr, *n, *lease, *rounds, *out)
+		case "waiters":
+			err = childWaiters(*addr, *n, *key)
+		case "proc":
+			err = childProc(*addr, *key, *g, *n)
+		default:
+			err = runChild(*childRole, *addr, *libName, *key, *g, *n, *hold)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", *childRole, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *capacity {
+		cs := capSettings{HeldShort: *capShort, Rounds: 2, ShortRound: 5, Waiters: *capWait, Procs: *capProcs, ProcG: *capG,
+			ProcLocks: *capLocks, ProcWindow: *capWindow, Cluster: *capClust, ClusterN: *capClN, Profile: *capProf}
+		for _, f := range split(*capHeld) {
+			v, err := strconv.Atoi(f)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -cap-held:", err)
+				os.Exit(2)
+			}
+			cs.Held = append(cs.Held, v)
+		}
+		if err := runCapacity(cs, *out, *redisBin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
