@@ -23,7 +23,15 @@ vet: $(STATICCHECK)
 
 test: redis vet
 	go test -race -count=1 -timeout 15m $(MODULES)
-	cd faults && GOWORK=off go test -race -count=1 -timeout 10m ./...
+	cd faults && GOWORK=off go test -race -count=1 -timeout 15m ./...
+
+# chaos: scenario 1 of the fault suite at full size (4 processes x 16
+# goroutines x 60 s per primitive, ~12 min), which writes docs/reliability.md.
+# CHAOSFLAGS adds flags, e.g. -chaos.stopmax 2.5s for SIGSTOPs past the lease.
+.PHONY: chaos
+chaos: redis
+	cd faults && GOWORK=off go test -race -count=1 -timeout 60m -run 'TestFaultChaos' -v . \
+		-chaos.procs 4 -chaos.g 16 -chaos.dur 60s -reliability ../docs/reliability.md $(CHAOSFLAGS)
 
 # soak: the fault-injection suite with its long random-fault soak.
 .PHONY: soak
