@@ -47,13 +47,14 @@ type cev struct {
 
 // chaosTally is what one child counted.
 type chaosTally struct {
-	Acq       int64 `json:"acq"`       // acquisitions (runs, for a Once)
-	Cancelled int64 `json:"cancelled"` // waits ended by their context
-	Errs      int64 `json:"errs"`      // other errors
-	Lost      int64 `json:"lost"`      // holds that ended lost
-	Late      int64 `json:"late"`      // waits that returned > 100 ms after their context ended
-	MaxLate   int64 `json:"maxLate"`   // ns
-	Stray     int64 `json:"stray"`     // unexpected errors, text in stderr
+	Acq       int64  `json:"acq"`             // acquisitions (runs, for a Once)
+	Cancelled int64  `json:"cancelled"`       // waits ended by their context
+	Errs      int64  `json:"errs"`            // other errors
+	Lost      int64  `json:"lost"`            // holds that ended lost
+	Late      int64  `json:"late"`            // waits that returned > 100 ms after their context ended
+	MaxLate   int64  `json:"maxLate"`         // ns
+	Stray     int64  `json:"stray"`           // unexpected errors, text in stderr
+	Worst     string `json:"worst,omitempty"` // the latest return's error
 }
 
 const chaosSemSize = 3
@@ -71,9 +72,17 @@ type chaosWorker struct {
 	tl    *chaosTally
 	mu    *sync.Mutex // guards tl
 	seq   *atomic.Int64
+	rec   func(cev) // where events go; nil: printed for the parent
 }
 
-func (w *chaosWorker) emit(e cev) { e.Who = w.who; say("ev", e) }
+func (w *chaosWorker) emit(e cev) {
+	e.Who = w.who
+	if w.rec != nil {
+		w.rec(e)
+		return
+	}
+	say("ev", e)
+}
 
 func (w *chaosWorker) count(f func(t *chaosTally)) {
 	w.mu.Lock()
@@ -112,13 +121,18 @@ func (w *chaosWorker) failed(err error, ret int64, ended func() int64) {
 			if ended() != 0 && late > int64(100*time.Millisecond) {
 				t.Late++
 			}
-			if ended() != 0 {
-				t.MaxLate = max(t.MaxLate, late)
+			if ended() != 0 && late > t.MaxLate {
+				t.MaxLate = late
+				t.Worst = err.Error()
 			}
 		})
 		return
 	}
 	w.count(func(t *chaosTally) { t.Errs++ })
+	if w.rec != nil {
+		time.Sleep(10 * time.Millisecond) // back off a Redis error
+		return
+	}
 	fmt.Fprintf(os.Stderr, "chaos worker %d: %v (%T; %v after its context ended)\n", w.who, err, errors.Unwrap(err), time.Duration(ret-ended()))
 	time.Sleep(10 * time.Millisecond) // back off a Redis error
 }
@@ -243,7 +257,9 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		}
 		if uerr != nil && !lost {
 			w.count(func(t *chaosTally) { t.Errs++ })
-			fmt.Fprintln(os.Stderr, "chaos worker: release:", uerr)
+			if w.rec == nil {
+				fmt.Fprintln(os.Stderr, "chaos worker: release:", uerr)
+			}
 		}
 		w.emit(rel)
 	}
@@ -351,7 +367,8 @@ var errChaosFail = errors.New("f failed on purpose")
 // onceLoop walks the names o0, o1, ...: Do on each until it returns nil
 // (f ran and succeeded here or elsewhere). f fails one time in three.
 func (w *chaosWorker) onceLoop(value bool) {
-	for k := 0; time.Now().Before(w.until); {
+	k, _ := strconv.Atoi(os.Getenv("FAULTS_FROM"))
+	for time.Now().Before(w.until) {
 		name := "o" + strconv.Itoa(k)
 		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
 		var (
@@ -426,11 +443,13 @@ func (w *chaosWorker) onceLoop(value bool) {
 	}
 }
 
-const chaosWaitGroups = 4
+const chaosWaitGroups = 16
 
-// wgLoop: half the time a task (Add 1, work, Done), three times in ten a
-// Wait of 50-500 ms, otherwise an Add(-1) that may find the counter at
-// zero (and repairs the counters of tasks whose process was killed).
+// wgLoop, on one of 16 WaitGroups: four times in ten a task (Add 1, work,
+// Done), once a task with a Wait of 1-20 ms inside it (certainly cut
+// short), three times a Wait of 50-500 ms, otherwise an Add(-1) that may
+// find the counter at zero (and repairs the counters of tasks whose
+// process was killed).
 func (w *chaosWorker) wgLoop() {
 	add := func(k int, d int64) error {
 		seq := w.seq.Add(1)
@@ -495,7 +514,9 @@ func (w *chaosWorker) wgLoop() {
 		default:
 			_ = add(k, -1)
 		}
-		pause()
+		// 2-10 ms between operations keeps a 60 s history within what
+		// porcupine checks in seconds.
+		time.Sleep(time.Duration(2000+rand.IntN(8001)) * time.Microsecond)
 	}
 }
 
