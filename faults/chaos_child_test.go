@@ -29,20 +29,21 @@ func init() {
 //	add   a WaitGroup Add returned (Out ok, inval or err)
 //	wait  a WaitGroup Wait returned (Out ok, or why not)
 type cev struct {
-	Op   string    `json:"op"`
-	Who  int       `json:"who"`
-	K    int       `json:"k"` // name index; a MultiLock's bitmask of names
-	Read bool      `json:"read,omitempty"`
-	N    int64     `json:"n,omitempty"`
-	Call int64     `json:"call"`
-	Ret  int64     `json:"ret"`
-	Tok  uint64    `json:"tok,omitempty"`
-	Toks [3]uint64 `json:"toks,omitzero"` // a MultiLock's member tokens
-	Lost bool      `json:"lost,omitempty"`
-	Out  string    `json:"out,omitempty"`
-	Val  string    `json:"val,omitempty"`
-	Seq  int64     `json:"seq,omitempty"`
-	Slot int       `json:"-"` // the process, set by the parent
+	Op    string    `json:"op"`
+	Who   int       `json:"who"`
+	K     int       `json:"k"` // name index; a MultiLock's bitmask of names
+	Read  bool      `json:"read,omitempty"`
+	N     int64     `json:"n,omitempty"`
+	Call  int64     `json:"call"`
+	Ret   int64     `json:"ret"`
+	Tok   uint64    `json:"tok,omitempty"`
+	Toks  [3]uint64 `json:"toks,omitzero"` // a MultiLock's member tokens
+	Lost  bool      `json:"lost,omitempty"`
+	Out   string    `json:"out,omitempty"`
+	Val   string    `json:"val,omitempty"`
+	Seq   int64     `json:"seq,omitempty"`
+	Slot  int       `json:"-"` // the process, set by the parent
+	epoch int       // the stretch between server data losses (applyWipes)
 }
 
 // chaosTally is what one child counted.
@@ -375,6 +376,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 			ran       bool
 			acq       cev
 			fret      int64
+			fval      string // the value f returned
 			lastValid int64
 			fctxSaved context.Context
 		)
@@ -388,6 +390,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 			lastValid = acq.Ret
 			w.exclusive(fctx, k, tok, &lastValid)
 			val := fmt.Sprintf("%d/%d", w.who, tok)
+			fval = val
 			fret = now()
 			if rand.IntN(3) == 0 {
 				w.emit(cev{Op: "fret", K: k, Call: fret, Ret: fret, Out: "fail"})
@@ -415,17 +418,23 @@ func (w *chaosWorker) onceLoop(value bool) {
 		switch {
 		case ran:
 			rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: fret, Ret: ret, Out: "fail"}
-			switch {
-			case errors.Is(err, dsync.ErrLockLost) || errors.Is(context.Cause(fctxSaved), dsync.ErrLockLost):
+			if errors.Is(err, dsync.ErrLockLost) || errors.Is(context.Cause(fctxSaved), dsync.ErrLockLost) {
+				// The run's lease lapsed: it ended after the run last knew
+				// it valid. Its result may still have been recorded (no
+				// other run took over): then Do returned nil.
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
+			}
+			switch {
 			case err == nil:
 				rel.Out, rel.Val = "ok", val
-			case errors.Is(err, errChaosFail):
-			default: // the outcome may or may not be recorded
-				rel.Out = "unknown"
+			case errors.Is(err, errChaosFail), errors.Is(err, dsync.ErrLockLost):
+			default: // a Redis error: the result may or may not be recorded
+				rel.Out, rel.Val = "unknown", fval
 				w.count(func(t *chaosTally) { t.Errs++ })
-				fmt.Fprintln(os.Stderr, "chaos once:", err)
+				if w.rec == nil {
+					fmt.Fprintln(os.Stderr, "chaos once:", err)
+				}
 			}
 			if !value {
 				rel.Val = ""

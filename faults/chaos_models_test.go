@@ -32,6 +32,7 @@ func TestFaultChaosModelsCatchViolations(t *testing.T) {
 		{"rw", "readers share", cat(hold(0, true, 0, 10), hold(1, true, 2, 12)), true},
 		{"rw", "writer beside a reader", cat(hold(0, true, 0, 10), hold(1, false, 2, 12)), false},
 		{"rw", "two writers", cat(hold(0, false, 0, 10), hold(1, false, 2, 12)), false},
+		{"rw", "a hold of no length, then a writer", cat(hold(0, true, 0, 1), hold(1, false, 5, 12)), true},
 		{"sem", "3 of 3", cat(hold(0, false, 0, 10), hold(1, false, 2, 12), hold(2, false, 3, 12)), true},
 		{"sem", "4 of 3", cat(hold(0, false, 0, 10), hold(1, false, 2, 12), hold(2, false, 3, 12), hold(3, false, 4, 12)), false},
 		{"once", "fail then run", []porcupine.Operation{

@@ -18,6 +18,7 @@ import (
 type chaosStore struct {
 	mu   sync.Mutex
 	in   map[int]map[string]int64 // what each process has inside: w<k>, r<k>, s (permits)
+	dead map[int]bool             // killed processes: their late register and gauge requests are ignored
 	f    map[int]*fencedCounter
 	r    map[int]*register
 	sem  int64 // semaphore permits inside
@@ -42,7 +43,7 @@ type register struct {
 }
 
 func newChaosStore(size int64) *chaosStore {
-	return &chaosStore{f: map[int]*fencedCounter{}, r: map[int]*register{}, size: size, in: map[int]map[string]int64{}}
+	return &chaosStore{f: map[int]*fencedCounter{}, r: map[int]*register{}, size: size, in: map[int]map[string]int64{}, dead: map[int]bool{}}
 }
 
 func (s *chaosStore) fc(k int) *fencedCounter {
@@ -87,6 +88,7 @@ func (s *chaosStore) forget(slot int) {
 		}
 	}
 	delete(s.in, slot)
+	s.dead[slot] = true
 }
 
 // op runs one operation of process slot and returns its reply: "stale",
@@ -94,6 +96,12 @@ func (s *chaosStore) forget(slot int) {
 func (s *chaosStore) op(slot int, op string, k int, tok uint64, v int64) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dead[slot] && op != "fr" && op != "fw" && op != "fc" {
+		// A request the process sent before it was killed, arriving
+		// after forget: the register and gauge no longer count it. (The
+		// fence still sees it: a delayed write is what it is for.)
+		return "0"
+	}
 	switch op {
 	case "fr": // fenced read by a writer: raises the fence
 		f := s.fc(k)

@@ -25,7 +25,7 @@ import (
 )
 
 var (
-	soak = flag.Bool("soak", false, "run the 10-minute soak instead of the 2-minute one")
+	soak = flag.Bool("soak", false, "run the 30-minute soak instead of the 2-minute one")
 )
 
 const roleEnv = "FAULTS_ROLE"

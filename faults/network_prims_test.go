@@ -160,7 +160,7 @@ func networkPrim(t *testing.T, kind, fault string) {
 	t.Logf("%s under %s (%d strikes): %d acquisitions, %d ops checked (%s), %d waits cancelled, worst return %v after the context ended (%d over 100 ms), %d holds lost, %d Redis errors; fenced: %d stale rejected, %d lost; Redis clean %v after the fault (left: %v); %d wakeup channels still subscribed %v after it",
 		kindTitle(kind), fault, struck, tl.Acq, fig.ops, fig.verdict, tl.Cancelled, time.Duration(tl.MaxLate).Round(time.Millisecond), tl.Late, tl.Lost, tl.Errs,
 		sf.fencedRejected+sf.staleReads, sf.fencedLost, cleanAfter.Round(time.Millisecond), left, len(subs), subsAfter.Round(time.Millisecond))
-	row := reportRow{Scenario: "3 network: " + fault, Primitive: kindTitle(kind), Size: fmt.Sprintf("3 Clients x 2 x %v", dur),
+	row := reportRow{Leaked: -1, Scenario: "3 network: " + fault, Primitive: kindTitle(kind), Size: fmt.Sprintf("3 Clients x 2 x %v", dur),
 		Faults: fmt.Sprintf("%d strikes, %d cancel (latest return %v after its context); %d errors", struck, tl.Cancelled, time.Duration(tl.MaxLate).Round(time.Millisecond), tl.Errs),
 		Ops:    int64(fig.ops), Check: fig.verdict,
 		Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads, FencedLost: sf.fencedLost, Fenced: kind != "sem",

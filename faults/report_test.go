@@ -25,7 +25,7 @@ type reportRow struct {
 	Fenced                            bool // the rejected and lost figures apply
 	Recovery                          []time.Duration
 	RecoveryNote                      string // instead of Recovery
-	Leaked                            int
+	Leaked                            int    // -1: not measured
 	Command                           string
 	Failed                            bool
 }
@@ -49,15 +49,34 @@ func writeReport(passed bool) error {
 	}
 	report.Lock()
 	defer report.Unlock()
+	// Rows of other runs (make chaos, make soak) already in the file stay,
+	// unless this run measured the same scenario and primitive again.
+	mine := map[string]bool{}
+	for _, r := range report.rows {
+		mine[r.Scenario+"|"+r.Primitive] = true
+	}
+	var kept []string
+	if old, err := os.ReadFile(*reliabilityOut); err == nil {
+		for _, l := range strings.Split(string(old), "\n") {
+			cells := strings.Split(l, " | ")
+			if !strings.HasPrefix(l, "| ") || len(cells) < 3 || strings.HasPrefix(l, "| scenario") {
+				continue
+			}
+			if !mine[strings.TrimPrefix(cells[0], "| ")+"|"+cells[1]] {
+				kept = append(kept, l)
+			}
+		}
+	}
+	stamp := time.Now().UTC().Format("2006-01-02 15:04")
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Reliability: the fault matrix\n\n")
-	fmt.Fprintf(&b, "Written by the fault suite (`faults/`, report_test.go) at the end of its last run; do not edit by hand.\n\n")
+	fmt.Fprintf(&b, "Written by the fault suite (`faults/`, report_test.go) when it runs with `-reliability` (`make chaos`, `make soak`); do not edit by hand. Each row is from the latest run that measured it (column *measured*).\n\n")
 	outcome := "passed"
 	if !passed {
 		outcome = "FAILED (see the test log)"
 	}
-	fmt.Fprintf(&b, "- Run: %s UTC, %s, %s/%s, %d CPUs; outcome: %s\n", time.Now().UTC().Format("2006-01-02 15:04"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), outcome)
-	fmt.Fprintf(&b, "- Command: `cd faults && GOWORK=off go test %s`\n\n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(&b, "- Latest run: %s UTC, %s, %s/%s, %d CPUs; outcome: %s\n", stamp, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), outcome)
+	fmt.Fprintf(&b, "- Its command: `cd faults && GOWORK=off go test %s`\n\n", strings.Join(os.Args[1:], " "))
 	b.WriteString(`Columns: **ops** operations in the checked history (acquisitions and releases, Do calls and runs, Adds and Waits);
 **check** porcupine's verdict on the history against the primitive's model (partitioned by name);
 **overlaps** entries into the unfenced register while a holder it excludes was inside, and **lost** its lost increments
@@ -67,9 +86,12 @@ fenced counter lost (must be 0); **recovery** after the SIGKILL of a holder, unt
 (p50 / max, count); **leaked** keys without an expiry other than documented state (a Once's result, a WaitGroup's counter).
 "—" where a figure does not apply (a Semaphore's permits and a WaitGroup are not fenced).
 
-| scenario | primitive | size | faults | ops | check | overlaps | lost | rejected | fenced lost | recovery p50 / max | leaked | reproduce |
-|---|---|---|---|---:|---|---:|---:|---:|---:|---|---:|---|
+| scenario | primitive | size | faults | ops | check | overlaps | lost | rejected | fenced lost | recovery p50 / max | leaked | measured | reproduce |
+|---|---|---|---|---:|---|---:|---:|---:|---:|---|---:|---|---|
 `)
+	for _, l := range kept {
+		b.WriteString(l + "\n")
+	}
 	for _, r := range report.rows {
 		rej, fl := "—", "—"
 		if r.Fenced {
@@ -86,8 +108,12 @@ fenced counter lost (must be 0); **recovery** after the SIGKILL of a holder, unt
 		if r.Failed {
 			check += " (test FAILED)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %d | %d | %s | %s | %s | %d | `%s` |\n",
-			r.Scenario, r.Primitive, r.Size, r.Faults, r.Ops, check, r.Overlaps, r.Lost, rej, fl, rec, r.Leaked, r.Command)
+		leaked := "—"
+		if r.Leaked >= 0 {
+			leaked = fmt.Sprint(r.Leaked)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %d | %d | %s | %s | %s | %s | %s | `%s` |\n",
+			r.Scenario, r.Primitive, r.Size, r.Faults, r.Ops, check, r.Overlaps, r.Lost, rej, fl, rec, leaked, stamp, r.Command)
 	}
 	return os.WriteFile(*reliabilityOut, []byte(b.String()), 0o644)
 }

@@ -84,7 +84,7 @@ func TestFaultServerRestartRenewalInterval(t *testing.T) {
 	}
 	<-onceDone
 	defer func() {
-		addRow(reportRow{Scenario: "5 restart without persistence", Primitive: "Mutex, FairMutex, RWMutex (w, r), Semaphore, Once", Size: "1 holder each",
+		addRow(reportRow{Leaked: -1, Scenario: "5 restart without persistence", Primitive: "Mutex, FairMutex, RWMutex (w, r), Semaphore, Once", Size: "1 holder each",
 			Faults: fmt.Sprintf("SHUTDOWN NOSAVE, down %v", up.Sub(down).Round(time.Millisecond)), Ops: int64(len(hs)), Check: "all cancelled with ErrLockLost",
 			RecoveryNote: fmt.Sprintf("cancelled ≤ %v after the server was back (bound %v)", worst.Round(time.Millisecond), bound),
 			Command:      "cd faults && GOWORK=off go test -race -count=1 -run TestFaultServerRestartRenewalInterval .", Failed: t.Failed()})
