@@ -279,15 +279,19 @@ func runChaos(t *testing.T, kind string) {
 		fig.verdict, sf.fencedAccepted, sf.fencedRejected, sf.fencedLost, sf.staleReads, sf.puts, sf.lostUpdates, sf.overlaps, sf.torn,
 		sf.semMost, sf.semOver, p50, pmax, len(rec), cleanAfter.Round(time.Millisecond), len(leaked), leaked, durable)
 
+	scenario := "1 chaos"
+	if *chaosStopMax != 400*time.Millisecond || *chaosFault != "kill,stop" {
+		scenario = fmt.Sprintf("1 chaos (%s, SIGSTOP up to %v)", *chaosFault, *chaosStopMax)
+	}
 	row := reportRow{
-		Scenario: "1 chaos", Primitive: kindTitle(kind),
+		Scenario: scenario, Primitive: kindTitle(kind),
 		Size:   fmt.Sprintf("%d x %d x %v", procs, g, dur),
 		Faults: fmt.Sprintf("%d kill, %d stop ≤%v, %d cancel; %d errors", len(run.kills), len(run.stops), *chaosStopMax, tl.Cancelled, tl.Errs),
 		Ops:    int64(fig.ops), Check: fig.verdict,
 		Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads,
 		FencedLost: sf.fencedLost, Fenced: kind != "sem" && kind != "wg",
 		Recovery: rec, Leaked: len(leaked),
-		Command: fmt.Sprintf("cd faults && GOWORK=off go test -race -count=1 -run 'TestFaultChaos/^%s$' -chaos.procs %d -chaos.g %d -chaos.dur %v .", kind, procs, g, dur),
+		Command: fmt.Sprintf("cd faults && GOWORK=off go test -race -count=1 -run 'TestFaultChaos/^%s$' -chaos.procs %d -chaos.g %d -chaos.dur %v -chaos.stopmax %v .", kind, procs, g, dur, *chaosStopMax),
 	}
 	defer func() { row.Failed = t.Failed(); addRow(row) }()
 
