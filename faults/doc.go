@@ -17,7 +17,23 @@
 //
 //	cd faults && GOWORK=off go test -race -count=1 ./...
 //
-// and the long soak with -soak.
+// and the long soak with -soak (make soak).
+//
+// Scenario 1 (chaos_test.go) runs every primitive — Mutex, FairMutex,
+// RWMutex, Semaphore, Once, OnceValue, WaitGroup, MultiLock — in N child
+// processes of G goroutines for D (-chaos.procs, -chaos.g, -chaos.dur;
+// 4 x 8 x 10 s by default, 4 x 16 x 60 s under make chaos) while holders
+// are SIGKILLed or SIGSTOPped and waits cancelled; critical sections write
+// a fenced counter and an unfenced register, and the histories are checked
+// against the primitive's model. network_prims_test.go puts the queued
+// primitives (FairMutex, RWMutex, Semaphore) under every network fault,
+// acl_test.go runs every primitive as a user restricted to the prefix,
+// restart_test.go checks holders of every kind are cancelled within one
+// renewal interval of a restart, and the soak runs every primitive under
+// every fault class. With -reliability FILE the suite writes the figures of
+// its run as a table (report_test.go): make chaos writes
+// docs/reliability.md. -dsyncbugs asserts the bounds dsync misses today
+// (margin_test.go lists them).
 //
 // Every scenario asserts the bounds. Three core faults this suite
 // found are fixed: calls under a blackhole or a stalled server overran their

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
-	"github.com/stretchr/testify/require"
 )
 
 // Issue 8 item 10: sequences of lock, unlock, acquire and release on two
@@ -45,13 +44,17 @@ type fuzzModel struct {
 		w, wc int
 		r     map[int]int
 	}
-	sem [fuzzNames]map[int]int64
+	sem  [fuzzNames]map[int]int64
+	fair [fuzzNames]struct{ owner, count int }
+	done [fuzzNames]bool  // Once
+	wg   [fuzzNames]int64 // WaitGroup counter
 }
 
 func newFuzzModel() *fuzzModel {
 	m := &fuzzModel{}
 	for k := range fuzzNames {
 		m.mu[k].owner = -1
+		m.fair[k].owner = -1
 		m.rw[k].w = -1
 		m.rw[k].r = map[int]int{}
 		m.sem[k] = map[int]int64{}
@@ -104,12 +107,12 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		}
 		wantOK = grant()
 	}
-	switch op % 10 {
+	switch op % 16 {
 	case 0, 1: // Mutex TryLockContext / LockContext where it cannot wait
 		mx := c.NewMutex(name)
 		s := &m.mu[k]
 		free := s.owner == -1 || s.owner == o
-		blocking := op%10 == 1 && (free || cancelled)
+		blocking := op%16 == 1 && (free || cancelled)
 		what = fmt.Sprintf("mutex(%d).lock(o%d, blocking %v, cancelled %v)", k, o, blocking, cancelled)
 		acq(func(ctx context.Context) (bool, error) {
 			if blocking {
@@ -225,29 +228,102 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 				delete(m.sem[k], o)
 			}
 		}
+	case 10: // FairMutex TryLockContext
+		s := &m.fair[k]
+		what = fmt.Sprintf("fair(%d).trylock(o%d, cancelled %v)", k, o, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			_, ok, err := c.NewFairMutex(name).TryLockContext(ctx)
+			return ok, err
+		}, func() bool {
+			if s.owner != -1 && s.owner != o {
+				return false
+			}
+			s.owner = o
+			s.count++
+			return true
+		})
+	case 11: // FairMutex UnlockContext
+		what = fmt.Sprintf("fair(%d).unlock(o%d, cancelled %v)", k, o, cancelled)
+		got = c.NewFairMutex(name).UnlockContext(ctx)
+		s := &m.fair[k]
+		if s.owner != o {
+			want = dsync.ErrNotHeld
+		} else if s.count--; s.count == 0 {
+			s.owner = -1
+		}
+	case 12: // Once.Do, f failing when arg is odd
+		fail := arg&1 != 0
+		what = fmt.Sprintf("once(%d).do(o%d, f fails %v, cancelled %v)", k, o, fail, cancelled)
+		ran := false
+		got = c.NewOnce(name).Do(ctx, func(context.Context) error {
+			ran = true
+			if fail {
+				return errFuzzF
+			}
+			return nil
+		})
+		wantRan := !cancelled && !m.done[k]
+		switch {
+		case cancelled:
+			want = context.Canceled
+		case wantRan && fail:
+			want = errFuzzF
+		case wantRan:
+			m.done[k] = true
+		}
+		if ran != wantRan {
+			t.Fatalf("%s: f ran %v, model says %v\n%s", what, ran, wantRan, e.history())
+		}
+	case 13, 14: // WaitGroup Add of 0..2, or of -1..-3
+		d := int64(arg&0x7f) % 3
+		if op%16 == 14 {
+			d = -d - 1
+		}
+		what = fmt.Sprintf("wg(%d).add(o%d, %d, cancelled %v)", k, o, d, cancelled)
+		got = c.NewWaitGroup(name).Add(ctx, d)
+		switch {
+		case cancelled:
+			want = context.Canceled
+		case m.wg[k]+d < 0:
+			want = dsync.ErrInvalidArgument
+		default:
+			m.wg[k] += d
+		}
+	case 15: // WaitGroup Wait: at once at zero, else cut short by a 20 ms deadline
+		what = fmt.Sprintf("wg(%d).wait(o%d, cancelled %v)", k, o, cancelled)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		got = c.NewWaitGroup(name).Wait(wctx)
+		cancel()
+		switch {
+		case cancelled:
+			want = context.Canceled
+		case m.wg[k] > 0:
+			want = context.DeadlineExceeded
+		}
 	}
 	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
-	if got != nil {
-		require.True(t, documented(got), "undocumented error from %s: %v", what, got)
+	if got != nil && !documented(got) {
+		t.Fatalf("undocumented error from %s: %v\n%s", what, got, e.history())
 	}
 	switch {
-	case want == nil && op%10 >= 7 && op%10 <= 8 && cancelled:
+	case want == nil && op%16 >= 7 && op%16 <= 8 && cancelled:
 		// An invalid count with a cancelled context: ErrInvalidArgument or
 		// context.Canceled, nothing granted.
-		require.Error(t, got, "%s: got %v, %v; want a refusal", what, ok, got)
-		require.False(t, ok, "%s: got %v, %v; want a refusal", what, ok, got)
-	case want == nil:
-		require.NoError(t, got, what)
-		require.Equal(t, wantOK, ok, "%s: acquired, per the model", what)
-	default:
-		require.ErrorIs(t, got, want, what)
-		require.Equal(t, wantOK, ok, "%s: acquired, per the model", what)
+		if got == nil || ok {
+			t.Fatalf("%s: got %v, %v; want a refusal\n%s", what, ok, got, e.history())
+		}
+	case want == nil && got != nil, want != nil && !errors.Is(got, want):
+		t.Fatalf("%s: error %v, want %v\n%s", what, got, want, e.history())
+	case ok != wantOK:
+		t.Fatalf("%s: acquired %v, model says %v\n%s", what, ok, wantOK, e.history())
 	}
 	e.compare(what)
 }
 
+var errFuzzF = errors.New("f failed")
+
 func documented(err error) bool {
-	return errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, dsync.ErrInvalidArgument) ||
+	return errors.Is(err, errFuzzF) || errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, dsync.ErrInvalidArgument) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
@@ -259,11 +335,23 @@ func (e *fuzzEnv) compare(after string) {
 	t, m := e.t, e.m
 	for k, name := range e.names {
 		sts, err := e.cs[0].Inspect(context.Background(), name)
-		require.NoError(t, err, "Inspect after %s", after)
-		var mx, rw, sem dsync.LockState
-		semFound := false
+		if err != nil {
+			t.Fatalf("Inspect after %s: %v", after, err)
+		}
+		var mx, rw, sem, fair dsync.LockState
+		semFound, onceDone := false, false
+		var counter int64
 		for _, st := range sts {
 			switch st.Kind {
+			case dsync.KindFairMutex:
+				fair = st
+			case dsync.KindOnce:
+				onceDone = st.Done
+				if len(st.Holders) != 0 {
+					t.Fatalf("after %s: a Once shows %d runs in progress\n%s", after, len(st.Holders), e.history())
+				}
+			case dsync.KindWaitGroup:
+				counter = st.Counter
 			case dsync.KindMutex:
 				mx = st
 			case dsync.KindRWMutex:
@@ -273,7 +361,9 @@ func (e *fuzzEnv) compare(after string) {
 			default:
 				t.Fatalf("Inspect after %s shows a %s", after, st.Kind)
 			}
-			require.Empty(t, st.Waiters, "after %s Redis shows %d waiters on %s %d", after, len(st.Waiters), st.Kind, k)
+			if len(st.Waiters) != 0 {
+				t.Fatalf("after %s Redis shows %d waiters on %s %d\n%s", after, len(st.Waiters), st.Kind, k, e.history())
+			}
 		}
 		var want, got []string
 		// Redis counts one acquisition per owner: re-entries through the
@@ -284,6 +374,15 @@ func (e *fuzzEnv) compare(after string) {
 		}
 		for _, h := range mx.Holders {
 			got = append(got, fmt.Sprintf("mutex %s %d", h.Owner, h.Count))
+		}
+		if s := m.fair[k]; s.owner >= 0 {
+			want = append(want, "fair "+e.owners[s.owner]+" 1")
+		}
+		for _, h := range fair.Holders {
+			got = append(got, fmt.Sprintf("fair %s %d", h.Owner, h.Count))
+		}
+		if onceDone != m.done[k] || counter != m.wg[k] {
+			t.Fatalf("after %s, name %d: Redis shows Once done %v, WaitGroup counter %d; model %v, %d\n%s", after, k, onceDone, counter, m.done[k], m.wg[k], e.history())
 		}
 		rs := m.rw[k]
 		mode := ""
@@ -303,7 +402,9 @@ func (e *fuzzEnv) compare(after string) {
 			}
 			got = append(got, fmt.Sprintf("%s %s %d", kind, h.Owner, h.Count))
 		}
-		require.Equal(t, mode, rw.Mode, "after %s: rw %d mode %q in Redis, %q in the model", after, k, rw.Mode, mode)
+		if rw.Mode != mode {
+			t.Fatalf("after %s: rw %d mode %q in Redis, %q in the model\n%s", after, k, rw.Mode, mode, e.history())
+		}
 		for o, n := range m.sem[k] {
 			want = append(want, fmt.Sprintf("sem %s %d", e.owners[o], n))
 		}
@@ -311,15 +412,17 @@ func (e *fuzzEnv) compare(after string) {
 			got = append(got, fmt.Sprintf("sem %s %d", h.Owner, h.Permits))
 		}
 		free := int64(fuzzSize) - m.semUsed(k)
-		if semFound {
-			require.Equal(t, int64(fuzzSize), sem.Size, "after %s: semaphore %d size", after, k)
-			require.Equal(t, free, sem.Free, "after %s: semaphore %d free permits, per the model", after, k)
-		} else {
-			require.Equal(t, int64(fuzzSize), free, "after %s: semaphore %d not in Redis, but the model holds permits", after, k)
+		if semFound && (sem.Size != fuzzSize || sem.Free != free) {
+			t.Fatalf("after %s: semaphore %d shows %d/%d free, model %d/%d\n%s", after, k, sem.Free, sem.Size, free, fuzzSize, e.history())
+		}
+		if !semFound && free != fuzzSize {
+			t.Fatalf("after %s: semaphore %d not in Redis, model holds %d permits\n%s", after, k, fuzzSize-free, e.history())
 		}
 		sort.Strings(want)
 		sort.Strings(got)
-		require.Equal(t, strings.Join(want, "; "), strings.Join(got, "; "), "after %s, name %d:\nRedis: %v\nmodel: %v", after, k, got, want)
+		if strings.Join(want, "; ") != strings.Join(got, "; ") {
+			t.Fatalf("after %s, name %d:\nRedis: %v\nmodel: %v\n%s", after, k, got, want, e.history())
+		}
 	}
 }
 
@@ -330,24 +433,47 @@ func (e *fuzzEnv) cleanup() {
 	for k, name := range e.names {
 		for m.mu[k].owner >= 0 {
 			o := m.mu[k].owner
-			require.NoError(e.t, e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]), "cleanup: mutex unlock")
+			if err := e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]); err != nil {
+				e.t.Fatalf("cleanup: mutex unlock: %v\n%s", err, e.history())
+			}
 			if m.mu[k].count--; m.mu[k].count == 0 {
 				m.mu[k].owner = -1
 			}
 		}
+		for m.fair[k].owner >= 0 {
+			o := m.fair[k].owner
+			if err := e.client(o).NewFairMutex(name).UnlockContext(e.ctxs[o]); err != nil {
+				e.t.Fatalf("cleanup: fair unlock: %v\n%s", err, e.history())
+			}
+			if m.fair[k].count--; m.fair[k].count == 0 {
+				m.fair[k].owner = -1
+			}
+		}
+		if m.wg[k] > 0 {
+			if err := e.cs[0].NewWaitGroup(name).Add(context.Background(), -m.wg[k]); err != nil {
+				e.t.Fatalf("cleanup: wg add: %v\n%s", err, e.history())
+			}
+			m.wg[k] = 0
+		}
 		for ; m.rw[k].w >= 0 && m.rw[k].wc > 0; m.rw[k].wc-- {
 			o := m.rw[k].w
-			require.NoError(e.t, e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]), "cleanup: rw unlock")
+			if err := e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]); err != nil {
+				e.t.Fatalf("cleanup: rw unlock: %v\n%s", err, e.history())
+			}
 		}
 		m.rw[k].w = -1
 		for o, n := range m.rw[k].r {
 			for range n {
-				require.NoError(e.t, e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]), "cleanup: rw runlock")
+				if err := e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]); err != nil {
+					e.t.Fatalf("cleanup: rw runlock: %v\n%s", err, e.history())
+				}
 			}
 			delete(m.rw[k].r, o)
 		}
 		for o, n := range m.sem[k] {
-			require.NoError(e.t, e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n), "cleanup: sem release")
+			if err := e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n); err != nil {
+				e.t.Fatalf("cleanup: sem release: %v\n%s", err, e.history())
+			}
 			delete(m.sem[k], o)
 		}
 	}
@@ -356,41 +482,49 @@ func (e *fuzzEnv) cleanup() {
 
 func FuzzOperations(f *testing.F) {
 	// Hand-written seeds: re-entry, upgrade and downgrade, foreign
-	// releases, permits beyond the size, cancelled contexts.
-	f.Add([]byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                            // mutex re-entry, foreign and extra unlock
-	f.Add([]byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})          // rw upgrade, downgrade
-	f.Add([]byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})          // rw upgrade blocked by another reader
-	f.Add([]byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3}) // permits
-	f.Add([]byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81}) // cancelled contexts
-	f.Add([]byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})          // blocking lock where it cannot wait
+	// releases, permits beyond the size, cancelled contexts, the
+	// FairMutex, Once and WaitGroup; names with braces, '%', binary bytes,
+	// and long ones (see fuzzName).
+	plain := []byte{}
+	f.Add(plain, []byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                                                                  // mutex re-entry, foreign and extra unlock
+	f.Add([]byte("{a}\xffb}{"), []byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})                                 // rw upgrade, downgrade
+	f.Add([]byte("%7D%25\xff}"), []byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})                                // rw upgrade blocked by another reader
+	f.Add([]byte("\x00\x01\xfe\xff"), []byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3})                  // permits
+	f.Add([]byte("\x80long{name}"), []byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81})                    // cancelled contexts
+	f.Add(plain, []byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})                                                // blocking lock where it cannot wait
+	f.Add([]byte("fair}\xff\x80{x"), []byte{10, 0, 0, 10, 0, 0, 10, 1, 0, 11, 1, 0, 11, 0, 0, 10, 1, 0, 11, 0, 0, 11, 0, 0, 11, 1, 0, 2, 0, 0}) // fair re-entry, foreign unlock
+	f.Add([]byte("once{}"), []byte{12, 0, 1, 12, 1, 0x81, 12, 1, 0, 12, 0, 0, 12, 3, 1, 12, 3, 0})                                              // once: fail, cancelled, run, done
+	f.Add([]byte("wg\x00}"), []byte{15, 0, 0, 13, 0, 2, 15, 1, 0, 14, 0, 0, 14, 1, 2, 13, 1, 0x81, 14, 0, 0, 15, 0, 0, 14, 0, 0})               // wait group
 	// Random seeds from a fixed source.
 	r := rand.New(rand.NewPCG(8, 10))
 	for range 6 {
+		nb := make([]byte, r.IntN(12))
+		for i := range nb {
+			nb[i] = byte(r.IntN(256))
+		}
 		b := make([]byte, 3*40)
 		for i := range b {
 			b[i] = byte(r.IntN(256))
 		}
-		f.Add(b)
+		f.Add(nb, b)
 	}
 	srv := startRedis(f)
 	prefix := testPrefix()
 	const lease = 5 * time.Second
 	cs := [2]*dsync.Client{newDsync(f, srv.Addr, prefix, lease), newDsync(f, srv.Addr, prefix, lease)}
-	f.Fuzz(func(t *testing.T, ops []byte) {
+	f.Fuzz(func(t *testing.T, names, ops []byte) {
 		if len(ops) > 3*200 {
 			ops = ops[:3*200]
 		}
 		seq := fuzzSeq.Add(1)
 		e := &fuzzEnv{t: t, cs: cs, m: newFuzzModel()}
-		// The steps so far explain any failure: logged once, on failure,
-		// rather than built into every check's message.
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Log(e.history())
-			}
-		})
+		parts := strings.SplitN(string(names), "\xff\xff", fuzzNames)
 		for k := range fuzzNames {
-			e.names[k] = fmt.Sprintf("fz%d-%c", seq, 'a'+k)
+			p := ""
+			if k < len(parts) {
+				p = parts[k]
+			}
+			e.names[k] = fuzzName(p, seq, k)
 		}
 		for o := range fuzzOwners {
 			e.ctxs[o] = dsync.WithOwner(context.Background())
@@ -401,4 +535,19 @@ func FuzzOperations(f *testing.F) {
 		}
 		e.cleanup()
 	})
+}
+
+// fuzzName makes name k of input seq from the input's bytes p: p itself
+// (braces, '%', binary bytes and all), made long (near MaxNameLen) when
+// its first byte has the high bit set, then a suffix that keeps the names
+// of every input apart.
+func fuzzName(p string, seq int64, k int) string {
+	suffix := fmt.Sprintf("#%d%c", seq, 'a'+k)
+	if p != "" && p[0]&0x80 != 0 {
+		p = strings.Repeat(p, (dsync.MaxNameLen-len(suffix))/len(p))
+	}
+	if len(p)+len(suffix) > dsync.MaxNameLen {
+		p = p[:dsync.MaxNameLen-len(suffix)]
+	}
+	return p + suffix
 }

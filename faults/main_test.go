@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	soak = flag.Bool("soak", false, "run the 10-minute soak instead of the 2-minute one")
+	soak = flag.Bool("soak", false, "run the 30-minute soak instead of the 2-minute one")
 )
 
 const roleEnv = "FAULTS_ROLE"
@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(r))
 	}
 	code := m.Run()
+	if err := writeReport(code == 0); err != nil {
+		fmt.Fprintln(os.Stderr, "writing the reliability report:", err)
+		code = 1
+	}
 	if code == 0 {
 		// toxiproxy's per-link goroutines end a moment after a proxy stops.
 		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
@@ -131,7 +135,8 @@ func runChild(role string) int {
 		return 2
 	}
 	defer c.Close()
-	res := remote{url: os.Getenv("FAULTS_STORE"), hc: &http.Client{Timeout: 5 * time.Second}}
+	res := remote{url: os.Getenv("FAULTS_STORE"), hc: &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	switch role {
 	case "worker":
 		return childWorker(c, res)

@@ -275,3 +275,17 @@ func (np *netProxy) reset(t testing.TB) func() {
 	np.add(t, "rst", "reset_peer", "downstream", `{"timeout":0}`)
 	return func() { np.remove(t, "rst") }
 }
+
+// timeoutToxic stops every byte and closes each connection after ms
+// (toxiproxy's "timeout").
+func (np *netProxy) timeoutToxic(t testing.TB, ms int) func() {
+	np.add(t, "to-up", "timeout", "upstream", fmt.Sprintf(`{"timeout":%d}`, ms))
+	return func() { np.remove(t, "to-up") }
+}
+
+// limitData closes each connection once n bytes have gone to Redis on it
+// (toxiproxy's "limit_data"): commands are cut off mid-stream.
+func (np *netProxy) limitData(t testing.TB, n int) func() {
+	np.add(t, "ld-up", "limit_data", "upstream", fmt.Sprintf(`{"bytes":%d}`, n))
+	return func() { np.remove(t, "ld-up") }
+}

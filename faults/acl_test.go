@@ -1,0 +1,208 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+)
+
+// The commands every primitive needs: the handshake, the scripts and what
+// they call (internal/scripts/*.lua), MGET (WaitGroup.Wait), SCAN (List),
+// WAIT (replica acknowledgement), pub/sub for wakeups.
+const dsyncAllCommands = "+@connection +client +evalsha +eval +script|load +info " +
+	"+get +set +mget +del +exists +incrby +persist +pexpire +pttl +time +scan +wait " +
+	"+hdel +hexists +hget +hgetall +hincrby +hkeys +hmget +hset +hvals " +
+	"+lindex +llen +lpop +lrange +lrem +rpush " +
+	"+zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zunionstore " +
+	"+publish +pubsub +subscribe +unsubscribe"
+
+// Security: a user restricted to the prefix's keys (~dsync:*) and channels
+// (&dsync:*) runs every primitive, with contention so that waiters are
+// woken over pub/sub and holds are renewed, then Inspect and List; a user
+// without access to them gets NOPERM, naming the primitive, from each.
+func TestFaultSecurityACLAllPrimitives(t *testing.T) {
+	srv := startRedis(t)
+	for _, u := range []string{
+		"ACL SETUSER locker on >lockpw resetkeys ~dsync:* resetchannels &dsync:* -@all " + dsyncAllCommands,
+		"ACL SETUSER outsider on >outpw resetkeys ~other:* resetchannels &other:* -@all " + dsyncAllCommands,
+	} {
+		if err := srv.do(t, strings.Fields(u)...).Error(); err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+	}
+	as := func(user, pw string) func(*rueidis.ClientOption) {
+		return func(o *rueidis.ClientOption) { o.Username, o.Password = user, pw }
+	}
+	const lease = time.Second
+	c1 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
+	c2 := newDsync(t, srv.Addr, "dsync", lease, as("locker", "lockpw"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("restricted user, %s: %v", what, err)
+		}
+	}
+	// contend holds with first, has second wait (woken over pub/sub),
+	// keeps the hold across a renewal, releases, and expects the waiter in.
+	contend := func(what string, first func() (func() error, error), second func() (func() error, error)) {
+		t.Helper()
+		rel1, err := first()
+		must(what+": first acquire", err)
+		got := make(chan error, 1)
+		go func() {
+			rel2, err := second()
+			if err == nil {
+				err = rel2()
+			}
+			got <- err
+		}()
+		waitFor(t, 5*time.Second, what+": the waiter subscribed", func() bool {
+			chans, _ := srv.do(t, "PUBSUB", "CHANNELS", "dsync:*").AsStrSlice()
+			return len(chans) > 0
+		})
+		time.Sleep(lease / 2) // the fault: hold across a renewal while the other waits
+		must(what+": release", rel1())
+		select {
+		case err := <-got:
+			must(what+": waiter", err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("restricted user, %s: the waiter was never woken", what)
+		}
+	}
+	lockers := func(l1, l2 dsync.ContextLocker) (func() (func() error, error), func() (func() error, error)) {
+		f := func(l dsync.ContextLocker) func() (func() error, error) {
+			return func() (func() error, error) {
+				lctx, err := l.LockContext(ctx)
+				return func() error {
+					if lctx.Err() != nil {
+						return context.Cause(lctx)
+					}
+					return l.UnlockContext(lctx)
+				}, err
+			}
+		}
+		return f(l1), f(l2)
+	}
+	a, b := lockers(c1.NewMutex("m"), c2.NewMutex("m"))
+	contend("Mutex", a, b)
+	a, b = lockers(c1.NewFairMutex("f"), c2.NewFairMutex("f"))
+	contend("FairMutex", a, b)
+	a, b = lockers(c1.NewMultiLock([]string{"m1", "m2"}), c2.NewMultiLock([]string{"m2", "m1"}))
+	contend("MultiLock", a, b)
+	rw1, rw2 := c1.NewRWMutex("rw"), c2.NewRWMutex("rw")
+	contend("RWMutex",
+		func() (func() error, error) {
+			lctx, err := rw1.RLockContext(ctx)
+			return func() error { return rw1.RUnlockContext(lctx) }, err
+		},
+		func() (func() error, error) {
+			lctx, err := rw2.LockContext(ctx)
+			return func() error { return rw2.UnlockContext(lctx) }, err
+		})
+	s1, s2 := c1.NewSemaphore("s", 2), c2.NewSemaphore("s", 2)
+	contend("Semaphore",
+		func() (func() error, error) {
+			lctx, err := s1.Acquire(ctx, 2)
+			return func() error { return s1.Release(lctx, 2) }, err
+		},
+		func() (func() error, error) {
+			lctx, err := s2.Acquire(ctx, 1)
+			return func() error { return s2.Release(lctx, 1) }, err
+		})
+	// Once: one Do runs f while the other waits; the waiter returns nil
+	// without running f.
+	release := make(chan struct{})
+	ran := 0
+	contend("Once",
+		func() (func() error, error) {
+			started := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- c1.NewOnce("o").Do(ctx, func(context.Context) error { ran++; close(started); <-release; return nil })
+			}()
+			<-started
+			return func() error { close(release); return <-done }, nil
+		},
+		func() (func() error, error) {
+			err := c2.NewOnce("o").Do(ctx, func(context.Context) error { ran++; return nil })
+			return func() error { return nil }, err
+		})
+	if ran != 1 {
+		t.Errorf("restricted user: Once ran f %d times", ran)
+	}
+	v1, err := dsync.OnceValue(c1, "ov", func(context.Context) (string, error) { return "first", nil })(ctx)
+	must("OnceValue", err)
+	v2, err := dsync.OnceValue(c2, "ov", func(context.Context) (string, error) { return "second", nil })(ctx)
+	must("OnceValue", err)
+	if v1 != "first" || v2 != "first" {
+		t.Errorf("restricted user: OnceValue gave %q and %q", v1, v2)
+	}
+	wg1, wg2 := c1.NewWaitGroup("wg"), c2.NewWaitGroup("wg")
+	contend("WaitGroup",
+		func() (func() error, error) {
+			return func() error { return wg1.Done(ctx) }, wg1.Add(ctx, 1)
+		},
+		func() (func() error, error) {
+			return func() error { return nil }, wg2.Wait(ctx)
+		})
+	// Inspect and List see every primitive (a WaitGroup at zero has no
+	// key: raise it for the look).
+	must("WaitGroup.Add", wg1.Add(ctx, 1))
+	kinds := map[dsync.Kind]bool{}
+	for _, n := range []string{"m", "f", "m1", "rw", "s", "o", "ov", "wg"} {
+		sts, err := c1.Inspect(ctx, n)
+		must("Inspect "+n, err)
+		for _, st := range sts {
+			kinds[st.Kind] = true
+		}
+	}
+	refs, err := c1.List(ctx, "*")
+	must("List", err)
+	var names []string
+	for _, r := range refs {
+		names = append(names, string(r.Kind)+" "+r.Name)
+	}
+	must("WaitGroup.Done", wg1.Done(ctx))
+	t.Logf("(j) ACL ~dsync:* &dsync:*, %d commands: Mutex, FairMutex, MultiLock, RWMutex, Semaphore, Once, OnceValue and WaitGroup ran with contention, wakeups and renewals; Inspect saw kinds %v; List saw %v",
+		len(strings.Fields(dsyncAllCommands)), kinds, names)
+	for _, k := range []dsync.Kind{dsync.KindMutex, dsync.KindFairMutex, dsync.KindRWMutex, dsync.KindSemaphore, dsync.KindOnce, dsync.KindWaitGroup} {
+		if !kinds[k] && k != dsync.KindMutex && k != dsync.KindFairMutex { // free locks may have expired
+			t.Errorf("Inspect did not report a %s", k)
+		}
+	}
+	for _, want := range []string{"rw_mutex rw", "semaphore s", "once o", "once ov", "wait_group wg"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("List as the restricted user does not show %q: %v", want, names)
+		}
+	}
+	// The outsider: NOPERM from every primitive, naming it.
+	c3 := newDsync(t, srv.Addr, "dsync", lease, as("outsider", "outpw"))
+	octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ocancel()
+	checks := map[string]error{}
+	_, checks["Mutex"] = c3.NewMutex("m").LockContext(octx)
+	_, checks["FairMutex"] = c3.NewFairMutex("f").LockContext(octx)
+	_, checks["RWMutex"] = c3.NewRWMutex("rw").RLockContext(octx)
+	_, checks["Semaphore"] = c3.NewSemaphore("s", 2).Acquire(octx, 1)
+	checks["Once"] = c3.NewOnce("o2").Do(octx, func(context.Context) error { return nil })
+	_, checks["OnceValue"] = dsync.OnceValue(c3, "ov2", func(context.Context) (int, error) { return 1, nil })(octx)
+	checks["WaitGroup"] = c3.NewWaitGroup("wg").Add(octx, 1)
+	_, checks["MultiLock"] = c3.NewMultiLock([]string{"m1", "m2"}).LockContext(octx)
+	_, checks["Inspect"] = c3.Inspect(octx, "m")
+	for what, err := range checks {
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("outsider's %s = %v; want NOPERM", what, err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("outsider's %s waited out its context instead of failing: %v", what, err)
+		}
+	}
+}

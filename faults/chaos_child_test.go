@@ -1,0 +1,566 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+)
+
+func init() {
+	childRoles["chaos"] = childChaos
+}
+
+// A cev is one operation of the chaos scenario, printed by the child that
+// made it. Op is
+//
+//	acq   an acquisition returned (for a Once: f began; Call is Do's call)
+//	rel   a hold ended (Call..Ret bounds the moment it ended in Redis)
+//	fret  a Once's f returned (Out ok or fail), before Do records it
+//	obs   a Once's Do returned nil without running f (Val: OnceValue's value)
+//	addc  a WaitGroup Add is about to be sent (Seq pairs it with its add)
+//	add   a WaitGroup Add returned (Out ok, inval or err)
+//	wait  a WaitGroup Wait returned (Out ok, or why not)
+type cev struct {
+	Op    string    `json:"op"`
+	Who   int       `json:"who"`
+	K     int       `json:"k"` // name index; a MultiLock's bitmask of names
+	Read  bool      `json:"read,omitempty"`
+	N     int64     `json:"n,omitempty"`
+	Call  int64     `json:"call"`
+	Ret   int64     `json:"ret"`
+	Tok   uint64    `json:"tok,omitempty"`
+	Toks  [3]uint64 `json:"toks,omitzero"` // a MultiLock's member tokens
+	Lost  bool      `json:"lost,omitempty"`
+	Out   string    `json:"out,omitempty"`
+	Val   string    `json:"val,omitempty"`
+	Seq   int64     `json:"seq,omitempty"`
+	Slot  int       `json:"-"` // the process, set by the parent
+	epoch int       // the stretch between server data losses (applyWipes)
+}
+
+// chaosTally is what one child counted.
+type chaosTally struct {
+	Acq       int64  `json:"acq"`             // acquisitions (runs, for a Once)
+	Cancelled int64  `json:"cancelled"`       // waits ended by their context
+	Errs      int64  `json:"errs"`            // other errors
+	Lost      int64  `json:"lost"`            // holds that ended lost
+	Late      int64  `json:"late"`            // waits that returned > 100 ms after their context ended
+	MaxLate   int64  `json:"maxLate"`         // ns
+	Stray     int64  `json:"stray"`           // unexpected errors, text in stderr
+	Worst     string `json:"worst,omitempty"` // the latest return's error
+}
+
+const chaosSemSize = 3
+
+// chaosMultiNames is how many names a MultiLock's subsets are drawn from
+// (c0..c2); the other lock kinds contend on c0, WaitGroups use w0..w3 and
+// Onces go through o0, o1, ... in sequence.
+const chaosMultiNames = 3
+
+type chaosWorker struct {
+	c     *dsync.Client
+	res   chaosRes
+	who   int
+	until time.Time
+	tl    *chaosTally
+	mu    *sync.Mutex // guards tl
+	seq   *atomic.Int64
+	rec   func(cev) // where events go; nil: printed for the parent
+}
+
+func (w *chaosWorker) emit(e cev) {
+	e.Who = w.who
+	if w.rec != nil {
+		w.rec(e)
+		return
+	}
+	say("ev", e)
+}
+
+func (w *chaosWorker) count(f func(t *chaosTally)) {
+	w.mu.Lock()
+	f(w.tl)
+	w.mu.Unlock()
+}
+
+// waitCtx returns the context of one acquisition: most wait up to 3 s,
+// one in five gives up after 1-50 ms, one in ten is cancelled by another
+// goroutine after 0-30 ms. ended says when it was (to be) cancelled.
+func waitCtx(parent context.Context) (ctx context.Context, cancel context.CancelFunc, ended func() int64) {
+	var at atomic.Int64
+	var d time.Duration
+	switch r := rand.IntN(10); {
+	case r < 7:
+		d = 3 * time.Second
+	case r < 9:
+		d = time.Duration(1+rand.IntN(50)) * time.Millisecond
+	default:
+		cctx, ccancel := context.WithCancel(parent)
+		tm := time.AfterFunc(time.Duration(rand.IntN(31))*time.Millisecond, func() { at.Store(now()); ccancel() })
+		return cctx, func() { tm.Stop(); ccancel() }, at.Load
+	}
+	end := now() + int64(d)
+	ctx, cancel = context.WithTimeout(parent, d)
+	return ctx, cancel, func() int64 { return end }
+}
+
+// failed counts an acquisition that returned err; ended is when its
+// context ended, for lateness.
+func (w *chaosWorker) failed(err error, ret int64, ended func() int64) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		late := ret - ended()
+		w.count(func(t *chaosTally) {
+			t.Cancelled++
+			if ended() != 0 && late > int64(100*time.Millisecond) {
+				t.Late++
+			}
+			if ended() != 0 && late > t.MaxLate {
+				t.MaxLate = late
+				t.Worst = err.Error()
+			}
+		})
+		return
+	}
+	w.count(func(t *chaosTally) { t.Errs++ })
+	if w.rec != nil {
+		time.Sleep(10 * time.Millisecond) // back off a Redis error
+		return
+	}
+	fmt.Fprintf(os.Stderr, "chaos worker %d: %v (%T; %v after its context ended)\n", w.who, err, errors.Unwrap(err), time.Duration(ret-ended()))
+	time.Sleep(10 * time.Millisecond) // back off a Redis error
+}
+
+// pause is the work inside a critical section: 0-2 ms.
+func pause() { time.Sleep(time.Duration(rand.IntN(2001)) * time.Microsecond) }
+
+// exclusive is a writer's critical section on name index k with token
+// tok: an increment of the fenced counter (read and write both carry the
+// token), then an increment of the unfenced register. Each step checks the
+// lock context first, as a careful holder does; a holder frozen after its
+// check writes anyway, which is what the fence is for. lastValid is the
+// latest moment the holder knew its hold valid: before each check.
+func (w *chaosWorker) exclusive(lctx context.Context, k int, tok uint64, lastValid *int64) {
+	t0 := now()
+	if lctx.Err() != nil {
+		return
+	}
+	*lastValid = t0
+	if v, ok := w.res.num("fr", k, tok, 0); ok {
+		pause()
+		w.res.do("fw", k, tok, v+1)
+	}
+	t1 := now()
+	if lctx.Err() != nil {
+		return
+	}
+	*lastValid = t1
+	v, _ := w.res.num("win", k, 0, 0)
+	pause()
+	w.res.do("wout", k, 0, v+1)
+}
+
+// shared is a reader's critical section: the fence must not have seen a
+// writer with a larger token, and the register must not change under it.
+func (w *chaosWorker) shared(lctx context.Context, k int, tok uint64, lastValid *int64) {
+	t0 := now()
+	if lctx.Err() != nil {
+		return
+	}
+	*lastValid = t0
+	w.res.do("fc", k, tok, 0)
+	v, _ := w.res.num("rin", k, 0, 0)
+	pause()
+	w.res.do("rout", k, 0, v)
+}
+
+// relEvent records the end of a hold acquired at acq: Call..Ret bounds the
+// moment Redis stopped counting it. Released normally, that is the
+// release call; lost (or refused with ErrNotHeld), it lapsed after the
+// holder last knew it valid and before the holder saw it gone; a release
+// that failed otherwise may leave the hold in Redis until its lease runs
+// out.
+func relEvent(acq cev, lctx context.Context, uerr error, lastValid, rcall, rret int64) (cev, bool) {
+	e := cev{Op: "rel", K: acq.K, Read: acq.Read, N: acq.N, Tok: acq.Tok, Call: rcall, Ret: rret}
+	lost := errors.Is(context.Cause(lctx), dsync.ErrLockLost) || errors.Is(uerr, dsync.ErrNotHeld)
+	switch {
+	case lost:
+		e.Call, e.Lost = lastValid, true
+	case uerr != nil:
+		e.Ret = rret + int64(2*chaosLease)
+	}
+	return e, lost
+}
+
+// lockOps are the acquire and release of the kinds held through a lock
+// context.
+type lockOps struct {
+	acquire func(ctx context.Context, read bool, n int64) (context.Context, error)
+	release func(lctx context.Context, read bool, n int64) error
+	pick    func() (read bool, n int64, k int)
+	toks    func() [3]uint64 // MultiLock: the members' tokens of the last acquire
+}
+
+func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
+	for time.Now().Before(w.until) {
+		read, n, k := ops.pick()
+		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
+		call := now()
+		lctx, err := ops.acquire(actx, read, n)
+		ret := now()
+		if err != nil {
+			cancel()
+			w.failed(err, ret, ended)
+			continue
+		}
+		w.count(func(t *chaosTally) { t.Acq++ })
+		tok, _ := dsync.FencingToken(lctx)
+		acq := cev{Op: "acq", K: k, Read: read, N: n, Call: call, Ret: ret, Tok: tok}
+		if ops.toks != nil {
+			acq.Toks = ops.toks()
+		}
+		w.emit(acq)
+		lastValid := ret
+		switch {
+		case kind == "sem":
+			if lctx.Err() == nil {
+				lastValid = now()
+				w.res.do("sin", 0, 0, n)
+				pause()
+				w.res.do("sout", 0, 0, n)
+			}
+		case kind == "multi":
+			for i := range chaosMultiNames {
+				if k&(1<<i) != 0 {
+					w.exclusive(lctx, i, acq.Toks[i], &lastValid)
+				}
+			}
+		case read:
+			w.shared(lctx, k, tok, &lastValid)
+		default:
+			w.exclusive(lctx, k, tok, &lastValid)
+		}
+		rcall := now()
+		w.emit(cev{Op: "relc", K: k, Call: rcall, Ret: rcall})
+		uerr := ops.release(lctx, read, n)
+		rret := now()
+		cancel()
+		rel, lost := relEvent(acq, lctx, uerr, lastValid, rcall, rret)
+		if lost {
+			w.count(func(t *chaosTally) { t.Lost++ })
+		}
+		if uerr != nil && !lost {
+			w.count(func(t *chaosTally) { t.Errs++ })
+			if w.rec == nil {
+				fmt.Fprintln(os.Stderr, "chaos worker: release:", uerr)
+			}
+		}
+		w.emit(rel)
+	}
+}
+
+// tokLocker is a MultiLock member that keeps the token of its last
+// acquisition (a MultiLock's own context carries none).
+type tokLocker struct {
+	m   *dsync.Mutex
+	tok atomic.Uint64
+}
+
+func (l *tokLocker) LockContext(ctx context.Context) (context.Context, error) {
+	lctx, err := l.m.LockContext(ctx)
+	if err == nil {
+		tok, _ := dsync.FencingToken(lctx)
+		l.tok.Store(tok)
+	}
+	return lctx, err
+}
+
+func (l *tokLocker) UnlockContext(ctx context.Context) error { return l.m.UnlockContext(ctx) }
+
+func (w *chaosWorker) lockKind(kind string) lockOps {
+	c := w.c
+	one := func() (bool, int64, int) { return false, 1, 0 }
+	switch kind {
+	case "mutex", "fair":
+		var l dsync.ContextLocker = c.NewMutex("c0")
+		if kind == "fair" {
+			l = c.NewFairMutex("c0")
+		}
+		return lockOps{
+			acquire: func(ctx context.Context, _ bool, _ int64) (context.Context, error) { return l.LockContext(ctx) },
+			release: func(lctx context.Context, _ bool, _ int64) error { return l.UnlockContext(lctx) },
+			pick:    one,
+		}
+	case "rw":
+		rw := c.NewRWMutex("c0")
+		return lockOps{
+			acquire: func(ctx context.Context, read bool, _ int64) (context.Context, error) {
+				if read {
+					return rw.RLockContext(ctx)
+				}
+				return rw.LockContext(ctx)
+			},
+			release: func(lctx context.Context, read bool, _ int64) error {
+				if read {
+					return rw.RUnlockContext(lctx)
+				}
+				return rw.UnlockContext(lctx)
+			},
+			pick: func() (bool, int64, int) { return rand.IntN(4) != 0, 1, 0 },
+		}
+	case "sem":
+		s := c.NewSemaphore("c0", chaosSemSize)
+		return lockOps{
+			acquire: func(ctx context.Context, _ bool, n int64) (context.Context, error) { return s.Acquire(ctx, n) },
+			release: func(lctx context.Context, _ bool, n int64) error { return s.Release(lctx, n) },
+			pick:    func() (bool, int64, int) { return false, 1 + rand.Int64N(chaosSemSize), 0 },
+		}
+	case "multi":
+		// Subsets of the names c0..c2: each pair, and all three. Members
+		// are given in one order everywhere (by name), as MultiLock asks
+		// of lockers it cannot order itself.
+		masks := []int{3, 5, 6, 7}
+		mls := map[int]*dsync.MultiLock{}
+		lockers := map[int][]*tokLocker{}
+		for _, m := range masks {
+			var ls []dsync.ContextLocker
+			for i := range chaosMultiNames {
+				if m&(1<<i) != 0 {
+					tl := &tokLocker{m: c.NewMutex(fmt.Sprint("c", i))}
+					ls = append(ls, tl)
+					lockers[m] = append(lockers[m], tl)
+				}
+			}
+			mls[m] = dsync.NewMultiLock(ls...)
+		}
+		var cur int
+		return lockOps{
+			acquire: func(ctx context.Context, _ bool, _ int64) (context.Context, error) { return mls[cur].LockContext(ctx) },
+			release: func(lctx context.Context, _ bool, _ int64) error { return mls[cur].UnlockContext(lctx) },
+			pick: func() (bool, int64, int) {
+				cur = masks[rand.IntN(len(masks))]
+				return false, 1, cur
+			},
+			toks: func() (t [3]uint64) {
+				j := 0
+				for i := range chaosMultiNames {
+					if cur&(1<<i) != 0 {
+						t[i] = lockers[cur][j].tok.Load()
+						j++
+					}
+				}
+				return t
+			},
+		}
+	}
+	panic("unknown kind " + kind)
+}
+
+var errChaosFail = errors.New("f failed on purpose")
+
+// onceLoop walks the names o0, o1, ...: Do on each until it returns nil
+// (f ran and succeeded here or elsewhere). f fails one time in three.
+func (w *chaosWorker) onceLoop(value bool) {
+	k, _ := strconv.Atoi(os.Getenv("FAULTS_FROM"))
+	for time.Now().Before(w.until) {
+		name := "o" + strconv.Itoa(k)
+		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
+		var (
+			ran       bool
+			acq       cev
+			fret      int64
+			fval      string // the value f returned
+			lastValid int64
+			fctxSaved context.Context
+		)
+		call := now()
+		f := func(fctx context.Context) (string, error) {
+			ran, fctxSaved = true, fctx
+			tok, _ := dsync.FencingToken(fctx)
+			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok}
+			w.emit(acq)
+			w.count(func(t *chaosTally) { t.Acq++ })
+			lastValid = acq.Ret
+			w.exclusive(fctx, k, tok, &lastValid)
+			val := fmt.Sprintf("%d/%d", w.who, tok)
+			fval = val
+			fret = now()
+			if rand.IntN(3) == 0 {
+				w.emit(cev{Op: "fret", K: k, Call: fret, Ret: fret, Out: "fail"})
+				return "", errChaosFail
+			}
+			w.emit(cev{Op: "fret", K: k, Call: fret, Ret: fret, Out: "ok", Val: val})
+			return val, nil
+		}
+		var val string
+		var err error
+		if value {
+			val, err = dsync.OnceValue(w.c, name, f)(actx)
+		} else {
+			err = w.c.NewOnce(name).Do(actx, func(fctx context.Context) error {
+				var ferr error
+				val, ferr = f(fctx)
+				return ferr
+			})
+			if err == nil && !ran {
+				val = ""
+			}
+		}
+		ret := now()
+		cancel()
+		switch {
+		case ran:
+			rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: fret, Ret: ret, Out: "fail"}
+			if errors.Is(err, dsync.ErrLockLost) || errors.Is(context.Cause(fctxSaved), dsync.ErrLockLost) {
+				// The run's lease lapsed: it ended after the run last knew
+				// it valid. Its result may still have been recorded (no
+				// other run took over): then Do returned nil.
+				rel.Call, rel.Lost = lastValid, true
+				w.count(func(t *chaosTally) { t.Lost++ })
+			}
+			switch {
+			case err == nil:
+				rel.Out, rel.Val = "ok", val
+			case errors.Is(err, errChaosFail), errors.Is(err, dsync.ErrLockLost):
+			default: // a Redis error: the result may or may not be recorded
+				rel.Out, rel.Val = "unknown", fval
+				w.count(func(t *chaosTally) { t.Errs++ })
+				if w.rec == nil {
+					fmt.Fprintln(os.Stderr, "chaos once:", err)
+				}
+			}
+			if !value {
+				rel.Val = ""
+			}
+			w.emit(rel)
+			if err == nil {
+				k++
+			}
+		case err == nil:
+			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: val})
+			k++
+		default:
+			w.failed(err, ret, ended)
+		}
+	}
+}
+
+const chaosWaitGroups = 16
+
+// wgLoop, on one of 16 WaitGroups: four times in ten a task (Add 1, work,
+// Done), once a task with a Wait of 1-20 ms inside it (certainly cut
+// short), three times a Wait of 50-500 ms, otherwise an Add(-1) that may
+// find the counter at zero (and repairs the counters of tasks whose
+// process was killed).
+func (w *chaosWorker) wgLoop() {
+	add := func(k int, d int64) error {
+		seq := w.seq.Add(1)
+		call := now()
+		w.emit(cev{Op: "addc", K: k, N: d, Call: call, Seq: seq})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := w.c.NewWaitGroup("w"+strconv.Itoa(k)).Add(ctx, d)
+		cancel()
+		e := cev{Op: "add", K: k, N: d, Call: call, Ret: now(), Seq: seq, Out: "ok"}
+		switch {
+		case errors.Is(err, dsync.ErrInvalidArgument):
+			e.Out = "inval"
+		case err != nil:
+			e.Out = "err"
+			w.count(func(t *chaosTally) { t.Errs++ })
+			fmt.Fprintln(os.Stderr, "chaos wg:", err)
+		}
+		w.emit(e)
+		w.count(func(t *chaosTally) { t.Acq++ })
+		return err
+	}
+	for time.Now().Before(w.until) {
+		k := rand.IntN(chaosWaitGroups)
+		switch r := rand.IntN(10); {
+		case r < 4:
+			if add(k, 1) == nil {
+				pause()
+				_ = add(k, -1)
+			}
+		case r < 5:
+			// A waiter cancelled while the counter is certainly above
+			// zero: its own task is not done.
+			if add(k, 1) == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rand.IntN(20))*time.Millisecond)
+				call := now()
+				err := w.c.NewWaitGroup("w" + strconv.Itoa(k)).Wait(ctx)
+				ret := now()
+				cancel()
+				e := cev{Op: "wait", K: k, Call: call, Ret: ret, Out: "ok"}
+				if err != nil {
+					e.Out = "timeout"
+					dl, _ := ctx.Deadline()
+					w.failed(err, ret, func() int64 { return dl.UnixNano() })
+				}
+				w.emit(e)
+				_ = add(k, -1)
+			}
+		case r < 8:
+			d := time.Duration(50+rand.IntN(451)) * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			call := now()
+			err := w.c.NewWaitGroup("w" + strconv.Itoa(k)).Wait(ctx)
+			ret := now()
+			cancel()
+			e := cev{Op: "wait", K: k, Call: call, Ret: ret, Out: "ok"}
+			if err != nil {
+				e.Out = "timeout"
+				w.failed(err, ret, func() int64 { return call + int64(d) })
+			}
+			w.emit(e)
+			w.count(func(t *chaosTally) { t.Acq++ })
+		default:
+			_ = add(k, -1)
+		}
+		// 2-10 ms between operations keeps a 60 s history within what
+		// porcupine checks in seconds.
+		time.Sleep(time.Duration(2000+rand.IntN(8001)) * time.Microsecond)
+	}
+}
+
+// childChaos runs FAULTS_G workers of FAULTS_KIND until FAULTS_UNTIL (unix
+// ns), worker ids FAULTS_ID*FAULTS_G + i, then says "done" with its tally.
+func childChaos(c *dsync.Client, res remote) int {
+	g, _ := strconv.Atoi(os.Getenv("FAULTS_G"))
+	id, _ := strconv.Atoi(os.Getenv("FAULTS_ID"))
+	u, _ := strconv.ParseInt(os.Getenv("FAULTS_UNTIL"), 10, 64)
+	kind := os.Getenv("FAULTS_KIND")
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		tl  chaosTally
+		seq atomic.Int64
+	)
+	seq.Store(int64(id) << 32)
+	for i := range g {
+		w := &chaosWorker{c: c, res: chaosRes{res, id}, who: id*g + i, until: time.Unix(0, u), tl: &tl, mu: &mu, seq: &seq}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch kind {
+			case "once":
+				w.onceLoop(false)
+			case "oncevalue":
+				w.onceLoop(true)
+			case "wg":
+				w.wgLoop()
+			default:
+				w.lockLoop(kind, w.lockKind(kind))
+			}
+		}()
+	}
+	wg.Wait()
+	say("done", tl)
+	return 0
+}

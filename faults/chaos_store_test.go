@@ -1,0 +1,233 @@
+package faults
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// chaosStore is what the critical sections of the chaos scenario write to,
+// one pair of resources per name index: a fenced counter, which rejects a
+// read or a write with a token below the largest it has accepted, and an
+// unfenced register, which accepts everything but counts the writers and
+// readers inside it. Child processes reach it over HTTP.
+type chaosStore struct {
+	mu   sync.Mutex
+	in   map[int]map[string]int64 // what each process has inside: w<k>, r<k>, s (permits)
+	dead map[int]bool             // killed processes: their late register and gauge requests are ignored
+	f    map[int]*fencedCounter
+	r    map[int]*register
+	sem  int64 // semaphore permits inside
+	semM int64 // most permits inside at once
+	semO int64 // entries that took the gauge above the size
+	size int64
+}
+
+type fencedCounter struct {
+	max      uint64 // largest token accepted
+	val      int64
+	accepted int64 // writes accepted
+	rejected int64 // reads and writes rejected for a stale token
+	stale    int64 // reader checks that found a newer writer
+}
+
+type register struct {
+	val, puts int64
+	w, r      int64 // writers and readers inside
+	overlaps  int64 // entries while an excluded holder was inside
+	torn      int64 // reads that saw the value change under them
+}
+
+func newChaosStore(size int64) *chaosStore {
+	return &chaosStore{f: map[int]*fencedCounter{}, r: map[int]*register{}, size: size, in: map[int]map[string]int64{}, dead: map[int]bool{}}
+}
+
+func (s *chaosStore) fc(k int) *fencedCounter {
+	if s.f[k] == nil {
+		s.f[k] = &fencedCounter{}
+	}
+	return s.f[k]
+}
+
+func (s *chaosStore) reg(k int) *register {
+	if s.r[k] == nil {
+		s.r[k] = &register{}
+	}
+	return s.r[k]
+}
+
+// inside records that process slot entered (d > 0) or left (d < 0)
+// with what: w<k>, r<k>, or s (d permits).
+func (s *chaosStore) inside(slot int, what string, d int64) {
+	if s.in[slot] == nil {
+		s.in[slot] = map[string]int64{}
+	}
+	s.in[slot][what] += d
+}
+
+// forget takes a killed process out of the registers and the gauge: it
+// will never leave them.
+func (s *chaosStore) forget(slot int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for what, n := range s.in[slot] {
+		var k int
+		switch {
+		case what == "s":
+			s.sem -= n
+		case what[0] == 'w':
+			fmt.Sscan(what[1:], &k)
+			s.reg(k).w -= n
+		case what[0] == 'r':
+			fmt.Sscan(what[1:], &k)
+			s.reg(k).r -= n
+		}
+	}
+	delete(s.in, slot)
+	s.dead[slot] = true
+}
+
+// op runs one operation of process slot and returns its reply: "stale",
+// or a value.
+func (s *chaosStore) op(slot int, op string, k int, tok uint64, v int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead[slot] && op != "fr" && op != "fw" && op != "fc" {
+		// A request the process sent before it was killed, arriving
+		// after forget: the register and gauge no longer count it. (The
+		// fence still sees it: a delayed write is what it is for.)
+		return "0"
+	}
+	switch op {
+	case "fr": // fenced read by a writer: raises the fence
+		f := s.fc(k)
+		if tok < f.max {
+			f.rejected++
+			return "stale"
+		}
+		f.max = tok
+		return strconv.FormatInt(f.val, 10)
+	case "fw": // fenced write
+		f := s.fc(k)
+		if tok < f.max {
+			f.rejected++
+			return "stale"
+		}
+		f.max, f.val = tok, v
+		f.accepted++
+		return "ok"
+	case "fc": // a reader's check: no writer with a larger token has been in
+		f := s.fc(k)
+		if tok < f.max {
+			f.stale++
+			return "stale"
+		}
+		return "ok"
+	case "win": // a writer enters the unfenced register
+		r := s.reg(k)
+		if r.w > 0 || r.r > 0 {
+			r.overlaps++
+		}
+		r.w++
+		s.inside(slot, "w"+strconv.Itoa(k), 1)
+		return strconv.FormatInt(r.val, 10)
+	case "wout":
+		r := s.reg(k)
+		r.val = v
+		r.puts++
+		r.w--
+		s.inside(slot, "w"+strconv.Itoa(k), -1)
+		return "ok"
+	case "rin":
+		r := s.reg(k)
+		if r.w > 0 {
+			r.overlaps++
+		}
+		r.r++
+		s.inside(slot, "r"+strconv.Itoa(k), 1)
+		return strconv.FormatInt(r.val, 10)
+	case "rout": // v: the value read on entry
+		r := s.reg(k)
+		if r.val != v {
+			r.torn++
+		}
+		r.r--
+		s.inside(slot, "r"+strconv.Itoa(k), -1)
+		return "ok"
+	case "sin":
+		s.sem += v
+		s.semM = max(s.semM, s.sem)
+		if s.sem > s.size {
+			s.semO++
+		}
+		s.inside(slot, "s", v)
+		return "ok"
+	case "sout":
+		s.sem -= v
+		s.inside(slot, "s", -v)
+		return "ok"
+	}
+	return "bad op"
+}
+
+func (s *chaosStore) serve(t testing.TB) string {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/c", func(w http.ResponseWriter, r *http.Request) {
+		k, _ := strconv.Atoi(r.FormValue("k"))
+		tok, _ := strconv.ParseUint(r.FormValue("tok"), 10, 64)
+		v, _ := strconv.ParseInt(r.FormValue("v"), 10, 64)
+		slot, _ := strconv.Atoi(r.FormValue("s"))
+		fmt.Fprint(w, s.op(slot, r.FormValue("op"), k, tok, v))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// storeFigures sums the resources of every name.
+type storeFigures struct {
+	fencedAccepted, fencedRejected, fencedLost, staleReads int64
+	puts, lostUpdates, overlaps, torn                      int64
+	semMost, semOver                                       int64
+}
+
+func (s *chaosStore) figures() (f storeFigures) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.f {
+		f.fencedAccepted += c.accepted
+		f.fencedRejected += c.rejected
+		f.fencedLost += c.accepted - c.val
+		f.staleReads += c.stale
+	}
+	for _, r := range s.r {
+		f.puts += r.puts
+		f.lostUpdates += r.puts - r.val
+		f.overlaps += r.overlaps
+		f.torn += r.torn
+	}
+	f.semMost, f.semOver = s.semM, s.semO
+	return f
+}
+
+// chaosRes is a chaosStore reached over HTTP from child process slot.
+type chaosRes struct {
+	r    remote
+	slot int
+}
+
+func (c chaosRes) do(op string, k int, tok uint64, v int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "/c?op=%s&k=%d&tok=%d&v=%d&s=%d", op, k, tok, v, c.slot)
+	return c.r.call(b.String())
+}
+
+func (c chaosRes) num(op string, k int, tok uint64, v int64) (int64, bool) {
+	s := c.do(op, k, tok, v)
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}

