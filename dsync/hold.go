@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -172,6 +173,15 @@ func (c *lockCtx) Err() error {
 		return err
 	}
 	if c.h.overdue() {
+		// Ended: by this call, or by another goroutine that is about to
+		// cancel the contexts (a few steps, none of them blocking); wait
+		// for that rather than report the hold valid meanwhile.
+		for i := 0; i < 10000; i++ {
+			if err := c.Context.Err(); err != nil {
+				return err
+			}
+			runtime.Gosched()
+		}
 		return c.Context.Err()
 	}
 	return nil
@@ -245,18 +255,22 @@ func (h *hold) end(cause error, lost bool) bool {
 	c.holds = compact(c.holds, &c.holdsPeak)
 	c.mu.Unlock()
 	h.ops.ended(h, lost)
+	// Report a loss before cancelling, so whoever waits on a lock context
+	// finds it already recorded; log it after, since a log write may be
+	// slow and a lock context must not look valid meanwhile (see
+	// lockCtx.Err).
 	if lost {
-		// Report before cancelling, so whoever waits on a lock context
-		// finds the loss already recorded.
 		if f := c.cfg.observer.Lost; f != nil {
 			f(Lost{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
 		}
-		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
 	}
-	c.untag(h)
 	for i := len(cancels) - 1; i >= 0; i-- {
 		cancels[i](cause)
 	}
+	if lost {
+		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
+	}
+	c.untag(h)
 	return true
 }
 
