@@ -2,14 +2,14 @@ package faults
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The commands every primitive needs: the handshake, the scripts and what
@@ -32,9 +32,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		"ACL SETUSER locker on >lockpw resetkeys ~dsync:* resetchannels &dsync:* -@all " + dsyncAllCommands,
 		"ACL SETUSER outsider on >outpw resetkeys ~other:* resetchannels &other:* -@all " + dsyncAllCommands,
 	} {
-		if err := srv.do(t, strings.Fields(u)...).Error(); err != nil {
-			t.Fatalf("%s: %v", u, err)
-		}
+		require.NoError(t, srv.do(t, strings.Fields(u)...).Error(), u)
 	}
 	as := func(user, pw string) func(*rueidis.ClientOption) {
 		return func(o *rueidis.ClientOption) { o.Username, o.Password = user, pw }
@@ -46,9 +44,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	defer cancel()
 	must := func(what string, err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatalf("restricted user, %s: %v", what, err)
-		}
+		require.NoError(t, err, "restricted user, %s", what)
 	}
 	// contend holds with first, has second wait (woken over pub/sub),
 	// keeps the hold across a renewal, releases, and expects the waiter in.
@@ -135,16 +131,12 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			err := c2.NewOnce("o").Do(ctx, func(context.Context) error { ran++; return nil })
 			return func() error { return nil }, err
 		})
-	if ran != 1 {
-		t.Errorf("restricted user: Once ran f %d times", ran)
-	}
+	assert.Equal(t, 1, ran, "restricted user: times Once ran f")
 	v1, err := dsync.OnceValue(c1, "ov", func(context.Context) (string, error) { return "first", nil })(ctx)
 	must("OnceValue", err)
 	v2, err := dsync.OnceValue(c2, "ov", func(context.Context) (string, error) { return "second", nil })(ctx)
 	must("OnceValue", err)
-	if v1 != "first" || v2 != "first" {
-		t.Errorf("restricted user: OnceValue gave %q and %q", v1, v2)
-	}
+	assert.Equal(t, []string{"first", "first"}, []string{v1, v2}, "restricted user: the OnceValue results")
 	wg1, wg2 := c1.NewWaitGroup("wg"), c2.NewWaitGroup("wg")
 	contend("WaitGroup",
 		func() (func() error, error) {
@@ -174,14 +166,12 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	t.Logf("(j) ACL ~dsync:* &dsync:*, %d commands: Mutex, FairMutex, MultiLock, RWMutex, Semaphore, Once, OnceValue and WaitGroup ran with contention, wakeups and renewals; Inspect saw kinds %v; List saw %v",
 		len(strings.Fields(dsyncAllCommands)), kinds, names)
 	for _, k := range []dsync.Kind{dsync.KindMutex, dsync.KindFairMutex, dsync.KindRWMutex, dsync.KindSemaphore, dsync.KindOnce, dsync.KindWaitGroup} {
-		if !kinds[k] && k != dsync.KindMutex && k != dsync.KindFairMutex { // free locks may have expired
-			t.Errorf("Inspect did not report a %s", k)
+		if k != dsync.KindMutex && k != dsync.KindFairMutex { // free locks may have expired
+			assert.True(t, kinds[k], "Inspect did not report a %s", k)
 		}
 	}
 	for _, want := range []string{"rw_mutex rw", "semaphore s", "once o", "once ov", "wait_group wg"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("List as the restricted user does not show %q: %v", want, names)
-		}
+		assert.Contains(t, names, want, "List as the restricted user")
 	}
 	// The outsider: NOPERM from every primitive, naming it.
 	c3 := newDsync(t, srv.Addr, "dsync", lease, as("outsider", "outpw"))
@@ -198,11 +188,9 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	_, checks["MultiLock"] = c3.NewMultiLock([]string{"m1", "m2"}).LockContext(octx)
 	_, checks["Inspect"] = c3.Inspect(octx, "m")
 	for what, err := range checks {
-		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
-			t.Errorf("outsider's %s = %v; want NOPERM", what, err)
+		if assert.Error(t, err, "outsider's %s", what) {
+			assert.Contains(t, err.Error(), "NOPERM", "outsider's %s", what)
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("outsider's %s waited out its context instead of failing: %v", what, err)
-		}
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "outsider's %s waited out its context instead of failing", what)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/require"
 )
 
 // Issue 8 item 10: sequences of lock, unlock, acquire and release on two
@@ -271,9 +272,7 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		case wantRan:
 			m.done[k] = true
 		}
-		if ran != wantRan {
-			t.Fatalf("%s: f ran %v, model says %v\n%s", what, ran, wantRan, e.history())
-		}
+		require.Equal(t, wantRan, ran, "%s: f ran (model, Redis)", what)
 	case 13, 14: // WaitGroup Add of 0..2, or of -1..-3
 		d := int64(arg&0x7f) % 3
 		if op%16 == 14 {
@@ -302,20 +301,19 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		}
 	}
 	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
-	if got != nil && !documented(got) {
-		t.Fatalf("undocumented error from %s: %v\n%s", what, got, e.history())
+	if got != nil {
+		require.True(t, documented(got), "undocumented error from %s: %v", what, got)
 	}
 	switch {
 	case want == nil && op%16 >= 7 && op%16 <= 8 && cancelled:
 		// An invalid count with a cancelled context: ErrInvalidArgument or
 		// context.Canceled, nothing granted.
-		if got == nil || ok {
-			t.Fatalf("%s: got %v, %v; want a refusal\n%s", what, ok, got, e.history())
-		}
+		require.Error(t, got, "%s: want a refusal", what)
+		require.False(t, ok, "%s: want a refusal", what)
 	case want == nil && got != nil, want != nil && !errors.Is(got, want):
-		t.Fatalf("%s: error %v, want %v\n%s", what, got, want, e.history())
+		t.Fatalf("%s: error %v, want %v", what, got, want)
 	case ok != wantOK:
-		t.Fatalf("%s: acquired %v, model says %v\n%s", what, ok, wantOK, e.history())
+		t.Fatalf("%s: acquired %v, model says %v", what, ok, wantOK)
 	}
 	e.compare(what)
 }
@@ -335,9 +333,7 @@ func (e *fuzzEnv) compare(after string) {
 	t, m := e.t, e.m
 	for k, name := range e.names {
 		sts, err := e.cs[0].Inspect(context.Background(), name)
-		if err != nil {
-			t.Fatalf("Inspect after %s: %v", after, err)
-		}
+		require.NoError(t, err, "Inspect after %s", after)
 		var mx, rw, sem, fair dsync.LockState
 		semFound, onceDone := false, false
 		var counter int64
@@ -347,9 +343,7 @@ func (e *fuzzEnv) compare(after string) {
 				fair = st
 			case dsync.KindOnce:
 				onceDone = st.Done
-				if len(st.Holders) != 0 {
-					t.Fatalf("after %s: a Once shows %d runs in progress\n%s", after, len(st.Holders), e.history())
-				}
+				require.Empty(t, st.Holders, "after %s: a Once shows runs in progress", after)
 			case dsync.KindWaitGroup:
 				counter = st.Counter
 			case dsync.KindMutex:
@@ -361,9 +355,7 @@ func (e *fuzzEnv) compare(after string) {
 			default:
 				t.Fatalf("Inspect after %s shows a %s", after, st.Kind)
 			}
-			if len(st.Waiters) != 0 {
-				t.Fatalf("after %s Redis shows %d waiters on %s %d\n%s", after, len(st.Waiters), st.Kind, k, e.history())
-			}
+			require.Empty(t, st.Waiters, "after %s Redis shows waiters on %s %d", after, st.Kind, k)
 		}
 		var want, got []string
 		// Redis counts one acquisition per owner: re-entries through the
@@ -381,9 +373,8 @@ func (e *fuzzEnv) compare(after string) {
 		for _, h := range fair.Holders {
 			got = append(got, fmt.Sprintf("fair %s %d", h.Owner, h.Count))
 		}
-		if onceDone != m.done[k] || counter != m.wg[k] {
-			t.Fatalf("after %s, name %d: Redis shows Once done %v, WaitGroup counter %d; model %v, %d\n%s", after, k, onceDone, counter, m.done[k], m.wg[k], e.history())
-		}
+		require.Equal(t, m.done[k], onceDone, "after %s, name %d: Once done (model, Redis)", after, k)
+		require.Equal(t, m.wg[k], counter, "after %s, name %d: WaitGroup counter (model, Redis)", after, k)
 		rs := m.rw[k]
 		mode := ""
 		if rs.w >= 0 {
@@ -402,9 +393,7 @@ func (e *fuzzEnv) compare(after string) {
 			}
 			got = append(got, fmt.Sprintf("%s %s %d", kind, h.Owner, h.Count))
 		}
-		if rw.Mode != mode {
-			t.Fatalf("after %s: rw %d mode %q in Redis, %q in the model\n%s", after, k, rw.Mode, mode, e.history())
-		}
+		require.Equal(t, mode, rw.Mode, "after %s: rw %d mode (model, Redis)", after, k)
 		for o, n := range m.sem[k] {
 			want = append(want, fmt.Sprintf("sem %s %d", e.owners[o], n))
 		}
@@ -412,17 +401,14 @@ func (e *fuzzEnv) compare(after string) {
 			got = append(got, fmt.Sprintf("sem %s %d", h.Owner, h.Permits))
 		}
 		free := int64(fuzzSize) - m.semUsed(k)
-		if semFound && (sem.Size != fuzzSize || sem.Free != free) {
-			t.Fatalf("after %s: semaphore %d shows %d/%d free, model %d/%d\n%s", after, k, sem.Free, sem.Size, free, fuzzSize, e.history())
-		}
-		if !semFound && free != fuzzSize {
-			t.Fatalf("after %s: semaphore %d not in Redis, model holds %d permits\n%s", after, k, fuzzSize-free, e.history())
+		if semFound {
+			require.Equal(t, []int64{fuzzSize, free}, []int64{sem.Size, sem.Free}, "after %s: semaphore %d size and free permits (model, Redis)", after, k)
+		} else {
+			require.Equal(t, int64(fuzzSize), free, "after %s: semaphore %d not in Redis; free permits in the model", after, k)
 		}
 		sort.Strings(want)
 		sort.Strings(got)
-		if strings.Join(want, "; ") != strings.Join(got, "; ") {
-			t.Fatalf("after %s, name %d:\nRedis: %v\nmodel: %v\n%s", after, k, got, want, e.history())
-		}
+		require.Equal(t, strings.Join(want, "; "), strings.Join(got, "; "), "after %s, name %d: holders (model, Redis)", after, k)
 	}
 }
 
@@ -433,47 +419,35 @@ func (e *fuzzEnv) cleanup() {
 	for k, name := range e.names {
 		for m.mu[k].owner >= 0 {
 			o := m.mu[k].owner
-			if err := e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]); err != nil {
-				e.t.Fatalf("cleanup: mutex unlock: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]), "cleanup: mutex unlock")
 			if m.mu[k].count--; m.mu[k].count == 0 {
 				m.mu[k].owner = -1
 			}
 		}
 		for m.fair[k].owner >= 0 {
 			o := m.fair[k].owner
-			if err := e.client(o).NewFairMutex(name).UnlockContext(e.ctxs[o]); err != nil {
-				e.t.Fatalf("cleanup: fair unlock: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewFairMutex(name).UnlockContext(e.ctxs[o]), "cleanup: fair unlock")
 			if m.fair[k].count--; m.fair[k].count == 0 {
 				m.fair[k].owner = -1
 			}
 		}
 		if m.wg[k] > 0 {
-			if err := e.cs[0].NewWaitGroup(name).Add(context.Background(), -m.wg[k]); err != nil {
-				e.t.Fatalf("cleanup: wg add: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.cs[0].NewWaitGroup(name).Add(context.Background(), -m.wg[k]), "cleanup: wg add")
 			m.wg[k] = 0
 		}
 		for ; m.rw[k].w >= 0 && m.rw[k].wc > 0; m.rw[k].wc-- {
 			o := m.rw[k].w
-			if err := e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]); err != nil {
-				e.t.Fatalf("cleanup: rw unlock: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewRWMutex(name).UnlockContext(e.ctxs[o]), "cleanup: rw unlock")
 		}
 		m.rw[k].w = -1
 		for o, n := range m.rw[k].r {
 			for range n {
-				if err := e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]); err != nil {
-					e.t.Fatalf("cleanup: rw runlock: %v\n%s", err, e.history())
-				}
+				require.NoError(e.t, e.client(o).NewRWMutex(name).RUnlockContext(e.ctxs[o]), "cleanup: rw runlock")
 			}
 			delete(m.rw[k].r, o)
 		}
 		for o, n := range m.sem[k] {
-			if err := e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n); err != nil {
-				e.t.Fatalf("cleanup: sem release: %v\n%s", err, e.history())
-			}
+			require.NoError(e.t, e.client(o).NewSemaphore(name, fuzzSize).Release(e.ctxs[o], n), "cleanup: sem release")
 			delete(m.sem[k], o)
 		}
 	}
@@ -518,6 +492,13 @@ func FuzzOperations(f *testing.F) {
 		}
 		seq := fuzzSeq.Add(1)
 		e := &fuzzEnv{t: t, cs: cs, m: newFuzzModel()}
+		// The steps that led to a failure, logged once rather than built
+		// into every check's message.
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(e.history())
+			}
+		})
 		parts := strings.SplitN(string(names), "\xff\xff", fuzzNames)
 		for k := range fuzzNames {
 			p := ""

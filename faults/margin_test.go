@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func init() {
@@ -113,9 +115,7 @@ func TestFaultStopMargin(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		lctx, err := m.LockContext(ctx)
 		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		granted := now()
 		time.Sleep(time.Until(stopped.Add(2 * lease)))
 		hc.signal(t, syscall.SIGCONT)
@@ -129,12 +129,8 @@ func TestFaultStopMargin(t *testing.T) {
 		}
 		t.Logf("round %d: granted to the other process %v after SIGSTOP; holder's last valid check %v after SIGCONT, cancellation seen %v after SIGCONT; margin %v",
 			r, time.Duration(granted-stopped.UnixNano()).Round(time.Millisecond), time.Duration(last-thawed), time.Duration(seen-thawed), margin)
-		if err := m.UnlockContext(lctx); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.UnlockContext(lctx))
 	}
 	t.Logf("SIGSTOP 2x lease, %d rounds: smallest margin between the frozen holder's last valid check and the grant to another process: %v (must be > 0)", rounds, worst)
-	if worst <= 0 {
-		t.Errorf("a thawed holder's lock context reported its hold valid %v after another process was granted the lock", -worst)
-	}
+	assert.Positive(t, worst, "the smallest margin: a thawed holder's lock context reported its hold valid %v after another process was granted the lock", -worst)
 }

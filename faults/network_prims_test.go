@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
 )
 
 // Network faults for the primitives with a queue or permits (FairMutex,
@@ -169,21 +170,14 @@ func networkPrim(t *testing.T, kind, fault string) {
 		Leaked:       -1,
 		Command:      fmt.Sprintf("cd faults && GOWORK=off go test -race -count=1 -run 'TestFaultNetworkPrimitives/^%s$/^%s$' .", kind, fault)}
 	defer func() { row.Failed = t.Failed(); addRow(row) }()
-	if len(left) > 0 {
-		t.Errorf("%v after the fault Redis still shows: %v", netCleanBound, left)
+	assert.Empty(t, left, "%v after the fault Redis still shows", netCleanBound)
+	if *dsyncBugs {
+		assert.Empty(t, subs, "%v after the fault, every waiter gone and the Clients open, wakeup channels still subscribed", subsAfter)
+		assert.Zero(t, tl.Late, "calls that returned more than 100 ms after their context ended (worst %v: %s)", time.Duration(tl.MaxLate), tl.Worst)
 	}
-	if len(subs) > 0 && *dsyncBugs {
-		t.Errorf("%v after the fault, every waiter gone and the Clients open, %d wakeup channels are still subscribed: %v", subsAfter, len(subs), subs)
-	}
-	if tl.Late > 0 && *dsyncBugs {
-		t.Errorf("%d calls returned more than 100 ms after their context ended (worst %v: %s)", tl.Late, time.Duration(tl.MaxLate), tl.Worst)
-	}
-	if sf.fencedLost != 0 {
-		t.Errorf("the fenced counter lost %d updates", sf.fencedLost)
-	}
-	if fig.acquisitions < 20 || tl.Cancelled == 0 {
-		t.Errorf("only %d acquisitions and %d cancelled waits: the scenario did not happen", fig.acquisitions, tl.Cancelled)
-	}
+	assert.Zero(t, sf.fencedLost, "updates the fenced counter lost")
+	assert.GreaterOrEqual(t, fig.acquisitions, 20, "acquisitions: the scenario did not happen")
+	assert.NotZero(t, tl.Cancelled, "cancelled waits: the scenario did not happen")
 }
 
 // newHTTPClient is an HTTP client for a store in this process, its idle

@@ -2,12 +2,12 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
 )
 
 // The bound of the reliability issue for a restart without persistence:
@@ -72,12 +72,8 @@ func TestFaultServerRestartRenewalInterval(t *testing.T) {
 			took := at.Sub(up)
 			worst = max(worst, took)
 			lines = append(lines, fmt.Sprintf("%s %v", h.what, took.Round(time.Millisecond)))
-			if !errors.Is(context.Cause(h.lctx), dsync.ErrLockLost) {
-				t.Errorf("%s: cause %v, want ErrLockLost", h.what, context.Cause(h.lctx))
-			}
-			if took > bound {
-				t.Errorf("%s cancelled %v after the server was back; want within one renewal interval (%v)", h.what, took, bound)
-			}
+			assert.ErrorIs(t, context.Cause(h.lctx), dsync.ErrLockLost, "%s: the cause", h.what)
+			assert.LessOrEqual(t, took, bound, "%s cancelled after the server was back; want within one renewal interval", h.what)
 		case <-time.After(2 * lease):
 			t.Errorf("%s not cancelled within 2 leases of the restart", h.what)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 )
 
 // Scenario (i), the soak: every primitive at once (Mutex, FairMutex,
@@ -61,9 +62,7 @@ func TestFaultSoak(t *testing.T) {
 	newRC := func() rueidis.Client {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.Addr}, DisableCache: true,
 			ConnWriteTimeout: 500 * time.Millisecond, Dialer: dialer()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rcs = append(rcs, rc)
 		return rc
 	}
@@ -74,9 +73,7 @@ func TestFaultSoak(t *testing.T) {
 		kr.url = kr.store.serve(t)
 		for range 2 {
 			c, err := dsync.NewClient(newRC(), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			kr.cs = append(kr.cs, c)
 		}
 		runs = append(runs, kr)
@@ -169,9 +166,7 @@ func TestFaultSoak(t *testing.T) {
 		t.Fatalf("after the warm-up Redis still shows %v", left)
 	}
 	// The warm-up's Onces are done: start the soak from nothing.
-	if err := srv.do(t, "FLUSHALL").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, srv.do(t, "FLUSHALL").Error())
 	time.Sleep(5 * time.Second) // wakeup channels linger 2 s and are swept every 2 s
 	base := measure()
 	baseStacks = goroutineKinds()

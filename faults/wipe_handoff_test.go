@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestFaultFlushallLocalHandoff: a Client whose goroutines contend on one
@@ -62,15 +65,11 @@ func TestFaultFlushallLocalHandoff(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond) // the goroutines hand the lock around
-	if err := srv.do(t, "FLUSHALL").Error(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, srv.do(t, "FLUSHALL").Error())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	bctx, err := b.NewMutex("x").LockContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	bFrom, bTok := now(), tokenOf(bctx)
 	time.Sleep(lease / 2)
 	bTo := now()
@@ -88,7 +87,5 @@ func TestFaultFlushallLocalHandoff(t *testing.T) {
 	}
 	t.Logf("after FLUSHALL: the other Client held the lock (token %d) for %v; meanwhile the first Client granted it %d times to its own goroutines, %d with a lower token",
 		bTok, time.Duration(bTo-bFrom).Round(time.Millisecond), overlaps, lower)
-	if overlaps > 0 {
-		t.Errorf("%d local grants overlapped the other Client's hold after FLUSHALL (%d with tokens below %d)", overlaps, lower, bTok)
-	}
+	assert.Zero(t, overlaps, "local grants overlapped the other Client's hold after FLUSHALL (%d with tokens below %d)", lower, bTok)
 }
