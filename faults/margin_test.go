@@ -23,18 +23,20 @@ func init() {
 // dsyncBugs turns on the assertions that dsync fails today, each reported
 // to the lead with its reproducer (/work/wt/notes/faults.md):
 //
-//   - TestFaultStopMargin: a holder thawed after a SIGSTOP past its lease
-//     sees its lock context valid for a few ms after SIGCONT, after another
-//     process was granted the lock;
 //   - TestFaultChaos: FairMutex and RWMutex (and Semaphore) acquisitions
 //     fail with "dsync: redis connection: context deadline exceeded" (or
 //     "canceled", or "dial tcp ...: operation was canceled") while their
 //     own context is live, in processes that see nothing wrong (seen after
 //     another process's SIGKILL, and under network faults);
-//   - TestFaultNetworkPrimitives: wakeup channels of waiters that left stay
-//     subscribed (30 s and more) with the Client open, even without a
-//     fault; and cancelled waits return up to ~350 ms after their context
-//     ended.
+//   - TestFaultNetworkPrimitives: cancelled waits must return within 100 ms
+//     of their context and leave no wakeup channel subscribed. Since dsync
+//     tries a queue leave / undo within 40 ms and sweeps every idle
+//     channel, 16 of the 18 fault rows pass; a Semaphore wait under the
+//     timeout and limit_data faults still returned 101 and 126 ms after
+//     its context in the last run.
+//   - TestFaultFlushallLocalHandoff: after FLUSHALL a Client hands a Mutex
+//     to its own goroutines from its reserved tokens until its next
+//     renewal.
 //
 // Without it those figures are measured and written to the report, not
 // asserted.
@@ -92,14 +94,11 @@ func childChecker(c *dsync.Client, _ remote) int {
 // margin is the time between the last moment the frozen holder's lock
 // context reported the hold valid and the grant to the other process: it
 // must be positive (the holder may not believe in its hold after someone
-// else got it). Run with -dsyncbugs: against dsync as it is the margin is
-// negative, the thawed holder's checks see its context valid for a few ms
-// after SIGCONT (the lease-clock timer has not run yet), 1-2 leases after
-// the other process was granted the lock.
+// else got it). It used to be negative (-1.0 to -1.2 s: the thawed
+// holder's checks saw its context valid for a few ms after SIGCONT, until
+// the lease-clock timer ran); the lock context's Err now reads the lease
+// clock itself. In CI.
 func TestFaultStopMargin(t *testing.T) {
-	if !*dsyncBugs {
-		t.Skip("run with -dsyncbugs (fails until the thawed-holder window is fixed in dsync)")
-	}
 	const rounds = 5
 	srv := startRedis(t)
 	prefix := testPrefix()
