@@ -12,7 +12,8 @@ import (
 )
 
 // A wait cancelled while Redis does not answer (CLIENT PAUSE: every
-// command waits) returns within 100 ms of the cancellation, for the
+// command waits) returns within 100 ms of the cancellation (of a context
+// without a deadline), for the
 // primitives whose give-up talks to Redis (a FairMutex leaves its queue, a
 // Semaphore undoes its place): the cleanup goes on in the background, and
 // the queue is clean once Redis answers again.
@@ -40,7 +41,13 @@ func TestCancelledWaitReturnsWhileRedisStalls(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			release := tc.hold()
-			wctx, cancel := context.WithCancel(ctx)
+			// A context with no deadline: rueidis waits out a command in
+			// flight on a connection it uses synchronously until the
+			// reply or the context's deadline, not its cancellation (see
+			// doc.go, "Waiting"); with no deadline it stops at the
+			// cancellation.
+			wctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			errc := make(chan error, 1)
 			go func() { errc <- tc.wait(wctx) }()
 			// The waiter has queued once its first attempt is answered.

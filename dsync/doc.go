@@ -49,7 +49,11 @@
 //
 // Waits are bounded by the context, never by a timeout argument. A wait
 // ended by its context returns an error for which errors.Is(err, ctx.Err())
-// holds, by the deadline plus a few tens of milliseconds, and leaves nothing
+// holds, by the deadline plus a few tens of milliseconds (a cancellation
+// of a context that also has a deadline is seen between Redis calls: a
+// call in flight on a connection rueidis uses synchronously runs until its
+// reply or the deadline, so against a stalled Redis such a wait can return
+// later than its cancellation), and leaves nothing
 // behind in Redis: an acquisition whose reply the wait gave up on is undone
 // in the background, exactly. For an owner made for the call, the undo
 // first marks the attempt undone (a key kept a minute), so that an acquire
