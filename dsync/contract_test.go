@@ -338,10 +338,13 @@ func contractClose(t *testing.T, row contractRow, a *dsync.Client) {
 	require.ErrorIs(t, context.Cause(lctx), dsync.ErrClosed, "cause after Close")
 }
 
-// A wait ended by its context leaves nothing behind: with deadlines (and,
-// every other try, cancellations) spread from 10 µs to 5 ms over a free
-// lock, another Client acquires within 500 ms of every cancelled call's
-// return, whatever state the abandoned acquire reached.
+// A wait ended by its context leaves nothing behind, for an owner made for
+// the call too: with deadlines (and, every other try, cancellations) spread
+// from 10 µs to 5 ms over a free lock, another Client acquires within 500 ms
+// of every cancelled call's return, whatever state the abandoned acquire
+// reached. (The undo used to be a plain release, which could reach Redis
+// before the abandoned acquire and release nothing, leaving the lock held
+// for a lease; a Semaphore had no undo at all.)
 func contractCancelledWait(t *testing.T, row contractRow, a, b *dsync.Client) {
 	const bound = 500 * time.Millisecond
 	mine, probe := row.open(a, "undo"), row.probe(b, "undo")
