@@ -15,3 +15,7 @@ func GroupCallers[V any](g *Group[V], key string) int {
 	}
 	return 0
 }
+
+// ErrReleased is the cause of a lock context cancelled by its release, for
+// the black-box contract table.
+var ErrReleased = errReleased

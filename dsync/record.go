@@ -64,7 +64,7 @@ type recordWait struct {
 func (r *runRecord) wait(ctx context.Context, owner, call string) (w recordWait, err error) {
 	args := append([]string{owner, leaseMS(r.lease()), call}, r.beginArgs...)
 	a := recordAttempt{r: r, ctx: ctx, call: call, args: args}
-	w.attempts, err = waitLoop(r.c, ctx, r.ch, false, recordProto{&a})
+	w.attempts, err = waitLoop(r.c, ctx, r.ch, "", false, recordProto{&a})
 	w.val, w.failed, w.tok, w.sentAt = a.val, a.failed, a.tok, a.sentAt
 	if err == nil && a.tok != 0 {
 		w.mark = owner + " " + strconv.FormatUint(a.tok, 10) + " " + call
@@ -130,6 +130,8 @@ func (p recordProto) waiting() {
 }
 
 func (recordProto) gaveUp() {}
+
+func (recordProto) granted(uint64) bool { return false } // no grants: it looks again
 
 // undoCall takes back the call named call: its run, if its begin started
 // one, and any begin of it still on its way.
