@@ -243,14 +243,17 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 		if err1 != nil || err2 != nil || err3 != nil {
 			return st, false, fmt.Errorf("unexpected waiter in inspect reply")
 		}
+		w, _, _ = strings.Cut(w, " ") // a FairMutex's queue member: "<owner> <wid> <lease>"
 		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond, Permits: 1, Count: n})
 	}
 	if v == "" {
 		return st, len(st.Waiters) > 0, nil
 	}
 	f := strings.Fields(v)
-	if len(f) == 4 && f[3] == "w" {
-		f = f[:3] // a Mutex's mark that a waiter was told to wait
+	if len(f) == 4 || len(f) == 5 {
+		// A Mutex's mark that a waiter was told to wait, or the wait a
+		// FairMutex was granted to and the token before.
+		f = f[:3]
 	}
 	if len(f) != 3 {
 		return st, false, fmt.Errorf("unexpected lock value %q", v)

@@ -167,7 +167,7 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 func (o *Once) begin(ctx context.Context, owner, call string, lease time.Duration) (val string, tok uint64, sentAt time.Time, attempts int, err error) {
 	a := onceAttempt{o: o, ctx: ctx, call: call,
 		keys: []string{o.state, o.run, o.run + ":undone"}, args: []string{owner, leaseMS(lease), call}}
-	attempts, err = waitLoop(o.c, ctx, o.ch, false, onceWait{&a})
+	attempts, err = waitLoop(o.c, ctx, o.ch, "", false, onceWait{&a})
 	return a.val, a.tok, a.sentAt, attempts, err
 }
 
@@ -339,3 +339,5 @@ func (o *Once) end(ctx context.Context, marker, outcome, val string) ([]rueidis.
 	}
 	return res, err
 }
+
+func (onceWait) granted(uint64) bool { return false } // no grants: it looks again
