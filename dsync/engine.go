@@ -29,6 +29,10 @@ type waitProto interface {
 	waiting()
 	// gaveUp is called when ctx or Close ends a wait between attempts.
 	gaveUp()
+	// granted is called when a release granted the lock to this wait
+	// (a message for its id carried the token): it reports whether the
+	// wait is over.
+	granted(token uint64) bool
 }
 
 // waitLoop runs p until an attempt ends the wait, ctx is done, the Client
@@ -36,9 +40,17 @@ type waitProto interface {
 // at most the last attempt's hint or lease/3, in case the message was
 // lost; just after subscribing it looks again at once, since the release
 // may have come before the subscription. With try it makes one attempt.
-func waitLoop[P waitProto](c *Client, ctx context.Context, ch string, try bool, p P) (attempts int, err error) {
-	w := wakeup{c: c, ch: ch}
+//
+// With an id, ch carries grants: a release that makes this wait the
+// holder says so in a message for id (FIFO locks), and the wait is
+// registered for it before its first attempt, so that no grant published
+// after that attempt is missed while the channel is subscribed.
+func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
+	w := wakeup{c: c, ch: ch, id: id}
 	defer w.close()
+	if id != "" && !try {
+		w.register()
+	}
 	for n := 1; ; n++ {
 		w.drain()
 		over, hint, err := p.attempt(ctx, n)
@@ -56,6 +68,9 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch string, try bool, 
 		if err := w.wait(ctx, hint, n); err != nil {
 			p.gaveUp()
 			return n, err
+		}
+		if tok := w.granted(); tok != 0 && p.granted(tok) {
+			return n, nil
 		}
 	}
 }

@@ -39,7 +39,10 @@ type FairMutex struct {
 func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 	key := c.lockKey("fair", name)
 	keys := []string{key, key + ":queue", key + ":places"}
-	wch := key + ":w:" // + owner: each waiter is woken on its own channel
+	// Every wait of this Client is told of its grant on one channel (see
+	// fair_lib.lua), which stays subscribed while the Client waits.
+	wch := key + ":w:"
+	ch := wch + c.id[:16]
 	lc := newLockConfig(opts)
 	f := &FairMutex{}
 	f.q = qlock{
@@ -48,10 +51,11 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		err:    checkName(name),
 		lc:     lc,
 		slot:   func(string) stateKey { return stateKey{key: key} },
-		ch:     func(owner string) string { return wch + owner },
+		ch:     func(string) string { return ch },
 		queues: true,
-		step: func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error) {
-			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch}
+		grants: true,
+		step: func(ctx context.Context, owner, wid string, try bool, marker string, check bool) ([]int64, error) {
+			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch, wid}
 			if check {
 				args = append(args, "check")
 			}
@@ -60,8 +64,9 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 		base:      key,
 		undo:      scripts.FairUndo,
 		undoFresh: scripts.FairUndoFresh,
-		leave: func(ctx context.Context, owner string) error {
-			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys[1:], []string{owner, wch, ""}).Error()
+		leave: func(ctx context.Context, owner, wid string) error {
+			m := owner + " " + wid + " " + leaseMS(f.q.lease()) // as fair_acquire.lua queues it
+			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys, []string{m, wch, leaseMS(freeMarkerTTL)}).Error()
 		},
 		release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
 			args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), wch}

@@ -52,48 +52,17 @@ func getStr(t testing.TB, rc rueidis.Client, key string) string {
 	return v
 }
 
+// TestFairMutexBasic: what TestLockContract does not cover (its sync.Locker
+// side through one value, and a bad name).
 func TestFairMutexBasic(t *testing.T) {
 	c := newClient(t)
-	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
 	f := c.NewFairMutex("basic")
-	ctx := dsync.WithOwner(ctxT(t))
-	l1, err := f.LockContext(ctx)
-	require.NoError(t, err)
-	tok1, ok := dsync.FencingToken(l1)
-	require.True(t, ok, "no fencing token")
-	// Reentrant by owner, in this Client and through another one.
-	l2, err := f.LockContext(ctx)
-	require.NoError(t, err)
-	f2 := c2.NewFairMutex("basic")
-	l3, err := f2.LockContext(ctx)
-	require.NoError(t, err)
-	tok3, _ := dsync.FencingToken(l3)
-	require.Equal(t, tok1, tok3, "re-entry through another Client changed the token")
-	_, ok, err = f2.TryLockContext(ctxT(t))
-	require.False(t, ok, "TryLockContext by another owner")
-	require.NoError(t, err, "TryLockContext by another owner")
-	require.ErrorIs(t, f.UnlockContext(dsync.WithOwner(ctxT(t))), dsync.ErrNotHeld, "foreign unlock")
-	require.NoError(t, f2.UnlockContext(l3))
-	require.NoError(t, f.UnlockContext(l2))
-	_, ok, _ = f2.TryLockContext(ctxT(t))
-	require.False(t, ok, "free after 2 of 3 releases")
-	require.NoError(t, f.UnlockContext(l1))
-	require.Error(t, l1.Err(), "lock context not cancelled by the release")
-	require.ErrorIs(t, f.UnlockContext(l1), dsync.ErrNotHeld, "second unlock")
-	l4, ok, err := f2.TryLockContext(ctxT(t))
-	require.NoError(t, err, "TryLockContext on a free lock")
-	require.True(t, ok, "TryLockContext on a free lock")
-	tok4, _ := dsync.FencingToken(l4)
-	require.Greater(t, tok4, tok1, "token: not increasing")
-	f2.UnlockContext(l4)
-
-	// sync.Locker.
 	var l sync.Locker = f
 	l.Lock()
 	require.False(t, f.TryLock(), "TryLock on a held FairMutex succeeded")
 	l.Unlock()
 	require.Panics(t, l.Unlock, "Unlock of an unlocked FairMutex did not panic")
-	_, err = c.NewFairMutex("").LockContext(ctxT(t))
+	_, err := c.NewFairMutex("").LockContext(ctxT(t))
 	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "empty name")
 }
 
@@ -289,20 +258,25 @@ func TestFairMutexKilledWaiterDropsOut(t *testing.T) {
 	require.LessOrEqual(t, wait, lease+lease/2, "dead waiter blocked the queue for %v, more than one lease (%v) plus slack", wait, lease)
 }
 
-// The scripts, called directly, with the Redis state checked after each.
+// The scripts, called directly, with the Redis state checked after each:
+// a release grants the lock to the head of the queue and tells that wait
+// alone, on its Client's channel.
 func TestFairMutexScripts(t *testing.T) {
 	rc := newRueidis(t)
 	ctx := ctxT(t)
 	prefix := testPrefix(t)
 	keys := fairKeys(prefix, "s")
 	wch := keys[0] + ":w:"
+	// Waits: owner, its wid "<client>.<n>" and the member it queues as.
+	wid := map[string]string{"a": "ca.1", "b": "cb.1", "c": "cc.1", "d": "cd.1", "e": "ce.1"}
+	member := func(o string) string { return o + " " + wid[o] + " 10000" }
 	acquire := func(owner string, try bool) []int64 {
 		t.Helper()
 		tr := "0"
 		if try {
 			tr = "1"
 		}
-		v, err := scripts.FairAcquire.Exec(ctx, rc, keys, []string{owner, "10000", "1000", tr, wch}).AsIntSlice()
+		v, err := scripts.FairAcquire.Exec(ctx, rc, keys, []string{owner, "10000", "1000", tr, wch, wid[owner]}).AsIntSlice()
 		require.NoError(t, err)
 		return v
 	}
@@ -312,13 +286,29 @@ func TestFairMutexScripts(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	// Listen on b's and c's channels: only the head may be woken.
+	leave := func(owner string) int64 {
+		t.Helper()
+		n, err := scripts.FairLeave.Exec(ctx, rc, keys, []string{member(owner), wch, "60000"}).AsInt64()
+		require.NoError(t, err)
+		return n
+	}
+	// Listen on b's and c's Clients' channels: only the head is told.
 	dc, cancel := rc.Dedicate()
 	defer cancel()
 	msgs := make(chan string, 16)
-	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Channel }})
-	require.NoError(t, dc.Do(ctx, dc.B().Subscribe().Channel(wch+"b", wch+"c").Build()).Error())
+	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Channel + "|" + m.Message }})
+	require.NoError(t, dc.Do(ctx, dc.B().Subscribe().Channel(wch+"cb", wch+"cc").Build()).Error())
 	defer func() { dc.Close(); <-wait }()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no message: %s", what)
+			return ""
+		}
+	}
 
 	a := acquire("a", false)
 	require.Equal(t, int64(1), a[0], "acquire on a free lock = %v", a)
@@ -339,42 +329,84 @@ func TestFairMutexScripts(t *testing.T) {
 	acquire("c", false)
 	acquire("b", false) // renews b's place, keeps its position
 	q := lrange(t, rc, keys[1])
-	require.Equal(t, "b,c", strings.Join(q, ","), "queue %q", q)
+	require.Equal(t, []string{member("b"), member("c")}, q, "queue")
 	require.Equal(t, int64(2), zcard(t, rc, keys[2]), "queue %q", q)
 	require.Equal(t, int64(0), release("x", "0"), "foreign release")
 	require.Equal(t, int64(2), release("a", tok), "first of two releases")
 	require.Equal(t, int64(1), release("a", tok), "release")
-	require.Equal(t, "- "+tok+" 0", getStr(t, rc, keys[0]), "release")
-	require.Equal(t, int64(1), release("a", tok), "retried release")
-	select {
-	case ch := <-msgs:
-		require.Equal(t, wch+"b", ch, "release woke")
-	case <-time.After(2 * time.Second):
-		t.Fatal("release did not wake the head")
-	}
-	// The lock is free but b is first: c waits, and b is reminded.
+	// The release granted the lock to b, the head, and told b's wait.
+	m := next("the release's grant")
+	btok, ok := strings.CutPrefix(m, wch+"cb|1 ")
+	require.True(t, ok, "release published %q, want a grant to b's wait 1 on b's Client's channel", m)
+	require.Equal(t, "b "+btok+" 1 cb.1 "+tok, getStr(t, rc, keys[0]), "granted lock value")
+	b, _ := strconv.ParseInt(btok, 10, 64)
+	require.Greater(t, b, a[1], "granted token")
+	require.Equal(t, []string{member("c")}, lrange(t, rc, keys[1]), "queue after the grant")
+	require.Equal(t, int64(1), release("a", tok), "a retried release after a grant is a no-op")
+	require.Equal(t, "b "+btok+" 1 cb.1 "+tok, getStr(t, rc, keys[0]), "a retried release changed the lock")
+	// b's attempt (its message lost) claims the grant; another wait of b
+	// re-enters and leaves the queue.
+	v = acquire("b", false)
+	require.Equal(t, []int64{3, b}, v, "b's attempt after its grant")
+	wid["b"] = "cb.2"
+	acquire("c", false)
+	require.Equal(t, int64(1), leave("c"), "c leaves") // c is requeued below
+	v = acquire("b", false)
+	require.Equal(t, []int64{2, b}, v, "another wait of b re-enters")
+	require.Equal(t, "b "+btok+" 2 cb.1 "+tok, getStr(t, rc, keys[0]), "re-entered grant")
+	require.Empty(t, lrange(t, rc, keys[1]), "a re-entry left its member queued")
+	require.Equal(t, int64(2), release("b", btok), "release one of b's two counts")
+	// c waits; b's release grants c; c gives up before it sees the grant:
+	// its leave releases the grant (nobody else waits: the free marker).
+	acquire("c", false)
+	require.Equal(t, int64(1), release("b", btok), "b's release")
+	m = next("the grant to c")
+	ctok, ok := strings.CutPrefix(m, wch+"cc|1 ")
+	require.True(t, ok, "release published %q, want a grant to c", m)
+	require.Equal(t, int64(2), leave("c"), "c's leave after its grant")
+	require.Equal(t, "- "+ctok+" 0", getStr(t, rc, keys[0]), "c's leave left the lock held")
+	require.Equal(t, int64(0), leave("c"), "second leave")
+	// The lock is free but b is first (its holder's lease ran out, so no
+	// release granted it): c's attempt grants it to b and c queues.
+	wid["b"], wid["c"] = "cb.3", "cc.2"
+	require.Equal(t, int64(1), acquire("d", false)[0], "d on a free lock")
+	acquire("b", false)
+	acquire("c", false)
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(keys[0]).Build()).Error()) // d's lease ran out
 	v = acquire("c", false)
 	require.Equal(t, int64(0), v[0], "c overtook b: %v", v)
-	require.Equal(t, wch+"b", <-msgs, "woke")
-	// b leaves: c is the new head and is told at once.
-	n, err := scripts.FairLeave.Exec(ctx, rc, keys[1:], []string{"b", wch, ""}).AsInt64()
-	require.NoError(t, err, "leave")
-	require.Equal(t, int64(1), n, "leave")
-	require.Equal(t, wch+"c", <-msgs, "leave woke")
-	n, _ = scripts.FairLeave.Exec(ctx, rc, keys[1:], []string{"b", wch, ""}).AsInt64()
-	require.Equal(t, int64(0), n, "second leave removed something")
-	c := acquire("c", false)
-	require.Equal(t, int64(1), c[0], "c = %v after token", c)
-	require.Greater(t, c[1], a[1], "c = %v after token", c)
-	require.Empty(t, lrange(t, rc, keys[1]), "queue not empty after the last waiter got the lock")
-	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "queue not empty after the last waiter got the lock")
-	// A place not renewed lapses after its lease (1s here) and is pruned.
-	acquire("d", false)
-	waitFor(t, 3*time.Second, "d's place to lapse", func() bool {
-		acquire("e", true) // any call prunes
-		return len(lrange(t, rc, keys[1])) == 0
+	m = next("the grant to b by c's attempt")
+	require.True(t, strings.HasPrefix(m, wch+"cb|3 "), "c's attempt published %q, want a grant to b's wait 3", m)
+	require.Equal(t, []string{member("c")}, lrange(t, rc, keys[1]), "queue")
+	// A place not renewed lapses after its lease (1s here) and is dropped
+	// when it reaches the head.
+	btok = strings.Fields(getStr(t, rc, keys[0]))[1]
+	require.Equal(t, int64(1), release("b", btok), "b's release")
+	m = next("the grant to c")
+	require.True(t, strings.HasPrefix(m, wch+"cc|2 "), "b's release published %q, want a grant to c", m)
+	ctok = strings.Fields(getStr(t, rc, keys[0]))[1]
+	acquire("e", false)
+	require.Equal(t, []string{member("e")}, lrange(t, rc, keys[1]), "queue")
+	waitFor(t, 3*time.Second, "e's place to lapse", func() bool {
+		s, err := rc.Do(ctx, rc.B().Zscore().Key(keys[2]).Member(member("e")).Build()).AsInt64()
+		if rueidis.IsRedisNil(err) {
+			return true // the zset lapsed with its last place
+		}
+		require.NoError(t, err)
+		now, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
+		require.NoError(t, err)
+		sec, _ := strconv.ParseInt(now[0], 10, 64)
+		return s <= sec*1000
 	})
+	require.Equal(t, int64(1), release("c", ctok), "c's release")
+	require.Equal(t, "- "+ctok+" 0", getStr(t, rc, keys[0]), "a lapsed place was granted the lock")
+	require.Empty(t, lrange(t, rc, keys[1]), "lapsed place left in the queue")
 	require.Equal(t, int64(0), zcard(t, rc, keys[2]), "lapsed place left in the zset")
+	select {
+	case m := <-msgs:
+		t.Fatalf("unexpected message %q", m)
+	default:
+	}
 }
 
 // Mutual exclusion across two Clients, every goroutine queueing in Redis.

@@ -49,6 +49,10 @@ type LockState struct {
 	Done bool
 	// Counter is a WaitGroup's counter.
 	Counter int64
+	// Key is, for a Group, the key this state is of (one state per key
+	// with a record: its leader as the holder, the processes waiting for
+	// it as Waiters, and Done when the result is there).
+	Key string
 }
 
 // Holder is one owner holding a lock.
@@ -119,6 +123,7 @@ var otherLayouts = []struct {
 	{KindOnce, "once", "once", []string{"", ":run"}},
 	{KindOnce, "oncevalue", "once", []string{"", ":run"}}, // OnceValue's Once
 	{KindWaitGroup, "wg", "wg", []string{""}},
+	{KindCond, "cond", "cond", []string{"", ":places", ":sig"}},
 }
 
 // Inspect returns the state of every primitive called name under the
@@ -179,7 +184,8 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 			out = append(out, st)
 		}
 	}
-	return out, nil
+	groups, err := c.inspectGroup(ctx, name)
+	return append(out, groups...), err
 }
 
 // parseOtherState decodes the reply of the InspectOther script.
@@ -243,14 +249,17 @@ func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err err
 		if err1 != nil || err2 != nil || err3 != nil {
 			return st, false, fmt.Errorf("unexpected waiter in inspect reply")
 		}
+		w, _, _ = strings.Cut(w, " ") // a FairMutex's queue member: "<owner> <wid> <lease>"
 		st.Waiters = append(st.Waiters, Waiter{Owner: w, Place: time.Duration(ms) * time.Millisecond, Permits: 1, Count: n})
 	}
 	if v == "" {
 		return st, len(st.Waiters) > 0, nil
 	}
 	f := strings.Fields(v)
-	if len(f) == 4 && f[3] == "w" {
-		f = f[:3] // a Mutex's mark that a waiter was told to wait
+	if len(f) == 4 || len(f) == 5 {
+		// A Mutex's mark that a waiter was told to wait, or the wait a
+		// FairMutex was granted to and the token before.
+		f = f[:3]
 	}
 	if len(f) != 3 {
 		return st, false, fmt.Errorf("unexpected lock value %q", v)
@@ -338,6 +347,7 @@ func onceKeys(base string) []string { return []string{base + ":run", base + ":ch
 var kindOfPart = map[string]Kind{
 	"mutex": KindMutex, "fair": KindFairMutex, "rw": KindRWMutex, "sem": KindSemaphore,
 	"once": KindOnce, "oncevalue": KindOnce, "wg": KindWaitGroup,
+	"group": KindGroup, "cond": KindCond,
 }
 
 // globEscape quotes the glob characters of s (Redis MATCH syntax), so that

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -123,3 +125,23 @@ func waitSubscribed(t testing.TB, rc rueidis.Client, ch string) {
 		return false
 	})
 }
+
+// commandCalls returns the commands the server counted since the last
+// CONFIG RESETSTAT (INFO commandstats, commands inside scripts included;
+// INFO and RESETSTAT themselves left out), and the stats.
+func commandCalls(t testing.TB, ctx context.Context, rc rueidis.Client) (int, string) {
+	t.Helper()
+	info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+	require.NoError(t, err)
+	total := 0
+	for _, m := range commandStat.FindAllStringSubmatch(info, -1) {
+		if m[1] == "info" || m[1] == "config|resetstat" {
+			continue
+		}
+		v, _ := strconv.Atoi(m[2])
+		total += v
+	}
+	return total, info
+}
+
+var commandStat = regexp.MustCompile(`cmdstat_([\w|]+):calls=(\d+)`)

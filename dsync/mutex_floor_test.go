@@ -1,8 +1,6 @@
 package dsync_test
 
 import (
-	"regexp"
-	"strconv"
 	"testing"
 
 	"github.com/dsync/dsync/dsync"
@@ -23,7 +21,6 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 	ctx := ctxT(t)
 	m := c.NewMutex("floor")
 	rc := s.Client(t)
-	calls := regexp.MustCompile(`cmdstat_([\w|]+):calls=(\d+)`)
 	for _, tc := range []struct {
 		name  string
 		cycle func()
@@ -47,16 +44,7 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 		for range n {
 			tc.cycle()
 		}
-		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
-		require.NoError(t, err)
-		total := 0
-		for _, mm := range calls.FindAllStringSubmatch(info, -1) {
-			if mm[1] == "info" || mm[1] == "config|resetstat" {
-				continue
-			}
-			v, _ := strconv.Atoi(mm[2])
-			total += v
-		}
+		total, info := commandCalls(t, ctx, rc)
 		per := float64(total) / n
 		t.Logf("%s: %.2f Redis commands per cycle", tc.name, per)
 		// Up to 2 commands of slack in all: the background DEL of the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,60 +110,6 @@ func TestMutexWatchdogRenews(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.NoError(t, m.UnlockContext(lctx))
-}
-
-func TestMutexFlushAllCancels(t *testing.T) {
-	s := redistest.Start(t)
-	const lease = 300 * time.Millisecond
-	c := newClientOn(t, s.Client(t), dsync.WithLease(lease))
-	lctx, err := c.NewMutex("f").LockContext(ctxT(t))
-	require.NoError(t, err)
-	require.NoError(t, s.Do(t, "FLUSHALL").Error())
-	flushed := time.Now()
-	select {
-	case <-lctx.Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("lock context not cancelled after FLUSHALL")
-	}
-	// One renewal interval (lease/3), plus scheduling slack.
-	d := time.Since(flushed)
-	assert.LessOrEqual(t, d, lease/3+100*time.Millisecond, "cancelled %v after FLUSHALL, want within one renewal interval (%v)", d, lease/3)
-	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
-}
-
-func TestFencingTokensIncrease(t *testing.T) {
-	prefix := testPrefix(t)
-	var mu sync.Mutex
-	var tokens []uint64
-	var wg sync.WaitGroup
-	for ci := 0; ci < 2; ci++ {
-		c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-		for g := 0; g < 4; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				m := c.NewMutex("fence")
-				for i := 0; i < 25; i++ {
-					lctx, err := m.LockContext(context.Background())
-					if !assert.NoError(t, err) {
-						return
-					}
-					tok, _ := dsync.FencingToken(lctx)
-					mu.Lock() // inside the lock: the order of holds
-					tokens = append(tokens, tok)
-					mu.Unlock()
-					if !assert.NoError(t, m.UnlockContext(lctx)) {
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	require.Len(t, tokens, 200, "acquisitions")
-	for i := 1; i < len(tokens); i++ {
-		require.Greater(t, tokens[i], tokens[i-1], "token %d: not strictly increasing", i)
-	}
 }
 
 func TestFencingTokensSurviveRestart(t *testing.T) {

@@ -110,7 +110,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 			}
 		}()
 	}
-	attempts, err = waitLoop(c, ctx, m.ch(), try, mutexWait{&a})
+	attempts, err = waitLoop(c, ctx, m.ch(), "", try, mutexWait{&a})
 	vals := a.vals
 	if err != nil || vals[0] == 0 {
 		return nil, false, attempts, err
@@ -207,3 +207,5 @@ func (w mutexWait) failed(err error) {
 func (w mutexWait) waiting() { w.a.m.c.blocked(w.a.ctx, w.a.m.lockInfo(), w.a.m.key) }
 
 func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis
+
+func (mutexWait) granted(uint64) bool { return false } // no grants: it looks again

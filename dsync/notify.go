@@ -2,7 +2,10 @@ package dsync
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -58,6 +61,11 @@ type subscription struct {
 	ch string
 	// C receives a value when the waiter should look again.
 	C chan struct{}
+	// id, when set, names the wait on a channel that carries grants
+	// ("<id> <token>", see fair_lib.lua): only the message for id signals
+	// it, and stores the token in tok.
+	id  string
+	tok atomic.Uint64
 }
 
 func newNotifier(c *Client) *notifier {
@@ -68,7 +76,13 @@ func newNotifier(c *Client) *notifier {
 // known to be subscribed, so that a waiter can rely on being woken; when it
 // is not (Redis unreachable), the waiter must poll.
 func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, bool) {
-	s := &subscription{n: n, ch: ch, C: make(chan struct{}, 1)}
+	return n.listen(ctx, n.register(ch, ""))
+}
+
+// register adds a waiter on ch (for the grants to wait id, if id is set)
+// without subscribing: listen does that.
+func (n *notifier) register(ch, id string) *subscription {
+	s := &subscription{n: n, ch: ch, C: make(chan struct{}, 1), id: id}
 	n.subsMu.Lock()
 	cs := n.subs[ch]
 	if cs == nil {
@@ -76,10 +90,20 @@ func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, boo
 		n.subs[ch] = cs
 	}
 	cs.waiters[s] = struct{}{}
-	live := cs.live
 	n.subsMu.Unlock()
-	if live {
-		return s, true
+	return s
+}
+
+// listen makes sure the channel of the registered waiter s is subscribed,
+// and reports whether it is, as subscribe does.
+func (n *notifier) listen(ctx context.Context, s *subscription) (*subscription, bool) {
+	ch := s.ch
+	n.subsMu.RLock()
+	cs := n.subs[ch]
+	live := cs != nil && cs.live
+	n.subsMu.RUnlock()
+	if live || cs == nil {
+		return s, live
 	}
 	if n.sharded {
 		return s, n.awaitSharded(ctx, ch, cs)
@@ -144,142 +168,32 @@ func signal(s *subscription) {
 	}
 }
 
-// awaitSharded starts the receive loop of ch if it has none, and waits
-// briefly for its subscription to be confirmed. While the loop retries
-// after an error (Redis unreachable) it does not wait: the waiter polls,
-// and is signalled when the subscription is back.
-func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs) bool {
-	n.subsMu.Lock()
-	if cs.stop == nil {
-		if !n.startReceive(ch, cs) {
-			n.subsMu.Unlock()
-			return false
-		}
-	}
-	ready, broken := cs.ready, cs.broken
-	n.subsMu.Unlock()
-	if broken {
-		return false
-	}
-	t := time.NewTimer(shardedConfirmWait)
-	defer t.Stop()
-	select {
-	case <-ready:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	case <-n.c.done:
-	}
-	return false
-}
-
-// startReceive starts the receive loop of ch, unless the Client is closed.
-// subsMu is held.
-func (n *notifier) startReceive(ch string, cs *channelSubs) bool {
-	c := n.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed.Load() {
-		return false
-	}
-	ctx, stop := context.WithCancel(c.ctx)
-	cs.stop, cs.ready = stop, make(chan struct{})
-	c.loops.Add(1)
-	go n.receive(ctx, ch, cs)
-	return true
-}
-
-// receive keeps ch subscribed with SSUBSCRIBE until ctx ends. rueidis sends
-// the command to the node that owns the channel's slot and returns when the
-// subscription ends: the connection broke, or the slot moved (the node
-// sends SUNSUBSCRIBE); then every waiter is told to look again, and the
-// channel is subscribed anew where its slot is now.
-func (n *notifier) receive(ctx context.Context, ch string, cs *channelSubs) {
-	c := n.c
-	defer c.loops.Done()
-	onSub := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
-		if p.Kind == "ssubscribe" && p.Channel == ch {
-			n.setLive(cs, true)
-		}
-	})
-	// Called after every attempt of Receive. Leaving for good (ctx ended):
-	// drop the subscription on the connection, which belongs to the
-	// caller's rueidis client and outlives this Client.
-	onSub = rueidis.WithOnReceiveReturnHook(onSub, func(err error, cc rueidis.CommandClient) error {
-		if ctx.Err() == nil {
-			// rueidis' cluster Receive retries a broken connection itself,
-			// calling this hook after every attempt: record the break here,
-			// so waiters poll until the subscription is confirmed again.
-			n.subsMu.Lock()
-			cs.broken = err != nil
-			n.subsMu.Unlock()
-			n.setLive(cs, false)
-		} else {
-			uctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = cc.Do(uctx, cc.B().Sunsubscribe().Channel(ch).Build()).Error()
-		}
-		return err
-	})
-	wake := func(rueidis.PubSubMessage) { n.wakeAll(cs) }
-	for attempt := 1; ; attempt++ {
-		err := c.rc.Receive(onSub, c.rc.B().Ssubscribe().Channel(ch).Build(), wake)
-		n.setLive(cs, false)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			attempt = 0 // unsubscribed by the node (slot moved): at once
-			continue
-		}
-		n.subsMu.Lock()
-		cs.broken = true
-		n.subsMu.Unlock()
-		c.cfg.logger.Debug("dsync: wakeup subscription broke", "channel", ch, "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff(attempt)):
-		}
-	}
-}
-
-// setLive records whether cs is subscribed, and wakes its waiters: after a
-// confirmation they look again, since a message may have been sent before
-// it; after a break they poll until it is back.
-func (n *notifier) setLive(cs *channelSubs, live bool) {
-	n.subsMu.Lock()
-	if cs.live != live {
-		cs.live = live
-		if live {
-			cs.broken = false
-			close(cs.ready)
-		} else {
-			cs.ready = make(chan struct{})
-		}
-	}
-	for s := range cs.waiters {
-		signal(s)
-	}
-	n.subsMu.Unlock()
-}
-
-func (n *notifier) wakeAll(cs *channelSubs) {
+// deliver signals the waiters of cs for message msg: the waiters without
+// an id all, a grant ("<id> <token>") or a call to look again ("<id>")
+// only the wait it names.
+func (n *notifier) deliver(cs *channelSubs, msg string) {
+	id, tok, grant := strings.Cut(msg, " ")
 	n.subsMu.RLock()
 	for s := range cs.waiters {
-		signal(s)
+		if s.id == "" {
+			signal(s)
+		} else if s.id == id {
+			if t, err := strconv.ParseUint(tok, 10, 64); grant && err == nil {
+				s.tok.Store(t)
+			}
+			signal(s)
+		}
 	}
 	n.subsMu.RUnlock()
 }
 
 func (n *notifier) onMessage(m rueidis.PubSubMessage) {
 	n.subsMu.RLock()
-	if cs := n.subs[m.Channel]; cs != nil {
-		for s := range cs.waiters {
-			signal(s)
-		}
-	}
+	cs := n.subs[m.Channel]
 	n.subsMu.RUnlock()
+	if cs != nil {
+		n.deliver(cs, m.Message)
+	}
 }
 
 // disconnected marks every channel unsubscribed and wakes every waiter.
@@ -419,76 +333,4 @@ func (n *notifier) close(dc rueidis.DedicatedClient, cancel func()) {
 	// subscribe mode must not go back to the pool.
 	dc.Close()
 	cancel()
-}
-
-// A wakeup is a waiter's side of the notifier between two looks at a lock:
-// it holds the subscription and the fallback timer every wait loop needs.
-// The zero value (with c and ch set) is ready; close it when done.
-type wakeup struct {
-	c     *Client
-	ch    string
-	sub   *subscription
-	live  bool
-	timer *time.Timer
-}
-
-// subscribe makes sure the waiter is subscribed to ch. It reports true when
-// it has just subscribed: the caller should look again at once, since the
-// release may have come before the subscription.
-func (w *wakeup) subscribe(ctx context.Context) (fresh bool) {
-	if w.sub != nil && w.live {
-		return false
-	}
-	w.sub.close()
-	w.sub, w.live = w.c.notify.subscribe(ctx, w.ch)
-	return w.live
-}
-
-// drain discards a pending signal; call it before each look.
-func (w *wakeup) drain() {
-	if w.sub != nil {
-		w.sub.drain()
-	}
-}
-
-// wait blocks until a message or a reconnect signals the subscription, or
-// the fallback delay runs out: hint (how long the holder's lease has left;
-// < 0 when unknown), but at most lease/3, in case a message was lost, and
-// while not subscribed a growing backoff. It returns ctx.Err() or ErrClosed
-// when the wait must end instead.
-func (w *wakeup) wait(ctx context.Context, hint time.Duration, attempt int) error {
-	d := w.c.cfg.lease / 3
-	if hint >= 0 && hint < d {
-		d = hint
-	}
-	if !w.live {
-		d = min(d, backoff(attempt))
-	}
-	d = max(d, time.Millisecond)
-	if w.timer == nil {
-		w.timer = time.NewTimer(d)
-	} else {
-		w.timer.Reset(d)
-	}
-	var sig <-chan struct{}
-	if w.sub != nil {
-		sig = w.sub.C
-	}
-	select {
-	case <-sig:
-		return nil
-	case <-w.timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.c.done:
-		return ErrClosed
-	}
-}
-
-func (w *wakeup) close() {
-	w.sub.close()
-	if w.timer != nil {
-		w.timer.Stop()
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -22,16 +23,21 @@ type qlock struct {
 	slot   func(owner string) stateKey // the Client's hold slot for owner
 	ch     func(owner string) string   // channel this waiter is woken on
 	queues bool                        // waiting puts the owner in a Redis queue
+	// grants: a release grants the lock to the head of the queue and tells
+	// its wait on ch (one channel per Client), by the wait's id; see
+	// fair_lib.lua.
+	grants bool
 
 	// step makes one attempt: {1|2, token} held, {0, ms} look again within
 	// ms. With a marker (an extra key) the script records a grant in it, so
 	// that undo can take back exactly that attempt (see undoAttempt); with
-	// check, it only checks the marker (an owner made for the call).
-	step         func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error)
+	// check, it only checks the marker (an owner made for the call). wid
+	// names the wait when the lock grants (see grants).
+	step         func(ctx context.Context, owner, wid string, try bool, marker string, check bool) ([]int64, error)
 	base         string       // the lock's key, to name attempt markers
 	undo         *rueidis.Lua // release behind an attempt marker
 	undoFresh    *rueidis.Lua // mark, then release: for an owner made for the call
-	leave        func(ctx context.Context, owner string) error
+	leave        func(ctx context.Context, owner, wid string) error
 	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
 	retryRelease bool // the release script makes a retried release a no-op
 	renew        func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
@@ -121,12 +127,16 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	tok := uint64(vals[1])
 	st.mu.Lock()
 	if h := st.h; h != nil && h.owner == owner {
-		// A goroutine of the same owner got the hold meanwhile, and the
-		// script counted this acquisition in Redis too: share the hold and
-		// take the extra count back.
+		// A goroutine of the same owner got the hold meanwhile: share it.
+		// A re-entry in Redis counted this acquisition too: take the extra
+		// count back. (A grant, vals[0] 3, is the count of a hold taken
+		// before this wait's grant was seen, which only a goroutine of
+		// this Client could have claimed; nothing to take back.)
 		lctx := h.newCtx(q.lockParent(ctx, owner))
 		st.mu.Unlock()
-		_, _ = q.releaseRedis(ctx, owner, tok)
+		if vals[0] != 3 {
+			_, _ = q.releaseRedis(ctx, owner, tok)
+		}
 		c.putMutex(key, st)
 		return lctx, h, true, attempts, nil
 	}
@@ -279,11 +289,12 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
 	defer func() {
 		if vals == nil && a.queued && q.leave != nil {
+			wid := a.wid
 			// At once, so later waiters lose no time, within a budget so
 			// that the call returns by its context's end even when Redis is
 			// slow or cut off (then again in the background; the place
 			// lapses within a lease anyway).
-			c.cleanupNow(func(ctx context.Context) error { return q.leave(ctx, owner) }, func(err error) {
+			c.cleanupNow(func(ctx context.Context) error { return q.leave(ctx, owner, wid) }, func(err error) {
 				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
 			})
 		}
@@ -298,7 +309,12 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	if !a.fresh {
 		a.marker = q.base + ":a:" + c.attemptID()
 	}
-	attempts, err = waitLoop(c, ctx, q.ch(owner), try, qWait{&a})
+	id := ""
+	if q.grants {
+		id = strconv.FormatUint(c.attemptSeq.Add(1), 36)
+		a.wid = c.id[:16] + "." + id
+	}
+	attempts, err = waitLoop(c, ctx, q.ch(owner), id, try, qWait{&a})
 	if err != nil || a.vals[0] == 0 {
 		return nil, a.sentAt, attempts, err
 	}
@@ -315,6 +331,7 @@ type qAttempt struct {
 	owner      string
 	try, fresh bool
 	marker     string
+	wid        string    // the wait's name in the queue, if the lock grants
 	vals       []int64   // the last attempt's reply
 	sentAt     time.Time // when it was sent
 	queued     bool      // an attempt may have queued the owner
@@ -326,7 +343,7 @@ type qWait struct{ a *qAttempt }
 func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a := w.a
 	a.sentAt = time.Now()
-	v, err := a.q.step(ctx, a.owner, a.try, a.marker, a.fresh)
+	v, err := a.q.step(ctx, a.owner, a.wid, a.try, a.marker, a.fresh)
 	a.vals = v
 	if err == nil && len(v) != 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")
@@ -350,9 +367,9 @@ func (w qWait) failed(err error) {
 	if a.fresh {
 		undo = q.undoFresh
 	}
-	owner, marker, v := a.owner, a.marker, a.vals
+	owner, wid, marker, v := a.owner, a.wid, a.marker, a.vals
 	switch {
-	case notSynced && len(v) == 2 && v[0] == 1:
+	case notSynced && len(v) == 2 && (v[0] == 1 || v[0] == 3):
 		_, _ = q.releaseRedis(a.ctx, owner, uint64(v[1]))
 	case notSynced:
 		q.undoAttempt(a.ctx, undo, owner, marker)
@@ -365,7 +382,7 @@ func (w qWait) failed(err error) {
 		q.c.background(func(bctx context.Context) {
 			q.undoAttempt(bctx, undo, owner, marker)
 			if queues {
-				_ = q.leave(bctx, owner)
+				_ = q.leave(bctx, owner, wid)
 			}
 		})
 	}
@@ -378,6 +395,14 @@ func (w qWait) waiting() {
 }
 
 func (qWait) gaveUp() {} // leaving the queue is wait's
+
+// granted ends the wait with the lock a release granted it: the reply an
+// attempt that found the grant would have had. The lease clock stays the
+// last attempt's send time, which came before the grant.
+func (w qWait) granted(tok uint64) bool {
+	w.a.vals = []int64{3, int64(tok)}
+	return true
+}
 
 // undoAttempt releases what the attempt with marker acquired, if its script
 // ran, and nothing otherwise, with undo (q.undo or q.undoFresh). It can be

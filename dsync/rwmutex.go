@@ -71,7 +71,7 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			// registered waiters to be admitted (phase-fair), so both
 			// leave at once when their wait ends.
 			queues: true,
-			leave: func(ctx context.Context, owner string) error {
+			leave: func(ctx context.Context, owner, _ string) error {
 				return c.lua(scripts.RWLeave).Exec(ctx, c.rc, keys, []string{mode, owner, wch, rch}).Error()
 			},
 			release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
@@ -84,7 +84,7 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			},
 		}
 		lease := q.lease()
-		q.step = func(ctx context.Context, owner string, try bool, marker string, check bool) ([]int64, error) {
+		q.step = func(ctx context.Context, owner, _ string, try bool, marker string, check bool) ([]int64, error) {
 			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch}
 			if check {
 				args = append(args, "check")

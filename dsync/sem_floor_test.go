@@ -1,8 +1,6 @@
 package dsync_test
 
 import (
-	"regexp"
-	"strconv"
 	"testing"
 
 	"github.com/dsync/dsync/dsync"
@@ -32,16 +30,7 @@ func TestSemaphoreCommandsPerCycle(t *testing.T) {
 	for range n {
 		cycle()
 	}
-	info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
-	require.NoError(t, err)
-	total := 0
-	for _, m := range regexp.MustCompile(`cmdstat_([\w|]+):calls=(\d+)`).FindAllStringSubmatch(info, -1) {
-		if m[1] == "info" || m[1] == "config|resetstat" {
-			continue
-		}
-		v, _ := strconv.Atoi(m[2])
-		total += v
-	}
+	total, info := commandCalls(t, ctx, rc)
 	t.Logf("Semaphore: %.2f Redis commands per Acquire/Release cycle\n%s", float64(total)/n, info)
 	assert.LessOrEqual(t, total, 40*n+2, "Redis commands per Acquire/Release cycle")
 }

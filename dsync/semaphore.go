@@ -258,7 +258,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	}
 	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
 		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
-	attempts, err := waitLoop(c, ctx, s.chPfx+a.waiter, try, semWait{&a})
+	attempts, err := waitLoop(c, ctx, s.chPfx+a.waiter, "", try, semWait{&a})
 	if err != nil || a.vals[0] != 1 {
 		return nil, attempts, err
 	}
@@ -397,3 +397,5 @@ func (s *Semaphore) sizeMismatch(stored int64) error {
 func (s *Semaphore) releaseArgs(owner string, n int64) []string {
 	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10)}
 }
+
+func (semWait) granted(uint64) bool { return false } // no grants: it looks again

@@ -72,3 +72,100 @@ local function granted(k, lease, r)
   end
   return r
 end
+
+-- FIFO grants (the fair mutex). A queue member is "<owner> <wid> <lease
+-- ms>": wid ("<client id>.<n>") names one wait of one Client, which is woken
+-- on the channel prefix .. client id, a channel the Client subscribes once
+-- for all its waits on the lock. A release does not wake the head to try
+-- again: it makes the head the holder, "<owner> <token> 1 <wid> <last>",
+-- with the head's lease, and publishes "<n> <token>". The wid stays in the
+-- value so that the waiter can claim its grant with an attempt if the
+-- message was lost, and so that a wait that ends leaves nothing
+-- (fair_leave.lua); last, the token before, makes a retried release of
+-- that token a no-op as the free marker does.
+
+local function parse_member(m)
+  return string.match(m, '^(%S+) (([^%s%.]+)%.(%S+)) (%d+)$')
+end
+
+-- parse_value splits a lock value: owner, token, count, the rest (" <wid>
+-- <last>" after a grant, else ""), the wid of a grant (or "") and last.
+local function parse_value(v)
+  local o, t, c, rest = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
+  local g, last = string.match(rest, '^ (%S+) (%d+)$')
+  return o, t, tonumber(c), rest, g or '', last
+end
+
+-- live_head drops dead members from the head of queue q (their place in z
+-- lapsed by now, or is gone) and returns the first live one, or nil.
+local function live_head(q, z, now)
+  local m = redis.call('lindex', q, 0)
+  while m do
+    local s = redis.call('zscore', z, m)
+    if s and tonumber(s) > now then
+      return m
+    end
+    redis.call('lpop', q)
+    if s then
+      redis.call('zrem', z, m)
+    end
+    m = redis.call('lindex', q, 0)
+  end
+  return nil
+end
+
+-- grant_next makes the first live member of the queue the holder of lock
+-- k with the token after last, and tells its Client. It returns the token,
+-- or nil when nobody waits.
+local function grant_next(k, q, z, last, now, us, wch)
+  local m = redis.call('lpop', q)
+  while m do
+    local s = redis.call('zscore', z, m)
+    if s then
+      redis.call('zrem', z, m)
+      if tonumber(s) > now then
+        local o, wid, cid, n, ls = parse_member(m)
+        local tok = math.max(last + 1, us)
+        redis.call('set', k, o .. ' ' .. fmt(tok) .. ' 1 ' .. wid .. ' ' .. fmt(last), 'px', ls)
+        redis.call('publish', wch .. cid, n .. ' ' .. fmt(tok))
+        return tok
+      end
+    end
+    m = redis.call('lpop', q)
+  end
+  return nil
+end
+
+-- keep_alive makes key k live at least ms longer: one command when it
+-- already has a shorter lifetime, two when a longer one, three when new.
+local function keep_alive(k, ms)
+  if redis.call('pexpire', k, ms, 'gt') == 0 and redis.call('pttl', k) == -1 then
+    redis.call('pexpire', k, ms)
+  end
+end
+
+-- queue_member appends member m to queue q unless it is there and renews
+-- its place in z until now+lease; the queue keys live at least as long.
+local function queue_member(q, z, m, now, lease)
+  if redis.call('zadd', z, now + lease, m) == 1 then
+    redis.call('rpush', q, m)
+  end
+  keep_alive(q, lease)
+  keep_alive(z, lease)
+end
+
+-- release_one takes one count of the hold in value parts (o, t, c, rest)
+-- of lock k: the last count grants the lock to the next waiter, or leaves
+-- the free marker "- <token> 0" for free_ms. It returns 1 released, 2
+-- still held.
+local function release_one(k, q, z, o, t, c, rest, free_ms, wch)
+  if c > 1 then
+    redis.call('set', k, o .. ' ' .. t .. ' ' .. (c - 1) .. rest, 'keepttl')
+    return 2
+  end
+  local now, us = server_now()
+  if not grant_next(k, q, z, tonumber(t), now, us, wch) then
+    redis.call('set', k, '- ' .. t .. ' 0', 'px', free_ms)
+  end
+  return 1
+end

@@ -20,13 +20,18 @@ if ARGV[2] ~= '' then
   redis.call('publish', ARGV[2], t)
 end
 if KEYS[2] and ARGV[3] ~= '' then
-  -- Wake the first waiter whose place is live, as a release does.
+  -- Wake the first waiter whose place is live to look again: a member
+  -- "<owner> <client id>.<n> <lease>" is woken by "<n>" on its Client's
+  -- channel (fair_lib.lua).
   local now = redis.call('time')
   now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   for _, w in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
     local s = redis.call('zscore', KEYS[3], w)
     if s and tonumber(s) > now then
-      redis.call('publish', ARGV[3] .. w, t)
+      local cid, n = string.match(w, '^%S+ ([^%s%.]+)%.(%S+) %d+$')
+      if cid then
+        redis.call('publish', ARGV[3] .. cid, n)
+      end
       break
     end
   end
