@@ -49,6 +49,10 @@ type LockState struct {
 	Done bool
 	// Counter is a WaitGroup's counter.
 	Counter int64
+	// Leader is an Election's leader as its record says (Leader{} when it
+	// has none); its Holders are the leader's hold of the election's lock,
+	// its Waiters the candidates in line.
+	Leader Leader
 }
 
 // Holder is one owner holding a lock.
@@ -178,6 +182,11 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 			st.Kind, st.Name = otherLayouts[i].kind, name
 			out = append(out, st)
 		}
+	}
+	if st, ok, err := c.inspectElection(ctx, name); err != nil {
+		return nil, err
+	} else if ok {
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -330,6 +339,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 			out = append(out, LockRef{Kind: f.kind, Name: name})
 		}
 	}
+	if ok, err := c.forceElection(ctx, name); err != nil {
+		return out, err
+	} else if ok {
+		out = append(out, LockRef{Kind: KindElection, Name: name})
+	}
 	return out, nil
 }
 
@@ -389,6 +403,10 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
 					continue
 				}
 				part, _, _ := strings.Cut(rest, ":")
+				if r, ok := electionRef(name, part); ok {
+					seen[r] = true
+					continue
+				}
 				kind, ok := kindOfPart[part]
 				if !ok {
 					kind = Kind(part)
