@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -68,4 +69,36 @@ func TestElectionInspectListForce(t *testing.T) {
 	require.ErrorIs(t, e.Resign(lctx), dsync.ErrNotHeld)
 	require.NoError(t, c2.NewElection("db primary").Resign(lctx2))
 	require.Equal(t, dsync.Leader{}, recv(t, obs, 5*time.Second))
+}
+
+// An observer sends nothing to Redis while nothing changes (here, within
+// the leader's lease), and one read per change.
+func TestElectionObserveIdle(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	prefix := testPrefix(t)
+	a := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix))
+	b := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	obs := b.NewElection("idle").Observe(ctx)
+	require.Equal(t, dsync.Leader{}, recv(t, obs, 5*time.Second))
+	e := a.NewElection("idle")
+	lctx, err := e.Campaign(ctx, "v")
+	require.NoError(t, err)
+	require.Equal(t, "v", recv(t, obs, 5*time.Second).Value)
+
+	// A signal that raced with the read that found "v" may cause one more
+	// read (finding nothing new); then all is quiet.
+	requireNoMore(t, obs, 300*time.Millisecond)
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	requireNoMore(t, obs, 1500*time.Millisecond)
+	n, info := commandCalls(t, ctx, rc)
+	require.Zero(t, n, "commands while nothing changed:\n%s", info)
+
+	require.NoError(t, e.Proclaim(lctx, "w"))
+	require.Equal(t, "w", recv(t, obs, 5*time.Second).Value)
+	n, info = commandCalls(t, ctx, rc)
+	require.NotZero(t, n, "the counter counts:\n%s", info)
+	t.Logf("a Proclaim and the observer's read: %d commands", n)
+	require.NoError(t, e.Resign(lctx))
 }
