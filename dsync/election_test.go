@@ -59,6 +59,12 @@ func TestElectionCampaignProclaimResign(t *testing.T) {
 	assert.Equal(t, dsync.Leader{Value: "alpha", Owner: owner, Term: term, Since: l.Since}, l)
 	assert.WithinDuration(t, before, l.Since, 2*time.Second, "Since is the server time the term began")
 
+	for _, v := range []string{"", "\x00 bin\n{}% \xff", strings.Repeat("v", dsync.MaxLeaderValueLen)} {
+		require.NoError(t, e.Proclaim(lctx, v))
+		l, err := e2.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, v, l.Value, "any value, binary and empty included")
+	}
 	require.NoError(t, e.Proclaim(lctx, "beta"))
 	l2, err := e2.Leader(ctx)
 	require.NoError(t, err)

@@ -53,6 +53,10 @@ type LockState struct {
 	// with a record: its leader as the holder, the processes waiting for
 	// it as Waiters, and Done when the result is there).
 	Key string
+	// Leader is an Election's leader as its record says (Leader{} when it
+	// has none); its Holders are the leader's hold of the election's lock,
+	// its Waiters the candidates in line.
+	Leader Leader
 }
 
 // Holder is one owner holding a lock.
@@ -183,6 +187,11 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 			st.Kind, st.Name = otherLayouts[i].kind, name
 			out = append(out, st)
 		}
+	}
+	if st, ok, err := c.inspectElection(ctx, name); err != nil {
+		return nil, err
+	} else if ok {
+		out = append(out, st)
 	}
 	groups, err := c.inspectGroup(ctx, name)
 	return append(out, groups...), err
@@ -336,6 +345,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 			out = append(out, LockRef{Kind: f.kind, Name: name})
 		}
 	}
+	if ok, err := c.forceElection(ctx, name); err != nil {
+		return out, err
+	} else if ok {
+		out = append(out, LockRef{Kind: KindElection, Name: name})
+	}
 	return out, nil
 }
 
@@ -396,6 +410,10 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
 					continue
 				}
 				part, _, _ := strings.Cut(rest, ":")
+				if r, ok := electionRef(name, part); ok {
+					seen[r] = true
+					continue
+				}
 				kind, ok := kindOfPart[part]
 				if !ok {
 					kind = Kind(part)

@@ -9,10 +9,12 @@ local o, t = holder(KEYS[1])
 if o ~= ARGV[1] or t ~= ARGV[2] then
   return 0
 end
-local ver, term, owner = last_entry(KEYS[2])
-if term == ARGV[2] and owner == ARGV[1] then
+local ver, term = last_entry(KEYS[2])
+if term ~= '0' then
+  -- The term's record, or none at all (lost while the lock was held): the
+  -- observers learn that this term ended either way.
   local _, us = server_now()
-  ver = append(KEYS[2], ver, '0', '0', '', '', us)
+  ver = append(KEYS[2], ver or 0, '0', '0', '', '', us)
   redis.call('pexpire', KEYS[2], ARGV[3])
   redis.call('publish', ARGV[4], fmt(ver))
 end
