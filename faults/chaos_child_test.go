@@ -425,7 +425,16 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
 			}
+			var done *cev
 			switch {
+			case err == nil && rel.Lost:
+				// The run lost its lease, yet Do returned nil: with the
+				// result another run recorded after taking over (Do
+				// returns what is stored), or with this run's own if none
+				// took over. This run's outcome is unknown; the Once was
+				// done, with that value, by the time Do returned.
+				rel.Out, rel.Val = "unknown", val
+				done = &cev{Op: "obs", K: k, Call: rel.Call, Ret: ret, Out: "ok", Val: val}
 			case err == nil:
 				rel.Out, rel.Val = "ok", val
 			case errors.Is(err, errChaosFail), errors.Is(err, dsync.ErrLockLost):
@@ -440,6 +449,12 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Val = ""
 			}
 			w.emit(rel)
+			if done != nil {
+				if !value {
+					done.Val = ""
+				}
+				w.emit(*done)
+			}
 			if err == nil {
 				k++
 			}
