@@ -425,14 +425,19 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
 			}
+			// Whether another run may have taken over before this one's
+			// result reached Redis: its lease was seen lost, or the value
+			// Do returned is not f's, or recording took over half a lease
+			// (the run's lease is not renewed while it is recorded).
+			superseded := rel.Lost || (value && val != fval) || ret-fret > int64(chaosLease/2)
 			var done *cev
 			switch {
-			case err == nil && rel.Lost:
-				// The run lost its lease, yet Do returned nil: with the
-				// result another run recorded after taking over (Do
-				// returns what is stored), or with this run's own if none
-				// took over. This run's outcome is unknown; the Once was
-				// done, with that value, by the time Do returned.
+			case err == nil && superseded:
+				// Do returned nil: with the result another run recorded
+				// after taking over (Do returns what is stored), or with
+				// this run's own if none took over. This run's outcome is
+				// unknown; the Once was done, with that value, by the
+				// time Do returned.
 				rel.Out, rel.Val = "unknown", val
 				done = &cev{Op: "obs", K: k, Call: rel.Call, Ret: ret, Out: "ok", Val: val}
 			case err == nil:
