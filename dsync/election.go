@@ -114,10 +114,10 @@ func checkValue(v string) error {
 // Campaign waits in line until the owner ctx carries (a fresh one if none)
 // leads the election, or ctx is done, and then proclaims value. It returns
 // the leadership context: a lock context whose FencingToken is the term,
-// cancelled when the leadership ends, with cause ErrLockLost if it was lost. A wait ended by ctx returns an error
-// for which errors.Is(err, ctx.Err()) holds, and leaves nothing behind: the
-// candidate leaves the line at once, and a leadership gained just as ctx
-// ended is resigned.
+// cancelled when the leadership ends, with cause ErrLockLost if it was
+// lost. A wait ended by ctx returns an error for which errors.Is(err,
+// ctx.Err()) holds, and leaves nothing behind: the candidate leaves the
+// line at once, and a leadership gained just as ctx ended is resigned.
 //
 // ctx bounds the wait only: the leadership context carries ctx's values,
 // but once Campaign has returned, ctx's end does not cancel it; only the
