@@ -199,7 +199,9 @@ func (e *Election) leadership(lctx context.Context) (string, uint64, error) {
 // leadership context Campaign returned (or one derived from it). It returns
 // ErrNotHeld if lctx does not lead the election (any more), and lctx's
 // error if lctx was cancelled by its caller. Proclaiming the current value
-// changes nothing and tells no observer.
+// changes nothing and tells no observer. A Proclaim that failed with its
+// context's error may still have been applied, as any write whose reply
+// never came; observers see it if it was.
 func (e *Election) Proclaim(lctx context.Context, value string) error {
 	if lctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
