@@ -191,6 +191,14 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		}
 		return out
 	}
+	// The FIFO handoff (a FairMutex) runs with the handoff scenario when
+	// dsync does.
+	pickFIFO := func() []libSpec {
+		if len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync") || slices.Contains(onlyLibs, fifoSpec.name) {
+			return []libSpec{fifoSpec}
+		}
+		return nil
+	}
 	notH0 := func(s libSpec) bool { return s.name != "dsync-h0" }
 	isLock := func(s libSpec) bool { return s.lock }
 	isLockNotH0 := func(s libSpec) bool { return s.lock && notH0(s) }
@@ -212,7 +220,7 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 			return contended(e, s.name, func(int) handle { return l.handle(k) }, l.close, rt, 16, st.Contended)
 		}},
 		{"xproc", pick(isLock), func(s libSpec, k string) (sample, error) { return crossProcess(e, s, k, 2, 8, st.CrossProcess) }},
-		{"handoff", pick(isLockNotH0), func(s libSpec, k string) (sample, error) {
+		{"handoff", append(pick(isLockNotH0), pickFIFO()...), func(s libSpec, k string) (sample, error) {
 			smp, err := handoff(e, s, k, st.HandoffRounds)
 			if err == nil {
 				p50, p99, err := pingRTT(e, 500)
@@ -245,14 +253,23 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 	if want("primitives") && (len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync")) {
 		fmt.Fprintln(os.Stderr, "primitives")
 		for r := range st.Reps {
-			for _, x := range extras {
-				s, ok, err := runExtra(e, x, e.key("prim", x.name, r), st.Contended)
+			// Rotated per repeat like the scenarios above; each repeat's
+			// throughput is divided by the reference's of the same repeat.
+			got := make([]sample, len(prims))
+			for i := range prims {
+				j := (i + r) % len(prims)
+				s, err := runPrim(e, prims[j], e.key("prim", prims[j].name, r), st.Contended)
 				if err != nil {
-					return fmt.Errorf("%s: %w", x.name, err)
+					return fmt.Errorf("%s: %w", prims[j].name, err)
 				}
-				if ok {
-					rep.add("primitives", x.name, s)
+				got[j] = s
+			}
+			ref := got[0] // prims[0] is refPrim
+			for i, p := range prims {
+				if ref["acq_s"] > 0 {
+					got[i]["vs_mutex_h0"] = got[i]["acq_s"] / ref["acq_s"]
 				}
+				rep.add("primitives", p.name, got[i])
 			}
 		}
 	}
