@@ -349,6 +349,7 @@ func (r *report) markdown() string {
 		{head: "acquire scripts/acq", metric: "scripts_acq", format: "%.2f"}, {head: "round trips/acq", metric: "rt_acq", format: "%.2f"},
 		{head: "cmds/acq", metric: "cmds_acq", format: "%.2f"}, {head: "EVALSHA/acq", metric: "evalsha_acq", format: "%.2f"},
 		{head: "PUBLISH/acq", metric: "publish_acq", format: "%.2f"}, {head: "SUBSCRIBE/acq", metric: "subscribe_acq", format: "%.3f"},
+		{head: "client CPU us/acq", metric: "client_cpu_us_acq", format: "%.0f"}, {head: "Redis CPU us/acq", metric: "redis_cpu_us_acq", format: "%.0f"},
 		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
 	r.table(&b, fmt.Sprintf("scale: %d dsync locks held by one process, lease 3s (%v window)", st.ScaleLocks, st.ScaleHold), "scale", []col{
