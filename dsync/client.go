@@ -94,7 +94,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		cfg.name = processName()
 	}
 	c := &Client{
-		rc:      rc,
+		rc:      sharedDial{rc},
 		cfg:     cfg,
 		cluster: rc.Mode() == rueidis.ClientModeCluster,
 		done:    make(chan struct{}),

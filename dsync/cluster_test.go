@@ -605,3 +605,31 @@ func TestClusterMasterKilled(t *testing.T) {
 	require.Greater(t, tok2, tok, "token not above the previous one")
 	require.NoError(t, b.NewMutex(name).UnlockContext(r.ctx))
 }
+
+// An election on a cluster: its lock, record and change channel share a
+// slot, and changes reach an observer of another Client by sharded pub/sub.
+func TestClusterElection(t *testing.T) {
+	prefix := testPrefix(t)
+	a := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	b := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	for _, name := range []string{"e1", "e2", "e3"} {
+		ea, eb := a.NewElection(name), b.NewElection(name)
+		obs := eb.Observe(ctx)
+		require.Equal(t, dsync.Leader{}, recv(t, obs, 10*time.Second))
+		lctx, err := ea.Campaign(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, "a", recv(t, obs, 10*time.Second).Value)
+		require.NoError(t, ea.Proclaim(lctx, "a2"))
+		require.Equal(t, "a2", recv(t, obs, 10*time.Second).Value)
+		require.NoError(t, ea.Resign(lctx))
+		require.Equal(t, dsync.Leader{}, recv(t, obs, 10*time.Second))
+		lctx, err = eb.Campaign(ctx, "b")
+		require.NoError(t, err)
+		l, err := ea.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "b", l.Value)
+		require.Equal(t, "b", recv(t, obs, 10*time.Second).Value)
+		require.NoError(t, eb.Resign(lctx))
+	}
+}

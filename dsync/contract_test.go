@@ -20,13 +20,27 @@ import (
 var contractTries = flag.Int("contract.tries", 2000,
 	"cancelled-wait tries per lock type in TestLockContract (more for a soak)")
 
+var contractStrict = flag.Bool("contract.strict", false,
+	"TestLockContract fails on the known bugs (contractBugs) instead of skipping")
+
 // contractBugs are the checks of the table that fail today, by
 // "<row>/<check>": such a check runs, and skips with this text instead of
-// failing while the bug shows.
+// failing while the bug shows (unless -contract.strict).
 var contractBugs = map[string]string{
-	"Mutex/Reentry": "issue 12: a Mutex re-entered through another Client gets the token its holder's Client " +
-		"reserved last, not the holder's; that Client's next local handoff then issues a token below it",
+	"Mutex/Reentry": "issue 12: a Mutex re-entered through another Client gets the last token its holder's Client " +
+		"reserved, not the holder's (see Mutex/Tokens)",
+	"Mutex/Tokens": "issue 12: fencing tokens go back: a Mutex re-entered through another Client gets the last token " +
+		"its holder's Client reserved, and that Client's next local handoff issues a token below it",
 	"RedLock1/Close": "issue 12: a RedLock whose Clients closed ends its lock context with ErrLockLost, not ErrClosed",
+}
+
+// knownBug returns the bug that row's check may show ("" if none, or with
+// -contract.strict).
+func knownBug(row contractRow, check string) string {
+	if *contractStrict {
+		return ""
+	}
+	return contractBugs[row.name+"/"+check]
 }
 
 // TestLockContract checks, for every lock type (contract_rows_test.go), the
@@ -124,9 +138,68 @@ func contractTokens(t *testing.T, row contractRow, a, b *dsync.Client) {
 		last = tok
 		require.NoError(t, l.unlock(lctx), "acquisition %d", i)
 	}
-	if !row.tokens || row.name == "RWMutexRead" { // readers share: no order of holds
+	if !row.tokens {
 		return
 	}
+	skip := ""
+	if row.reentrant {
+		skip = contractTokensAfterReentry(t, row, ls[0], ls[1], &last)
+	}
+	if row.name != "RWMutexRead" { // readers share: no order of holds
+		contractTokensContended(t, row, a, b, last)
+	}
+	if skip != "" {
+		t.Skip(skip)
+	}
+}
+
+// contractTokensAfterReentry: the holder re-enters through another Client
+// while a goroutine of the first Client waits for the lock; the waiter's
+// token is above every token the holder was given, the re-entry's too. (A
+// Mutex hands the lock on inside its Client with a token of the block it
+// reserved, so the re-entry must not be given a token of that block.) The
+// waiter is not always queued before the release; ten rounds make it likely.
+func contractTokensAfterReentry(t *testing.T, row contractRow, la, lb contractLock, last *uint64) (skip string) {
+	hit := 0
+	for round := range 10 {
+		own := dsync.WithOwner(ctxT(t))
+		l1, err := la.lock(own)
+		require.NoError(t, err, "round %d", round)
+		l2, err := lb.lock(own)
+		require.NoError(t, err, "round %d: re-entry through another Client", round)
+		t1, t2 := requireToken(t, row, l1, "holder"), requireToken(t, row, l2, "re-entry")
+		require.Greater(t, t1, *last, "round %d: token not above the previous holder's", round)
+		started := make(chan struct{})
+		got := make(chan uint64, 1)
+		go func() {
+			close(started)
+			l, err := la.lock(dsync.WithOwner(context.Background()))
+			if !assert.NoError(t, err, "round %d: the waiter", round) {
+				got <- 0
+				return
+			}
+			tok, _ := dsync.FencingToken(l)
+			assert.NoError(t, la.unlock(l))
+			got <- tok
+		}()
+		<-started
+		require.NoError(t, lb.unlock(l2), "round %d", round)
+		require.NoError(t, la.unlock(l1), "round %d", round)
+		tw := <-got
+		require.NotZero(t, tw, "round %d: the waiter failed", round)
+		if bug := knownBug(row, "Tokens"); bug != "" && tw <= max(t1, t2) {
+			hit++
+			skip = fmt.Sprintf("%s (in %d of 10 rounds; round %d: holder %d, its re-entry %d, the next holder %d)", bug, hit, round, t1, t2, tw)
+		} else {
+			require.Greater(t, tw, max(t1, t2), "round %d: the next holder's token is not above the holder's (%d) and its re-entry's (%d)", round, t1, t2)
+		}
+		*last = max(tw, t2)
+	}
+	return skip
+}
+
+// contractTokensContended: eight goroutines on two Clients.
+func contractTokensContended(t *testing.T, row contractRow, a, b *dsync.Client, last uint64) {
 	var mu sync.Mutex
 	tokens := []uint64{last}
 	var wg sync.WaitGroup
@@ -190,7 +263,7 @@ func contractReentry(t *testing.T, row contractRow, a, b *dsync.Client) {
 	var skip string
 	for i, l := range []context.Context{l2, l3} {
 		got := requireToken(t, row, l, "re-entry")
-		if bug := contractBugs[row.name+"/Reentry"]; bug != "" && got != tok && i == 1 {
+		if bug := knownBug(row, "Reentry"); bug != "" && got != tok && i == 1 {
 			skip = fmt.Sprintf("%s (re-entry %d: token %d, the holder's %d)", bug, i+1, got, tok)
 		} else {
 			require.Equal(t, tok, got, "re-entry %d changed the token", i+1)
@@ -332,7 +405,7 @@ func contractClose(t *testing.T, row contractRow, a *dsync.Client) {
 	}
 	requireFree(t, row.probe(a, "close"), "after Close")
 	require.ErrorIs(t, l.unlock(lctx), dsync.ErrClosed, "release after Close")
-	if bug := contractBugs[row.name+"/Close"]; bug != "" && !errors.Is(context.Cause(lctx), dsync.ErrClosed) {
+	if bug := knownBug(row, "Close"); bug != "" && !errors.Is(context.Cause(lctx), dsync.ErrClosed) {
 		t.Skipf("%s (cause %v)", bug, context.Cause(lctx))
 	}
 	require.ErrorIs(t, context.Cause(lctx), dsync.ErrClosed, "cause after Close")
@@ -351,6 +424,7 @@ func contractCancelledWait(t *testing.T, row contractRow, a, b *dsync.Client) {
 	tries := *contractTries
 	cancelled, byCancel := 0, 0
 	var worst time.Duration
+	worstAt := ""
 	for i := range tries {
 		d := spreadDelay(i)
 		var ctx context.Context
@@ -368,9 +442,18 @@ func contractCancelledWait(t *testing.T, row contractRow, a, b *dsync.Client) {
 			timer.Stop()
 		}
 		if err == nil {
-			require.NoError(t, mine.unlock(lctx), "try %d", i)
+			// Released without the try's deadline, which may pass during
+			// the release and cut its reply off (an error, though the
+			// release completes in the background).
+			require.NoError(t, mine.unlock(context.WithoutCancel(lctx)), "try %d", i)
 			cancel()
 			continue
+		}
+		if dl, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(dl) {
+			// The call saw the deadline pass on the clock before the
+			// context's own timer fired: it does, at once.
+			<-ctx.Done()
+			ctxErr = ctx.Err()
 		}
 		cancel()
 		require.Error(t, ctxErr, "try %d: failed with its context live: %v", i, err)
@@ -380,11 +463,13 @@ func contractCancelledWait(t *testing.T, row contractRow, a, b *dsync.Client) {
 			byCancel++
 		}
 		l, took := acquireWithin(t, probe, bound, "try "+strconv.Itoa(i)+" ("+d.String()+"): another Client after the cancelled call")
-		worst = max(worst, took)
+		if took > worst {
+			worst, worstAt = took, "try "+strconv.Itoa(i)+" ("+d.String()+")"
+		}
 		require.NoError(t, probe.unlock(l), "try %d", i)
 	}
-	t.Logf("%d of %d calls ended by their context (%d by a cancel, %d by a deadline); another Client acquired within %v of each (bound %v)",
-		cancelled, tries, byCancel, cancelled-byCancel, worst, bound)
+	t.Logf("%d of %d calls ended by their context (%d by a cancel, %d by a deadline); another Client acquired within %v of each (bound %v; the slowest after %s)",
+		cancelled, tries, byCancel, cancelled-byCancel, worst, bound, worstAt)
 	require.NotZero(t, cancelled, "no call was cancelled: the test proves nothing")
 }
 

@@ -1,6 +1,7 @@
 // Package dsync provides the sync primitives Go programs already know —
 // Mutex, FairMutex, RWMutex, a weighted Semaphore, Once and WaitGroup —
-// shared by every process that talks to the same Redis.
+// shared by every process that talks to the same Redis, and a leader
+// Election built on them.
 //
 // # Owners and lock contexts
 //

@@ -20,6 +20,11 @@ var (
 	// an empty or too long name, a nil context, n <= 0, n above a size.
 	ErrInvalidArgument = errors.New("dsync: invalid argument")
 
+	// ErrNoLeader is returned by Election.Leader when the election has no
+	// leader: nobody campaigned, the leader resigned, or it lost its lease
+	// and no candidate has taken over yet.
+	ErrNoLeader = errors.New("dsync: election has no leader")
+
 	// errReleased is the cause of a lock context cancelled by its release.
 	errReleased = errors.New("dsync: lock released")
 )

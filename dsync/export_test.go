@@ -5,6 +5,17 @@ package dsync
 // removes it. Only for tests, set while no Wait runs.
 func SetWaitGroupObserved(f func()) { waitGroupObserved = f }
 
+// GroupCallers returns how many callers of key wait in g's process (the
+// leader among them), so tests know every caller has joined.
+func GroupCallers[V any](g *Group[V], key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gc := g.calls[key]; gc != nil {
+		return gc.n
+	}
+	return 0
+}
+
 // ErrReleased is the cause of a lock context cancelled by its release, for
 // the black-box contract table.
 var ErrReleased = errReleased

@@ -125,7 +125,7 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 // lockCtx).
 func (h *hold) newCtx(parent context.Context) context.Context {
 	cctx, cancel := context.WithCancelCause(parent)
-	lctx := &lockCtx{Context: cctx, v: ownerVal{id: h.owner, token: h.token}, h: h}
+	lctx := &lockCtx{Context: cctx, parent: parent, v: ownerVal{id: h.owner, token: h.token}, h: h}
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
@@ -156,17 +156,27 @@ func (h *hold) newCtx(parent context.Context) context.Context {
 // that work scoped to the lock can plan for it.
 type lockCtx struct {
 	context.Context
-	v   ownerVal
-	h   *hold
-	end time.Time // the fixed lease's end; zero with a watchdog
+	// parent is the context the acquisition was made under: a Cond's Wait
+	// waits under it after releasing the lock, which cancels the lock
+	// context itself.
+	parent context.Context
+	v      ownerVal
+	h      *hold
+	end    time.Time // the fixed lease's end; zero with a watchdog
 }
 
 func (c *lockCtx) Value(key any) any {
-	if _, ok := key.(ownerKey); ok {
+	switch key.(type) {
+	case ownerKey:
 		return &c.v
+	case lockCtxKey:
+		return c
 	}
 	return c.Context.Value(key)
 }
+
+// lockCtxKey finds the lock context a context derives from.
+type lockCtxKey struct{}
 
 func (c *lockCtx) Err() error {
 	if err := c.Context.Err(); err != nil {

@@ -49,6 +49,14 @@ type LockState struct {
 	Done bool
 	// Counter is a WaitGroup's counter.
 	Counter int64
+	// Key is, for a Group, the key this state is of (one state per key
+	// with a record: its leader as the holder, the processes waiting for
+	// it as Waiters, and Done when the result is there).
+	Key string
+	// Leader is an Election's leader as its record says (Leader{} when it
+	// has none); its Holders are the leader's hold of the election's lock,
+	// its Waiters the candidates in line.
+	Leader Leader
 }
 
 // Holder is one owner holding a lock.
@@ -119,6 +127,7 @@ var otherLayouts = []struct {
 	{KindOnce, "once", "once", []string{"", ":run"}},
 	{KindOnce, "oncevalue", "once", []string{"", ":run"}}, // OnceValue's Once
 	{KindWaitGroup, "wg", "wg", []string{""}},
+	{KindCond, "cond", "cond", []string{"", ":places", ":sig"}},
 }
 
 // Inspect returns the state of every primitive called name under the
@@ -179,7 +188,13 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 			out = append(out, st)
 		}
 	}
-	return out, nil
+	if st, ok, err := c.inspectElection(ctx, name); err != nil {
+		return nil, err
+	} else if ok {
+		out = append(out, st)
+	}
+	groups, err := c.inspectGroup(ctx, name)
+	return append(out, groups...), err
 }
 
 // parseOtherState decodes the reply of the InspectOther script.
@@ -330,6 +345,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 			out = append(out, LockRef{Kind: f.kind, Name: name})
 		}
 	}
+	if ok, err := c.forceElection(ctx, name); err != nil {
+		return out, err
+	} else if ok {
+		out = append(out, LockRef{Kind: KindElection, Name: name})
+	}
 	return out, nil
 }
 
@@ -341,6 +361,7 @@ func onceKeys(base string) []string { return []string{base + ":run", base + ":ch
 var kindOfPart = map[string]Kind{
 	"mutex": KindMutex, "fair": KindFairMutex, "rw": KindRWMutex, "sem": KindSemaphore,
 	"once": KindOnce, "oncevalue": KindOnce, "wg": KindWaitGroup,
+	"group": KindGroup, "cond": KindCond,
 }
 
 // globEscape quotes the glob characters of s (Redis MATCH syntax), so that
@@ -389,6 +410,10 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
 					continue
 				}
 				part, _, _ := strings.Cut(rest, ":")
+				if r, ok := electionRef(name, part); ok {
+					seen[r] = true
+					continue
+				}
 				kind, ok := kindOfPart[part]
 				if !ok {
 					kind = Kind(part)

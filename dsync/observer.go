@@ -16,6 +16,8 @@ const (
 	KindSemaphore Kind = "semaphore"
 	KindOnce      Kind = "once"
 	KindWaitGroup Kind = "wait_group"
+	KindGroup     Kind = "group"
+	KindCond      Kind = "cond"
 )
 
 // Observer receives lock events, in the manner of httptrace.ClientTrace: any

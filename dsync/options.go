@@ -122,6 +122,7 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	leaseTime time.Duration // 0: watchdog
+	resultTTL time.Duration // WithResultTTL (Group)
 
 	// Scale-out options (replica.go, redlock.go).
 	replicas       int           // WithReplicaSync: replicas that must acknowledge

@@ -1,7 +1,11 @@
 package faults
 
 import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -68,4 +72,157 @@ func TestFaultChaosModelsCatchViolations(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFaultChaosWindowsExact checks that checking in windows decides
+// what one check of the whole history decides, on random mutex and
+// WaitGroup histories cut into many windows, linearizable or not: holds
+// whose waits span several others, releases that return late, Adds whose
+// outcome is unknown, and histories broken at random.
+func TestFaultChaosWindowsExact(t *testing.T) {
+	defer func(n int) { windowOps = n }(windowOps)
+	windowOps = 6
+	rng := rand.New(rand.NewPCG(1, 2))
+	agree := map[string][2]int{} // kind -> linearizable, not
+	for i := range 250 {
+		ops := randomLockHistory(rng, 4+rng.IntN(4), 20+rng.IntN(40))
+		if i%2 == 1 {
+			breakHistory(rng, ops)
+		}
+		whole := porcupine.CheckOperations(chaosModel("mutex"), ops)
+		res, where := checkLockWindows(chaosModel("mutex"), ops, 10*time.Second)
+		if (res == porcupine.Ok) != whole {
+			wins, _ := lockWindows(ops, windowOps)
+			t.Fatalf("mutex history %d (%d operations, %d windows): whole check %v, windows %v (%s)", i, len(ops), len(wins), whole, res, where)
+		}
+		c := agree["mutex"]
+		if whole {
+			c[0]++
+		} else {
+			c[1]++
+		}
+		agree["mutex"] = c
+
+		ops = randomWGHistory(rng, 3+rng.IntN(4), 30+rng.IntN(50))
+		if i%2 == 1 {
+			breakHistory(rng, ops)
+		}
+		whole = porcupine.CheckOperations(chaosModel("wg"), ops)
+		res, where = checkWGWindows(ops, 10*time.Second)
+		if (res == porcupine.Ok) != whole {
+			t.Fatalf("wg history %d (%d operations, %d windows): whole check %v, windows %v (%s)", i, len(ops), len(quiescentWindows(ops, windowOps)), whole, res, where)
+		}
+		c = agree["wg"]
+		if whole {
+			c[0]++
+		} else {
+			c[1]++
+		}
+		agree["wg"] = c
+	}
+	for k, c := range agree {
+		t.Logf("%s: %d linearizable and %d not, windows agreed on all", k, c[0], c[1])
+		if c[0] < 25 || c[1] < 25 {
+			t.Errorf("%s: %d linearizable and %d not: the histories do not test both ways", k, c[0], c[1])
+		}
+	}
+}
+
+// randomLockHistory is a history of holds of one lock by workers: each
+// acquisition called while earlier holds ran (a wait), returned as the
+// lock was free, the release returning now and then long after.
+func randomLockHistory(rng *rand.Rand, workers, holds int) []porcupine.Operation {
+	free := make([]int64, workers) // when each worker may call again
+	var ops []porcupine.Operation
+	var t int64 = 100
+	for range holds {
+		w := rng.IntN(workers)
+		call := free[w] + rng.Int64N(max(t-free[w], 0)+1)
+		aRet := max(t, call) + rng.Int64N(3)
+		rCall := aRet + rng.Int64N(6)
+		rRet := rCall + 1 + rng.Int64N(3)
+		if rng.IntN(6) == 0 {
+			rRet += rng.Int64N(60) // a release that returned late
+		}
+		ops = append(ops,
+			porcupine.Operation{ClientId: w, Input: chIn{op: "acq", who: w}, Call: call, Return: aRet},
+			porcupine.Operation{ClientId: w, Input: chIn{op: "rel", who: w}, Call: rCall, Return: rRet})
+		free[w] = rRet + 1
+		t = rCall + 1 + rng.Int64N(4)
+	}
+	return ops
+}
+
+// randomWGHistory is a history of Adds and Waits on one WaitGroup, with
+// outcomes from a counter that applies each operation at a moment within
+// it, some Add outcomes unknown.
+func randomWGHistory(rng *rand.Rand, workers, n int) []porcupine.Operation {
+	free := make([]int64, workers)
+	type pending struct {
+		op porcupine.Operation
+		at int64
+	}
+	var ps []pending
+	for range n {
+		w := rng.IntN(workers)
+		call := free[w] + rng.Int64N(4)
+		ret := call + 1 + rng.Int64N(8)
+		in := chIn{op: "add", who: w, n: 1}
+		switch rng.IntN(4) {
+		case 0:
+			in.n = -1
+		case 1:
+			in.op = "wait"
+		}
+		ps = append(ps, pending{porcupine.Operation{ClientId: w, Input: in, Call: call, Return: ret}, call + rng.Int64N(ret-call+1)})
+		free[w] = ret + 1
+	}
+	slices.SortStableFunc(ps, func(a, b pending) int { return cmp.Compare(a.at, b.at) })
+	var c int64
+	var ops []porcupine.Operation
+	for _, p := range ps {
+		in := p.op.Input.(chIn)
+		switch {
+		case in.op == "wait" && c == 0:
+			in.out = "ok"
+		case in.op == "wait":
+			in.out = "timeout"
+		case c+in.n < 0:
+			in.out = "inval"
+		default:
+			c += in.n
+			in.out = "ok"
+		}
+		if in.op == "add" && rng.IntN(8) == 0 {
+			in.out = "err"
+		}
+		p.op.Input, p.op.Output = in, in.out
+		ops = append(ops, p.op)
+	}
+	return ops
+}
+
+// breakHistory moves one operation or changes one outcome at random.
+func breakHistory(rng *rand.Rand, ops []porcupine.Operation) {
+	i := rng.IntN(len(ops))
+	o := &ops[i]
+	in := o.Input.(chIn)
+	switch {
+	case in.op == "wait":
+		in.out = map[string]string{"ok": "timeout", "timeout": "ok"}[in.out]
+	case in.op == "add" && in.out == "ok":
+		in.out = "inval"
+	case in.op == "add":
+		in.out = "ok"
+	default:
+		d := 1 + rng.Int64N(12)
+		if rng.IntN(2) == 0 {
+			o.Call -= d // an acquisition or release moved earlier
+			o.Return = max(o.Call, o.Return-d)
+		} else {
+			o.Call += d
+			o.Return += d
+		}
+	}
+	o.Input, o.Output = in, in.out
 }

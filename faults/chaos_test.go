@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -560,7 +561,11 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 	}
 	slices.Sort(keys)
 	pt := time.Now()
-	defer func() { t.Logf("porcupine took %v", time.Since(pt).Round(time.Millisecond)) }()
+	defer func() {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		t.Logf("porcupine took %v (the process has %d MiB from the OS)", time.Since(pt).Round(time.Millisecond), ms.Sys>>20)
+	}()
 	for _, k := range keys {
 		ops += len(parts[k])
 		if kind == "rw" || (kind == "sem" && len(parts[k]) > 4000) {
@@ -574,14 +579,26 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 			}
 			continue
 		}
-		switch porcupine.CheckOperationsTimeout(model, parts[k], 60*time.Second) {
+		// Long histories in windows (chaos_cuts_test.go); Once
+		// histories are short (one name until f succeeds).
+		var res porcupine.CheckResult
+		where := ""
+		switch kind {
+		case "mutex", "fair", "multi":
+			res, where = checkLockWindows(model, parts[k], 60*time.Second)
+		case "wg":
+			res, where = checkWGWindows(parts[k], 60*time.Second)
+		default:
+			res = porcupine.CheckOperationsTimeout(model, parts[k], 60*time.Second)
+		}
+		switch res {
 		case porcupine.Ok:
 		case porcupine.Unknown:
 			unknown++
-			t.Errorf("porcupine: the check of name %d (%d operations) timed out", k, len(parts[k]))
+			t.Errorf("porcupine: the check of name %d (%d operations) timed out: %s", k, len(parts[k]), where)
 		default:
 			bad++
-			t.Errorf("porcupine: the history of name %d (%d operations) is not linearizable against the %s model", k, len(parts[k]), kind)
+			t.Errorf("porcupine: the history of name %d (%d operations) is not linearizable against the %s model: %s", k, len(parts[k]), kind, where)
 			if len(parts[k]) <= 12 {
 				for _, o := range parts[k] {
 					in := o.Input.(chIn)
@@ -658,8 +675,11 @@ func chaosModel(kind string) porcupine.Model {
 			Init: func() interface{} { return -1 },
 			Step: func(s, in, _ interface{}) (bool, interface{}) {
 				st, i := s.(int), in.(chIn)
-				if i.op == "acq" {
+				switch i.op {
+				case "acq":
 					return st == -1, i.who
+				case "end": // the end of a window (checkLockWindows)
+					return st == i.who, st
 				}
 				return st == i.who, -1
 			},
@@ -761,41 +781,55 @@ func chaosModel(kind string) porcupine.Model {
 		}
 		return nm.ToModel()
 	case "wg":
-		nm := porcupine.NondeterministicModel{
-			Init: func() []interface{} { return []interface{}{int64(0)} },
-			Step: func(s, in, _ interface{}) []interface{} {
-				c, i := s.(int64), in.(chIn)
-				switch i.op {
-				case "add":
-					applies := c+i.n >= 0
-					switch i.out {
-					case "ok":
-						if applies {
-							return []interface{}{c + i.n}
-						}
-					case "inval":
-						if !applies {
-							return []interface{}{c}
-						}
-					default:
-						if applies {
-							return []interface{}{c + i.n, c}
-						}
-						return []interface{}{c}
-					}
-				case "wait":
-					if i.out != "ok" || c == 0 {
-						return []interface{}{c}
-					}
-				}
-				return nil
-			},
-			Hash:              func(s interface{}) uint64 { return uint64(s.(int64)) },
-			DescribeOperation: describe,
-		}
+		nm := wgModel()
 		return nm.ToModel()
 	}
 	panic("unknown kind " + kind)
+}
+
+// wgModel is the WaitGroup's model (see chaosModel); an "end" operation
+// (the end of a window, checkWGWindows) asserts the counter is n.
+func wgModel() porcupine.NondeterministicModel {
+	describe := func(in, _ interface{}) string {
+		i := in.(chIn)
+		return fmt.Sprintf("%s(%d n=%d out=%s)", i.op, i.who, i.n, i.out)
+	}
+	return porcupine.NondeterministicModel{
+		Init: func() []interface{} { return []interface{}{int64(0)} },
+		Step: func(s, in, _ interface{}) []interface{} {
+			c, i := s.(int64), in.(chIn)
+			switch i.op {
+			case "add":
+				applies := c+i.n >= 0
+				switch i.out {
+				case "ok":
+					if applies {
+						return []interface{}{c + i.n}
+					}
+				case "inval":
+					if !applies {
+						return []interface{}{c}
+					}
+				default:
+					if applies {
+						return []interface{}{c + i.n, c}
+					}
+					return []interface{}{c}
+				}
+			case "wait":
+				if i.out != "ok" || c == 0 {
+					return []interface{}{c}
+				}
+			case "end":
+				if c == i.n {
+					return []interface{}{c}
+				}
+			}
+			return nil
+		},
+		Hash:              func(s interface{}) uint64 { return uint64(s.(int64)) },
+		DescribeOperation: describe,
+	}
 }
 
 // explainLost logs, for each lost hold on name k, the acquisitions by

@@ -49,6 +49,12 @@ type fuzzModel struct {
 	fair [fuzzNames]struct{ owner, count int }
 	done [fuzzNames]bool  // Once
 	wg   [fuzzNames]int64 // WaitGroup counter
+	// OnceValue (on names of its own): done, and the value stored.
+	vdone [fuzzNames]bool
+	vval  [fuzzNames]string
+	// MultiLock acquisitions (over both names' Mutexes) by owner, through
+	// the MultiLock of the owner's Client.
+	ml [fuzzOwners]int
 }
 
 func newFuzzModel() *fuzzModel {
@@ -61,6 +67,28 @@ func newFuzzModel() *fuzzModel {
 		m.sem[k] = map[int]int64{}
 	}
 	return m
+}
+
+// multiUnlock releases owner o's innermost MultiLock acquisition: every
+// member, even when one is no longer held (the owner released it through
+// the Mutex): then ErrNotHeld.
+func (m *fuzzModel) multiUnlock(o int) error {
+	if m.ml[o] == 0 {
+		return dsync.ErrNotHeld
+	}
+	m.ml[o]--
+	var err error
+	for k := range fuzzNames {
+		s := &m.mu[k]
+		if s.owner != o {
+			err = dsync.ErrNotHeld
+			continue
+		}
+		if s.count--; s.count == 0 {
+			s.owner = -1
+		}
+	}
+	return err
 }
 
 func (m *fuzzModel) semUsed(k int) (t int64) {
@@ -77,6 +105,8 @@ type fuzzEnv struct {
 	ctxs   [fuzzOwners]context.Context // each carries its owner
 	owners [fuzzOwners]string
 	names  [fuzzNames]string
+	vnames [fuzzNames]string   // OnceValue's names (its Inspect kind is a Once's)
+	mls    [2]*dsync.MultiLock // per Client, over the Mutexes of both names
 	m      *fuzzModel
 	log    []string
 }
@@ -108,12 +138,12 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		}
 		wantOK = grant()
 	}
-	switch op % 16 {
+	switch op % 20 {
 	case 0, 1: // Mutex TryLockContext / LockContext where it cannot wait
 		mx := c.NewMutex(name)
 		s := &m.mu[k]
 		free := s.owner == -1 || s.owner == o
-		blocking := op%16 == 1 && (free || cancelled)
+		blocking := op%20 == 1 && (free || cancelled)
 		what = fmt.Sprintf("mutex(%d).lock(o%d, blocking %v, cancelled %v)", k, o, blocking, cancelled)
 		acq(func(ctx context.Context) (bool, error) {
 			if blocking {
@@ -275,7 +305,7 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		require.Equal(t, wantRan, ran, "%s: f ran (model, Redis)", what)
 	case 13, 14: // WaitGroup Add of 0..2, or of -1..-3
 		d := int64(arg&0x7f) % 3
-		if op%16 == 14 {
+		if op%20 == 14 {
 			d = -d - 1
 		}
 		what = fmt.Sprintf("wg(%d).add(o%d, %d, cancelled %v)", k, o, d, cancelled)
@@ -299,13 +329,74 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		case m.wg[k] > 0:
 			want = context.DeadlineExceeded
 		}
+	case 16: // OnceValue (a fresh function: no cached value), f failing when arg is odd
+		fail := arg&1 != 0
+		what = fmt.Sprintf("oncevalue(%d).call(o%d, f fails %v, cancelled %v)", k, o, fail, cancelled)
+		ran, val := false, fmt.Sprintf("v%d.%d", o, len(e.log))
+		v, err := dsync.OnceValue(c, e.vnames[k], func(context.Context) (string, error) {
+			ran = true
+			if fail {
+				return "", errFuzzF
+			}
+			return val, nil
+		})(ctx)
+		got = err
+		wantRan := !cancelled && !m.vdone[k]
+		switch {
+		case cancelled:
+			want = context.Canceled
+		case wantRan && fail:
+			want = errFuzzF
+		case wantRan:
+			m.vdone[k], m.vval[k] = true, val
+		}
+		require.Equal(t, wantRan, ran, "%s: f ran (model, Redis)", what)
+		if err == nil {
+			require.Equal(t, m.vval[k], v, "%s: the value (model, Redis)", what)
+		}
+	case 17, 18: // MultiLock LockContext; cut short by 50 ms where the model says it must wait
+		ml := e.mls[o%2]
+		free := true
+		for kk := range fuzzNames {
+			if s := m.mu[kk]; s.owner != -1 && s.owner != o {
+				free = false
+			}
+		}
+		what = fmt.Sprintf("multi.lock(o%d, free %v, cancelled %v)", o, free, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			d := 5 * time.Second
+			if !free {
+				d = 50 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			l, err := ml.LockContext(ctx)
+			return l != nil && err == nil, err
+		}, func() bool {
+			if !free {
+				// It may take a free member before it waits: that member
+				// must be released again (compare checks).
+				want = context.DeadlineExceeded
+				return false
+			}
+			for kk := range fuzzNames {
+				m.mu[kk].owner = o
+				m.mu[kk].count++
+			}
+			m.ml[o]++
+			return true
+		})
+	case 19: // MultiLock UnlockContext
+		what = fmt.Sprintf("multi.unlock(o%d, cancelled %v)", o, cancelled)
+		got = e.mls[o%2].UnlockContext(ctx)
+		want = m.multiUnlock(o)
 	}
 	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
 	if got != nil {
 		require.True(t, documented(got), "undocumented error from %s: %v", what, got)
 	}
 	switch {
-	case want == nil && op%16 >= 7 && op%16 <= 8 && cancelled:
+	case want == nil && op%20 >= 7 && op%20 <= 8 && cancelled:
 		// An invalid count with a cancelled context: ErrInvalidArgument or
 		// context.Canceled, nothing granted.
 		require.Error(t, got, "%s: want a refusal", what)
@@ -409,6 +500,16 @@ func (e *fuzzEnv) compare(after string) {
 		sort.Strings(want)
 		sort.Strings(got)
 		require.Equal(t, strings.Join(want, "; "), strings.Join(got, "; "), "after %s, name %d: holders (model, Redis)", after, k)
+
+		sts, err = e.cs[1].Inspect(context.Background(), e.vnames[k])
+		require.NoError(t, err, "Inspect after %s", after)
+		vdone := false
+		for _, st := range sts {
+			require.Equal(t, dsync.KindOnce, st.Kind, "after %s: OnceValue name %d shows a %s", after, k, st.Kind)
+			require.Empty(t, st.Holders, "after %s: a OnceValue shows runs in progress", after)
+			vdone = st.Done
+		}
+		require.Equal(t, m.vdone[k], vdone, "after %s, name %d: OnceValue done (model, Redis)", after, k)
 	}
 }
 
@@ -416,6 +517,16 @@ func (e *fuzzEnv) compare(after string) {
 // so that the Clients carry no holds into the next input.
 func (e *fuzzEnv) cleanup() {
 	m := e.m
+	for o := range fuzzOwners {
+		for m.ml[o] > 0 {
+			err := e.mls[o%2].UnlockContext(e.ctxs[o])
+			if want := m.multiUnlock(o); want != nil {
+				require.ErrorIs(e.t, err, want, "cleanup: multi unlock")
+			} else {
+				require.NoError(e.t, err, "cleanup: multi unlock")
+			}
+		}
+	}
 	for k, name := range e.names {
 		for m.mu[k].owner >= 0 {
 			o := m.mu[k].owner
@@ -460,15 +571,17 @@ func FuzzOperations(f *testing.F) {
 	// FairMutex, Once and WaitGroup; names with braces, '%', binary bytes,
 	// and long ones (see fuzzName).
 	plain := []byte{}
-	f.Add(plain, []byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                                                                  // mutex re-entry, foreign and extra unlock
-	f.Add([]byte("{a}\xffb}{"), []byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})                                 // rw upgrade, downgrade
-	f.Add([]byte("%7D%25\xff}"), []byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})                                // rw upgrade blocked by another reader
-	f.Add([]byte("\x00\x01\xfe\xff"), []byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3})                  // permits
-	f.Add([]byte("\x80long{name}"), []byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81})                    // cancelled contexts
-	f.Add(plain, []byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})                                                // blocking lock where it cannot wait
-	f.Add([]byte("fair}\xff\x80{x"), []byte{10, 0, 0, 10, 0, 0, 10, 1, 0, 11, 1, 0, 11, 0, 0, 10, 1, 0, 11, 0, 0, 11, 0, 0, 11, 1, 0, 2, 0, 0}) // fair re-entry, foreign unlock
-	f.Add([]byte("once{}"), []byte{12, 0, 1, 12, 1, 0x81, 12, 1, 0, 12, 0, 0, 12, 3, 1, 12, 3, 0})                                              // once: fail, cancelled, run, done
-	f.Add([]byte("wg\x00}"), []byte{15, 0, 0, 13, 0, 2, 15, 1, 0, 14, 0, 0, 14, 1, 2, 13, 1, 0x81, 14, 0, 0, 15, 0, 0, 14, 0, 0})               // wait group
+	f.Add(plain, []byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                                                                                                  // mutex re-entry, foreign and extra unlock
+	f.Add([]byte("{a}\xffb}{"), []byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})                                                                 // rw upgrade, downgrade
+	f.Add([]byte("%7D%25\xff}"), []byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})                                                                // rw upgrade blocked by another reader
+	f.Add([]byte("\x00\x01\xfe\xff"), []byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3})                                                  // permits
+	f.Add([]byte("\x80long{name}"), []byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81})                                                    // cancelled contexts
+	f.Add(plain, []byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})                                                                                // blocking lock where it cannot wait
+	f.Add([]byte("fair}\xff\x80{x"), []byte{10, 0, 0, 10, 0, 0, 10, 1, 0, 11, 1, 0, 11, 0, 0, 10, 1, 0, 11, 0, 0, 11, 0, 0, 11, 1, 0, 2, 0, 0})                                 // fair re-entry, foreign unlock
+	f.Add([]byte("once{}"), []byte{12, 0, 1, 12, 1, 0x81, 12, 1, 0, 12, 0, 0, 12, 3, 1, 12, 3, 0})                                                                              // once: fail, cancelled, run, done
+	f.Add([]byte("\x81v{\xff\xff}\x00"), []byte{16, 0, 1, 16, 1, 0x80, 16, 4, 0, 16, 0, 0, 16, 3, 1, 16, 5, 0})                                                                 // oncevalue: fail, cancelled, run, value seen by the other Client
+	f.Add([]byte("m{x}\xff\xffm{y}"), []byte{0, 3, 0, 17, 0, 0, 17, 0, 0, 17, 1, 0, 19, 0, 0, 2, 3, 0, 17, 1, 0, 19, 1, 0, 2, 0, 0, 19, 0, 0, 19, 0, 0, 17, 2, 0x80, 18, 2, 0}) // multilock: re-entry over a held member, blocked, foreign and extra unlock
+	f.Add([]byte("wg\x00}"), []byte{15, 0, 0, 13, 0, 2, 15, 1, 0, 14, 0, 0, 14, 1, 2, 13, 1, 0x81, 14, 0, 0, 15, 0, 0, 14, 0, 0})                                               // wait group
 	// Random seeds from a fixed source.
 	r := rand.New(rand.NewPCG(8, 10))
 	for range 6 {
@@ -506,6 +619,10 @@ func FuzzOperations(f *testing.F) {
 				p = parts[k]
 			}
 			e.names[k] = fuzzName(p, seq, k)
+			e.vnames[k] = fuzzName(p, seq, fuzzNames+k)
+		}
+		for i, c := range cs {
+			e.mls[i] = c.NewMultiLock(e.names[:])
 		}
 		for o := range fuzzOwners {
 			e.ctxs[o] = dsync.WithOwner(context.Background())

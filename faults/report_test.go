@@ -26,6 +26,7 @@ type reportRow struct {
 	Recovery                          []time.Duration
 	RecoveryNote                      string // instead of Recovery
 	Leaked                            int    // -1: not measured
+	NoCounts                          bool   // ops, overlaps and lost do not apply
 	Command                           string
 	Failed                            bool
 }
@@ -112,8 +113,12 @@ fenced counter lost (must be 0); **recovery** after the SIGKILL of a holder, unt
 		if r.Leaked >= 0 {
 			leaked = fmt.Sprint(r.Leaked)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %d | %d | %s | %s | %s | %s | %s | `%s` |\n",
-			r.Scenario, r.Primitive, r.Size, r.Faults, r.Ops, check, r.Overlaps, r.Lost, rej, fl, rec, leaked, stamp, r.Command)
+		ops, overlaps, lost := fmt.Sprint(r.Ops), fmt.Sprint(r.Overlaps), fmt.Sprint(r.Lost)
+		if r.NoCounts {
+			ops, overlaps, lost = "—", "—", "—"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | `%s` |\n",
+			r.Scenario, r.Primitive, r.Size, r.Faults, ops, check, overlaps, lost, rej, fl, rec, leaked, stamp, r.Command)
 	}
 	return os.WriteFile(*reliabilityOut, []byte(b.String()), 0o644)
 }

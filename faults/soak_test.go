@@ -219,7 +219,11 @@ func TestFaultSoak(t *testing.T) {
 			kr.run.wipes = append(kr.run.wipes, w)
 		}
 	}
-	faults := map[string]func(){
+	// Children that exited on their own (a child that cannot reach Redis
+	// for 20 s gives up): replaced, and counted.
+	var exited atomic.Int32
+	var faults map[string]func()
+	faults = map[string]func(){
 		"latency 100ms":   func() { defer px.latency(t, 50*time.Millisecond)(); time.Sleep(time.Second) },
 		"blackhole 400ms": func() { defer px.blackhole(t)(); time.Sleep(400 * time.Millisecond) },
 		"resets 50ms":     func() { defer px.reset(t)(); time.Sleep(50 * time.Millisecond) },
@@ -258,10 +262,15 @@ func TestFaultSoak(t *testing.T) {
 			mutexRun.run.killed[slot] = true
 			mutexRun.run.mu.Unlock()
 			at := now()
-			c.signal(t, syscall.SIGKILL)
-			mutexRun.run.mu.Lock()
-			mutexRun.run.kills = append(mutexRun.run.kills, fault{slot: slot, at: at})
-			mutexRun.run.mu.Unlock()
+			if c.cmd.Process.Signal(syscall.SIGKILL) != nil {
+				exited.Add(1) // it had exited on its own: no kill to record
+				at = 0
+			}
+			if at != 0 {
+				mutexRun.run.mu.Lock()
+				mutexRun.run.kills = append(mutexRun.run.kills, fault{slot: slot, at: at})
+				mutexRun.run.mu.Unlock()
+			}
 			mutexRun.store.forget(10 + slot)
 			if time.Until(until) > 2*time.Second {
 				startProc()
@@ -271,7 +280,12 @@ func TestFaultSoak(t *testing.T) {
 			children.Lock()
 			c := children.cur
 			children.Unlock()
-			c.signal(t, syscall.SIGSTOP)
+			if c.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+				// It exited on its own (see exited): kill it properly
+				// and start another.
+				faults["SIGKILL process"]()
+				return
+			}
 			time.Sleep(300 * time.Millisecond)
 			c.signal(t, syscall.SIGCONT)
 		},
@@ -282,7 +296,17 @@ func TestFaultSoak(t *testing.T) {
 	}
 	slices.Sort(fnames)
 	injected := map[string]int{}
+	total := 0
+	nextLog := time.Now().Add(5 * time.Minute)
 	for i := 0; time.Until(until) > 3*time.Second; i++ {
+		if time.Now().After(nextLog) {
+			// Memory and goroutines as the run goes (Clients open, faults
+			// striking): a leak shows long before the end.
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			t.Logf("(i) %v in: %d faults, heap %d MiB, %d goroutines, %d Redis connections", dur-time.Until(until).Round(time.Second), total, ms.HeapAlloc>>20, runtime.NumGoroutine(), connectedClients(t, srv))
+			nextLog = nextLog.Add(5 * time.Minute)
+		}
 		time.Sleep(time.Second + rand.N(time.Second))
 		// Every class in turn first, then at random.
 		n := fnames[i%len(fnames)]
@@ -290,6 +314,7 @@ func TestFaultSoak(t *testing.T) {
 			n = fnames[rand.IntN(len(fnames))]
 		}
 		injected[n]++
+		total++
 		faults[n]()
 	}
 	wg.Wait()
@@ -301,7 +326,7 @@ func TestFaultSoak(t *testing.T) {
 	for _, n := range fnames {
 		inj = append(inj, fmt.Sprintf("%s x%d", n, injected[n]))
 	}
-	t.Logf("(i) soak %v, faults: %s", dur, strings.Join(inj, ", "))
+	t.Logf("(i) soak %v, faults: %s; children that exited on their own: %d", dur, strings.Join(inj, ", "), exited.Load())
 	for _, kr := range runs {
 		slices.SortStableFunc(kr.ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
 		fig := checkChaos(t, kr.kind, kr.ev, kr.run, end)
@@ -316,7 +341,7 @@ func TestFaultSoak(t *testing.T) {
 			t.Errorf("soak %s: only %d operations", kr.kind, fig.acquisitions)
 		}
 		row := reportRow{Leaked: -1, Scenario: "i soak, every fault class", Primitive: kindTitle(kr.kind), Size: fmt.Sprintf("2 Clients x 2 (+ a process on the Mutex) x %v", dur),
-			Faults: fmt.Sprintf("%d faults, %d cancel; %d errors", len(injected), kr.tl.Cancelled, kr.tl.Errs), Ops: int64(fig.ops), Check: fig.verdict,
+			Faults: fmt.Sprintf("%d faults of %d kinds, %d cancel; %d errors", total, len(injected), kr.tl.Cancelled, kr.tl.Errs), Ops: int64(fig.ops), Check: fig.verdict,
 			Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads, FencedLost: sf.fencedLost, Fenced: kr.kind != "sem" && kr.kind != "wg",
 			Recovery: recoveries(kr.kind, kr.ev, kr.run.kills),
 			Command:  "make soak (30 min); CI: cd faults && GOWORK=off go test -race -count=1 -run TestFaultSoak ."}
@@ -330,14 +355,22 @@ func TestFaultSoak(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("%v after the soak Redis still shows %v", took, left)
 	}
+	leaked, durable := chaosKeys(t, srv, prefix)
+	t.Logf("(i) keys without expiry: %d leaked %v, %d documented state (Once, WaitGroup)", len(leaked), leaked, durable)
+	if len(leaked) > 0 {
+		t.Errorf("keys without expiry left: %v", leaked)
+	}
 	// Back to the baseline with every Client open: wakeup subscriptions
 	// linger 2 s and are swept every 2 s, rueidis reconnects lazily.
 	var after usage
+	var backIn time.Duration
+	afterFrom := time.Now()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		after = measure()
 		ok := after.goroutines <= base.goroutines+goroutineSlack && after.heap <= heapBound(base.heap) && after.conns <= base.conns
 		if ok || time.Now().After(deadline) {
+			backIn = time.Since(afterFrom)
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -360,6 +393,11 @@ func TestFaultSoak(t *testing.T) {
 	if after.conns > base.conns {
 		t.Errorf("Redis connections %d, baseline %d", after.conns, base.conns)
 	}
+	addRow(reportRow{Scenario: "i soak, every fault class", Primitive: "all, Clients open", Size: fmt.Sprintf("8 primitives x %v", dur),
+		Faults: fmt.Sprintf("%d faults of %d kinds; %d children exited on their own", total, len(injected), exited.Load()), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
+		Check: fmt.Sprintf("back to baseline %v after: goroutines %d (baseline %d, +%d allowed), heap %d KiB (baseline %d KiB, bound %d KiB), Redis connections %d (baseline %d)",
+			backIn.Round(100*time.Millisecond), after.goroutines, base.goroutines, goroutineSlack, after.heap>>10, base.heap>>10, heapBound(base.heap)>>10, after.conns, base.conns),
+		Command: "make soak (30 min); CI: cd faults && GOWORK=off go test -race -count=1 -run TestFaultSoak ."})
 }
 
 // goroutineSlack allows for goroutines that come and go on their own (a

@@ -51,6 +51,12 @@ func format(states []dsync.LockState) string {
 			if s.Mode != "" {
 				fmt.Fprintf(&b, "  mode %s\n", s.Mode)
 			}
+		case dsync.KindElection:
+			if l := s.Leader; l.Term != 0 {
+				fmt.Fprintf(&b, "  leader  %s  term %d  since %s  value %s\n", l.Owner, l.Term, l.Since.UTC().Format(time.RFC3339Nano), quote(l.Value))
+			} else {
+				fmt.Fprintf(&b, "  no leader\n")
+			}
 		}
 		if len(s.Holders) == 0 && s.Kind != dsync.KindWaitGroup {
 			fmt.Fprintf(&b, "  free (last fencing token %d)\n", s.LastToken)
@@ -110,6 +116,14 @@ type jsonState struct {
 	Free      *int64       `json:"free,omitempty"`    // Semaphore
 	Done      *bool        `json:"done,omitempty"`    // Once
 	Counter   *int64       `json:"counter,omitempty"` // WaitGroup
+	Leader    *jsonLeader  `json:"leader,omitempty"`  // Election, when it has one
+}
+
+type jsonLeader struct {
+	Owner string    `json:"owner"`
+	Term  uint64    `json:"term"`
+	Since time.Time `json:"since"`
+	Value string    `json:"value"`
 }
 
 func ms(d time.Duration) int64 {
@@ -138,6 +152,10 @@ func toJSON(states []dsync.LockState) []jsonState {
 			j.Done = &s.Done
 		case dsync.KindWaitGroup:
 			j.Counter = &s.Counter
+		case dsync.KindElection:
+			if l := s.Leader; l.Term != 0 {
+				j.Leader = &jsonLeader{l.Owner, l.Term, l.Since.UTC(), l.Value}
+			}
 		}
 		out = append(out, j)
 	}

@@ -8,6 +8,8 @@
 --   sem:  meta hash, holders zset, permits hash, queue zset, want hash, places zset
 --   once: state hash, run key
 --   wg:   counter
+--   group: state hash, run key, waiters zset (one key of a Group)
+--   cond: waiters zset (arrival), places zset, signalled set
 -- Reply (strings): {found, last token, mode, size, free, done, counter,
 -- holders, then per holder owner, count, token, lease ms, permits, then per
 -- waiter owner, place ms, permits wanted}. Unknown numbers are "-1".
@@ -79,6 +81,23 @@ elseif layout == 'once' then
   if v then
     local o, tk = string.match(v, '^(%S+) (%d+)')
     if o then holder(o, 1, tk, redis.call('pttl', KEYS[2]), 1) end
+  end
+elseif layout == 'group' then
+  found = redis.call('exists', KEYS[1], KEYS[2], KEYS[3])
+  tok = redis.call('hget', KEYS[1], 'tok') or '0'
+  done = redis.call('hget', KEYS[1], 'done') and '1' or '0'
+  local v = redis.call('get', KEYS[2])
+  if v then
+    local o, tk = string.match(v, '^(%S+) (%d+)')
+    if o then holder(o, 1, tk, redis.call('pttl', KEYS[2]), 1) end
+  end
+  local ws = redis.call('zrangebyscore', KEYS[3], '(' .. now, '+inf', 'withscores', 'limit', 0, maxw)
+  for i = 1, #ws, 2 do waiter(ws[i], tonumber(ws[i + 1]) - now, 1) end
+elseif layout == 'cond' then
+  found = redis.call('exists', KEYS[1], KEYS[3])
+  for _, w in ipairs(redis.call('zrange', KEYS[1], 0, maxw - 1)) do
+    local s = redis.call('zscore', KEYS[2], w)
+    if s and tonumber(s) > now then waiter(w, tonumber(s) - now, 1) end
   end
 elseif layout == 'wg' then
   local v = redis.call('get', KEYS[1])

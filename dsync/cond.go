@@ -1,0 +1,205 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+)
+
+// A Cond is a condition variable tied to a Mutex, for goroutines in any
+// processes that wait for a change the holders of the Mutex make: the
+// cross-process counterpart of sync.Cond. Its waiters queue in Redis in
+// arrival order, each keeping its place under a lease it renews while it
+// waits (every lease/3), so a waiter whose process died drops out within a
+// lease.
+//
+// Wait registers the waiter in Redis before it releases the lock, so a
+// Signal or Broadcast made after the release, in any process, always
+// reaches it. (The release may be a handoff inside the Client, without a
+// round trip, so it cannot be one script with the registration; being
+// registered first is what makes the signal impossible to miss.)
+//
+// Signal wakes the longest-waiting live waiter; a signal given to a waiter
+// that then gives up (its context ends) or dies before taking it passes on
+// to the next waiter, so no signal is lost, at the price of a rare extra
+// wakeup. As with sync.Cond, a woken waiter must check its condition again
+// under the lock: another holder may have changed it first.
+//
+// A Cond is safe for concurrent use. Its zero value is not usable; create
+// Conds with Client.NewCond. A Cond may be copied.
+type Cond struct {
+	m    *Mutex
+	keys []string // waiters, places, signalled (cond_lib.lua)
+	ch   string   // this Client's wakeup channel
+	info Lock
+}
+
+// NewCond returns the condition variable of l, shared by every Client that
+// makes one for a Mutex of the same name. c must be l's Client.
+func (c *Client) NewCond(l *Mutex) *Cond {
+	if l == nil {
+		return &Cond{}
+	}
+	base := c.lockKey("cond", l.info.Name)
+	return &Cond{m: l, keys: []string{base, base + ":places", base + ":sig"}, ch: base + ":ch:" + c.id[:16],
+		info: Lock{Kind: KindCond, Name: l.info.Name, N: 1}}
+}
+
+// Wait atomically (see Cond) registers the caller as a waiter and releases
+// the lock that lctx holds, waits for a Signal or Broadcast, and
+// re-acquires the lock for the same owner before it returns the new lock
+// context. On error the lock is not held.
+//
+// lctx must be the lock context of the Cond's Mutex (or a context derived
+// from it), held through the Mutex's Client and not re-entered; otherwise
+// Wait returns ErrNotHeld (ErrInvalidArgument if re-entered) and leaves
+// the lock as it was. After the release the wait runs under the context
+// the lock was acquired with, which ends the wait (and the re-acquisition)
+// with its error; a deadline lctx adds, if sooner, bounds the wait for a
+// signal too (the lock context's own cancellation cannot: the release
+// cancels it). A waiter
+// whose process cannot renew its place for a lease (it was frozen) wakes
+// as if signalled.
+func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
+	if cd.m == nil {
+		return nil, fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
+	}
+	m := cd.m
+	c := m.c
+	if err := c.checkCall(context.Background(), m.err); err != nil {
+		return nil, err
+	}
+	if lctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	lc, _ := lctx.Value(lockCtxKey{}).(*lockCtx)
+	if lc == nil || lc.h.key != m.key || lc.h.c != c || lc.h.isEnded() {
+		return nil, ErrNotHeld
+	}
+	if err := lctx.Err(); err != nil {
+		return nil, err // the lock is still held
+	}
+	if lc.h.depth() > 1 {
+		return nil, fmt.Errorf("%w: Cond %q: Wait with a re-entered lock would keep it", ErrInvalidArgument, shortName(cd.info.Name))
+	}
+	ctx, wctx := lc.parent, lc.parent
+	// A deadline the caller added to the lock context bounds the wait for
+	// a signal (not the re-acquisition, whose lock context must not end
+	// with it).
+	ldl, lok := lc.Deadline()
+	if dl, ok := lctx.Deadline(); ok && (!lok || dl.Before(ldl)) {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(wctx, dl)
+		defer cancel()
+	}
+	owner := lc.v.id
+	wctx, ob := c.observe(wctx, cd.info, owner, false)
+	w := condWaiter{cd: cd, id: c.attemptID(), lease: leaseMS(c.cfg.lease)}
+	if err := idempotent(lctx, w.register); err != nil {
+		ob.done(nil, false, 0, err)
+		return nil, wrapErr(KindCond, cd.info.Name, err)
+	}
+	if err := m.UnlockContext(lctx); err != nil {
+		w.leave(true)
+		ob.done(nil, false, 0, err)
+		return nil, err
+	}
+	attempts, err := waitLoop(c, wctx, cd.ch, w.id, false, condProto{&w})
+	if err != nil {
+		w.leave(true)
+		ob.done(nil, false, attempts, err)
+		return nil, wrapErr(KindCond, cd.info.Name, err)
+	}
+	ob.done(nil, false, attempts, nil)
+	// Taken off the critical path: if it does not get through, the place
+	// lapses and the signal passes on (an extra wakeup, never a lost one).
+	c.background(func(bctx context.Context) { _ = w.leaveExec(bctx, "0") })
+	nctx, err := m.LockContext(ctx)
+	if err != nil {
+		// Woken, but gone without the lock: another waiter gets the turn.
+		c.background(func(bctx context.Context) { _ = cd.exec(bctx, "one") })
+		return nil, err
+	}
+	return nctx, nil
+}
+
+// Signal wakes the longest-waiting live waiter, if any, in any process. It
+// may be called with or without the lock held.
+func (cd *Cond) Signal(ctx context.Context) error { return cd.signal(ctx, "one") }
+
+// Broadcast wakes every waiter waiting when it runs, in any process. It
+// may be called with or without the lock held.
+func (cd *Cond) Broadcast(ctx context.Context) error { return cd.signal(ctx, "all") }
+
+func (cd *Cond) signal(ctx context.Context, which string) error {
+	if cd.m == nil {
+		return fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
+	}
+	if err := cd.m.c.checkCall(ctx, cd.m.err); err != nil {
+		return err
+	}
+	return wrapErr(KindCond, cd.info.Name, cd.exec(ctx, which))
+}
+
+// exec runs the signal script. A signal is not idempotent (a repeated one
+// wakes one more waiter): it is sent once.
+func (cd *Cond) exec(ctx context.Context, which string) error {
+	c := cd.m.c
+	return c.lua(scripts.CondSignal).Exec(ctx, c.rc, cd.keys, []string{which}).Error()
+}
+
+// condWaiter is one Wait's registration in Redis.
+type condWaiter struct {
+	cd    *Cond
+	id    string
+	lease string
+}
+
+// register is idempotent: a repeat only renews the place (a new arrival
+// score, after a lost reply, costs the waiter nothing it had).
+func (w *condWaiter) register(ctx context.Context) error {
+	c := w.cd.m.c
+	return c.lua(scripts.CondWait).Exec(ctx, c.rc, w.cd.keys, []string{w.id, w.lease}).Error()
+}
+
+func (w *condWaiter) leaveExec(ctx context.Context, pass string) error {
+	c := w.cd.m.c
+	return c.lua(scripts.CondLeave).Exec(ctx, c.rc, w.cd.keys, []string{w.id, pass}).Error()
+}
+
+// leave takes the waiter out after it gave up, passing a signal it had on;
+// at once if Redis answers in time, else in the background.
+func (w *condWaiter) leave(pass bool) {
+	arg := "0"
+	if pass {
+		arg = "1"
+	}
+	w.cd.m.c.cleanupNow(func(ctx context.Context) error { return w.leaveExec(ctx, arg) }, nil)
+}
+
+// condProto is a Wait's waitProto: an attempt looks whether the waiter was
+// signalled, and renews its place.
+type condProto struct{ w *condWaiter }
+
+func (p condProto) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	w := p.w
+	c := w.cd.m.c
+	code, err := c.lua(scripts.CondCheck).Exec(ctx, c.rc, w.cd.keys, []string{w.id, w.lease}).AsInt64()
+	if err != nil {
+		return true, 0, err
+	}
+	if code < 0 || code > 2 {
+		return true, 0, errors.New("dsync: unexpected reply from the cond script")
+	}
+	return code != 0, -1, nil
+}
+
+// failed: the look changes nothing but the place, so a lost reply needs
+// no undo; Wait takes the waiter out.
+func (condProto) failed(error)        {}
+func (condProto) waiting()            {}
+func (condProto) gaveUp()             {}
+func (condProto) granted(uint64) bool { return false }

@@ -1,0 +1,336 @@
+package dsync
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+)
+
+// KindElection names an Election in events, Inspect and List. An
+// Election's events are those of its lock: an acquisition is a campaign, a
+// hold is a term.
+const KindElection Kind = "election"
+
+// MaxLeaderValueLen is the longest value a leader may proclaim, in bytes.
+// The record keeps the last few values (for observers that fall behind a
+// little), so values are meant to be small: an address, an ID.
+const MaxLeaderValueLen = 64 << 10
+
+// A Leader is the leader of an Election, as its record says.
+type Leader struct {
+	Value string    // as proclaimed
+	Owner string    // the leader's owner ID
+	Term  uint64    // the fencing token of its leadership
+	Since time.Time // server time the term began
+}
+
+// An Election elects one leader per name across every Client and process
+// using the same key prefix and name, as etcd's concurrency.Election does.
+//
+// Candidates queue in arrival order: an Election is built on a FairMutex,
+// and leadership is holding it. The term is the lock's fencing token, so
+// it grows with every new leader and a store can reject a deposed one; the
+// leadership context Campaign returns is the lock context, cancelled when
+// the leadership ends (resigned, lost, or the Client closed), and kept
+// alive by the watchdog like any lock unless WithLeaseTime is given. A
+// leader that dies without resigning is replaced within one lease.
+//
+// Beside the lock, the election keeps a leader record: the value, owner,
+// term and start of the current term, and its last few changes, each with
+// a version. Every change is published, and Observe delivers them.
+//
+// An Election is safe for concurrent use. Its zero value is not usable;
+// create Elections with Client.NewElection. An Election may be copied only
+// before first use.
+type Election struct {
+	c    *Client
+	name string
+	err  error // a bad name, returned by every call
+	fm   *FairMutex
+
+	keys     []string // the lock, the leader record
+	ch       string   // where every change is published
+	ttl      string   // the record's lifetime in ms: two leases
+	watchdog bool     // terms are renewed, so is the record (see keep)
+}
+
+// electionLockName is the name of the FairMutex an Election called name
+// queues on. FairMutex keys are "<prefix>:{<name>}:fair..."; an Election
+// needs its own, and NewFairMutex gives no say in the kind part, so the
+// election's lock gets a name no one is likely to give a FairMutex (a NUL
+// byte first). A name too long for that prefix is hashed instead (the
+// marker "#" cannot follow "election:" for a short one). The record and
+// the channel are built on the same name, so every key of an election
+// shares one hash tag.
+func electionLockName(name string) string {
+	const tag = "\x00election:"
+	if len(name)+len(tag) <= MaxNameLen {
+		return tag + name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "\x00election#" + hex.EncodeToString(sum[:])
+}
+
+// NewElection returns the election called name. An invalid name (empty, or
+// longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
+// The options are those of the lock a leader holds: WithLeaseTime gives
+// every term a fixed lease (no watchdog: the term ends when it runs out).
+func (c *Client) NewElection(name string, opts ...LockOption) *Election {
+	ln := electionLockName(name)
+	fm := c.NewFairMutex(ln, opts...)
+	// Events and errors name the election, not its lock.
+	fm.q.info = Lock{Kind: KindElection, Name: name, N: 1}
+	lc := newLockConfig(opts)
+	lease := c.cfg.lease
+	if lc.leaseTime > 0 {
+		lease = lc.leaseTime
+	}
+	base := c.lockKey("election", ln)
+	return &Election{
+		c:        c,
+		name:     name,
+		err:      checkName(name),
+		fm:       fm,
+		keys:     []string{fm.q.base, base},
+		ch:       base + ":ch",
+		ttl:      leaseMS(2 * lease),
+		watchdog: lc.leaseTime == 0,
+	}
+}
+
+func checkValue(v string) error {
+	if len(v) > MaxLeaderValueLen {
+		return fmt.Errorf("%w: value of %d bytes exceeds MaxLeaderValueLen (%d)", ErrInvalidArgument, len(v), MaxLeaderValueLen)
+	}
+	return nil
+}
+
+// Campaign waits in line until the owner ctx carries (a fresh one if none)
+// leads the election, or ctx is done, and then proclaims value. It returns
+// the leadership context: a lock context whose FencingToken is the term,
+// cancelled when the leadership ends, with cause ErrLockLost if it was
+// lost. A wait ended by ctx returns an error for which errors.Is(err,
+// ctx.Err()) holds, and leaves nothing behind: the candidate leaves the
+// line at once, and a leadership gained just as ctx ended is resigned.
+//
+// ctx bounds the wait only: the leadership context carries ctx's values,
+// but once Campaign has returned, ctx's end does not cancel it; only the
+// end of the term does (Resign, a lost lease, the Client's Close).
+//
+// Campaign with a context whose owner already leads the election fails with
+// ErrInvalidArgument: use Proclaim to change the value.
+func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
+	c := e.c
+	if err := c.checkCall(ctx, e.err); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	// ctx bounds the wait, not the term (as in etcd): the lock is taken
+	// under a context with ctx's values (owner, trace) whose cancellation
+	// follows ctx only until the lock is granted, so that the leadership
+	// context is cancelled when the term ends, and only then.
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { cancel(ctx.Err()) })
+	lctx, err := e.fm.LockContext(wctx)
+	if !stop() && ctx.Err() != nil {
+		// ctx ended during the wait: its error, not the stand-in's.
+		if err == nil {
+			_ = e.fm.UnlockContext(lctx)
+		}
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	owner, _ := OwnerOf(lctx)
+	term, _ := FencingToken(lctx)
+	args := []string{owner, strconv.FormatUint(term, 10), value, e.ttl, e.ch}
+	code, err := c.lua(scripts.ElectionBegin).Exec(ctx, c.rc, e.keys, args).AsInt64()
+	switch {
+	case err != nil:
+		// The term may have begun with its reply lost: end it as Resign
+		// would, whatever ctx says now.
+		_ = e.resign(lctx, owner, term)
+		return nil, wrapErr(KindElection, e.name, err)
+	case code == 2:
+		// The lock re-entered a term of this owner: take that back.
+		_ = e.fm.UnlockContext(lctx)
+		return nil, fmt.Errorf("%w: the owner already leads election %q", ErrInvalidArgument, shortName(e.name))
+	case code == 0:
+		// Lost between the grant and the record (a lease shorter than a
+		// round trip): nothing to resign.
+		_ = e.fm.UnlockContext(lctx)
+		return nil, fmt.Errorf("dsync: election %q: %w", shortName(e.name), ErrLockLost)
+	}
+	e.keep(lctx, owner, term)
+	return lctx, nil
+}
+
+// leadership returns the owner and term lctx leads with, ErrNotHeld if it
+// carries none or its leadership has ended, or lctx's own error.
+func (e *Election) leadership(lctx context.Context) (string, uint64, error) {
+	owner, ok := OwnerOf(lctx)
+	term, ok2 := FencingToken(lctx)
+	if !ok || !ok2 {
+		return "", 0, ErrNotHeld
+	}
+	if lctx.Err() != nil {
+		cause := context.Cause(lctx)
+		switch {
+		case errors.Is(cause, ErrClosed):
+			return "", 0, ErrClosed
+		case errors.Is(cause, ErrLockLost), errors.Is(cause, errReleased):
+			return "", 0, fmt.Errorf("%w: %w", ErrNotHeld, cause)
+		}
+		return "", 0, lctx.Err()
+	}
+	return owner, term, nil
+}
+
+// Proclaim changes the leader's value without ending the term: lctx is the
+// leadership context Campaign returned (or one derived from it). It returns
+// ErrNotHeld if lctx does not lead the election (any more), and lctx's
+// error if lctx was cancelled by its caller. Proclaiming the current value
+// changes nothing and tells no observer. A Proclaim that failed with its
+// context's error may still have been applied, as any write whose reply
+// never came; observers see it if it was.
+func (e *Election) Proclaim(lctx context.Context, value string) error {
+	if lctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	c := e.c
+	if e.err != nil {
+		return e.err
+	}
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	owner, term, err := e.leadership(lctx)
+	if err != nil {
+		return err
+	}
+	args := []string{owner, strconv.FormatUint(term, 10), value, e.ttl, e.ch}
+	code, err := c.lua(scripts.ElectionProclaim).Exec(lctx, c.rc, e.keys, args).AsInt64()
+	if err == nil && code == 0 {
+		err = ErrNotHeld
+	}
+	return wrapErr(KindElection, e.name, err)
+}
+
+// Resign ends the leadership of lctx (the leadership context Campaign
+// returned, or one derived from it): observers are told there is no
+// leader, the leadership context is cancelled and the next candidate in
+// line takes over. It runs even if lctx is already cancelled. It returns
+// ErrNotHeld if lctx does not lead the election (never did, resigned, or
+// lost it). If Redis cannot be reached the leadership may go on; the
+// leadership context says whether it does, and Resign may be called again.
+func (e *Election) Resign(lctx context.Context) error {
+	if lctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	if err := e.c.checkOpen(); err != nil {
+		return err
+	}
+	owner, ok := OwnerOf(lctx)
+	term, ok2 := FencingToken(lctx)
+	if !ok || !ok2 {
+		return ErrNotHeld
+	}
+	return wrapErr(KindElection, e.name, e.resign(lctx, owner, term))
+}
+
+// resign records the end of term and releases its lock, under a context
+// that ignores lctx's cancellation. Only the lock of that very term is
+// released: a context of the same owner from another lock must not end it.
+func (e *Election) resign(lctx context.Context, owner string, term uint64) error {
+	c := e.c
+	rctx := releaseCtx(lctx)
+	args := []string{owner, strconv.FormatUint(term, 10), e.ttl, e.ch}
+	var code int64
+	err := idempotent(rctx, func(ctx context.Context) error {
+		var err error
+		code, err = c.lua(scripts.ElectionResign).Exec(ctx, c.rc, e.keys, args).AsInt64()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if code == 0 {
+		return ErrNotHeld
+	}
+	return e.fm.UnlockContext(rctx)
+}
+
+// keep renews the record of a term every lease/3 while the term's hold
+// lives: the watchdog renews the lock alone, and the record must outlive it
+// (by a lease) so that the next term finds the last one and records its end
+// before its own start. A term with a fixed lease needs nothing: its record
+// lives twice that lease.
+func (e *Election) keep(lctx context.Context, owner string, term uint64) {
+	lc, ok := lctx.(*lockCtx)
+	if !e.watchdog || !ok {
+		return
+	}
+	h, c := lc.h, e.c
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return
+	}
+	c.loops.Add(1) // Close waits for it (see notifier.startReceive)
+	c.mu.Unlock()
+	go func() {
+		defer c.loops.Done()
+		every := c.cfg.lease / 3
+		t := time.NewTicker(every)
+		defer t.Stop()
+		args := []string{owner, strconv.FormatUint(term, 10), e.ttl}
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-t.C:
+			}
+			if h.isEnded() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, every)
+			n, err := c.lua(scripts.ElectionTouch).Exec(ctx, c.rc, e.keys, args).AsInt64()
+			cancel()
+			if err == nil && n == 0 {
+				return
+			}
+		}
+	}()
+}
+
+// Leader returns the current leader, or ErrNoLeader when there is none:
+// nobody campaigned, the leader resigned, or it lost its lease and no
+// candidate has taken over yet.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := e.c.checkCall(ctx, e.err); err != nil {
+		return Leader{}, err
+	}
+	st, err := e.read(ctx, 0)
+	if err != nil {
+		return Leader{}, err
+	}
+	if l := st.current(); l.Term != 0 {
+		return l, nil
+	}
+	return Leader{}, ErrNoLeader
+}

@@ -1,0 +1,343 @@
+package dsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// A Group runs a function once among all concurrent callers of one key, in
+// every process whose Client uses the same key prefix and group name: the
+// cross-process counterpart of golang.org/x/sync/singleflight.Group.
+//
+// The caller that runs fn (the leader) holds a running marker in Redis
+// under a lease the Client's watchdog renews while fn runs (or a fixed one,
+// with WithLeaseTime). Its result travels through Redis, JSON-encoded
+// (encoding/json), to every caller waiting for it, so V must survive a
+// JSON round trip (exported fields, no channels or funcs); callers in the
+// leader's process get fn's value itself. The record of a key goes away
+// when the last caller waiting for it has the result, or, with
+// WithResultTTL, no sooner than that long after the run ended; a call made
+// while it is there gets that result.
+//
+// The callers of one key in one process share one wait in Redis: one of
+// them talks to Redis, the others wait for it in the process.
+//
+// A Group is safe for concurrent use. Its zero value is not usable; create
+// Groups with NewGroup. A Group must not be copied after first use.
+type Group[V any] struct {
+	c      *Client
+	name   string
+	base   string // the index of keys with a record; a key's keys add ":<part>:<key>"
+	err    error
+	lc     lockConfig
+	info   Lock
+	ttlArg string
+
+	mu    sync.Mutex
+	calls map[string]*groupCall[V] // the keys this process is calling now
+}
+
+// A groupCall is one key's calls in this process: one leader talks to
+// Redis (or runs fn), the others wait for its result.
+type groupCall[V any] struct {
+	rec      runRecord
+	n        int           // callers waiting here, the leader among them
+	leading  bool          // a caller is the leader
+	changed  chan struct{} // closed when the call finishes or its leader leaves
+	finished bool
+	v        V
+	err      error
+
+	// call names this process's wait in Redis (see group_begin.lua);
+	// tried says a begin was sent with it. The leader of the moment owns
+	// both.
+	call  string
+	tried bool
+}
+
+// NewGroup returns the Group called name of c. Its options are
+// WithLeaseTime (the leader's lease) and WithResultTTL. An invalid name
+// makes every call fail with ErrInvalidArgument.
+//
+// Every key of one Group lives in the Redis Cluster slot of its name.
+func NewGroup[V any](c *Client, name string, opts ...LockOption) *Group[V] {
+	g := &Group[V]{c: c, name: name, base: c.lockKey("group", name), err: checkName(name), lc: newLockConfig(opts),
+		info: Lock{Kind: KindGroup, Name: name, N: 1}, calls: make(map[string]*groupCall[V])}
+	g.ttlArg = "0"
+	if g.lc.resultTTL > 0 {
+		g.ttlArg = leaseMS(g.lc.resultTTL)
+	}
+	return g
+}
+
+// WithResultTTL keeps each result of a Group in Redis for d after its run
+// ended, so that calls in that time get it without running fn again (a
+// cache of d; Forget drops it). Without it, a key's record goes away when
+// the last caller that waited for it has the result. Other primitives
+// ignore it.
+func WithResultTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		if d > 0 {
+			c.resultTTL = max(d, time.Millisecond)
+		}
+	}
+}
+
+// Do runs fn and returns its result, unless a call of the same key is
+// running in any process: then it waits for that call and returns its
+// result, with shared true. A call that ends with an error shares it: the
+// callers waiting in the leader's process get fn's error itself, those in
+// other processes an error with the same message that wraps nothing.
+//
+// The leader's own end is not shared: if its ctx ends (fn then returns,
+// whatever its error), fn panics (Do panics with the same value in the
+// leader's goroutine), or its process dies (its lease lapses), a waiting
+// caller runs fn instead, and no other caller sees that. Likewise ctx ends
+// only this caller's wait: Do then returns an error for which
+// errors.Is(err, ctx.Err()) holds, and leaves nothing behind in Redis.
+//
+// fn receives a lock context derived from ctx, carrying the run's owner
+// and fencing token and cancelled with cause ErrLockLost if the run's lease
+// is lost. Calling Do for the same key from inside fn with fn's context
+// returns ErrInvalidArgument (it would wait for itself). An empty key, or
+// one longer than MaxNameLen, returns ErrInvalidArgument.
+func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) (V, error)) (v V, shared bool, err error) {
+	if err := g.check(ctx, key); err != nil {
+		return v, false, err
+	}
+	if fn == nil {
+		return v, false, fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	if ctx.Value(groupRunKey{g.base, key}) != nil {
+		return v, false, fmt.Errorf("%w: Group %q: Do called from inside fn of the same key", ErrInvalidArgument, shortName(g.name))
+	}
+	g.mu.Lock()
+	gc := g.calls[key]
+	if gc == nil {
+		gc = g.newCall(key)
+		g.calls[key] = gc
+	}
+	gc.n++
+	for {
+		if gc.finished {
+			v, err = gc.v, gc.err
+			g.mu.Unlock()
+			return v, true, err
+		}
+		if !gc.leading {
+			gc.leading = true
+			g.mu.Unlock()
+			return g.lead(ctx, key, gc, fn)
+		}
+		ch := gc.changed
+		g.mu.Unlock()
+		var done error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			done = ctx.Err()
+		case <-g.c.done:
+			done = ErrClosed
+		}
+		g.mu.Lock()
+		if done != nil && !gc.finished {
+			g.leave(key, gc)
+			g.mu.Unlock()
+			return v, false, done
+		}
+	}
+}
+
+// check validates what every call needs.
+func (g *Group[V]) check(ctx context.Context, key string) error {
+	if err := g.c.checkCall(ctx, g.err); err != nil {
+		return err
+	}
+	if key == "" || len(key) > MaxNameLen {
+		return fmt.Errorf("%w: Group %q: key of %d bytes (1 to MaxNameLen)", ErrInvalidArgument, shortName(g.name), len(key))
+	}
+	return nil
+}
+
+// groupRunKey marks the context a leader passes to fn.
+type groupRunKey struct{ base, key string }
+
+// keys returns the keys of key's record: state, run, undone, channel,
+// waiters, and the Group's index (see group_lib.lua).
+func (g *Group[V]) keys(key string) []string {
+	b := g.base
+	return []string{b + ":s:" + key, b + ":r:" + key, b + ":u:" + key, b + ":c:" + key, b + ":w:" + key, b}
+}
+
+func (g *Group[V]) newCall(key string) *groupCall[V] {
+	k := g.keys(key)
+	lease := leaseMS(g.lc.leaseTime)
+	if g.lc.leaseTime == 0 {
+		lease = g.c.args.lease
+	}
+	gc := &groupCall[V]{changed: make(chan struct{}), call: g.c.attemptID()}
+	gc.rec = runRecord{c: g.c, name: g.name, info: &g.info, lc: g.lc, state: k[0], run: k[1], ch: k[3],
+		begin: scripts.GroupBegin, end: scripts.GroupEnd, undo: scripts.GroupUndo,
+		keys: k, endKeys: k, undoKeys: k,
+		beginArgs: []string{key, g.ttlArg}, endArgs: []string{key, g.ttlArg, lease}, undoArg: []string{key}}
+	return gc
+}
+
+// leave takes a caller that gives up out of gc; the last one takes the
+// process's wait out of Redis. g.mu is held.
+func (g *Group[V]) leave(key string, gc *groupCall[V]) {
+	if gc.n--; gc.n > 0 || gc.leading || gc.finished {
+		return
+	}
+	if g.calls[key] == gc {
+		delete(g.calls, key)
+	}
+	if gc.tried {
+		g.unwait(gc)
+	}
+}
+
+// unwait takes gc's place among the waiters in Redis back, in the
+// background, and gives gc a new call id: a begin whose reply was lost is
+// undone by the wait loop itself (runRecord.undoCall), which makes its
+// call id unusable.
+func (g *Group[V]) unwait(gc *groupCall[V]) {
+	c, call, keys := g.c, gc.call, gc.rec.keys
+	args := []string{call, gc.rec.undoArg[0]}
+	gc.call, gc.tried = c.attemptID(), false
+	c.background(func(ctx context.Context) {
+		_ = idempotent(ctx, func(ctx context.Context) error {
+			return c.lua(scripts.GroupLeave).Exec(ctx, c.rc, keys, args).Error()
+		})
+	})
+}
+
+// lead makes the caller gc's leader: it waits in Redis, or runs fn, and
+// then either finishes gc for every caller here or, if its own end came
+// first (ctx, panic), lets the next caller lead.
+func (g *Group[V]) lead(ctx context.Context, key string, gc *groupCall[V], fn func(context.Context) (V, error)) (v V, shared bool, err error) {
+	finished := false
+	defer func() {
+		g.mu.Lock()
+		if finished {
+			gc.finished, gc.v, gc.err = true, v, err
+			if g.calls[key] == gc {
+				delete(g.calls, key)
+			}
+		} else {
+			gc.leading = false
+			g.leave(key, gc)
+		}
+		close(gc.changed)
+		gc.changed = make(chan struct{})
+		g.mu.Unlock()
+	}()
+	v, shared, err, finished = g.redisDo(ctx, key, gc, fn)
+	return v, shared, err
+}
+
+// redisDo is the leader's part: it waits in Redis for key's result, or
+// runs fn. finished false means the leader's own end (ctx) stopped it,
+// which the other callers here must not share.
+func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn func(context.Context) (V, error)) (v V, shared bool, err error, finished bool) {
+	c := g.c
+	ctx, owner := ownerFrom(ctx, c.cfg.name)
+	ctx, ob := c.observe(ctx, g.info, owner, false)
+	gc.tried = true
+	w, err := gc.rec.wait(ctx, owner, gc.call)
+	ob.done(w.h, false, w.attempts, err)
+	if err != nil {
+		g.unwait(gc)
+		return v, false, wrapErr(KindGroup, g.name, err), ctxErr(ctx) == nil
+	}
+	if w.h == nil {
+		if w.failed {
+			return v, true, errors.New(w.val), true
+		}
+		if err := json.Unmarshal([]byte(w.val), &v); err != nil {
+			return v, true, fmt.Errorf("dsync: Group %q: decoding the result: %w", shortName(g.name), err), true
+		}
+		return v, true, nil, true
+	}
+	e := gc.rec.runF(ctx, w, groupRunKey{g.base, key}, func(ctx context.Context) (string, error) {
+		r, err := fn(ctx)
+		if err != nil {
+			return "", err
+		}
+		v = r
+		b, err := json.Marshal(r)
+		if err != nil {
+			return "", fmt.Errorf("dsync: Group %q: encoding the result: %w", shortName(g.name), err)
+		}
+		return string(b), nil
+	}, func(err error) (string, string) {
+		if ctxErr(ctx) != nil {
+			return "fail", "" // the leader's own end: a waiter runs fn
+		}
+		return "err", err.Error()
+	})
+	if e.err != nil {
+		var zero V
+		return zero, false, e.err, ctxErr(ctx) == nil
+	}
+	// A result Redis could not record is still this call's: waiters
+	// elsewhere run fn after the run's lease.
+	return v, false, nil, true
+}
+
+// Forget drops key's record, in this process and in Redis, so that the
+// next call of key runs fn again, even if a result is kept (WithResultTTL)
+// or a run is in progress: that run goes on for its callers, but its
+// result is not recorded, and the callers that wait in other processes
+// wait for the next run (one of them runs it).
+func (g *Group[V]) Forget(ctx context.Context, key string) error {
+	if err := g.check(ctx, key); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
+	err := g.c.lua(scripts.GroupForget).Exec(ctx, g.c.rc, g.keys(key), []string{key}).Error()
+	return wrapErr(KindGroup, g.name, err)
+}
+
+// inspectGroup reads the records of the Group called name (for Inspect):
+// the keys listed in its index, then each key's record.
+func (c *Client) inspectGroup(ctx context.Context, name string) ([]LockState, error) {
+	base := c.lockKey("group", name)
+	// Lapsed entries of the index are pruned lazily: a key whose record
+	// has gone is skipped below.
+	keys, err := c.rc.Do(ctx, c.rc.B().Zrange().Key(base).Min("0").Max(strconv.Itoa(maxInspectWaiters-1)).Build()).AsStrSlice()
+	if err != nil || len(keys) == 0 {
+		return nil, wrapErr(KindGroup, name, err)
+	}
+	execs := make([]rueidis.LuaExec, len(keys))
+	for i, k := range keys {
+		execs[i] = rueidis.LuaExec{Keys: []string{base + ":s:" + k, base + ":r:" + k, base + ":w:" + k},
+			Args: []string{"group", strconv.Itoa(maxInspectWaiters)}}
+	}
+	var out []LockState
+	for i, r := range scripts.InspectOther.ExecMulti(ctx, c.rc, execs...) {
+		vals, err := r.AsStrSlice()
+		if err != nil {
+			return out, wrapErr(KindGroup, name, err)
+		}
+		st, ok, err := parseOtherState(vals)
+		if err != nil {
+			return out, wrapErr(KindGroup, name, err)
+		}
+		if ok {
+			st.Kind, st.Name, st.Key = KindGroup, name, keys[i]
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,454 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func init() {
+	childRoles["group"] = childGroup
+}
+
+// groupVal is the value the Group tests share: which run made it.
+type groupVal struct {
+	Run int64
+	PID int
+}
+
+// groupProcs and groupCallers: 3 processes x 20 goroutines call one key.
+const groupProcs, groupCallers = 3, 20
+
+// childGroup: DSYNC_TEST_CALLERS goroutines call key "k" of the Group "g"
+// at once. fn counts its runs in <prefix>:runs and waits, so that every
+// caller joins the run, until every process has all its callers in Do
+// (<prefix>:joined) and the other processes wait in Redis (Inspect). By
+// DSYNC_TEST_MODE the first run then returns, panics, ends its own
+// leader's context ("cancel"), or hangs for the parent to kill its process
+// ("kill": it writes its pid to <prefix>:victim). Each caller records its
+// outcome in the hash <prefix>:res: "v<run>", "shared" for each shared
+// result, "panic", or "err:<message>".
+func childGroup(c *dsync.Client, rc rueidis.Client, prefix string) int {
+	n, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_CALLERS"))
+	procs, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_PROCS"))
+	mode := os.Getenv("DSYNC_TEST_MODE")
+	g := dsync.NewGroup[groupVal](c, "g")
+	bg := context.Background()
+	do := func(cmd rueidis.Completed) rueidis.RedisResult { return rc.Do(bg, cmd) }
+	record := func(outcome string) {
+		do(rc.B().Hincrby().Key(prefix + ":res").Field(outcome).Increment(1).Build())
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			defer func() {
+				if r := recover(); r != nil {
+					record("panic")
+				}
+			}()
+			v, shared, err := g.Do(ctx, "k", func(fctx context.Context) (groupVal, error) {
+				run, _ := do(rc.B().Incr().Key(prefix + ":runs").Build()).AsInt64()
+				if run == 1 {
+					groupBarrier(c, rc, prefix, procs)
+					switch mode {
+					case "panic":
+						panic("boom")
+					case "cancel":
+						cancel()
+						<-fctx.Done()
+						return groupVal{}, fctx.Err()
+					case "kill":
+						do(rc.B().Set().Key(prefix + ":victim").Value(strconv.Itoa(os.Getpid())).Build())
+						select {}
+					}
+				}
+				return groupVal{Run: run, PID: os.Getpid()}, nil
+			})
+			switch {
+			case err != nil:
+				record("err:" + err.Error())
+			default:
+				record("v" + strconv.FormatInt(v.Run, 10))
+				if shared {
+					record("shared")
+				}
+			}
+		}()
+	}
+	waitUntil(func() bool { return dsync.GroupCallers(g, "k") == n })
+	do(rc.B().Incr().Key(prefix + ":joined").Build())
+	wg.Wait()
+	return 0
+}
+
+// groupBarrier waits until every process has all its callers in Do and
+// the others wait in Redis (one waiter each).
+func groupBarrier(c *dsync.Client, rc rueidis.Client, prefix string, procs int) {
+	ctx := context.Background()
+	waitUntil(func() bool {
+		j, _ := rc.Do(ctx, rc.B().Get().Key(prefix+":joined").Build()).AsInt64()
+		return j == int64(procs)
+	})
+	waitUntil(func() bool {
+		sts, _ := c.Inspect(ctx, "g")
+		for _, st := range sts {
+			if st.Kind == dsync.KindGroup && st.Key == "k" && len(st.Waiters) == procs-1 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitUntil polls cond every millisecond, for a child (which has no t).
+func waitUntil(cond func() bool) {
+	for !cond() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runGroupChildren runs the 3 children of mode and returns them started.
+func runGroupChildren(t *testing.T, prefix, mode string, lease time.Duration) []*exec.Cmd {
+	var cmds []*exec.Cmd
+	for i := 0; i < groupProcs; i++ {
+		cmd := startChild(t, "group", prefix, "DSYNC_TEST_CALLERS="+strconv.Itoa(groupCallers),
+			"DSYNC_TEST_PROCS="+strconv.Itoa(groupProcs), "DSYNC_TEST_MODE="+mode, "DSYNC_TEST_LEASE="+lease.String())
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		cmds = append(cmds, cmd)
+	}
+	return cmds
+}
+
+// groupOutcomes reads the children's outcomes and the runs of fn.
+func groupOutcomes(t *testing.T, rc rueidis.Client, prefix string) (map[string]int64, int64) {
+	res, err := rc.Do(context.Background(), rc.B().Hgetall().Key(prefix+":res").Build()).AsIntMap()
+	require.NoError(t, err)
+	runs, err := rc.Do(context.Background(), rc.B().Get().Key(prefix+":runs").Build()).AsInt64()
+	require.NoError(t, err)
+	return res, runs
+}
+
+// requireNoGroupKeys fails if any key of the Group is left in Redis.
+func requireNoGroupKeys(t *testing.T, rc rueidis.Client, prefix string, within time.Duration) {
+	t.Helper()
+	var left []string
+	waitFor(t, within, "the Group's keys to go", func() bool {
+		var err error
+		left, err = rc.Do(context.Background(), rc.B().Keys().Pattern(prefix+":{*").Build()).AsStrSlice()
+		require.NoError(t, err)
+		return len(left) == 0
+	})
+}
+
+// TestGroupProcesses: 3 processes x 20 goroutines call one key; fn runs
+// once and every caller gets its value (59 of them shared), and no key is
+// left.
+func TestGroupProcesses(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	for _, cmd := range runGroupChildren(t, prefix, "ok", dsync.DefaultLease) {
+		require.NoError(t, cmd.Wait(), "child")
+	}
+	res, runs := groupOutcomes(t, rc, prefix)
+	require.Equal(t, int64(1), runs, "runs of fn")
+	require.Equal(t, map[string]int64{"v1": groupProcs * groupCallers, "shared": groupProcs*groupCallers - 1}, res, "outcomes")
+	requireNoGroupKeys(t, rc, prefix, time.Second)
+}
+
+// TestGroupLeaderFails: the leader of the first run panics, ends its own
+// context, or its process is SIGKILLed; a waiter runs fn again (once), and
+// every other caller gets that value: none sees the leader's end.
+func TestGroupLeaderFails(t *testing.T) {
+	for _, mode := range []string{"panic", "cancel", "kill"} {
+		t.Run(mode, func(t *testing.T) {
+			prefix := testPrefix(t)
+			rc := newRueidis(t)
+			const lease = time.Second
+			cmds := runGroupChildren(t, prefix, mode, lease)
+			want := map[string]int64{"v2": groupProcs*groupCallers - 1, "shared": groupProcs*groupCallers - 2}
+			switch mode {
+			case "panic":
+				want["panic"] = 1
+			case "cancel":
+				want["err:"+context.Canceled.Error()] = 1
+			case "kill":
+				var pid int
+				waitFor(t, 10*time.Second, "the first run", func() bool {
+					s, _ := rc.Do(context.Background(), rc.B().Get().Key(prefix+":victim").Build()).ToString()
+					pid, _ = strconv.Atoi(s)
+					return pid != 0
+				})
+				killed := time.Now()
+				require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+				// The victim's callers are gone with it.
+				want = map[string]int64{"v2": (groupProcs - 1) * groupCallers, "shared": (groupProcs-1)*groupCallers - 1}
+				for _, cmd := range cmds {
+					if cmd.Process.Pid != pid {
+						require.NoError(t, cmd.Wait(), "child")
+					}
+				}
+				t.Logf("the survivors had the second run's value %v after the leader's SIGKILL (lease %v)", time.Since(killed), lease)
+			}
+			for _, cmd := range cmds {
+				if mode != "kill" {
+					require.NoError(t, cmd.Wait(), "child")
+				}
+			}
+			res, runs := groupOutcomes(t, rc, prefix)
+			require.Equal(t, int64(2), runs, "runs of fn")
+			require.Equal(t, want, res, "outcomes")
+			requireNoGroupKeys(t, rc, prefix, 3*lease)
+		})
+	}
+}
+
+// TestGroupManyKeys: 200 keys called by 2 Clients x 3 goroutines each at
+// once; fn runs at most once per key at a time, every caller gets its
+// key's value, and no key is left.
+func TestGroupManyKeys(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	const keys = 200
+	var mu sync.Mutex
+	running := map[string]bool{}
+	var wg sync.WaitGroup
+	for _, cl := range []*dsync.Client{c, c2} {
+		g := dsync.NewGroup[string](cl, "many")
+		for i := 0; i < 3; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < keys; k++ {
+					key := "key-" + strconv.Itoa((k*7+i)%keys)
+					v, _, err := g.Do(ctxT(t), key, func(context.Context) (string, error) {
+						mu.Lock()
+						if running[key] {
+							t.Errorf("fn of %s runs twice at once", key)
+						}
+						running[key] = true
+						mu.Unlock()
+						defer func() { mu.Lock(); delete(running, key); mu.Unlock() }()
+						return "v:" + key, nil
+					})
+					if assert.NoError(t, err) {
+						assert.Equal(t, "v:"+key, v)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	requireNoGroupKeys(t, newRueidis(t), prefix, time.Second)
+}
+
+// TestGroupErrorShared: the leader's error reaches every waiting caller:
+// in its process the error itself, elsewhere its message.
+func TestGroupErrorShared(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	g1, g2 := dsync.NewGroup[int](c, "err"), dsync.NewGroup[int](c2, "err")
+	boom := errors.New("boom")
+	release := make(chan struct{})
+	started := make(chan struct{})
+	type out struct {
+		err    error
+		shared bool
+	}
+	res := make(chan out, 3)
+	go func() {
+		_, shared, err := g1.Do(ctxT(t), "k", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 0, boom
+		})
+		res <- out{err, shared}
+	}()
+	<-started
+	for _, g := range []*dsync.Group[int]{g1, g2} {
+		go func() {
+			_, shared, err := g.Do(ctxT(t), "k", func(context.Context) (int, error) {
+				t.Error("fn ran again")
+				return 0, nil
+			})
+			res <- out{err, shared}
+		}()
+	}
+	waitFor(t, 5*time.Second, "both callers to wait", func() bool {
+		return dsync.GroupCallers(g1, "k") == 2 && groupWaiters(t, c, "err", "k") == 1
+	})
+	close(release)
+	var local, remote int
+	for i := 0; i < 3; i++ {
+		o := <-res
+		require.Error(t, o.err)
+		require.Equal(t, "boom", o.err.Error())
+		if errors.Is(o.err, boom) {
+			local++
+		} else {
+			remote++
+			require.True(t, o.shared)
+		}
+	}
+	require.Equal(t, 2, local, "callers in the leader's process get its error itself")
+	require.Equal(t, 1, remote)
+	requireNoGroupKeys(t, newRueidis(t), prefix, time.Second)
+}
+
+// groupWaiters is the number of processes waiting in Redis for key.
+func groupWaiters(t testing.TB, c *dsync.Client, name, key string) int {
+	sts, err := c.Inspect(context.Background(), name)
+	require.NoError(t, err)
+	for _, st := range sts {
+		if st.Kind == dsync.KindGroup && st.Key == key {
+			return len(st.Waiters)
+		}
+	}
+	return 0
+}
+
+// TestGroupWaiterCancel: a waiter's context ends only its own wait; the
+// others get the result, and the record goes when they have it.
+func TestGroupWaiterCancel(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	g1, g2 := dsync.NewGroup[int](c, "wc"), dsync.NewGroup[int](c2, "wc")
+	release := make(chan struct{})
+	started := make(chan struct{})
+	leader := make(chan error, 1)
+	go func() {
+		v, _, err := g1.Do(ctxT(t), "k", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 7, nil
+		})
+		assert.Equal(t, 7, v)
+		leader <- err
+	}()
+	<-started
+	// A remote waiter and a local follower are cancelled; another remote
+	// one stays.
+	ctx, cancel := context.WithCancel(ctxT(t))
+	errs := make(chan error, 2)
+	for _, g := range []*dsync.Group[int]{g1, g2} {
+		go func() {
+			_, _, err := g.Do(ctx, "k", func(context.Context) (int, error) { t.Error("fn ran again"); return 0, nil })
+			errs <- err
+		}()
+	}
+	stay := make(chan int, 1)
+	c3 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	go func() {
+		v, shared, err := dsync.NewGroup[int](c3, "wc").Do(ctxT(t), "k", func(context.Context) (int, error) {
+			t.Error("fn ran again")
+			return 0, nil
+		})
+		assert.NoError(t, err)
+		assert.True(t, shared)
+		stay <- v
+	}()
+	waitFor(t, 5*time.Second, "the callers to wait", func() bool {
+		return dsync.GroupCallers(g1, "k") == 2 && groupWaiters(t, c, "wc", "k") == 2
+	})
+	cancel()
+	for i := 0; i < 2; i++ {
+		require.ErrorIs(t, <-errs, context.Canceled)
+	}
+	waitFor(t, 5*time.Second, "the cancelled remote waiter to leave", func() bool { return groupWaiters(t, c, "wc", "k") == 1 })
+	close(release)
+	require.NoError(t, <-leader)
+	require.Equal(t, 7, <-stay)
+	requireNoGroupKeys(t, newRueidis(t), prefix, time.Second)
+}
+
+// TestGroupForgetAndTTL: with WithResultTTL a later call gets the kept
+// result; Forget makes the next call run fn again.
+func TestGroupForgetAndTTL(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	g := dsync.NewGroup[int](c, "ttl", dsync.WithResultTTL(time.Minute))
+	runs := 0
+	fn := func(context.Context) (int, error) { runs++; return runs, nil }
+	v, shared, err := g.Do(ctx, "k", fn)
+	require.NoError(t, err)
+	require.False(t, shared)
+	require.Equal(t, 1, v)
+	v, shared, err = g.Do(ctx, "k", fn)
+	require.NoError(t, err)
+	require.True(t, shared, "the kept result is another call's")
+	require.Equal(t, 1, v, "a call within the TTL gets the kept result")
+	require.NoError(t, g.Forget(ctx, "k"))
+	v, _, err = g.Do(ctx, "k", fn)
+	require.NoError(t, err)
+	require.Equal(t, 2, v, "after Forget fn runs again")
+	// Without a TTL nothing is kept.
+	g2 := dsync.NewGroup[int](c, "nottl")
+	for i := 1; i <= 2; i++ {
+		v, _, err := g2.Do(ctx, "k", func(context.Context) (int, error) { return i, nil })
+		require.NoError(t, err)
+		require.Equal(t, i, v)
+	}
+}
+
+// TestGroupBadInput: bad names, keys and functions, a cancelled context,
+// a closed Client, and Do from inside fn.
+func TestGroupBadInput(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t)
+	fn := func(context.Context) (int, error) { return 1, nil }
+	for _, tc := range []struct {
+		name, key string
+		fn        func(context.Context) (int, error)
+	}{
+		{"", "k", fn},
+		{strings.Repeat("n", dsync.MaxNameLen+1), "k", fn},
+		{"g", "", fn},
+		{"g", strings.Repeat("k", dsync.MaxNameLen+1), fn},
+		{"g", "k", nil},
+	} {
+		_, _, err := dsync.NewGroup[int](c, tc.name).Do(ctx, tc.key, tc.fn)
+		require.ErrorIs(t, err, dsync.ErrInvalidArgument, "name %.10q key %.10q", tc.name, tc.key)
+		if tc.fn != nil {
+			require.ErrorIs(t, dsync.NewGroup[int](c, tc.name).Forget(ctx, tc.key), dsync.ErrInvalidArgument)
+		}
+	}
+	g := dsync.NewGroup[int](c, "g")
+	_, _, err := g.Do(nil, "k", fn) //nolint:staticcheck // the nil context is the point
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _, err = g.Do(cctx, "k", fn)
+	require.ErrorIs(t, err, context.Canceled)
+	_, _, err = g.Do(ctx, "k", func(fctx context.Context) (int, error) {
+		_, _, err := g.Do(fctx, "k", fn)
+		return 0, err
+	})
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "Do inside fn of the same key")
+	// A value JSON cannot encode: the error is the leader's, shared.
+	_, _, err = dsync.NewGroup[func()](c, "g").Do(ctx, "f", func(context.Context) (func(), error) { return func() {}, nil })
+	require.ErrorContains(t, err, "encoding the result")
+	require.NoError(t, c.Close())
+	_, _, err = g.Do(ctx, "k", fn)
+	require.ErrorIs(t, err, dsync.ErrClosed)
+	require.ErrorIs(t, g.Forget(ctx, "k"), dsync.ErrClosed)
+	requireNoGroupKeys(t, newRueidis(t), prefixOf(t, c), time.Second)
+}

@@ -1,0 +1,254 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// A runRecord is the Redis side of a result that one caller computes while
+// the others wait for it: a Once, and each key of a Group. It is a state
+// hash (the result, once there), a running marker "<owner> <token> <call>"
+// whose lease the runner's hold keeps alive, a channel published when a run
+// ends, and a set of undone calls. The primitive supplies the scripts:
+//
+//	begin  keys, ARGV {owner, lease ms, call id, beginArgs...}; reply
+//	       {2, val} done, {3, msg} done with an error, {1, token} run f
+//	       now, {0, pttl} a run is in progress
+//	end    keys endKeys, ARGV {mark, "ok"|"err"|"fail", val, endArgs...};
+//	       reply {1} recorded, {2, val} done by another run, {0} the run
+//	       had lost its marker
+//	undo   keys undoKeys, ARGV {call id, lease ms, undoArgs...}
+//
+// Renewal (once_renew.lua) only needs the running marker.
+type runRecord struct {
+	c    *Client
+	name string // for errors
+	info *Lock  // what events say of its runs
+	lc   lockConfig
+
+	state, run, ch string
+
+	begin, end, undo            *rueidis.Lua
+	keys, endKeys, undoKeys     []string
+	beginArgs, endArgs, undoArg []string
+}
+
+// lease is the lease of a run.
+func (r *runRecord) lease() time.Duration {
+	if r.lc.leaseTime > 0 {
+		return r.lc.leaseTime
+	}
+	return r.c.cfg.lease
+}
+
+// outcome of a wait for a record (runRecord.wait).
+type recordWait struct {
+	val      string    // the stored result, or the stored error message
+	failed   bool      // val is the message of a stored error
+	tok      uint64    // this call runs f with this token (0: it does not)
+	mark     string    // the running marker of that run
+	h        *hold     // that run's hold
+	sentAt   time.Time // when the begin that started the run was sent
+	attempts int
+}
+
+// wait waits, in the wait loop (waitLoop), until the record holds a result
+// or this call may run f; then it returns the result, or the run's hold
+// (not tracked yet: see runF). The end of a run is published on r.ch; the
+// fallback is the running marker's remaining lease.
+func (r *runRecord) wait(ctx context.Context, owner, call string) (w recordWait, err error) {
+	args := append([]string{owner, leaseMS(r.lease()), call}, r.beginArgs...)
+	a := recordAttempt{r: r, ctx: ctx, call: call, args: args}
+	w.attempts, err = waitLoop(r.c, ctx, r.ch, "", false, recordProto{&a})
+	w.val, w.failed, w.tok, w.sentAt = a.val, a.failed, a.tok, a.sentAt
+	if err == nil && a.tok != 0 {
+		w.mark = owner + " " + strconv.FormatUint(a.tok, 10) + " " + call
+		w.h = r.newHold(owner, a.tok, w.mark)
+	}
+	return w, err
+}
+
+// recordAttempt is the state of one call's wait in Redis.
+type recordAttempt struct {
+	r      *runRecord
+	ctx    context.Context
+	call   string
+	args   []string
+	sentAt time.Time
+	val    string // the stored result, when done
+	failed bool   // val is a stored error's message
+	tok    uint64 // the run's token, when this call runs f
+}
+
+// recordProto is a record wait's waitProto.
+type recordProto struct{ a *recordAttempt }
+
+func (p recordProto) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a := p.a
+	a.sentAt = time.Now()
+	res, err := a.r.c.lua(a.r.begin).Exec(ctx, a.r.c.rc, a.r.keys, a.args).ToArray()
+	var code int64
+	if err == nil && len(res) > 0 {
+		code, err = res[0].AsInt64()
+	}
+	if err == nil && len(res) != 2 {
+		err = errors.New("dsync: unexpected reply from the begin script")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	switch code {
+	case 2, 3:
+		a.failed = code == 3
+		a.val, err = res[1].ToString()
+		return true, 0, err
+	case 1:
+		t, err := res[1].AsInt64()
+		a.tok = uint64(t)
+		return true, 0, err
+	}
+	pttl, _ := res[1].AsInt64()
+	return false, time.Duration(max(pttl, 1)) * time.Millisecond, nil // at 0 the marker expires now: look again soon
+}
+
+// failed undoes this call exactly: a lost reply may hide a started run (a
+// begin still on its way then does nothing). In the background, so the
+// call returns by its deadline.
+func (p recordProto) failed(error) {
+	r, call := p.a.r, p.a.call
+	r.c.background(func(bctx context.Context) { r.undoCall(bctx, call) })
+}
+
+func (p recordProto) waiting() {
+	a := p.a
+	a.r.c.blocked(a.ctx, *a.r.info, a.r.state)
+}
+
+func (recordProto) gaveUp() {}
+
+func (recordProto) granted(uint64) bool { return false } // no grants: it looks again
+
+// undoCall takes back the call named call: its run, if its begin started
+// one, and any begin of it still on its way.
+func (r *runRecord) undoCall(ctx context.Context, call string) {
+	args := append([]string{call, leaseMS(r.c.cfg.lease)}, r.undoArg...)
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return r.c.lua(r.undo).Exec(ctx, r.c.rc, r.undoKeys, args).Error()
+	})
+}
+
+// newHold makes the hold of a run whose running marker is mark ("<owner>
+// <token> <call>"): its lease is the marker's.
+func (r *runRecord) newHold(owner string, tok uint64, mark string) *hold {
+	h := r.c.newHold(r.info, owner, tok)
+	h.key = r.state
+	h.watchdog = r.lc.leaseTime == 0
+	h.ops = &runHold{r: r, mark: mark}
+	return h
+}
+
+// runHold is the holdOps of a run: its running marker.
+type runHold struct {
+	r    *runRecord
+	mark string
+}
+
+func (rh *runHold) renewKey(*hold) (string, string, bool) { return "", "", false }
+
+func (rh *runHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	return scripts.OnceRenew, rueidis.LuaExec{Keys: []string{rh.r.run}, Args: []string{rh.mark, leaseMS(rh.r.c.cfg.lease)}}
+}
+
+// releaseExec ends the run as failed (Close: f's outcome is unknown).
+func (rh *runHold) releaseExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	r := rh.r
+	return r.end, rueidis.LuaExec{Keys: r.endKeys, Args: append([]string{rh.mark, "fail", ""}, r.endArgs...)}
+}
+
+func (rh *runHold) ended(*hold, bool) {}
+
+// runEnd is what runF reports: f's result and error, and how the end
+// script took it (code and stored value, see runRecord) or why it could
+// not.
+type runEnd struct {
+	val    string
+	err    error
+	code   int64
+	stored string
+	endErr error
+}
+
+// runF runs f under the run's hold w.h (marker w.mark) and records the
+// outcome: "ok" with f's result, or what outcome says of f's error
+// ("fail": the next caller runs f; "err": the message is the result).
+// runKey marks the context f gets (see onceRunKey). If f panics, the run
+// ends as failed and the panic goes on.
+func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
+	f func(context.Context) (string, error), outcome func(error) (string, string)) (e runEnd) {
+	h := w.h
+	if !h.track(w.sentAt, r.lease()) {
+		_, _ = r.endRun(ctx, w.mark, "fail", "")
+		return runEnd{err: ErrClosed}
+	}
+	lctx := h.newCtx(context.WithValue(ctx, runKey, true))
+	released := func(err error) {
+		h.end(errReleased, false)
+		if f := r.c.cfg.observer.Released; f != nil {
+			f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: true})
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			// f panicked: give the next caller its turn; the panic goes on.
+			h.beginRelease()
+			_, err := r.endRun(ctx, w.mark, "fail", "")
+			released(err)
+		}
+	}()
+	e.val, e.err = f(lctx)
+	ok = true
+	kind, msg := "ok", e.val
+	if e.err != nil {
+		kind, msg = outcome(e.err)
+	}
+	// The hold ends after the outcome is recorded, so a lease lost during
+	// f still shows in its context.
+	h.beginRelease()
+	res, err := r.endRun(ctx, w.mark, kind, msg)
+	released(err)
+	if err != nil {
+		e.endErr = err
+		return e
+	}
+	e.code, _ = res[0].AsInt64()
+	if e.code == 2 && len(res) > 1 {
+		e.stored, _ = res[1].ToString()
+	}
+	return e
+}
+
+// endRun records a run's outcome, retrying a lost reply (the script is
+// idempotent for one marker), under a context that outlives ctx.
+func (r *runRecord) endRun(ctx context.Context, marker, outcome, val string) ([]rueidis.RedisMessage, error) {
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	args := append([]string{marker, outcome, val}, r.endArgs...)
+	var res []rueidis.RedisMessage
+	var err error
+	for try := 1; try <= 3; try++ {
+		res, err = r.c.lua(r.end).Exec(cctx, r.c.rc, r.endKeys, args).ToArray()
+		if err == nil || isRedisErr(err) || cctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && len(res) == 0 {
+		err = errors.New("dsync: unexpected reply from the end script")
+	}
+	return res, err
+}
