@@ -15,6 +15,10 @@ if ARGV[1] == 'read' then
   if not r then
     return 0
   end
+  if tonumber(redis.call('zscore', KEYS[2], owner) or '0') <= now then
+    rw_hand_on(now, us, ARGV[5], false) -- drops the lapsed hold, passes the lock on
+    return 0
+  end
   local c, t, g = string.match(r, '^(%d+) (%d+) ?(%S*)$')
   if ARGV[3] ~= '0' and t ~= ARGV[3] then
     return 0
@@ -28,11 +32,14 @@ if ARGV[1] == 'read' then
   rw_hand_on(now, us, ARGV[5], false)
   return 1
 end
-local w = redis.call('hmget', KEYS[1], 'w', 'wt', 'wc')
-if w[1] ~= owner or (ARGV[3] ~= '0' and w[2] ~= ARGV[3]) then
+local w, wt, wc = rw_writer(now) -- a lapsed writer is dropped
+if not w then
+  rw_hand_on(now, us, ARGV[5], false) -- not a write release: readers do not go first
+end
+if w ~= owner or (ARGV[3] ~= '0' and wt ~= ARGV[3]) then
   return 0
 end
-if tonumber(w[3]) > 1 then
+if tonumber(wc) > 1 then
   redis.call('hincrby', KEYS[1], 'wc', -1)
   return 2
 end
