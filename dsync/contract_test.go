@@ -31,7 +31,6 @@ var contractBugs = map[string]string{
 		"reserved, not the holder's (see Mutex/Tokens)",
 	"Mutex/Tokens": "issue 12: fencing tokens go back: a Mutex re-entered through another Client gets the last token " +
 		"its holder's Client reserved, and that Client's next local handoff issues a token below it",
-	"RedLock1/Close": "issue 12: a RedLock whose Clients closed ends its lock context with ErrLockLost, not ErrClosed",
 }
 
 // knownBug returns the bug that row's check may show ("" if none, or with
