@@ -1,21 +1,11 @@
--- Shared prelude of the fair and rw scripts (prepended to each in Go).
+-- uses: lib
+-- The prelude of the fair and rw scripts (see lib.lua).
 --
 -- A fair queue is a list of waiters in arrival order plus a sorted set that
 -- gives each waiter's place a lease, scored by server time in ms. A waiter
 -- renews its place each time it looks at the lock (its fallback, lease/3),
 -- so a dead waiter drops out within one lease and a live one keeps its
 -- place.
-
--- server_now returns the server clock in ms and in µs.
-local function server_now()
-  local t = redis.call('time')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
-end
-
-local function fmt(n)
-  return string.format('%.0f', n)
-end
 
 -- Attempt markers (see mutex_acquire.lua): undone(k) reports that the undo
 -- of this attempt ran first; granted(k, lease, r) records a grant and
@@ -85,7 +75,7 @@ local function grant_next(k, q, z, last, now, us, wch)
       redis.call('zrem', z, m)
       if tonumber(s) > now then
         local o, wid, cid, n, ls = parse_member(m)
-        local tok = math.max(last + 1, us)
+        local tok = next_token(last, us)
         redis.call('set', k, o .. ' ' .. fmt(tok) .. ' 1 ' .. wid .. ' ' .. fmt(last), 'px', ls)
         redis.call('publish', wch .. cid, n .. ' ' .. fmt(tok))
         return tok

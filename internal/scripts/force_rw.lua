@@ -1,3 +1,4 @@
+-- uses: lib fair_lib rw_lib
 -- Release every hold of an rw mutex, write and read, whoever holds them:
 -- the operator's "dsync unlock --force". The last token stays, so fencing
 -- tokens keep growing; each holder finds its hold gone at its next renewal.

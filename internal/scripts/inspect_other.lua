@@ -1,3 +1,4 @@
+-- uses: lib
 -- Read an RWMutex, Semaphore, Once or WaitGroup in one atomic step, for
 -- Client.Inspect. It only reads: lapsed holders and waiters are skipped,
 -- not pruned.
@@ -13,10 +14,8 @@
 -- Reply (strings): {found, last token, mode, size, free, done, counter,
 -- holders, then per holder owner, count, token, lease ms, permits, then per
 -- waiter owner, place ms, permits wanted}. Unknown numbers are "-1".
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now()
 local layout, maxw = ARGV[1], tonumber(ARGV[2])
-local function fmt(n) return string.format('%.0f', tonumber(n)) end
 local found, tok, mode, size, free, done, counter = 0, '0', '', '-1', '-1', '-1', '-1'
 local holders, waiters = {}, {}
 local function holder(o, c, tk, left, n)

@@ -1,3 +1,4 @@
+-- uses: lib fair_lib rw_lib
 -- Acquire or re-enter the read or the write lock of an rw mutex, or wait
 -- for a grant, under the rules written at the top of rw_lib.lua.
 --

@@ -1,3 +1,4 @@
+-- uses: lib fair_lib rw_lib
 -- End a wait for an rw mutex that did not get the lock: take its member
 -- out at once, so nobody waits for its place to lapse, and pass the lock
 -- on if that lets someone in (a writer that was first, or the last writer

@@ -1,4 +1,5 @@
--- Shared prelude of the rw scripts (prepended after fair_lib.lua in Go).
+-- uses: lib fair_lib
+-- The prelude of the rw scripts (see lib.lua).
 --
 -- KEYS[1] lock hash, KEYS[2] reader leases zset (owner -> lease end, server
 -- ms), KEYS[3] writer queue list, KEYS[4] writer queue places zset,
@@ -38,7 +39,7 @@ local function rw_token(us)
   if not rw_last then
     rw_last = tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
   end
-  rw_last = math.max(rw_last + 1, us)
+  rw_last = next_token(rw_last, us)
   return fmt(rw_last)
 end
 

@@ -1,3 +1,4 @@
+-- uses: lib fair_lib rw_lib
 -- Release one hold of the read or the write lock of an rw mutex; the last
 -- count passes the lock on (rw_hand_on in rw_lib.lua): a write release
 -- grants the readers that waited, else the first queued writer; the last

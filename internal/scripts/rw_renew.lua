@@ -1,3 +1,4 @@
+-- uses: lib fair_lib rw_lib
 -- Extend the lease of one hold of an rw mutex, only if that hold is still
 -- this owner's: each reader renews its own lease and no other, so a dead
 -- reader's hold lapses even while live readers renew theirs.

@@ -1,3 +1,4 @@
+-- uses: lib sem_common
 -- Acquire n permits for an owner, or queue (or refresh) the waiter's place.
 --
 -- ARGV[1] owner, ARGV[2] waiter id, ARGV[3] n, ARGV[4] size,
@@ -9,7 +10,7 @@
 -- not seen; {0, ms} not acquired (queued unless "try"), ms is when to look
 -- again at the latest (a holder's lease may lapse then); {-1, size} the
 -- semaphore exists with another size.
-local now, now_us = now_ms()
+local now, now_us = server_now()
 if redis.call('zscore', KEYS[7], ARGV[2]) then
   return {0, 1} -- the caller gave up and undid this attempt: do nothing
 end
@@ -56,7 +57,7 @@ if ahead and fits(ahead, free, n) then
   if ticket then
     drop_waiter(ARGV[2])
   end
-  local stok = next_token(now_us)
+  local stok = sem_token(now_us)
   local member = ARGV[1] .. ' ' .. stok .. ' ' .. ARGV[2]
   local created = {}
   if redis.call('exists', KEYS[2], KEYS[3]) < 2 then
@@ -81,7 +82,7 @@ if ARGV[6] == 'wait' then
     redis.call('zadd', KEYS[4], seq, ARGV[2])
   end
   upto = now + tonumber(ARGV[8])
-  redis.call('hset', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. ARGV[5] .. ' ' .. string.format('%.0f', upto))
+  redis.call('hset', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. ARGV[5] .. ' ' .. fmt(upto))
 end
 if pruned then
   local u, made = grant(ARGV[7], now, now_us, size)

@@ -1,4 +1,5 @@
--- Shared prelude of the semaphore scripts (prepended by sem.go).
+-- uses: lib
+-- The prelude of the semaphore scripts (see lib.lua).
 --
 -- KEYS[1] meta hash: size, tok (last fencing token), seq (last queue ticket)
 -- KEYS[2] holders zset: acquisition -> lease expiry (server ms)
@@ -25,12 +26,6 @@
 -- come back within one lease, whoever touches the semaphore next; the
 -- acquire script drops lapsed queue places too (grant skips the ones it
 -- meets).
-
--- now_ms reads the server clock once: in ms, and in µs (for tokens).
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 -- prune drops the holders whose lease lapsed, and reports whether there
 -- were any.
@@ -118,7 +113,7 @@ end
 
 -- meta_tok and meta_until cache the last token and when the keys expire
 -- (server ms, as touch last set them), read with the size (read_meta), so
--- that next_token and touch need not read them again.
+-- that sem_token and touch need not read them again.
 local meta_tok, meta_until
 
 -- read_meta returns the stored size (or nil) and remembers the rest.
@@ -128,12 +123,12 @@ local function read_meta()
   return m[1]
 end
 
--- next_token returns the next fencing token: one more than the last,
--- never below the server clock in microseconds, as for the mutex.
-local function next_token(now_us)
+-- sem_token issues the next fencing token (next_token, lib.lua) and
+-- stores it.
+local function sem_token(now_us)
   local last = meta_tok or tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
-  meta_tok = math.max(last + 1, now_us)
-  local tok = string.format('%.0f', meta_tok)
+  meta_tok = next_token(last, now_us)
+  local tok = fmt(meta_tok)
   redis.call('hset', KEYS[1], 'tok', tok)
   return tok
 end
@@ -159,7 +154,7 @@ local function grant(chprefix, now, now_us, size, inuse)
         return upto, created
       end
       created = {2, 3} -- they are gone whenever the last holder went
-      local tok = next_token(now_us)
+      local tok = sem_token(now_us)
       local member = owner .. ' ' .. tok .. ' ' .. w
       local expiry = now + tonumber(lease)
       redis.call('hset', KEYS[3], member, n)
@@ -206,8 +201,8 @@ local function touch(now, created, upto, all)
   local h = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
   if h[2] then last = math.max(last, tonumber(h[2])) end
   last = math.max(last, upto or now) -- queue places end within a lease: the hour covers them
-  local ttl = string.format('%.0f', last - now + 3600000)
-  redis.call('hset', KEYS[1], 'until', string.format('%.0f', last + 3600000))
+  local ttl = fmt(last - now + 3600000)
+  redis.call('hset', KEYS[1], 'until', fmt(last + 3600000))
   for i = 1, 7 do
     redis.call('pexpire', KEYS[i], ttl)
   end

@@ -1,3 +1,4 @@
+-- uses: lib sem_common
 -- Release n permits of an owner and wake the waiters that now fit.
 --
 -- The permits come from the owner's acquisitions: the one with the given
@@ -10,7 +11,7 @@
 -- Reply: {1, left} released, left permits still held by the owner;
 -- {0, held} the owner holds fewer than n (held), and nothing changed;
 -- {-1, size} the semaphore exists with another size, and nothing changed.
-local now, now_us = now_ms()
+local now, now_us = server_now()
 local stored = read_meta()
 if stored and tonumber(stored) ~= tonumber(ARGV[4]) then
   return {-1, tonumber(stored)}

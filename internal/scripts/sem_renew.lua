@@ -1,3 +1,4 @@
+-- uses: lib sem_common
 -- Extend the lease of one acquisition, if it is still held: each
 -- acquisition has its own lease (sem_common.lua).
 --
@@ -5,7 +6,7 @@
 -- ARGV[3] channel prefix
 -- Reply: 1 renewed, 0 the acquisition is gone (released, or its lease
 -- lapsed).
-local now, now_us = now_ms()
+local now, now_us = server_now()
 local exp = redis.call('zscore', KEYS[2], ARGV[1])
 if not exp or tonumber(exp) <= now then
   if prune(now) then

@@ -1,3 +1,4 @@
+-- uses: lib sem_common
 -- Undo an Acquire call that gave up (its context ended, or its reply was
 -- lost): take its waiter out of the queue, give back the permits it was
 -- granted, if any, and mark the waiter undone for one lease, so that an
@@ -8,7 +9,7 @@
 -- ARGV[1] waiter id, ARGV[2] channel prefix, ARGV[3] how long to remember
 -- the waiter as undone, ms
 -- Reply: 1 permits given back, 0 none were granted.
-local now, now_us = now_ms()
+local now, now_us = server_now()
 local w = ARGV[1]
 drop_waiter(w)
 redis.call('zremrangebyscore', KEYS[7], '-inf', now) -- marks that expired
