@@ -81,6 +81,9 @@ func electionLockName(name string) string {
 // longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
 // The options are those of the lock a leader holds: WithLeaseTime gives
 // every term a fixed lease (no watchdog: the term ends when it runs out).
+// The election's keys are those of the FairMutex called "\x00election:"
+// followed by name (a hash for names within 11 bytes of MaxNameLen), so no
+// FairMutex should be given such a name.
 func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 	ln := electionLockName(name)
 	fm := c.NewFairMutex(ln, opts...)
