@@ -26,12 +26,7 @@ var contractStrict = flag.Bool("contract.strict", false,
 // contractBugs are the checks of the table that fail today, by
 // "<row>/<check>": such a check runs, and skips with this text instead of
 // failing while the bug shows (unless -contract.strict).
-var contractBugs = map[string]string{
-	"Mutex/Reentry": "issue 12: a Mutex re-entered through another Client gets the last token its holder's Client " +
-		"reserved, not the holder's (see Mutex/Tokens)",
-	"Mutex/Tokens": "issue 12: fencing tokens go back: a Mutex re-entered through another Client gets the last token " +
-		"its holder's Client reserved, and that Client's next local handoff issues a token below it",
-}
+var contractBugs = map[string]string{}
 
 // knownBug returns the bug that row's check may show ("" if none, or with
 // -contract.strict).

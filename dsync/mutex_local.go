@@ -271,9 +271,10 @@ const yieldWait = 2 * time.Millisecond
 // lock to the next local waiter, or releases it in Redis and lets the next
 // local waiter compete. Called with st.mu held; unlocks it.
 //
-// Every acquisition in Redis reserves m.block fencing tokens (the value
-// records the last), so the next m.block-1 handoffs inside this Client need
-// no round trip: the new holder takes the next token and the same hold in
+// An acquisition in Redis made while goroutines of this Client wait, and
+// every handoff through Redis, reserves m.block fencing tokens (the value
+// records the last, and is marked " b": see mutex_acquire.lua), so the next
+// m.block-1 handoffs inside this Client need no round trip: the new holder takes the next token and the same hold in
 // Redis. When the block runs out, a handoff script reserves the next one in
 // one round trip, and first asks Redis whether other processes wait (their
 // waiters are subscribed to the lock's channel); if so it releases the lock

@@ -49,5 +49,10 @@ end
 local _, us = server_now()
 local tok = next_token(tonumber(used), us)
 local last = tok + tonumber(ARGV[7]) - 1
+-- Flags (mutex_acquire.lua): a waiter's mark stays; " b" with a block.
+w = string.gsub(w, ' b', '')
+if last > tok then
+  w = ' b' .. w
+end
 redis.call('set', KEYS[1], ARGV[3] .. ' ' .. fmt(last) .. ' 1' .. w, 'px', ARGV[4])
 return {1, tok}
