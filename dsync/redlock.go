@@ -39,7 +39,8 @@ var errNodeTimeout = errors.New("dsync: RedLock node timeout")
 // Otherwise it releases every node, leaving no partial hold, and (for
 // LockContext) tries again after a short random delay. Each node's hold is
 // renewed by its Client's watchdog; when so many are lost that no majority
-// remains, the lock context is cancelled with ErrLockLost.
+// remains, the lock context is cancelled with ErrLockLost (ErrClosed when
+// those nodes went with their Clients' Close).
 //
 // A RedLock gives no fencing token: each node counts tokens of its own, and
 // no counter is shared that could order holders across nodes. Its safety
@@ -241,12 +242,13 @@ func (rl *RedLock) round(ctx context.Context, owner string) (context.Context, bo
 const KindRedLock Kind = "redlock"
 
 // keep records rh and returns its lock context, which a loss of so many
-// nodes that no majority remains cancels with ErrLockLost.
+// nodes that no majority remains cancels with ErrLockLost, or ErrClosed
+// when every node it lost went with its Client's Close.
 func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.Context {
 	lctx, cancel := context.WithCancelCause(withOwnerVal(ctx, ownerVal{id: owner}))
 	rh.cancel = cancel
 	var mu sync.Mutex
-	alive := 0
+	alive, closed := 0, true // closed: every member lost so far ended by Close
 	for _, mctx := range rh.ctxs {
 		if mctx != nil {
 			alive++
@@ -264,9 +266,14 @@ func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.
 			mu.Lock()
 			alive--
 			lost := alive < rl.quorum
+			closed = closed && errors.Is(cause, ErrClosed)
+			why := ErrLockLost
+			if closed {
+				why = ErrClosed // the majority went with its Clients' Close
+			}
 			mu.Unlock()
 			if lost {
-				cancel(ErrLockLost)
+				cancel(why)
 			}
 		}))
 	}

@@ -28,8 +28,10 @@ import (
 //
 // Waiters are served first come, first served across all processes: a
 // request for many permits at the head of the queue is not overtaken by
-// later small ones. A waiter keeps its place under a lease as well, so a
-// dead waiter does not block the queue for longer than one lease.
+// later small ones. A release grants the permits to the waiters that now
+// fit and tells each on a channel its Client subscribes once. A waiter
+// keeps its place under a lease as well, so a dead waiter does not block
+// the queue for longer than one lease.
 //
 // The size is stored in Redis with the semaphore: using a name with another
 // size than the one in Redis fails with ErrInvalidArgument until the
@@ -43,7 +45,7 @@ type Semaphore struct {
 	name  string
 	size  int64
 	keys  []string // see sem_common.lua
-	chPfx string   // a waiter's wakeup channel is chPfx + waiter id
+	chPfx string   // a Client's waiters are told of grants on chPfx + client id
 	err   error    // a bad name or size, returned by every call
 	lc    lockConfig
 }
@@ -72,7 +74,7 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 // n <= 0 or n above the size fails at once with ErrInvalidArgument. A wait
 // ended by ctx returns an error for which errors.Is(err, ctx.Err()) holds,
 // and leaves the semaphore unchanged: the waiter's queue place is removed
-// at once, and the waiters behind it that now fit are woken.
+// at once, and the waiters behind it that now fit are granted their permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, error) {
 	lctx, _, err := s.acquire(ctx, n, false)
 	return lctx, err
@@ -86,8 +88,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, b
 }
 
 // Release releases n permits of the owner ctx carries (the lock context of
-// an Acquire, or any context with the same owner) and wakes the waiters
-// that now fit, in queue order. If the owner holds fewer than n permits it
+// an Acquire, or any context with the same owner) and grants their permits
+// to the waiters that now fit, in queue order, in the same atomic step. If the owner holds fewer than n permits it
 // returns ErrNotHeld and changes nothing. The release runs even if ctx is
 // already cancelled, since a lock context is cancelled when lost.
 //
@@ -244,21 +246,23 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 }
 
 // acquireRedis runs the acquire script in the wait loop (waitLoop) until
-// the permits are held, ctx is done or Redis fails. The waiter is woken on
-// its own channel (published only when its turn has come); the fallback is
-// the earliest holder's lease end or lease/3, in case the message was lost;
-// each attempt also renews the waiter's queue place.
+// the permits are held, ctx is done or Redis fails. A queued waiter is
+// granted its permits by the script that frees them, and told so on its
+// Client's channel (sem_common.lua); the fallback is the earliest holder's
+// lease end or lease/3, in case the message was lost; each attempt also
+// renews the waiter's queue place.
 func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
 	c := s.c
 	lease := s.lease()
-	a := semAttempt{s: s, ctx: ctx, n: n, waiter: newID()}
+	id := strconv.FormatUint(c.attemptSeq.Add(1), 36)
+	a := semAttempt{s: s, ctx: ctx, n: n, waiter: c.id[:16] + "." + id}
 	mode := "wait"
 	if try {
 		mode = "try"
 	}
 	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
-		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
-	attempts, err := waitLoop(c, ctx, s.chPfx+a.waiter, "", try, semWait{&a})
+		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease), "first"}
+	attempts, err := waitLoop(c, ctx, s.chPfx+c.id[:16], id, try, semWait{&a})
 	if err != nil || a.vals[0] != 1 {
 		return nil, attempts, err
 	}
@@ -287,8 +291,11 @@ type semAttempt struct {
 // lost, under a context that outlives ctx.
 type semWait struct{ a *semAttempt }
 
-func (w semWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	a, s := w.a, w.a.s
+	if n > 1 {
+		a.args[8] = "again" // only a first attempt skips the look for a grant
+	}
 	a.sentAt = time.Now()
 	vals, err := s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, a.args)
 	a.vals = vals
@@ -398,4 +405,10 @@ func (s *Semaphore) releaseArgs(owner string, n int64) []string {
 	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10)}
 }
 
-func (semWait) granted(uint64) bool { return false } // no grants: it looks again
+// granted ends the wait with the permits a release granted it, as the
+// reply of an attempt that found the grant; the lease clock stays the last
+// attempt's send time, which came before the grant.
+func (w semWait) granted(tok uint64) bool {
+	w.a.vals = []int64{1, int64(tok)}
+	return true
+}

@@ -1,3 +1,4 @@
+-- uses: lib
 -- Acquire or re-enter the reentrant mutex.
 --
 -- The lock is one string key "<owner> <token> <count>", with " w" appended
@@ -58,8 +59,7 @@ if v then
       redis.call('set', KEYS[1], v .. ' w', 'keepttl')
     end
     if ARGV[6] and ARGV[6] ~= '' then
-      local t = redis.call('time')
-      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local now = server_now()
       local all = redis.call('hgetall', KEYS[3])
       for i = 1, #all, 2 do
         local e = tonumber(string.match(all[i + 1], ' (%d+)$'))
@@ -67,7 +67,7 @@ if v then
           redis.call('hdel', KEYS[3], all[i])
         end
       end
-      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[2])))
+      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. fmt(now + tonumber(ARGV[2])))
       if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[3], ARGV[2])
       end
@@ -83,10 +83,10 @@ end
 -- free marker records the last token issued, not the block's end; so every
 -- token issued is at most the server clock when issued, and one minted from
 -- the clock after the state is lost is above all of them.
-local now = redis.call('time')
-local tok = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+local _, us = server_now()
+local tok = next_token(prev, us)
 local last = tok + tonumber(ARGV[3]) - 1
-redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
+redis.call('set', KEYS[1], ARGV[1] .. ' ' .. fmt(last) .. ' 1', 'px', ARGV[2])
 if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end
