@@ -292,7 +292,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence)\n", m.Go, m.Redis)
 	fmt.Fprintf(&b, "- mode %s, %d repeats interleaved (lib order rotated per repeat), medians; busy-loop keeper: %s; run took %s\n", mode, st.Reps, spin, r.Elapsed)
 	fmt.Fprintf(&b, "- peers: ")
-	for i, s := range libs {
+	for i, s := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -388,7 +388,7 @@ func (r *report) liveness(b *strings.Builder) {
 		b.WriteString(" ---: |")
 	}
 	b.WriteString("\n")
-	for _, l := range libs {
+	for _, l := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		var total float64
 		var cells []string
 		seen := false
