@@ -102,3 +102,26 @@ func TestElectionObserveIdle(t *testing.T) {
 	t.Logf("a Proclaim and the observer's read: %d commands", n)
 	require.NoError(t, e.Resign(lctx))
 }
+
+// What a term costs Redis, uncontended: Campaign (the fair lock's acquire,
+// the record) and Resign (the record, the release). The counts include the
+// commands inside the scripts.
+func TestElectionCommandsPerTerm(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	c := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(testPrefix(t)))
+	ctx := ctxT(t)
+	e := c.NewElection("cost")
+	lctx, err := e.Campaign(ctx, "warm") // scripts loaded, keys made
+	require.NoError(t, err)
+	require.NoError(t, e.Resign(lctx))
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	lctx, err = e.Campaign(ctx, "v")
+	require.NoError(t, err)
+	campaign, info := commandCalls(t, ctx, rc)
+	require.NoError(t, e.Resign(lctx))
+	total, info2 := commandCalls(t, ctx, rc)
+	t.Logf("Campaign %d commands, Resign %d", campaign, total-campaign)
+	require.LessOrEqual(t, campaign, 20, "Campaign (14 on 2026-11-25: 2 scripts)\n%s", info)
+	require.LessOrEqual(t, total-campaign, 20, "Resign (13 on 2026-11-25: 2 scripts)\n%s", info2)
+}

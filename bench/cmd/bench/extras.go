@@ -151,9 +151,19 @@ func runPrim(e *env, p prim, key string, d time.Duration) (sample, error) {
 	}
 	attempts.Store(0)
 	observed.Store(0)
+	rcpu0, err := redisCPU(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := cpuTime()
 	rt0 := rt.Load()
 	res := work(handles, time.Now().Add(d))
 	res.RT = rt.Load() - rt0
+	cpu := cpuTime() - cpu0
+	rcpu1, err := redisCPU(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
 	st, err := commandStats(ctx, e.ctl)
 	if err != nil {
 		return nil, err
@@ -169,6 +179,10 @@ func runPrim(e *env, p prim, key string, d time.Duration) (sample, error) {
 		s["evalsha_acq"] = float64(st["evalsha"]+st["eval"]) / n
 		s["publish_acq"] = float64(st["publish"]+st["spublish"]) / n
 		s["subscribe_acq"] = float64(st["subscribe"]+st["ssubscribe"]) / n
+		// What an acquisition costs the two CPUs that carry both sides:
+		// this process's and Redis's CPU time per acquisition.
+		s["client_cpu_us_acq"] = us(cpu) / n
+		s["redis_cpu_us_acq"] = (rcpu1 - rcpu0) * 1e6 / n
 	}
 	return s, nil
 }

@@ -253,23 +253,31 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 	if want("primitives") && (len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync")) {
 		fmt.Fprintln(os.Stderr, "primitives")
 		for r := range st.Reps {
-			// Rotated per repeat like the scenarios above; each repeat's
-			// throughput is divided by the reference's of the same repeat.
-			got := make([]sample, len(prims))
-			for i := range prims {
-				j := (i + r) % len(prims)
-				s, err := runPrim(e, prims[j], e.key("prim", prims[j].name, r), st.Contended)
-				if err != nil {
-					return fmt.Errorf("%s: %w", prims[j].name, err)
+			// Each primitive runs right beside a run of the reference (in
+			// alternating order) and its throughput is divided by that
+			// run's: on a shared machine the load drifts over seconds, and
+			// a ratio of runs far apart would measure the drift.
+			for i := range prims[1:] {
+				p := prims[1+(i+r)%(len(prims)-1)]
+				pair := []prim{prims[0], p} // prims[0] is refPrim
+				if (i+r)%2 == 1 {
+					pair[0], pair[1] = p, prims[0]
 				}
-				got[j] = s
-			}
-			ref := got[0] // prims[0] is refPrim
-			for i, p := range prims {
+				got := map[string]sample{}
+				for _, q := range pair {
+					s, err := runPrim(e, q, e.key("prim", fmt.Sprintf("%s:%d", q.name, i), r), st.Contended)
+					if err != nil {
+						return fmt.Errorf("%s: %w", q.name, err)
+					}
+					got[q.name] = s
+				}
+				ref, s := got[refPrim], got[p.name]
 				if ref["acq_s"] > 0 {
-					got[i]["vs_mutex_h0"] = got[i]["acq_s"] / ref["acq_s"]
+					s["vs_mutex_h0"] = s["acq_s"] / ref["acq_s"]
+					ref["vs_mutex_h0"] = 1
 				}
-				rep.add("primitives", p.name, got[i])
+				rep.add("primitives", refPrim, ref)
+				rep.add("primitives", p.name, s)
 			}
 		}
 	}

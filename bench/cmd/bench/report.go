@@ -292,7 +292,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence)\n", m.Go, m.Redis)
 	fmt.Fprintf(&b, "- mode %s, %d repeats interleaved (lib order rotated per repeat), medians; busy-loop keeper: %s; run took %s\n", mode, st.Reps, spin, r.Elapsed)
 	fmt.Fprintf(&b, "- peers: ")
-	for i, s := range libs {
+	for i, s := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -349,6 +349,7 @@ func (r *report) markdown() string {
 		{head: "acquire scripts/acq", metric: "scripts_acq", format: "%.2f"}, {head: "round trips/acq", metric: "rt_acq", format: "%.2f"},
 		{head: "cmds/acq", metric: "cmds_acq", format: "%.2f"}, {head: "EVALSHA/acq", metric: "evalsha_acq", format: "%.2f"},
 		{head: "PUBLISH/acq", metric: "publish_acq", format: "%.2f"}, {head: "SUBSCRIBE/acq", metric: "subscribe_acq", format: "%.3f"},
+		{head: "client CPU us/acq", metric: "client_cpu_us_acq", format: "%.0f"}, {head: "Redis CPU us/acq", metric: "redis_cpu_us_acq", format: "%.0f"},
 		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
 	r.table(&b, fmt.Sprintf("scale: %d dsync locks held by one process, lease 3s (%v window)", st.ScaleLocks, st.ScaleHold), "scale", []col{
@@ -387,7 +388,7 @@ func (r *report) liveness(b *strings.Builder) {
 		b.WriteString(" ---: |")
 	}
 	b.WriteString("\n")
-	for _, l := range libs {
+	for _, l := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		var total float64
 		var cells []string
 		seen := false

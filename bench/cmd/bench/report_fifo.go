@@ -143,7 +143,7 @@ func (r *report) fifoMarkdown(b *strings.Builder) {
 	b.WriteString("\n### FIFO primitives against issue 12's targets\n\n")
 	if len(rows) > 0 {
 		fmt.Fprintf(b, "16 goroutines of one process on one name, %v per repeat, medians over repeats; "+
-			"acq/s as a ratio to the `%s` row (a dsync Mutex with WithMaxLocalHandoffs(0)) of the same repeat. "+
+			"acq/s as a ratio to a run of `%s` (a dsync Mutex with WithMaxLocalHandoffs(0)) right beside it, in alternating order (median of the per-pair ratios; the `%[2]s` row: medians over all its runs). "+
 			"Acquire scripts: the observer's AcquireDone.Attempts. Round trips: counted in the client "+
 			"(each command or pipeline sent and awaited, SUBSCRIBE on the pub/sub connection included; a grant pushed by PUBLISH is none). "+
 			"Redis commands: INFO commandstats after CONFIG RESETSTAT, commands run by scripts included, the bench's INFO and CONFIG excluded. "+
