@@ -80,6 +80,18 @@
 // and asks whether waiters of other processes are subscribed to the lock's
 // channel; if so the lock is released to them instead.
 //
+// The FIFO locks (FairMutex, RWMutex, Semaphore) are granted by the
+// release: the script that frees the lock makes the head of the queue
+// its holder (for a Semaphore, every waiter at the head whose permits fit;
+// after an RWMutex write release, every reader that waited) and tells each
+// grantee on a channel its Client subscribes once for the lock. A waiter
+// thus sends one script (the one that queues it) and receives its grant; a
+// lost message is found by its next look, at once when the subscription
+// broke. The grantee's lease is counted from the send time of its last
+// attempt, which Redis processed before the grant, so it ends no later
+// than Redis's. A wait that ends after its grant releases what it was
+// granted.
+//
 // # Keys
 //
 // Every key and channel of one lock is "<prefix>:{<name>}:<kind>..." with

@@ -81,6 +81,9 @@ func electionLockName(name string) string {
 // longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
 // The options are those of the lock a leader holds: WithLeaseTime gives
 // every term a fixed lease (no watchdog: the term ends when it runs out).
+// The election's keys are those of the FairMutex called "\x00election:"
+// followed by name (a hash for names within 11 bytes of MaxNameLen), so no
+// FairMutex should be given such a name.
 func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 	ln := electionLockName(name)
 	fm := c.NewFairMutex(ln, opts...)
@@ -114,10 +117,14 @@ func checkValue(v string) error {
 // Campaign waits in line until the owner ctx carries (a fresh one if none)
 // leads the election, or ctx is done, and then proclaims value. It returns
 // the leadership context: a lock context whose FencingToken is the term,
-// cancelled when the leadership ends. A wait ended by ctx returns an error
-// for which errors.Is(err, ctx.Err()) holds, and leaves nothing behind: the
-// candidate leaves the line at once, and a leadership gained just as ctx
-// ended is resigned.
+// cancelled when the leadership ends, with cause ErrLockLost if it was
+// lost. A wait ended by ctx returns an error for which errors.Is(err,
+// ctx.Err()) holds, and leaves nothing behind: the candidate leaves the
+// line at once, and a leadership gained just as ctx ended is resigned.
+//
+// ctx bounds the wait only: the leadership context carries ctx's values,
+// but once Campaign has returned, ctx's end does not cancel it; only the
+// end of the term does (Resign, a lost lease, the Client's Close).
 //
 // Campaign with a context whose owner already leads the election fails with
 // ErrInvalidArgument: use Proclaim to change the value.
@@ -129,7 +136,20 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	lctx, err := e.fm.LockContext(ctx)
+	// ctx bounds the wait, not the term (as in etcd): the lock is taken
+	// under a context with ctx's values (owner, trace) whose cancellation
+	// follows ctx only until the lock is granted, so that the leadership
+	// context is cancelled when the term ends, and only then.
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { cancel(ctx.Err()) })
+	lctx, err := e.fm.LockContext(wctx)
+	if !stop() && ctx.Err() != nil {
+		// ctx ended during the wait: its error, not the stand-in's.
+		if err == nil {
+			_ = e.fm.UnlockContext(lctx)
+		}
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +202,9 @@ func (e *Election) leadership(lctx context.Context) (string, uint64, error) {
 // leadership context Campaign returned (or one derived from it). It returns
 // ErrNotHeld if lctx does not lead the election (any more), and lctx's
 // error if lctx was cancelled by its caller. Proclaiming the current value
-// changes nothing and tells no observer.
+// changes nothing and tells no observer. A Proclaim that failed with its
+// context's error may still have been applied, as any write whose reply
+// never came; observers see it if it was.
 func (e *Election) Proclaim(lctx context.Context, value string) error {
 	if lctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)

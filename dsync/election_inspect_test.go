@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -68,4 +69,59 @@ func TestElectionInspectListForce(t *testing.T) {
 	require.ErrorIs(t, e.Resign(lctx), dsync.ErrNotHeld)
 	require.NoError(t, c2.NewElection("db primary").Resign(lctx2))
 	require.Equal(t, dsync.Leader{}, recv(t, obs, 5*time.Second))
+}
+
+// An observer sends nothing to Redis while nothing changes (here, within
+// the leader's lease), and one read per change.
+func TestElectionObserveIdle(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	prefix := testPrefix(t)
+	a := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix))
+	b := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	obs := b.NewElection("idle").Observe(ctx)
+	require.Equal(t, dsync.Leader{}, recv(t, obs, 5*time.Second))
+	e := a.NewElection("idle")
+	lctx, err := e.Campaign(ctx, "v")
+	require.NoError(t, err)
+	require.Equal(t, "v", recv(t, obs, 5*time.Second).Value)
+
+	// A signal that raced with the read that found "v" may cause one more
+	// read (finding nothing new); then all is quiet.
+	requireNoMore(t, obs, 300*time.Millisecond)
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	requireNoMore(t, obs, 1500*time.Millisecond)
+	n, info := commandCalls(t, ctx, rc)
+	require.Zero(t, n, "commands while nothing changed:\n%s", info)
+
+	require.NoError(t, e.Proclaim(lctx, "w"))
+	require.Equal(t, "w", recv(t, obs, 5*time.Second).Value)
+	n, info = commandCalls(t, ctx, rc)
+	require.NotZero(t, n, "the counter counts:\n%s", info)
+	t.Logf("a Proclaim and the observer's read: %d commands", n)
+	require.NoError(t, e.Resign(lctx))
+}
+
+// What a term costs Redis, uncontended: Campaign (the fair lock's acquire,
+// the record) and Resign (the record, the release). The counts include the
+// commands inside the scripts.
+func TestElectionCommandsPerTerm(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	c := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(testPrefix(t)))
+	ctx := ctxT(t)
+	e := c.NewElection("cost")
+	lctx, err := e.Campaign(ctx, "warm") // scripts loaded, keys made
+	require.NoError(t, err)
+	require.NoError(t, e.Resign(lctx))
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	lctx, err = e.Campaign(ctx, "v")
+	require.NoError(t, err)
+	campaign, info := commandCalls(t, ctx, rc)
+	require.NoError(t, e.Resign(lctx))
+	total, info2 := commandCalls(t, ctx, rc)
+	t.Logf("Campaign %d commands, Resign %d", campaign, total-campaign)
+	require.LessOrEqual(t, campaign, 20, "Campaign (14 on 2026-11-25: 2 scripts)\n%s", info)
+	require.LessOrEqual(t, total-campaign, 20, "Resign (13 on 2026-11-25: 2 scripts)\n%s", info2)
 }

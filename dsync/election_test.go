@@ -107,18 +107,29 @@ func TestElectionCampaignProclaimResign(t *testing.T) {
 	require.ErrorIs(t, err, dsync.ErrNoLeader)
 }
 
-// A leadership context whose parent is cancelled still leads: Proclaim
-// says so (the caller's error), and Resign still ends it.
-func TestElectionCancelledLeadershipContext(t *testing.T) {
+// Campaign's context bounds the wait, not the term: when it ends after
+// Campaign returned, the leadership context lives on. A context derived
+// from the leadership context and cancelled makes Proclaim fail with its
+// error, and Resign still ends the term.
+func TestElectionCampaignContextEnds(t *testing.T) {
 	e := newClient(t).NewElection("cancelled-parent")
-	parent, cancel := context.WithCancel(ctxT(t))
+	parent, cancel := context.WithTimeout(dsync.WithOwner(ctxT(t)), time.Hour)
 	lctx, err := e.Campaign(parent, "v")
 	require.NoError(t, err)
 	cancel()
-	require.ErrorIs(t, e.Proclaim(lctx, "w"), context.Canceled)
-	_, err = e.Leader(ctxT(t))
-	require.NoError(t, err, "the leadership goes on until resigned")
-	require.NoError(t, e.Resign(lctx))
+	require.NoError(t, lctx.Err(), "the term goes on after Campaign's context ended")
+	o1, _ := dsync.OwnerOf(parent)
+	o2, _ := dsync.OwnerOf(lctx)
+	require.Equal(t, o1, o2, "the leadership context carries the context's values")
+	require.NoError(t, e.Proclaim(lctx, "w"))
+	dctx, dcancel := context.WithCancel(lctx)
+	dcancel()
+	require.ErrorIs(t, e.Proclaim(dctx, "x"), context.Canceled)
+	l, err := e.Leader(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, "w", l.Value)
+	require.NoError(t, e.Resign(dctx))
+	require.Error(t, lctx.Err(), "Resign ends the term")
 	_, err = e.Leader(ctxT(t))
 	require.ErrorIs(t, err, dsync.ErrNoLeader)
 }
@@ -133,14 +144,20 @@ func TestElectionLeaseRunsOut(t *testing.T) {
 	ctx := ctxT(t)
 	obs := e.Observe(ctx)
 	require.Equal(t, dsync.Leader{}, recv(t, obs, 5*time.Second), "no leader at first")
+	start := time.Now() // before the term's lease began
 	lctx, err := e.Campaign(ctx, "short")
 	require.NoError(t, err)
 	first := recv(t, obs, 5*time.Second)
 	require.Equal(t, "short", first.Value)
-	start := time.Now()
 	require.Equal(t, dsync.Leader{}, recv(t, obs, 5*time.Second), "the lapsed term is observed")
-	assert.GreaterOrEqual(t, time.Since(start), lease/2)
-	<-lctx.Done()
+	took := time.Since(start)
+	assert.GreaterOrEqual(t, took, lease*9/10, "the loss was reported before the lease ran out")
+	t.Logf("a %v term's loss observed %v after Campaign was called", lease, took)
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lapsed term's context was not cancelled")
+	}
 	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost)
 	_, err = e.Leader(ctx)
 	require.ErrorIs(t, err, dsync.ErrNoLeader, "the observer saw the loss, so Leader does too")

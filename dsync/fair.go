@@ -14,9 +14,12 @@ import (
 // Waiters queue in Redis: a list in arrival order, and for each waiter a
 // place with a lease on the server clock, renewed every lease/3 while it
 // waits (see WithLease). A waiter that dies drops out of the queue within
-// one lease; a waiter whose context ends leaves at once. A release wakes the
-// head of the queue only. Goroutines of one process queue in Redis like any
-// other waiter, so they never overtake earlier arrivals elsewhere.
+// one lease; a waiter whose context ends leaves at once. A release grants
+// the lock to the head of the queue in the same atomic step, and tells that
+// waiter alone, on a channel its Client subscribes once: the waiter sends
+// nothing more to Redis to take the lock. Goroutines of one process queue
+// in Redis like any other waiter, so they never overtake earlier arrivals
+// elsewhere.
 //
 // TryLock and TryLockContext fail while others wait, even when the lock is
 // free: taking it would jump the queue.
@@ -112,7 +115,7 @@ func (f *FairMutex) TryLockContext(ctx context.Context) (context.Context, bool, 
 }
 
 // UnlockContext releases one acquisition by the owner ctx carries, and on
-// the last one wakes the next waiter in the queue. It returns ErrNotHeld if
+// the last one grants the lock to the next waiter in the queue. It returns ErrNotHeld if
 // that owner does not hold f.
 func (f *FairMutex) UnlockContext(ctx context.Context) error { return f.q.unlock(ctx) }
 

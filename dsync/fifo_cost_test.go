@@ -35,6 +35,36 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 				return f.UnlockContext(l)
 			}
 		}},
+		{"RWMutex writers", 1.2, 30, func(c *dsync.Client) func(ctx context.Context) error {
+			rw := c.NewRWMutex("cost")
+			return func(ctx context.Context) error {
+				l, err := rw.LockContext(ctx)
+				if err != nil {
+					return err
+				}
+				return rw.UnlockContext(l)
+			}
+		}},
+		{"RWMutex 90% readers", 1.2, 30, func(c *dsync.Client) func(ctx context.Context) error {
+			rw := c.NewRWMutex("cost")
+			var n atomic.Int64
+			return func(ctx context.Context) error {
+				if n.Add(1)%10 == 0 {
+					l, err := rw.LockContext(ctx)
+					if err != nil {
+						return err
+					}
+					return rw.UnlockContext(l)
+				}
+				l, err := rw.RLockContext(ctx)
+				if err != nil {
+					return err
+				}
+				return rw.RUnlockContext(l)
+			}
+		}},
+		{"Semaphore size 1", 1.2, 30, semCycle(1)},
+		{"Semaphore size 4", 1.2, 30, semCycle(4)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
@@ -85,5 +115,18 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 			assert.LessOrEqual(t, perCmds, tc.commands, "Redis commands per acquisition")
 			assert.LessOrEqual(t, len(chans), 1, "channels subscribed: one per Client and lock")
 		})
+	}
+}
+
+func semCycle(size int64) func(c *dsync.Client) func(ctx context.Context) error {
+	return func(c *dsync.Client) func(ctx context.Context) error {
+		sem := c.NewSemaphore("cost", size)
+		return func(ctx context.Context) error {
+			l, err := sem.Acquire(ctx, 1)
+			if err != nil {
+				return err
+			}
+			return sem.Release(l, 1)
+		}
 	}
 }

@@ -432,7 +432,8 @@ func TestGroupBadInput(t *testing.T) {
 		}
 	}
 	g := dsync.NewGroup[int](c, "g")
-	_, _, err := g.Do(nil, "k", fn) //nolint:staticcheck // the nil context is the point
+	//lint:ignore SA1012 a nil context is the misuse under test
+	_, _, err := g.Do(nil, "k", fn)
 	require.ErrorIs(t, err, dsync.ErrInvalidArgument)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

@@ -28,7 +28,11 @@ const freeMarkerTTL = time.Hour
 // are handed the lock without a round trip (see WithMaxLocalHandoffs); Redis
 // then still names the owner that acquired it there. So a holder that got
 // the lock by such a handoff re-enters and releases it through the same
-// Client only.
+// Client only; and while its Client may hand the lock on that way (it
+// reserved tokens for it, because goroutines of its own were waiting when
+// it acquired), no owner re-enters through another Client: the owner Redis
+// names may already have handed the lock on, and another Client's
+// acquisition with that owner waits like any other.
 //
 // A Mutex is safe for concurrent use. Its zero value is not usable; create
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.

@@ -2,11 +2,8 @@ package dsync
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/dsync/dsync/internal/scripts"
 )
 
 // The Mutex's in-process side: the goroutines of one Client that want the
@@ -271,9 +268,10 @@ const yieldWait = 2 * time.Millisecond
 // lock to the next local waiter, or releases it in Redis and lets the next
 // local waiter compete. Called with st.mu held; unlocks it.
 //
-// Every acquisition in Redis reserves m.block fencing tokens (the value
-// records the last), so the next m.block-1 handoffs inside this Client need
-// no round trip: the new holder takes the next token and the same hold in
+// An acquisition in Redis made while goroutines of this Client wait, and
+// every handoff through Redis, reserves m.block fencing tokens (the value
+// records the last, and is marked " b": see mutex_acquire.lua), so the next
+// m.block-1 handoffs inside this Client need no round trip: the new holder takes the next token and the same hold in
 // Redis. When the block runs out, a handoff script reserves the next one in
 // one round trip, and first asks Redis whether other processes wait (their
 // waiters are subscribed to the lock's channel); if so it releases the lock
@@ -365,50 +363,4 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		err = ErrNotHeld
 	}
 	return wrapErr(KindMutex, m.info.Name, err)
-}
-
-// handoff moves the lock from hold h to owner to in one script and returns
-// the new hold; with check, it yields instead if other processes wait. It
-// returns nil with the reason if it could do neither.
-func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh *hold, yielded bool, err error) {
-	c := m.c
-	lease := m.lease()
-	own := "-1"
-	if check {
-		own = "0"
-		if c.notify.isLive(m.ch()) {
-			own = "1"
-		}
-	}
-	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.c.args.mark, m.blockArg, strconv.FormatUint(h.token, 10)}
-	var vals []int64
-	var sentAt time.Time
-	err = idempotent(ctx, func(ctx context.Context) (err error) {
-		sentAt = time.Now()
-		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
-		return err
-	})
-	if err != nil {
-		return nil, false, wrapErr(KindMutex, m.info.Name, err)
-	}
-	if len(vals) == 1 && vals[0] == 2 {
-		return nil, true, nil
-	}
-	if len(vals) < 2 || vals[0] != 1 {
-		// h was not this owner's alone (lost, or re-entered through another
-		// Client): release our part normally.
-		code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
-		if err == nil && code == 0 {
-			err = ErrNotHeld
-		}
-		return nil, false, wrapErr(KindMutex, m.info.Name, err)
-	}
-	nh = m.newHold(to, uint64(vals[1]))
-	nh.rToken = nh.token + uint64(m.block) - 1
-	if !nh.track(sentAt, lease) {
-		// Closed meanwhile: nobody will renew or release the new hold.
-		_, _ = m.release(ctx, to, nh.rToken, nh.token)
-		return nil, false, ErrClosed
-	}
-	return nh, false, nil
 }

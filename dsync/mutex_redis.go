@@ -120,7 +120,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 	}
 	h = m.newHold(owner, uint64(vals[1]))
 	if vals[0] == 1 {
-		h.rToken = h.token + uint64(m.block) - 1
+		h.rToken = h.token + uint64(a.block) - 1
 	}
 	if !h.track(a.sentAt, m.lease()) {
 		_, _ = m.release(ctx, owner, h.rToken, h.token)
@@ -140,6 +140,7 @@ type mutexAttempt struct {
 	keys, args []string
 	vals       []int64   // the last attempt's reply
 	sentAt     time.Time // when it was sent
+	block      int       // tokens the last attempt reserved
 	// The waiting count is registered at the first failed attempt, then
 	// again when this Client's count changed or lease/6 passed (entries
 	// live a lease; attempts come at least every lease/3).
@@ -154,10 +155,19 @@ type mutexWait struct{ a *mutexAttempt }
 func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a, m := w.a, w.a.m
 	c := m.c
+	// A block of tokens only when goroutines of this Client wait to be
+	// handed the lock (see reserved): with a block the value says so, and
+	// the owner cannot re-enter through another Client (its Client may hand
+	// the lock to another owner without telling Redis).
+	a.st.mu.Lock()
+	waiting := len(a.st.queue)
+	a.st.mu.Unlock()
+	a.block, a.args[2] = 1, "1"
+	if waiting > 0 {
+		a.block, a.args[2] = m.block, m.blockArg
+	}
 	if !a.try {
-		a.st.mu.Lock()
-		n := strconv.Itoa(1 + len(a.st.queue))
-		a.st.mu.Unlock()
+		n := strconv.Itoa(1 + waiting)
 		a.args[5] = ""
 		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
 			a.args[5] = n
@@ -190,7 +200,7 @@ func (w mutexWait) failed(err error) {
 	case errors.Is(err, ErrNotReplicated) && len(a.vals) == 2 && a.vals[0] == 1:
 		// Acquired, not synced: undone by its token before the call
 		// returns, as ErrNotReplicated says.
-		_, _ = m.release(a.ctx, owner, uint64(a.vals[1])+uint64(m.block)-1, uint64(a.vals[1]))
+		_, _ = m.release(a.ctx, owner, uint64(a.vals[1])+uint64(a.block)-1, uint64(a.vals[1]))
 	case a.fresh:
 		// An owner made for this call alone holds nothing else: mark the
 		// attempt undone, then release it. Exact, so it runs in the

@@ -108,25 +108,57 @@ func (n *notifier) listen(ctx context.Context, s *subscription) (*subscription, 
 	if n.sharded {
 		return s, n.awaitSharded(ctx, ch, cs)
 	}
-	if !n.opMu.TryRLock() {
+	// The SUBSCRIBE runs on a goroutine of its own, so that the waiter
+	// returns at once when ctx ends: rueidis may wait out a command in
+	// flight on the dedicated connection (a stalled Redis) whatever the
+	// caller's context.
+	done := make(chan bool, 1)
+	c := n.c
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
 		return s, false
+	}
+	c.loops.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.loops.Done()
+		done <- n.subscribeNow(ch, cs)
+	}()
+	select {
+	case ok := <-done:
+		return s, ok
+	case <-ctx.Done():
+	case <-c.done:
+	}
+	return s, false
+}
+
+// subscribeNow subscribes ch on the dedicated connection, unless the loop
+// is reconnecting or sweeping (then the waiter polls), and reports whether
+// ch is subscribed.
+func (n *notifier) subscribeNow(ch string, cs *channelSubs) bool {
+	if !n.opMu.TryRLock() {
+		return false
 	}
 	defer n.opMu.RUnlock()
 	n.subsMu.RLock()
-	live = cs.live
+	live := cs.live
 	n.subsMu.RUnlock()
 	if live || n.dc == nil {
-		return s, live
+		return live
 	}
+	ctx, cancel := context.WithTimeout(n.c.ctx, 5*time.Second)
+	defer cancel()
 	if err := n.dc.Do(ctx, n.dc.B().Subscribe().Channel(ch).Build()).Error(); err != nil {
-		return s, false
+		return false
 	}
 	n.subsMu.Lock()
 	if n.subs[ch] == cs {
 		cs.live = true
 	}
 	n.subsMu.Unlock()
-	return s, true
+	return true
 }
 
 // isLive reports whether this Client is subscribed to ch right now.

@@ -39,7 +39,8 @@ var errNodeTimeout = errors.New("dsync: RedLock node timeout")
 // Otherwise it releases every node, leaving no partial hold, and (for
 // LockContext) tries again after a short random delay. Each node's hold is
 // renewed by its Client's watchdog; when so many are lost that no majority
-// remains, the lock context is cancelled with ErrLockLost.
+// remains, the lock context is cancelled with ErrLockLost (ErrClosed when
+// those nodes went with their Clients' Close).
 //
 // A RedLock gives no fencing token: each node counts tokens of its own, and
 // no counter is shared that could order holders across nodes. Its safety
@@ -239,122 +240,6 @@ func (rl *RedLock) round(ctx context.Context, owner string) (context.Context, bo
 
 // KindRedLock names RedLock in events and errors.
 const KindRedLock Kind = "redlock"
-
-// keep records rh and returns its lock context, which a loss of so many
-// nodes that no majority remains cancels with ErrLockLost.
-func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.Context {
-	lctx, cancel := context.WithCancelCause(withOwnerVal(ctx, ownerVal{id: owner}))
-	rh.cancel = cancel
-	var mu sync.Mutex
-	alive := 0
-	for _, mctx := range rh.ctxs {
-		if mctx != nil {
-			alive++
-		}
-	}
-	for _, mctx := range rh.ctxs {
-		if mctx == nil {
-			continue
-		}
-		rh.stops = append(rh.stops, context.AfterFunc(mctx, func() {
-			cause := context.Cause(mctx)
-			if !errors.Is(cause, ErrLockLost) && !errors.Is(cause, ErrClosed) {
-				return
-			}
-			mu.Lock()
-			alive--
-			lost := alive < rl.quorum
-			mu.Unlock()
-			if lost {
-				cancel(ErrLockLost)
-			}
-		}))
-	}
-	rl.mu.Lock()
-	rl.held[owner] = append(rl.held[owner], rh)
-	rl.mu.Unlock()
-	return lctx
-}
-
-// release releases rh on every node, in parallel. A node that failed with
-// an error is asked too, since its acquisition may have run with the reply
-// lost.
-func (rl *RedLock) release(ctx context.Context, owner string, rh *redHold, errs []error) error {
-	for _, s := range rh.stops {
-		s()
-	}
-	octx := withOwnerVal(ctx, ownerVal{id: owner})
-	out := make([]error, len(rl.nodes))
-	for i := range out {
-		out[i] = errNodeTimeout
-	}
-	var omu sync.Mutex
-	var wg sync.WaitGroup
-	for i, m := range rl.nodes {
-		uctx := rh.ctxs[i]
-		if uctx == nil {
-			if errs == nil || errs[i] == nil {
-				continue
-			}
-			uctx = octx
-		}
-		if errs != nil && errors.Is(errs[i], errNodeTimeout) {
-			// Stalled: undo in the background, bounded by the Mutex's
-			// cleanup timeout; waiting would only delay the failure.
-			go func() { _ = m.UnlockContext(uctx) }()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := m.UnlockContext(uctx)
-			omu.Lock()
-			out[i] = err
-			omu.Unlock()
-		}()
-	}
-	// A stalled node must not hold the release up either: wait at most the
-	// node timeout; the stragglers' releases finish on their own (each is
-	// bounded by its Mutex's cleanup timeout).
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(rl.timeo)
-	select {
-	case <-done:
-	case <-t.C:
-	}
-	t.Stop()
-	omu.Lock()
-	out = append([]error(nil), out...)
-	omu.Unlock()
-	for _, cancel := range rh.cancels {
-		if cancel != nil {
-			cancel(errReleased)
-		}
-	}
-	if errs != nil {
-		return nil // undoing a failed round: nothing to report
-	}
-	held := 0
-	var failed []error
-	for i, err := range out {
-		if rh.ctxs[i] == nil {
-			continue
-		}
-		if err == nil {
-			held++
-		} else {
-			failed = append(failed, err)
-		}
-	}
-	if held >= rl.quorum {
-		return nil
-	}
-	return errors.Join(append([]error{ErrNotHeld}, failed...)...)
-}
 
 // UnlockContext releases the innermost acquisition by the owner ctx carries
 // on every node. It returns nil if a majority released it, and an error

@@ -17,10 +17,12 @@ import (
 //   - Waiting writers are served in arrival order, and once a writer waits,
 //     new readers wait behind it (as with sync.RWMutex, whose RLock blocks
 //     while a writer waits).
-//   - When a writer releases, the readers that were waiting are admitted
-//     before any later writer (as sync.RWMutex's Unlock admits the readers
-//     blocked behind it); the next writer goes when they have left.
-//     Readers that arrive after that release wait for the next one.
+//   - When a writer releases, the readers that were waiting are granted
+//     their read locks before any later writer (as sync.RWMutex's Unlock
+//     admits the readers blocked behind it); the next writer is granted the
+//     lock when they have left. Readers that arrive after that release
+//     wait for the next one. A grant is made by the release itself and
+//     told to each grantee on a channel its Client subscribes once.
 //   - The only reader may take the write lock (an upgrade) ahead of queued
 //     writers, which could not get in before it leaves anyway; with other
 //     readers, the upgrade waits until it is the only reader left, and is
@@ -57,8 +59,10 @@ type RWMutex struct {
 func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 	key := c.lockKey("rw", name)
 	keys := []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"}
-	rch := key + ":r"  // every waiting reader
-	wch := key + ":w:" // + owner: each waiting writer on its own channel
+	// Every wait of this Client, read or write, is told of its grant on
+	// one channel (see rw_lib.lua), subscribed while the Client waits.
+	wch := key + ":w:"
+	ch := wch + c.id[:16]
 	lc := newLockConfig(opts)
 	rw := &RWMutex{}
 	mk := func(mode string) qlock {
@@ -68,14 +72,13 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			err:  checkName(name),
 			lc:   lc,
 			// Both wait in Redis: writers in the queue, readers as
-			// registered waiters to be admitted (phase-fair), so both
-			// leave at once when their wait ends.
+			// registered waiters granted at the next write release
+			// (phase-fair), so both leave at once when their wait ends.
 			queues: true,
-			leave: func(ctx context.Context, owner, _ string) error {
-				return c.lua(scripts.RWLeave).Exec(ctx, c.rc, keys, []string{mode, owner, wch, rch}).Error()
-			},
+			grants: true,
+			ch:     func(string) string { return ch },
 			release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-				args := []string{mode, owner, strconv.FormatUint(token, 10), rch, wch}
+				args := []string{mode, owner, strconv.FormatUint(token, 10), "", wch}
 				return scripts.RWRelease, rueidis.LuaExec{Keys: keys, Args: args}
 			},
 			renew: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
@@ -84,8 +87,12 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			},
 		}
 		lease := q.lease()
-		q.step = func(ctx context.Context, owner, _ string, try bool, marker string, check bool) ([]int64, error) {
-			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch}
+		q.leave = func(ctx context.Context, owner, wid string) error {
+			m := owner + " " + wid + " " + leaseMS(lease) // as rw_acquire.lua queues it
+			return c.lua(scripts.RWLeave).Exec(ctx, c.rc, keys, []string{mode, m, wch}).Error()
+		}
+		q.step = func(ctx context.Context, owner, wid string, try bool, marker string, check bool) ([]int64, error) {
+			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch, wid}
 			if check {
 				args = append(args, "check")
 			}
@@ -96,11 +103,9 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 			// One write hold per owner and Client; "\x00" keeps these slot
 			// keys apart from every real key.
 			q.slot = func(string) stateKey { return stateKey{key: key, slot: "w"} }
-			q.ch = func(owner string) string { return wch + owner }
 			q.rwWrite = key
 		} else {
 			q.slot = func(owner string) stateKey { return stateKey{key: key, slot: "r", owner: owner} }
-			q.ch = func(string) string { return rch }
 			q.rwRead = key
 		}
 		return q

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
-	"github.com/redis/rueidis"
 )
 
 // A Semaphore is a weighted semaphore shared by every Client, in any
@@ -28,8 +27,10 @@ import (
 //
 // Waiters are served first come, first served across all processes: a
 // request for many permits at the head of the queue is not overtaken by
-// later small ones. A waiter keeps its place under a lease as well, so a
-// dead waiter does not block the queue for longer than one lease.
+// later small ones. A release grants the permits to the waiters that now
+// fit and tells each on a channel its Client subscribes once. A waiter
+// keeps its place under a lease as well, so a dead waiter does not block
+// the queue for longer than one lease.
 //
 // The size is stored in Redis with the semaphore: using a name with another
 // size than the one in Redis fails with ErrInvalidArgument until the
@@ -43,7 +44,7 @@ type Semaphore struct {
 	name  string
 	size  int64
 	keys  []string // see sem_common.lua
-	chPfx string   // a waiter's wakeup channel is chPfx + waiter id
+	chPfx string   // a Client's waiters are told of grants on chPfx + client id
 	err   error    // a bad name or size, returned by every call
 	lc    lockConfig
 }
@@ -72,7 +73,7 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 // n <= 0 or n above the size fails at once with ErrInvalidArgument. A wait
 // ended by ctx returns an error for which errors.Is(err, ctx.Err()) holds,
 // and leaves the semaphore unchanged: the waiter's queue place is removed
-// at once, and the waiters behind it that now fit are woken.
+// at once, and the waiters behind it that now fit are granted their permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, error) {
 	lctx, _, err := s.acquire(ctx, n, false)
 	return lctx, err
@@ -86,8 +87,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, b
 }
 
 // Release releases n permits of the owner ctx carries (the lock context of
-// an Acquire, or any context with the same owner) and wakes the waiters
-// that now fit, in queue order. If the owner holds fewer than n permits it
+// an Acquire, or any context with the same owner) and grants their permits
+// to the waiters that now fit, in queue order, in the same atomic step. If the owner holds fewer than n permits it
 // returns ErrNotHeld and changes nothing. The release runs even if ctx is
 // already cancelled, since a lock context is cancelled when lost.
 //
@@ -242,160 +243,3 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 	ob.done(h, false, attempts, err)
 	return lctx, h != nil, wrapErr(KindSemaphore, s.name, err)
 }
-
-// acquireRedis runs the acquire script in the wait loop (waitLoop) until
-// the permits are held, ctx is done or Redis fails. The waiter is woken on
-// its own channel (published only when its turn has come); the fallback is
-// the earliest holder's lease end or lease/3, in case the message was lost;
-// each attempt also renews the waiter's queue place.
-func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
-	c := s.c
-	lease := s.lease()
-	a := semAttempt{s: s, ctx: ctx, n: n, waiter: newID()}
-	mode := "wait"
-	if try {
-		mode = "try"
-	}
-	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
-		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease)}
-	attempts, err := waitLoop(c, ctx, s.chPfx+a.waiter, "", try, semWait{&a})
-	if err != nil || a.vals[0] != 1 {
-		return nil, attempts, err
-	}
-	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
-	if !h.track(a.sentAt, lease) {
-		s.undo(ctx, a.waiter)
-		h.end(ErrClosed, false)
-		return nil, attempts, ErrClosed
-	}
-	return h, attempts, nil
-}
-
-// semAttempt is the state of one Semaphore acquisition in Redis.
-type semAttempt struct {
-	s      *Semaphore
-	ctx    context.Context
-	n      int64
-	waiter string // names this acquisition in the queue and in its grant
-	args   []string
-	vals   []int64
-	sentAt time.Time
-}
-
-// semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
-// takes back a queue place and the permits of a grant whose reply was
-// lost, under a context that outlives ctx.
-type semWait struct{ a *semAttempt }
-
-func (w semWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
-	a, s := w.a, w.a.s
-	a.sentAt = time.Now()
-	vals, err := s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, a.args)
-	a.vals = vals
-	if err == nil && len(vals) != 2 {
-		err = errors.New("dsync: unexpected reply from the acquire script")
-	}
-	if err != nil {
-		return true, 0, err
-	}
-	switch vals[0] {
-	case -1:
-		return true, 0, s.sizeMismatch(vals[1])
-	case 1:
-		return true, 0, nil
-	}
-	return false, time.Duration(max(vals[1], 1)) * time.Millisecond, nil
-}
-
-// failed undoes the acquisition whatever the error (a lost reply may hide
-// a grant), unless the script refused it for its size: before the call
-// returns for a grant replicas did not acknowledge (as ErrNotReplicated
-// says), else in the background, so the call returns by its deadline.
-func (w semWait) failed(err error) {
-	a := w.a
-	switch {
-	case len(a.vals) == 2 && a.vals[0] == -1:
-	case errors.Is(err, ErrNotReplicated):
-		a.s.undo(a.ctx, a.waiter)
-	default:
-		a.s.undoLater(a.waiter)
-	}
-}
-
-func (w semWait) waiting() {
-	a := w.a
-	a.s.c.blocked(a.ctx, Lock{Kind: KindSemaphore, Name: a.s.name, N: a.n}, a.s.keys[0])
-}
-
-func (w semWait) gaveUp() { w.a.s.undoLater(w.a.waiter) }
-
-// newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
-// Redis, with a lease of its own that only its renewal extends.
-func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
-	c := s.c
-	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
-	h := c.newHold(&sh.lock, owner, token)
-	h.key = s.keys[0]
-	h.watchdog = s.lc.leaseTime == 0
-	h.ops = sh
-	c.mu.Lock()
-	s.setHolds(owner, append(c.semHolds[s.keys[0]][owner], h))
-	c.mu.Unlock()
-	return h
-}
-
-// semHold is the holdOps of one Semaphore acquisition: its member
-// "<owner> <token> <waiter>" and its permits.
-type semHold struct {
-	s      *Semaphore
-	member string
-	lock   Lock // N: its permits
-}
-
-func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false }
-
-func (sh *semHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
-	s := sh.s
-	return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: []string{sh.member, leaseMS(s.c.cfg.lease), s.chPfx}}
-}
-
-func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	s := sh.s
-	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.lock.N), strconv.FormatUint(h.token, 10))}
-}
-
-// ended forgets the hold however it ends (release, loss, Client.Close).
-func (sh *semHold) ended(h *hold, _ bool) { sh.s.forget(h) }
-
-// undo takes back the Acquire call of waiter (sem_undo.lua), under a
-// context that outlives ctx: a wait ended by its context, or a grant whose
-// reply was lost or not synced, leaves nothing behind.
-func (s *Semaphore) undo(ctx context.Context, waiter string) {
-	_ = idempotent(ctx, func(ctx context.Context) error {
-		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
-	})
-}
-
-// undoLater runs undo at once within a budget, then, if that did not
-// finish, in the background: exact (by waiter), so it can.
-func (s *Semaphore) undoLater(waiter string) {
-	s.c.cleanupNow(func(ctx context.Context) error {
-		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
-	}, nil)
-}
-
-// sizeMismatch is the error of a call through s when Redis stores another
-// size for the semaphore.
-func (s *Semaphore) sizeMismatch(stored int64) error {
-	return fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d",
-		ErrInvalidArgument, shortName(s.name), stored, s.size)
-}
-
-// releaseArgs are the release script's arguments for n permits of owner.
-// The size is checked as the acquire checks it: a Semaphore opened with
-// another size must not release permits counted against the stored one.
-func (s *Semaphore) releaseArgs(owner string, n int64) []string {
-	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10)}
-}
-
-func (semWait) granted(uint64) bool { return false } // no grants: it looks again

@@ -123,9 +123,20 @@ func (c *child) wait(t testing.TB, d time.Duration) {
 
 func runChild(role string) int {
 	lease, _ := time.ParseDuration(os.Getenv("FAULTS_LEASE"))
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{os.Getenv("FAULTS_ADDR")}, DisableCache: true})
+	// A child may start while a fault strikes (the soak replaces a killed
+	// child whatever the network and the server are doing): rueidis fails
+	// when its first connection does, so try again for a while.
+	var rc rueidis.Client
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{os.Getenv("FAULTS_ADDR")}, DisableCache: true})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "child: connecting:", err)
 		return 2
 	}
 	defer rc.Close()

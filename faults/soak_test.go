@@ -219,7 +219,11 @@ func TestFaultSoak(t *testing.T) {
 			kr.run.wipes = append(kr.run.wipes, w)
 		}
 	}
-	faults := map[string]func(){
+	// Children that exited on their own (a child that cannot reach Redis
+	// for 20 s gives up): replaced, and counted.
+	var exited atomic.Int32
+	var faults map[string]func()
+	faults = map[string]func(){
 		"latency 100ms":   func() { defer px.latency(t, 50*time.Millisecond)(); time.Sleep(time.Second) },
 		"blackhole 400ms": func() { defer px.blackhole(t)(); time.Sleep(400 * time.Millisecond) },
 		"resets 50ms":     func() { defer px.reset(t)(); time.Sleep(50 * time.Millisecond) },
@@ -258,10 +262,15 @@ func TestFaultSoak(t *testing.T) {
 			mutexRun.run.killed[slot] = true
 			mutexRun.run.mu.Unlock()
 			at := now()
-			c.signal(t, syscall.SIGKILL)
-			mutexRun.run.mu.Lock()
-			mutexRun.run.kills = append(mutexRun.run.kills, fault{slot: slot, at: at})
-			mutexRun.run.mu.Unlock()
+			if c.cmd.Process.Signal(syscall.SIGKILL) != nil {
+				exited.Add(1) // it had exited on its own: no kill to record
+				at = 0
+			}
+			if at != 0 {
+				mutexRun.run.mu.Lock()
+				mutexRun.run.kills = append(mutexRun.run.kills, fault{slot: slot, at: at})
+				mutexRun.run.mu.Unlock()
+			}
 			mutexRun.store.forget(10 + slot)
 			if time.Until(until) > 2*time.Second {
 				startProc()
@@ -271,7 +280,12 @@ func TestFaultSoak(t *testing.T) {
 			children.Lock()
 			c := children.cur
 			children.Unlock()
-			c.signal(t, syscall.SIGSTOP)
+			if c.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+				// It exited on its own (see exited): kill it properly
+				// and start another.
+				faults["SIGKILL process"]()
+				return
+			}
 			time.Sleep(300 * time.Millisecond)
 			c.signal(t, syscall.SIGCONT)
 		},
@@ -312,7 +326,7 @@ func TestFaultSoak(t *testing.T) {
 	for _, n := range fnames {
 		inj = append(inj, fmt.Sprintf("%s x%d", n, injected[n]))
 	}
-	t.Logf("(i) soak %v, faults: %s", dur, strings.Join(inj, ", "))
+	t.Logf("(i) soak %v, faults: %s; children that exited on their own: %d", dur, strings.Join(inj, ", "), exited.Load())
 	for _, kr := range runs {
 		slices.SortStableFunc(kr.ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
 		fig := checkChaos(t, kr.kind, kr.ev, kr.run, end)
@@ -380,7 +394,7 @@ func TestFaultSoak(t *testing.T) {
 		t.Errorf("Redis connections %d, baseline %d", after.conns, base.conns)
 	}
 	addRow(reportRow{Scenario: "i soak, every fault class", Primitive: "all, Clients open", Size: fmt.Sprintf("8 primitives x %v", dur),
-		Faults: fmt.Sprintf("%d faults of %d kinds", total, len(injected)), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
+		Faults: fmt.Sprintf("%d faults of %d kinds; %d children exited on their own", total, len(injected), exited.Load()), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
 		Check: fmt.Sprintf("back to baseline %v after: goroutines %d (baseline %d, +%d allowed), heap %d KiB (baseline %d KiB, bound %d KiB), Redis connections %d (baseline %d)",
 			backIn.Round(100*time.Millisecond), after.goroutines, base.goroutines, goroutineSlack, after.heap>>10, base.heap>>10, heapBound(base.heap)>>10, after.conns, base.conns),
 		Command: "make soak (30 min); CI: cd faults && GOWORK=off go test -race -count=1 -run TestFaultSoak ."})

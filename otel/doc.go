@@ -34,6 +34,11 @@
 // error.type and exception.message) and for
 // its loss ("dsync.lock.lost", which also sets an error status).
 //
+// An Election's campaign is an acquisition and its term a hold of kind
+// "election": "dsync.election.acquire" runs while the candidate waits in
+// line, and "dsync.election.hold" from the start of the term until it is
+// resigned or lost (with dsync.lock.fencing_token, the term).
+//
 // # Who blocked whom
 //
 // An acquisition that had to wait links its acquire span to the hold span

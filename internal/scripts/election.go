@@ -1,29 +1,12 @@
 package scripts
 
-import _ "embed"
-
-var (
-	//go:embed election_lib.lua
-	electionLibSrc string
-	//go:embed election_begin.lua
-	electionBeginSrc string
-	//go:embed election_proclaim.lua
-	electionProclaimSrc string
-	//go:embed election_resign.lua
-	electionResignSrc string
-	//go:embed election_touch.lua
-	electionTouchSrc string
-	//go:embed election_read.lua
-	electionReadSrc string
-)
-
 // The Election's scripts, on its lock (a fair mutex, whose own scripts
-// queue, grant, renew and release it) and its leader record. The shared
-// prelude is prepended before hashing.
+// queue, grant, renew and release it) and its leader record; each body
+// names its preludes (election_lib.lua, lib.lua) on its first line.
 var (
-	ElectionBegin    = newScript(electionLibSrc + electionBeginSrc)
-	ElectionProclaim = newScript(electionLibSrc + electionProclaimSrc)
-	ElectionResign   = newScript(electionLibSrc + electionResignSrc)
-	ElectionTouch    = newScript(electionLibSrc + electionTouchSrc)
-	ElectionRead     = newScript(electionLibSrc + electionReadSrc)
+	ElectionBegin    = script("election_begin.lua")
+	ElectionProclaim = script("election_proclaim.lua")
+	ElectionResign   = script("election_resign.lua")
+	ElectionTouch    = script("election_touch.lua")
+	ElectionRead     = script("election_read.lua")
 )

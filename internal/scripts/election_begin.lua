@@ -1,3 +1,4 @@
+-- uses: lib election_lib
 -- Begin a term: the caller has just acquired the election's lock.
 --
 -- KEYS[1] lock, KEYS[2] record list

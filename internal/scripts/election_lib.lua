@@ -1,4 +1,5 @@
--- Shared prelude of the election scripts (prepended to each in Go).
+-- uses: lib
+-- The prelude of the election scripts (see lib.lua).
 --
 -- An election queues its candidates on a fair mutex (its lock value is
 -- "<owner> <token> <count>", or the free marker "- <token> 0"); the leader
@@ -12,16 +13,6 @@
 -- order while it keeps up, and a slow one catches up on the current state.
 
 local maxLog = 32
-
-local function server_now()
-  local t = redis.call('time')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
-end
-
-local function fmt(n)
-  return string.format('%.0f', n)
-end
 
 -- holder returns the owner and token (as text) of the lock, or nil when it
 -- is free.
@@ -52,7 +43,7 @@ end
 
 -- append records a change after version prev and returns its version.
 local function append(log, prev, term, since, owner, value, us)
-  local ver = math.max(prev + 1, us)
+  local ver = next_token(prev, us) -- versions grow as tokens do
   redis.call('rpush', log, fmt(ver) .. ' ' .. term .. ' ' .. since .. ' ' .. #owner .. ' ' .. owner .. value)
   redis.call('ltrim', log, -maxLog, -1)
   return ver

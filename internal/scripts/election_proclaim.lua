@@ -1,3 +1,4 @@
+-- uses: lib election_lib
 -- Proclaim a new value in the current term.
 --
 -- KEYS[1] lock, KEYS[2] record list

@@ -1,3 +1,4 @@
+-- uses: lib election_lib
 -- Read an election: its lock and the changes after a version.
 --
 -- KEYS[1] lock, KEYS[2] record list

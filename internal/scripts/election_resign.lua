@@ -1,3 +1,4 @@
+-- uses: lib election_lib
 -- End a term, before its lock is released: record "no leader".
 --
 -- KEYS[1] lock, KEYS[2] record list

@@ -1,3 +1,4 @@
+-- uses: lib election_lib
 -- Keep the record of a live term: its lifetime follows the lock's lease,
 -- which the watchdog renews (the lock's renewal does not know the record).
 --

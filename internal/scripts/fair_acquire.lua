@@ -1,3 +1,4 @@
+-- uses: lib fair_lib
 -- Acquire, re-enter or queue for the fair mutex.
 --
 -- The lock is a string "<owner> <token> <count>" as for the mutex, with
@@ -52,7 +53,7 @@ else
       redis.call('zrem', KEYS[3], m)
     end
     -- Fencing token as for the mutex: past the last one and the clock in µs.
-    local tok = math.max(last + 1, us)
+    local tok = next_token(last, us)
     redis.call('set', KEYS[1], owner .. ' ' .. fmt(tok) .. ' 1', 'px', ARGV[2])
     return granted(KEYS[4], ARGV[2], {1, tok})
   end

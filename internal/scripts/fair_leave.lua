@@ -1,3 +1,4 @@
+-- uses: lib fair_lib
 -- End a wait for the fair mutex that did not get the lock: take the wait's
 -- member out of the queue at once, so the waiters behind it do not wait
 -- for its place to lapse; if a release granted it the lock meanwhile (the

@@ -1,3 +1,4 @@
+-- uses: lib fair_lib
 -- Release one hold of the fair mutex; the last count grants the lock to the
 -- head of the queue (fair_lib.lua).
 --

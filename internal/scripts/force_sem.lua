@@ -1,10 +1,11 @@
+-- uses: lib sem_common
 -- Release every permit of a semaphore, whoever holds them: the operator's
 -- "dsync unlock --force". Each holder finds its acquisition gone at its next
 -- renewal; the waiters that now fit are woken, in queue order.
 --
 -- KEYS as in sem_common.lua; ARGV[1] waiter channel prefix
 -- Reply: the owners whose permits were released, once per acquisition.
-local now = now_ms()
+local now, now_us = server_now()
 local released = {}
 local all = redis.call('hgetall', KEYS[3])
 for i = 1, #all, 2 do
@@ -12,7 +13,7 @@ for i = 1, #all, 2 do
 end
 redis.call('del', KEYS[2], KEYS[3])
 if #released > 0 then
-  wake(ARGV[1])
-  touch(now, true)
+  local upto = grant(ARGV[1], now, now_us)
+  touch(now, {}, upto, true)
 end
 return released

@@ -1,3 +1,4 @@
+-- uses: lib
 -- Release a mutex or fair mutex whoever holds it: the operator's
 -- "dsync unlock --force". The value becomes the free marker with the same
 -- token, so fencing tokens keep growing; the holder finds its hold gone at
@@ -23,8 +24,7 @@ if KEYS[2] and ARGV[3] ~= '' then
   -- Wake the first waiter whose place is live to look again: a member
   -- "<owner> <client id>.<n> <lease>" is woken by "<n>" on its Client's
   -- channel (fair_lib.lua).
-  local now = redis.call('time')
-  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local now = server_now()
   for _, w in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
     local s = redis.call('zscore', KEYS[3], w)
     if s and tonumber(s) > now then

@@ -22,7 +22,7 @@ var (
 var (
 	GroupBegin  = newScript(groupLibSrc + groupBeginSrc)
 	GroupEnd    = newScript(groupLibSrc + groupEndSrc)
-	GroupUndo   = newScript(groupLibSrc + groupLeaveSrc + onceUndoSrc)
+	GroupUndo   = script("group_lib.lua", "group_leave.lua", "once_undo.lua")
 	GroupLeave  = newScript(groupLibSrc + groupLeaveSrc + "return 0\n")
 	GroupForget = newScript(groupForgetSrc)
 )

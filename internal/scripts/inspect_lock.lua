@@ -1,3 +1,4 @@
+-- uses: lib
 -- Read a mutex or fair mutex in one atomic step, for Client.Inspect.
 --
 -- KEYS[1] lock key ("<owner> <token> <count>", or "- <token> 0" when free);
@@ -12,8 +13,7 @@ local out = {redis.call('get', KEYS[1]) or '', redis.call('pttl', KEYS[1])}
 if not KEYS[2] then
   return out
 end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now()
 local max = tonumber(ARGV[1])
 if ARGV[2] == 'queue' then
   for _, w in ipairs(redis.call('lrange', KEYS[2], 0, max - 1)) do

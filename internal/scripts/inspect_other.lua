@@ -1,3 +1,4 @@
+-- uses: lib
 -- Read an RWMutex, Semaphore, Once or WaitGroup in one atomic step, for
 -- Client.Inspect. It only reads: lapsed holders and waiters are skipped,
 -- not pruned.
@@ -13,10 +14,8 @@
 -- Reply (strings): {found, last token, mode, size, free, done, counter,
 -- holders, then per holder owner, count, token, lease ms, permits, then per
 -- waiter owner, place ms, permits wanted}. Unknown numbers are "-1".
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now()
 local layout, maxw = ARGV[1], tonumber(ARGV[2])
-local function fmt(n) return string.format('%.0f', tonumber(n)) end
 local found, tok, mode, size, free, done, counter = 0, '0', '', '-1', '-1', '-1', '-1'
 local holders, waiters = {}, {}
 local function holder(o, c, tk, left, n)
@@ -29,7 +28,8 @@ end
 local function queue(q, z, want)
   for _, w in ipairs(redis.call('lrange', q, 0, maxw - 1)) do
     local s = redis.call('zscore', z, w)
-    if s and tonumber(s) > now then waiter(w, tonumber(s) - now, want) end
+    -- A member is "<owner> <wid> <lease>" (fair_lib.lua).
+    if s and tonumber(s) > now then waiter(string.match(w, '^%S+'), tonumber(s) - now, want) end
   end
 end
 
@@ -45,7 +45,7 @@ if layout == 'rw' then
   local rs = redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf', 'withscores')
   for i = 1, #rs, 2 do
     local v = redis.call('hget', KEYS[1], 'r:' .. rs[i]) or '1 0'
-    local c, tk = string.match(v, '^(%d+) (%d+)$')
+    local c, tk = string.match(v, '^(%d+) (%d+)')
     holder(rs[i], c or 1, tk or 0, tonumber(rs[i + 1]) - now, 1)
     if mode == '' then mode = 'read' end
   end
@@ -66,9 +66,10 @@ elseif layout == 'sem' then
   size = fmt(sz)
   if sz >= 0 then free = fmt(math.max(sz - used, 0)) end
   for _, w in ipairs(redis.call('zrange', KEYS[4], 0, maxw - 1)) do
-    local s = redis.call('zscore', KEYS[6], w)
-    if s and tonumber(s) > now then
-      waiter(w, tonumber(s) - now, redis.call('hget', KEYS[5], w) or '0')
+    -- The record is "<permits> <owner> <lease> <place expiry>".
+    local n, o, _, p = string.match(redis.call('hget', KEYS[5], w) or '', '^(%d+) (%S+) (%d+) (%d+)$')
+    if n and tonumber(p) > now then
+      waiter(o, tonumber(p) - now, n)
     end
   end
 elseif layout == 'once' then

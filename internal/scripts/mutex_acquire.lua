@@ -1,8 +1,13 @@
+-- uses: lib
 -- Acquire or re-enter the reentrant mutex.
 --
--- The lock is one string key "<owner> <token> <count>", with " w" appended
--- once a waiter (of another Client) has found it held: the release then
--- publishes the wakeup, and only then. After a release the key is kept as
+-- The lock is one string key "<owner> <token> <count>", with flags
+-- appended: " b" when the holder's Client reserved a block of tokens (it
+-- may then hand the lock to another owner of its own without telling
+-- Redis, so the owner in the value may no longer hold it: no re-entry
+-- through another Client then), " w" once a waiter (of another Client)
+-- has found it held: the release then publishes the wakeup, and only
+-- then. After a release the key is kept as
 -- a free marker "- <token> 0" for a while, so the next token continues the
 -- sequence even if the server clock steps back.
 --
@@ -28,8 +33,8 @@
 -- registered before removes its entry. The first attempt of an
 -- uncontended acquisition touches nothing but the lock.
 -- Reply: {1, token} acquired (token is the first reserved); {2, token}
--- re-entered (the owner already held it through another Client; the
--- recorded token); {0, pttl} held by another owner.
+-- re-entered (the owner already held it through another Client that
+-- reserved no block; the recorded token); {0, pttl} held by another owner.
 local v, undone
 if KEYS[2] then
   local r = redis.call('mget', KEYS[1], KEYS[2])
@@ -43,7 +48,7 @@ end
 local prev = 0
 if v then
   local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
-  if o == ARGV[1] then
+  if o == ARGV[1] and not string.find(w, 'b', 1, true) then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1) .. w, 'px', ARGV[2])
     if KEYS[2] and ARGV[4] ~= 'check' then
       redis.call('set', KEYS[2], '1', 'px', ARGV[2])
@@ -54,12 +59,11 @@ if v then
     return {2, tonumber(t)}
   end
   if o ~= '-' then
-    if ARGV[5] and w == '' then
+    if ARGV[5] and not string.find(w, 'w', 1, true) then
       redis.call('set', KEYS[1], v .. ' w', 'keepttl')
     end
     if ARGV[6] and ARGV[6] ~= '' then
-      local t = redis.call('time')
-      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local now = server_now()
       local all = redis.call('hgetall', KEYS[3])
       for i = 1, #all, 2 do
         local e = tonumber(string.match(all[i + 1], ' (%d+)$'))
@@ -67,7 +71,7 @@ if v then
           redis.call('hdel', KEYS[3], all[i])
         end
       end
-      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. string.format('%.0f', now + tonumber(ARGV[2])))
+      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. fmt(now + tonumber(ARGV[2])))
       if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[3], ARGV[2])
       end
@@ -83,10 +87,14 @@ end
 -- free marker records the last token issued, not the block's end; so every
 -- token issued is at most the server clock when issued, and one minted from
 -- the clock after the state is lost is above all of them.
-local now = redis.call('time')
-local tok = math.max(prev + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+local _, us = server_now()
+local tok = next_token(prev, us)
 local last = tok + tonumber(ARGV[3]) - 1
-redis.call('set', KEYS[1], ARGV[1] .. ' ' .. string.format('%.0f', last) .. ' 1', 'px', ARGV[2])
+local flags = ''
+if last > tok then
+  flags = ' b'
+end
+redis.call('set', KEYS[1], ARGV[1] .. ' ' .. fmt(last) .. ' 1' .. flags, 'px', ARGV[2])
 if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end

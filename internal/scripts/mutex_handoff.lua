@@ -1,3 +1,4 @@
+-- uses: lib
 -- Hand the mutex from one owner to another of the same Client in one step,
 -- with a fresh fencing token, instead of a release and an acquire; or, when
 -- asked to check and other processes wait, release it to them instead.
@@ -45,8 +46,13 @@ if own >= 0 then
     return {2}
   end
 end
-local now = redis.call('time')
-local tok = math.max(tonumber(used) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+local _, us = server_now()
+local tok = next_token(tonumber(used), us)
 local last = tok + tonumber(ARGV[7]) - 1
-redis.call('set', KEYS[1], ARGV[3] .. ' ' .. string.format('%.0f', last) .. ' 1' .. w, 'px', ARGV[4])
+-- Flags (mutex_acquire.lua): a waiter's mark stays; " b" with a block.
+w = string.gsub(w, ' b', '')
+if last > tok then
+  w = ' b' .. w
+end
+redis.call('set', KEYS[1], ARGV[3] .. ' ' .. fmt(last) .. ' 1' .. w, 'px', ARGV[4])
 return {1, tok}

@@ -8,7 +8,7 @@
 -- server clock, and the next acquisition must continue from the last one
 -- used, so that tokens never run ahead of the clock (mutex_acquire.lua).
 -- The wakeup is published only if a waiter marked the value " w" (see
--- mutex_acquire.lua).
+-- mutex_acquire.lua for the flags).
 -- Reply: 1 released (the lock is free), 2 count decremented (the owner still
 -- holds it), 0 not held by this owner.
 local v = redis.call('get', KEYS[1])
@@ -33,7 +33,7 @@ if c > 1 then
   return 2
 end
 redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'px', ARGV[3])
-if w ~= '' then
+if string.find(w, 'w', 1, true) then
   redis.call('publish', KEYS[2], used)
 end
 return 1

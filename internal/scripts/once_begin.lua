@@ -1,3 +1,4 @@
+-- uses: lib
 -- Start a run of a Once, unless it is done or running.
 --
 -- KEYS[1] state hash: done ("1" once f succeeded), val (its result), tok
@@ -17,10 +18,10 @@ end
 if redis.call('exists', KEYS[2]) == 1 then
   return {0, redis.call('pttl', KEYS[2])}
 end
-local t = redis.call('time')
+local _, us = server_now()
 local last = tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
-local tok = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-local s = string.format('%.0f', tok)
+local tok = next_token(last, us)
+local s = fmt(tok)
 redis.call('hset', KEYS[1], 'tok', s)
 redis.call('set', KEYS[2], ARGV[1] .. ' ' .. s .. ' ' .. ARGV[3], 'px', ARGV[2])
 return {1, tok}

@@ -1,3 +1,4 @@
+-- uses: lib
 -- Undo a Do call that gave up before it knew whether its begin ran (its
 -- context ended or its reply was lost): remember the call as undone for a
 -- while, so that a begin still on its way (rueidis may send it on another
@@ -8,8 +9,7 @@
 -- KEYS[1] state hash, KEYS[2] run key, KEYS[3] undone zset, KEYS[4] channel
 -- ARGV[1] call id, ARGV[2] how long to remember the call as undone, ms
 -- Reply: 1 a run of this call was ended, 0 there was none.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_now()
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 redis.call('zadd', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
 if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then

@@ -1,41 +1,48 @@
--- Take a waiter of an rw mutex out at once, because its wait ended, so that
--- nobody waits for its place to lapse.
---
--- A writer leaves the writer queue: if it was first, the next writer may
--- find the lock free; if the queue is now empty, the readers it held back
--- may go. A reader leaves the waiting or the admitted readers: if it was
--- the last admitted one, the first queued writer may go.
+-- uses: lib fair_lib rw_lib
+-- End a wait for an rw mutex that did not get the lock: take its member
+-- out at once, so nobody waits for its place to lapse, and pass the lock
+-- on if that lets someone in (a writer that was first, or the last writer
+-- that held readers back); if a release granted it the lock meanwhile (the
+-- waiter gave up before it saw the grant), release that grant.
 --
 -- KEYS[1..6] as in rw_lib.lua
--- ARGV[1] "read" or "write", ARGV[2] owner, ARGV[3] writer channel prefix,
--- ARGV[4] reader channel
--- Reply: 1 removed, 0 it was not waiting.
-local now = server_now()
-local owner = ARGV[2]
+-- ARGV[1] "read" or "write", ARGV[2] the wait's member ("<owner> <wid>
+-- <lease ms>"), ARGV[3] waiter channel prefix
+-- Reply: 1 left, 2 released a grant, 0 neither.
+local now, us = server_now()
+local m = ARGV[2]
+local owner, wid = parse_member(m)
 if ARGV[1] == 'read' then
-  redis.call('zrem', KEYS[5], owner)
-  if redis.call('zrem', KEYS[6], owner) == 0 then
+  if redis.call('zrem', KEYS[5], m) == 1 then
+    return 1
+  end
+  local r = redis.call('hget', KEYS[1], 'r:' .. owner)
+  local c, t, g = string.match(r or '', '^(%d+) (%d+) ?(%S*)$')
+  if g ~= wid or not c then
     return 0
   end
-  rw_prune(now)
-  if redis.call('zcard', KEYS[6]) == 0 and not redis.call('hget', KEYS[1], 'w') and redis.call('zcard', KEYS[2]) == 0 then
-    local head = redis.call('lindex', KEYS[3], 0)
-    if head then
-      redis.call('publish', ARGV[3] .. head, 'turn')
-    end
+  if tonumber(c) > 1 then
+    redis.call('hset', KEYS[1], 'r:' .. owner, (tonumber(c) - 1) .. ' ' .. t .. ' ' .. g)
+  else
+    redis.call('hdel', KEYS[1], 'r:' .. owner)
+    redis.call('zrem', KEYS[2], owner)
+    rw_hand_on(now, us, ARGV[3], false)
   end
+  return 2
+end
+if redis.call('zrem', KEYS[4], m) == 1 then
+  redis.call('lrem', KEYS[3], 0, m)
+  rw_hand_on(now, us, ARGV[3], false)
   return 1
 end
-local first = redis.call('lindex', KEYS[3], 0)
-local n = redis.call('lrem', KEYS[3], 0, owner)
-local z = redis.call('zrem', KEYS[4], owner)
-if n == 0 and z == 0 then
+local w, _, wc, _, wg = rw_writer(now)
+if w ~= owner or wg ~= wid then
   return 0
 end
-local head = prune_queue(KEYS[3], KEYS[4], now)
-if head and first == owner then
-  redis.call('publish', ARGV[3] .. head, 'turn')
-elseif not head then
-  redis.call('publish', ARGV[4], 'empty')
+if tonumber(wc) > 1 then
+  redis.call('hincrby', KEYS[1], 'wc', -1)
+else
+  redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp', 'wg')
+  rw_hand_on(now, us, ARGV[3], true)
 end
-return 1
+return 2

@@ -1,61 +1,49 @@
--- Release one hold of the read or the write lock of an rw mutex. A write
--- release admits the readers that waited (rw_lib.lua) and wakes them, or,
--- when none waited, wakes the first queued writer; the last read release
--- wakes the first queued writer, and a release that leaves one reader
--- wakes it if it waits to upgrade.
+-- uses: lib fair_lib rw_lib
+-- Release one hold of the read or the write lock of an rw mutex; the last
+-- count passes the lock on (rw_hand_on in rw_lib.lua): a write release
+-- grants the readers that waited, else the first queued writer; the last
+-- read release grants the first queued writer, and one that leaves a
+-- single reader waiting to upgrade grants it the write lock.
 --
 -- KEYS[1..6] as in rw_lib.lua
 -- ARGV[1] "read" or "write", ARGV[2] owner, ARGV[3] token of the hold or
--- "0" when unknown, ARGV[4] reader channel, ARGV[5] writer channel prefix
+-- "0" when unknown, ARGV[4] unused, ARGV[5] waiter channel prefix
 -- Reply: 1 released, 2 count decremented (still held), 0 not held by owner.
-local now = server_now()
-rw_prune(now)
+local now, us = server_now()
 local owner = ARGV[2]
 if ARGV[1] == 'read' then
   local r = redis.call('hget', KEYS[1], 'r:' .. owner)
   if not r then
     return 0
   end
-  local c, t = string.match(r, '^(%d+) (%d+)$')
+  if tonumber(redis.call('zscore', KEYS[2], owner) or '0') <= now then
+    rw_hand_on(now, us, ARGV[5], false) -- drops the lapsed hold, passes the lock on
+    return 0
+  end
+  local c, t, g = string.match(r, '^(%d+) (%d+) ?(%S*)$')
   if ARGV[3] ~= '0' and t ~= ARGV[3] then
     return 0
   end
   if tonumber(c) > 1 then
-    redis.call('hset', KEYS[1], 'r:' .. owner, (tonumber(c) - 1) .. ' ' .. t)
+    redis.call('hset', KEYS[1], 'r:' .. owner, (tonumber(c) - 1) .. ' ' .. t .. (g ~= '' and (' ' .. g) or ''))
     return 2
   end
   redis.call('hdel', KEYS[1], 'r:' .. owner)
   redis.call('zrem', KEYS[2], owner)
-  local m = rw_mode()
-  rw_touch(now)
-  if not m then
-    local head = redis.call('lindex', KEYS[3], 0)
-    if head then
-      redis.call('publish', ARGV[5] .. head, 'turn')
-    end
-  else
-    rw_wake_upgrader(ARGV[5])
-  end
+  rw_hand_on(now, us, ARGV[5], false)
   return 1
 end
-local w = redis.call('hmget', KEYS[1], 'w', 'wt', 'wc')
-if w[1] ~= owner or (ARGV[3] ~= '0' and w[2] ~= ARGV[3]) then
+local w, wt, wc = rw_writer(now) -- a lapsed writer is dropped
+if not w then
+  rw_hand_on(now, us, ARGV[5], false) -- not a write release: readers do not go first
+end
+if w ~= owner or (ARGV[3] ~= '0' and wt ~= ARGV[3]) then
   return 0
 end
-if tonumber(w[3]) > 1 then
+if tonumber(wc) > 1 then
   redis.call('hincrby', KEYS[1], 'wc', -1)
   return 2
 end
-redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp')
-local m = rw_mode()
-rw_touch(now)
-if rw_admit(now) then
-  -- The readers that waited go before any later writer.
-  redis.call('publish', ARGV[4], 'w')
-elseif not m then
-  local head = redis.call('lindex', KEYS[3], 0)
-  if head then
-    redis.call('publish', ARGV[5] .. head, 'turn')
-  end
-end
+redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp', 'wg')
+rw_hand_on(now, us, ARGV[5], true)
 return 1

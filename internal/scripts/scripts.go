@@ -5,51 +5,12 @@ package scripts
 
 import (
 	"crypto/sha1"
-	_ "embed"
+	"embed"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"github.com/redis/rueidis"
-)
-
-var (
-	//go:embed mutex_acquire.lua
-	mutexAcquireSrc string
-	//go:embed mutex_release.lua
-	mutexReleaseSrc string
-	//go:embed mutex_handoff.lua
-	mutexHandoffSrc string
-	//go:embed mutex_renew.lua
-	mutexRenewSrc string
-	//go:embed mutex_renew_many.lua
-	mutexRenewManySrc string
-	//go:embed mutex_undo.lua
-	mutexUndoSrc string
-	//go:embed mutex_undo_fresh.lua
-	mutexUndoFreshSrc string
-	//go:embed mutex_unwait.lua
-	mutexUnwaitSrc string
-)
-
-// Scripts run through EVALSHA with an EVAL fallback; the SHA-1 is computed by
-// rueidis from the source, never copied by hand.
-var (
-	MutexAcquire = newScript(mutexAcquireSrc)
-	MutexRelease = newScript(mutexReleaseSrc)
-	MutexHandoff = newScript(mutexHandoffSrc)
-	MutexRenew   = newScript(mutexRenewSrc)
-	// MutexUndo releases an acquisition whose reply was lost only if the
-	// acquire script ran (its attempt marker is there).
-	MutexUndo = newScript(mutexUndoSrc + mutexReleaseSrc)
-	// MutexUndoFresh undoes an acquisition by an owner made for one call:
-	// mark first, then release whatever the owner holds.
-	MutexUndoFresh = newScript(mutexUndoFreshSrc + mutexReleaseSrc)
-	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in a
-	// cluster).
-	MutexRenewMany = newScript(mutexRenewManySrc)
-	// MutexUnwait takes a Client that stopped waiting out of the waiting
-	// count.
-	MutexUnwait = newScript(mutexUnwaitSrc)
 )
 
 // shas maps each script to its SHA-1, for callers that batch EVALSHA
@@ -123,4 +84,50 @@ func Used(shardedPubSub bool) []string {
 func SHA1(l *rueidis.Lua) (string, bool) {
 	s, ok := shas[l]
 	return s, ok
+}
+
+//go:embed *.lua
+var files embed.FS
+
+// script composes bodies (file names, in order) into one script: first the
+// preludes they name on their first line ("-- uses: lib fair_lib"), each
+// once, with the preludes those name before them, then the bodies.
+func script(bodies ...string) *rueidis.Lua {
+	var b strings.Builder
+	seen := map[string]bool{}
+	var prelude func(name string)
+	prelude = func(name string) {
+		for _, u := range uses(read(name)) {
+			if !seen[u] {
+				seen[u] = true
+				prelude(u + ".lua")
+				b.WriteString(read(u + ".lua"))
+			}
+		}
+	}
+	for _, f := range bodies {
+		prelude(f)
+	}
+	for _, f := range bodies {
+		b.WriteString(read(f))
+	}
+	return newScript(b.String())
+}
+
+// uses returns the preludes src names on its first line.
+func uses(src string) []string {
+	line, _, _ := strings.Cut(src, "\n")
+	names, ok := strings.CutPrefix(line, "-- uses:")
+	if !ok {
+		return nil
+	}
+	return strings.Fields(names)
+}
+
+func read(name string) string {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("dsync scripts: %v", err)) // a file named in this package is missing
+	}
+	return string(b)
 }

@@ -153,7 +153,11 @@ func TestMutexScripts(t *testing.T) {
 	rk := []string{"p:{r}:mutex"}
 	r1 := ints(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
 	v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString()
-	require.Equal(t, "R "+strconv.FormatInt(r1[1]+3, 10)+" 1", v, "reserving acquire: %v, value", r1)
+	require.Equal(t, "R "+strconv.FormatInt(r1[1]+3, 10)+" 1 b", v, "reserving acquire: %v, value (\" b\": a block)", r1)
+	// With a block, the owner does not re-enter through another Client:
+	// its Client may have handed the lock to another owner of its own.
+	re := ints(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "1"}))
+	require.Equal(t, int64(0), re[0], "re-entry through another Client into a block = %v, want {0, pttl}", re)
 	last := strconv.FormatInt(r1[1]+3, 10)
 	h4 := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
 	require.Equal(t, int64(1), h4[0], "reserving handoff = %v", h4)
@@ -219,7 +223,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	}
 	a := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
 	end := strconv.FormatInt(a[1]+1000000-1, 10)
-	require.Equal(t, "A "+end+" 1", get(), "value, want the block's end recorded")
+	require.Equal(t, "A "+end+" 1 b", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
 	rel := func() int64 {
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", end, "60000", used}))

@@ -1,68 +1,97 @@
+-- uses: lib sem_common
 -- Acquire n permits for an owner, or queue (or refresh) the waiter's place.
 --
 -- ARGV[1] owner, ARGV[2] waiter id, ARGV[3] n, ARGV[4] size,
 -- ARGV[5] hold lease ms, ARGV[6] "try" or "wait", ARGV[7] channel prefix,
--- ARGV[8] queue place lease ms
+-- ARGV[8] queue place lease ms, ARGV[9] "first" on the call's first
+-- attempt
 -- Reply: {1, token} acquired (the acquisition is "<owner> <token>
--- <waiter>"); {0, ms} not acquired (queued unless "try"), ms is when to look
+-- <waiter>"), or granted to this waiter by a release whose message it has
+-- not seen; {0, ms} not acquired (queued unless "try"), ms is when to look
 -- again at the latest (a holder's lease may lapse then); {-1, size} the
 -- semaphore exists with another size.
-local now, now_us = now_ms()
+local now, now_us = server_now()
 if redis.call('zscore', KEYS[7], ARGV[2]) then
   return {0, 1} -- the caller gave up and undid this attempt: do nothing
 end
 local size = tonumber(ARGV[4])
-local stored = redis.call('hget', KEYS[1], 'size')
+local stored = read_meta()
 if stored and tonumber(stored) ~= size then
   return {-1, tonumber(stored)}
 end
 if not stored then
   redis.call('hset', KEYS[1], 'size', ARGV[4])
 end
-local pruned = prune(now)
 local n = tonumber(ARGV[3])
+local pruned = prune(now)
 local free = size - used()
-local ahead
-local ticket = redis.call('zscore', KEYS[4], ARGV[2])
-if ticket then
-  ahead = redis.call('zrangebyscore', KEYS[4], '-inf', '(' .. ticket, 'limit', 0, math.max(free, 0) + 1)
-else
-  ahead = redis.call('zrange', KEYS[4], 0, math.max(free, 0))
+if free >= n then
+  -- Lapsed queue places matter only to an acquire that may pass the
+  -- queue (grant skips the ones it meets).
+  pruned = prune_places(now) or pruned
 end
-if free >= n and fits(ahead, free, n) then
-  if ticket then
-    redis.call('zrem', KEYS[4], ARGV[2])
-    redis.call('hdel', KEYS[5], ARGV[2])
-    redis.call('zrem', KEYS[6], ARGV[2])
+-- A first attempt cannot have been queued or granted yet.
+local rec = ARGV[9] ~= 'first' and redis.call('hget', KEYS[5], ARGV[2])
+local ticket
+if rec then
+  local g = string.match(rec, '^g (%d+)$')
+  if g then
+    if redis.call('hexists', KEYS[3], ARGV[1] .. ' ' .. g .. ' ' .. ARGV[2]) == 1 then
+      return {1, tonumber(g)}
+    end
+    redis.call('hdel', KEYS[5], ARGV[2]) -- the grant is gone (forced)
+    rec = nil
+  else
+    ticket = redis.call('zscore', KEYS[4], ARGV[2])
   end
-  -- Fencing token: one more than the last, never below the server clock in
-  -- microseconds, as for the mutex.
-  local last = tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
-  local tok = math.max(last + 1, now_us)
-  local stok = string.format('%.0f', tok)
-  redis.call('hset', KEYS[1], 'tok', stok)
+end
+local ahead
+if free >= n then
+  if ticket then
+    ahead = redis.call('zrangebyscore', KEYS[4], '-inf', '(' .. ticket, 'limit', 0, free + 1)
+  else
+    ahead = redis.call('zrange', KEYS[4], 0, free)
+  end
+end
+if ahead and fits(ahead, free, n) then
+  if ticket then
+    drop_waiter(ARGV[2])
+  end
+  local stok = sem_token(now_us)
   local member = ARGV[1] .. ' ' .. stok .. ' ' .. ARGV[2]
-  local existed = redis.call('exists', KEYS[2], KEYS[3]) == 2
+  local created = {}
+  if redis.call('exists', KEYS[2], KEYS[3]) < 2 then
+    created = {2, 3}
+  end
   redis.call('hset', KEYS[3], member, n)
   local expiry = now + tonumber(ARGV[5])
   redis.call('zadd', KEYS[2], expiry, member)
-  if pruned then wake(ARGV[7]) end
-  touch(now, not (stored and existed), expiry)
-  return {1, tok}
+  if pruned then
+    expiry = math.max(expiry, (grant(ARGV[7], now, now_us, size)))
+  end
+  touch(now, created, expiry, not stored)
+  return {1, tonumber(stok)}
 end
-local created, upto = not stored, now
+local created, upto = {}, now
 if ARGV[6] == 'wait' then
   if not ticket then
+    if redis.call('exists', KEYS[4], KEYS[5]) < 2 then
+      created = {4, 5} -- the queue's keys: it was empty
+    end
     local seq = redis.call('hincrby', KEYS[1], 'seq', 1)
     redis.call('zadd', KEYS[4], seq, ARGV[2])
-    redis.call('hset', KEYS[5], ARGV[2], ARGV[3])
-    created = true -- the queue's keys, if it was empty
   end
   upto = now + tonumber(ARGV[8])
-  redis.call('zadd', KEYS[6], upto, ARGV[2])
+  redis.call('hset', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. ARGV[5] .. ' ' .. fmt(upto))
 end
-if pruned then wake(ARGV[7]) end
-touch(now, created, upto)
+if pruned then
+  local u, made = grant(ARGV[7], now, now_us, size)
+  upto = math.max(upto, u)
+  for _, i in ipairs(made) do
+    created[#created + 1] = i
+  end
+end
+touch(now, created, upto, not stored)
 -- The earliest lease to lapse may free permits without anyone publishing.
 local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
 local hint = tonumber(ARGV[8])

@@ -1,60 +1,92 @@
--- Shared prelude of the semaphore scripts (prepended by sem.go).
+-- uses: lib
+-- The prelude of the semaphore scripts (see lib.lua).
 --
 -- KEYS[1] meta hash: size, tok (last fencing token), seq (last queue ticket)
 -- KEYS[2] holders zset: acquisition -> lease expiry (server ms)
 -- KEYS[3] permits hash: acquisition -> permits held
 -- KEYS[4] queue zset: waiter -> ticket (arrival order)
--- KEYS[5] queue hash: waiter -> permits wanted
--- KEYS[6] queue zset: waiter -> place expiry (server ms)
+-- KEYS[5] queue hash: waiter -> "<permits wanted> <owner> <lease ms>
+--   <place expiry, server ms>" while it waits (its place lapses unless
+--   renewed), "g <token>" once a release granted it, until that
+--   acquisition ends
+-- KEYS[6] unused (queue places lived here; the records hold them now)
 -- KEYS[7] undone zset: waiter -> expiry, the attempts whose caller gave up
 --   (sem_undo.lua): an acquire of one of them that arrives late is a no-op
 -- An acquisition is "<owner> <token> <waiter>": each has its own lease, so
 -- a later acquisition by the same owner never shortens an earlier one, and
 -- the waiter id (one per Acquire call) lets an abandoned call be undone
 -- exactly.
--- Every script first drops expired owners and waiters, so the permits of a
--- dead owner come back within one lease, whoever touches the semaphore next.
+-- FIFO grants: a waiter id is "<client id>.<n>"; the scripts that free
+-- permits (release, renew and undo through prune, acquire through prune)
+-- make the waiters at the head of the queue whose permits fit holders, and
+-- tell each on its Client's channel (prefix .. client id, subscribed once
+-- by the Client) with "<n> <token>". The grantee runs no acquire script;
+-- if the message is lost, its next attempt finds the "g <token>" record.
+-- Every script first drops expired holders, so the permits of a dead owner
+-- come back within one lease, whoever touches the semaphore next; the
+-- acquire script drops lapsed queue places too (grant skips the ones it
+-- meets).
 
--- now_ms reads the server clock once: in ms, and in µs (for tokens).
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- prune reports whether it removed anyone.
+-- prune drops the holders whose lease lapsed, and reports whether there
+-- were any.
 local function prune(now)
   local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
   for _, o in ipairs(dead) do
     redis.call('hdel', KEYS[3], o)
+    redis.call('hdel', KEYS[5], string.match(o, ' (%S+)$')) -- a grant's record
   end
   if #dead > 0 then
     redis.call('zremrangebyscore', KEYS[2], '-inf', now)
   end
-  local gone = redis.call('zrangebyscore', KEYS[6], '-inf', now)
-  for _, w in ipairs(gone) do
-    redis.call('zrem', KEYS[4], w)
-    redis.call('hdel', KEYS[5], w)
+  return #dead > 0
+end
+
+-- waiting parses a waiter's record: permits, owner, lease and place
+-- expiry, or nothing when it is not waiting (granted, or gone).
+local function waiting(rec)
+  local n, owner, lease, place = string.match(rec or '', '^(%d+) (%S+) (%d+) (%d+)$')
+  if n then
+    return tonumber(n), owner, lease, tonumber(place)
   end
-  if #gone > 0 then
-    redis.call('zremrangebyscore', KEYS[6], '-inf', now)
+end
+
+-- drop_waiter takes waiter w out of the queue.
+local function drop_waiter(w)
+  redis.call('zrem', KEYS[4], w)
+  redis.call('hdel', KEYS[5], w)
+end
+
+-- prune_places drops the waiters whose queue place lapsed, and reports
+-- whether there were any. It reads every record: only an acquire that may
+-- pass the queue (or an undo) needs it; grant skips the lapsed places it
+-- meets.
+local function prune_places(now)
+  local gone = false
+  local all = redis.call('hgetall', KEYS[5])
+  for i = 1, #all, 2 do
+    local n, _, _, place = waiting(all[i + 1])
+    if n and place <= now then
+      drop_waiter(all[i])
+      gone = true
+    end
   end
-  redis.call('zremrangebyscore', KEYS[7], '-inf', now)
-  return #dead > 0 or #gone > 0
+  return gone
 end
 
 -- acquisitions returns the live acquisitions of owner, latest first, each
--- {member, token, permits}.
+-- {member, token, permits}, and the permits every holder uses.
 local function acquisitions(owner)
-  local mine = {}
+  local mine, inuse = {}, 0
   local all = redis.call('hgetall', KEYS[3])
   for i = 1, #all, 2 do
     local o, t = string.match(all[i], '^(%S+) (%d+) ')
+    inuse = inuse + tonumber(all[i + 1])
     if o == owner then
       mine[#mine + 1] = {all[i], tonumber(t), tonumber(all[i + 1])}
     end
   end
   table.sort(mine, function(a, b) return a[2] > b[2] end)
-  return mine
+  return mine, inuse
 end
 
 local function used()
@@ -71,7 +103,7 @@ end
 local function fits(ahead, free, want)
   local sum = 0
   for _, w in ipairs(ahead) do
-    sum = sum + tonumber(redis.call('hget', KEYS[5], w) or '0')
+    sum = sum + tonumber(string.match(redis.call('hget', KEYS[5], w) or '0', '^%d+'))
     if sum > free then
       return false
     end
@@ -79,45 +111,98 @@ local function fits(ahead, free, want)
   return sum + want <= free
 end
 
--- wake publishes to each waiter of the longest queue prefix that fits now,
--- and to nobody else: no thundering herd. Each waiter's channel is its own.
-local function wake(chprefix)
-  local size = tonumber(redis.call('hget', KEYS[1], 'size') or '0')
-  local free = size - used()
+-- meta_tok and meta_until cache the last token and when the keys expire
+-- (server ms, as touch last set them), read with the size (read_meta), so
+-- that sem_token and touch need not read them again.
+local meta_tok, meta_until
+
+-- read_meta returns the stored size (or nil) and remembers the rest.
+local function read_meta()
+  local m = redis.call('hmget', KEYS[1], 'size', 'tok', 'until')
+  meta_tok, meta_until = tonumber(m[2] or '0'), tonumber(m[3])
+  return m[1]
+end
+
+-- sem_token issues the next fencing token (next_token, lib.lua) and
+-- stores it.
+local function sem_token(now_us)
+  local last = meta_tok or tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
+  meta_tok = next_token(last, now_us)
+  local tok = fmt(meta_tok)
+  redis.call('hset', KEYS[1], 'tok', tok)
+  return tok
+end
+
+-- grant makes holders of the longest queue prefix whose permits fit now,
+-- and nobody else (FIFO, no thundering herd), dropping dead waiters it
+-- meets; each grantee's Client is told on its channel. It returns the
+-- latest lease end it wrote (or 0) and the keys it may have created, for
+-- touch. size and inuse (the permits held) are the semaphore's, or nil
+-- when the caller does not know them.
+local function grant(chprefix, now, now_us, size, inuse)
+  size = size or tonumber(redis.call('hget', KEYS[1], 'size') or '0')
+  local free = size - (inuse or used())
+  local upto, created = 0, {}
   if free <= 0 then
-    return
+    return upto, created
   end
   -- Every waiter wants at least one permit, so at most `free` can fit.
-  local q = redis.call('zrange', KEYS[4], 0, free - 1)
-  local sum = 0
-  for _, w in ipairs(q) do
-    sum = sum + tonumber(redis.call('hget', KEYS[5], w) or '0')
-    if sum > free then
-      return
+  for _, w in ipairs(redis.call('zrange', KEYS[4], 0, free - 1)) do
+    local n, owner, lease, place = waiting(redis.call('hget', KEYS[5], w))
+    if n and place > now then
+      if n > free then
+        return upto, created
+      end
+      created = {2, 3} -- they are gone whenever the last holder went
+      local tok = sem_token(now_us)
+      local member = owner .. ' ' .. tok .. ' ' .. w
+      local expiry = now + tonumber(lease)
+      redis.call('hset', KEYS[3], member, n)
+      redis.call('zadd', KEYS[2], expiry, member)
+      redis.call('zrem', KEYS[4], w)
+      redis.call('hset', KEYS[5], w, 'g ' .. tok)
+      local cid, id = string.match(w, '^([^%.]+)%.(.+)$')
+      if cid then
+        redis.call('publish', chprefix .. cid, id .. ' ' .. tok)
+      end
+      free = free - n
+      upto = math.max(upto, expiry)
+    else
+      drop_waiter(w)
     end
-    redis.call('publish', chprefix .. w, '1')
   end
+  return upto, created
 end
 
 -- touch keeps the keys until an hour past the last lease or queue place,
 -- so an abandoned semaphore does not stay in Redis forever. All keys are
--- given the same lifetime, so the hash's tells them all: when this call
--- created no key (created false) and the keys outlive upto (the latest
--- expiry it wrote) by 50 minutes, it costs one PTTL; else every key is
--- set.
-local function touch(now, created, upto)
-  if not created then
-    local left = redis.call('pttl', KEYS[1])
+-- given the same lifetime, recorded in the hash's field until (the hash's
+-- PTTL where the caller did not read it): when the keys outlive upto (the
+-- latest expiry this call wrote) by 50 minutes, it costs nothing, plus one
+-- PEXPIRE NX for each key this call may have created
+-- (the indexes in created) to give it the same lifetime; else (or with
+-- all) every key is set.
+local function touch(now, created, upto, all)
+  if not all then
+    local left
+    if meta_until then
+      left = meta_until - now
+    else
+      left = redis.call('pttl', KEYS[1])
+    end
     if left > 0 and now + left >= (upto or now) + 3000000 then
+      for _, i in ipairs(created) do
+        redis.call('pexpire', KEYS[i], left, 'nx')
+      end
       return
     end
   end
   local last = now
   local h = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
   if h[2] then last = math.max(last, tonumber(h[2])) end
-  local q = redis.call('zrange', KEYS[6], -1, -1, 'withscores')
-  if q[2] then last = math.max(last, tonumber(q[2])) end
-  local ttl = string.format('%.0f', last - now + 3600000)
+  last = math.max(last, upto or now) -- queue places end within a lease: the hour covers them
+  local ttl = fmt(last - now + 3600000)
+  redis.call('hset', KEYS[1], 'until', fmt(last + 3600000))
   for i = 1, 7 do
     redis.call('pexpire', KEYS[i], ttl)
   end

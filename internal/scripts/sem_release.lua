@@ -1,3 +1,4 @@
+-- uses: lib sem_common
 -- Release n permits of an owner and wake the waiters that now fit.
 --
 -- The permits come from the owner's acquisitions: the one with the given
@@ -10,21 +11,24 @@
 -- Reply: {1, left} released, left permits still held by the owner;
 -- {0, held} the owner holds fewer than n (held), and nothing changed;
 -- {-1, size} the semaphore exists with another size, and nothing changed.
-local now = now_ms()
-local stored = redis.call('hget', KEYS[1], 'size')
+local now, now_us = server_now()
+local stored = read_meta()
 if stored and tonumber(stored) ~= tonumber(ARGV[4]) then
   return {-1, tonumber(stored)}
 end
 local pruned = prune(now)
 local n = tonumber(ARGV[2])
 local pref = tonumber(ARGV[5] or '0')
-local mine = acquisitions(ARGV[1])
+local mine, inuse = acquisitions(ARGV[1])
 local held = 0
 for _, a in ipairs(mine) do
   held = held + a[3]
 end
 if held < n then
-  if pruned then wake(ARGV[3]) end
+  if pruned then
+    local upto, made = grant(ARGV[3], now, now_us, tonumber(ARGV[4]), inuse)
+    touch(now, made, upto)
+  end
   return {0, held}
 end
 local pick
@@ -45,10 +49,14 @@ for _, a in ipairs(mine) do
   if d == a[3] then
     redis.call('hdel', KEYS[3], a[1])
     redis.call('zrem', KEYS[2], a[1])
+    redis.call('hdel', KEYS[5], string.match(a[1], ' (%S+)$')) -- a grant's record
   else
     redis.call('hincrby', KEYS[3], a[1], -d)
   end
   left = left - d
 end
-wake(ARGV[3])
-return {1, held - n} -- it only removed: the keys' lifetimes stand
+local upto, made = grant(ARGV[3], now, now_us, tonumber(ARGV[4]), inuse - n)
+if upto > 0 then
+  touch(now, made, upto)
+end
+return {1, held - n}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,12 @@ func TestSemaphoreScripts(t *testing.T) {
 	woken := make(chan string, 16)
 	dc, cancel := rc.Dedicate()
 	defer cancel()
-	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { woken <- m.Channel[len(semCh):] }})
+	// A grant to waiter "<client>.<n>" is "<n> <token>" on the client's
+	// channel.
+	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) {
+		n, _, _ := strings.Cut(m.Message, " ")
+		woken <- m.Channel[len(semCh):] + "." + n
+	}})
 	require.NoError(t, dc.Do(ctx, dc.B().Psubscribe().Pattern("p:{s}:sem:w:*").Build()).Error())
 	defer func() { dc.Close(); <-wait }()
 	expectWoken := func(want ...string) {
@@ -73,20 +79,20 @@ func TestSemaphoreScripts(t *testing.T) {
 	}
 
 	before := time.Now().UnixMicro()
-	a := semAcq(t, rc, "A", "wa", 3, 4, "10000", "wait")
+	a := semAcq(t, rc, "A", "a.1", 3, 4, "10000", "wait")
 	require.Equal(t, int64(1), a[0], "acquire = %v", a)
 	require.GreaterOrEqual(t, a[1], before, "acquire = %v", a)
-	r := semAcq(t, rc, "X", "wx", 1, 5, "10000", "try")
+	r := semAcq(t, rc, "X", "x.1", 1, 5, "10000", "try")
 	require.Equal(t, int64(-1), r[0], "other size = %v, want {-1, 4}", r)
 	require.Equal(t, int64(4), r[1], "other size = %v, want {-1, 4}", r)
 	// B wants 3 of the 1 free: queued. C wants 1, which is free, but B is
 	// ahead and reserves it.
-	r = semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait")
+	r = semAcq(t, rc, "B", "b.1", 3, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "B = %v, want {0, hint}", r)
 	require.Greater(t, r[1], int64(0), "B = %v, want {0, hint}", r)
-	r = semAcq(t, rc, "C", "wc", 1, 4, "10000", "try")
+	r = semAcq(t, rc, "C", "c.1", 1, 4, "10000", "try")
 	require.Equal(t, int64(0), r[0], "C try overtook B: %v", r)
-	r = semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait")
+	r = semAcq(t, rc, "C", "c.1", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "C overtook B: %v", r)
 	require.Equal(t, int64(2), zcard(semKeys[3]), "queue entries (try must not queue)")
 	// A release through another size is refused like an acquire, and
@@ -107,35 +113,39 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(1), r[0], "partial release = %v, want {1, 2}", r)
 	require.Equal(t, int64(2), r[1], "partial release = %v, want {1, 2}", r)
 	expectWoken()
-	// Releasing the rest: B and C both fit, in order.
+	// Releasing the rest: B and C both fit, and the release grants them
+	// their permits, in queue order, and tells each.
 	r = semRel(t, rc, "A", 2)
 	require.Equal(t, int64(1), r[0], "release = %v", r)
 	require.Equal(t, int64(0), r[1], "release = %v", r)
-	expectWoken("wb", "wc")
-	// C runs first, but B's 3 are reserved before it: both fit, both get in.
-	c := semAcq(t, rc, "C", "wc", 1, 4, "10000", "wait")
-	b := semAcq(t, rc, "B", "wb", 3, 4, "10000", "wait")
+	expectWoken("b.1", "c.1")
+	require.Equal(t, int64(0), zcard(semKeys[3]), "queue entries after the grants")
+	// A grantee that missed its message finds its grant at its next
+	// attempt (C first here), with its token: B's first, then C's.
+	c := semAcq(t, rc, "C", "c.1", 1, 4, "10000", "wait")
+	b := semAcq(t, rc, "B", "b.1", 3, 4, "10000", "wait")
 	require.Equal(t, int64(1), c[0], "C = %v, B = %v", c, b)
 	require.Equal(t, int64(1), b[0], "C = %v, B = %v", c, b)
-	require.Greater(t, c[1], a[1], "C = %v, B = %v", c, b)
-	require.Greater(t, b[1], c[1], "C = %v, B = %v", c, b)
-	require.Equal(t, int64(0), zcard(semKeys[3]), "queue entries after the grants")
+	require.Greater(t, b[1], a[1], "C = %v, B = %v", c, b)
+	require.Greater(t, c[1], b[1], "C = %v, B = %v", c, b)
+	r = semAcq(t, rc, "X", "x.2", 1, 4, "10000", "try")
+	require.Equal(t, int64(0), r[0], "the grants' permits were handed out again: %v", r)
 	// Full: D queues; cancelling removes it at once.
-	r = semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait")
+	r = semAcq(t, rc, "D", "d.1", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "D = %v", r)
-	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"wd", semCh, "10000"}).AsInt64()
+	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"d.1", semCh, "10000"}).AsInt64()
 	require.Equal(t, int64(0), n, "undo of a queued waiter, want 0 (nothing granted)")
 	require.Equal(t, int64(0), zcard(semKeys[3]), "cancelled waiter left in the queue")
 	require.Equal(t, int64(0), zcard(semKeys[5]), "cancelled waiter left in the queue")
 	// An acquire of the undone call that arrives late does nothing.
 	semRel(t, rc, "C", 1)
-	r = semAcq(t, rc, "D", "wd", 1, 4, "10000", "wait")
+	r = semAcq(t, rc, "D", "d.1", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "late acquire of an undone call = %v, want a no-op", r)
 	require.Equal(t, int64(0), zcard(semKeys[3]), "late acquire of an undone call queued")
-	r = semAcq(t, rc, "C", "wc2", 1, 4, "10000", "wait")
+	r = semAcq(t, rc, "C", "c.2", 1, 4, "10000", "wait")
 	require.Equal(t, int64(1), r[0], "C again = %v", r)
 	// Renewal works for a holder's acquisition and not for a stranger's.
-	memberB := "B " + strconv.FormatInt(b[1], 10) + " wb"
+	memberB := "B " + strconv.FormatInt(b[1], 10) + " b.1"
 	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64()
 	require.Equal(t, int64(1), n, "renew B")
 	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64()
@@ -145,17 +155,17 @@ func TestSemaphoreScripts(t *testing.T) {
 
 	// Expiry: E holds all 4 for 50ms and dies; F (queued) is woken by the
 	// next script after the lease, and E's renewal fails.
-	e := semAcq(t, rc, "E", "we", 4, 4, "50", "wait")
+	e := semAcq(t, rc, "E", "e.1", 4, 4, "50", "wait")
 	require.Equal(t, int64(1), e[0], "E = %v", e)
-	f := semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
+	f := semAcq(t, rc, "F", "f.1", 2, 4, "10000", "wait")
 	require.Equal(t, int64(0), f[0], "F = %v, want queued with a hint <= 51ms", f)
 	require.LessOrEqual(t, f[1], int64(51), "F = %v, want queued with a hint <= 51ms", f)
 	time.Sleep(60 * time.Millisecond) // the injected fault: E's lease lapses
-	memberE := "E " + strconv.FormatInt(e[1], 10) + " we"
+	memberE := "E " + strconv.FormatInt(e[1], 10) + " e.1"
 	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64()
 	require.Equal(t, int64(0), n, "renew after expiry")
-	expectWoken("wf")
-	r = semAcq(t, rc, "F", "wf", 2, 4, "10000", "wait")
+	expectWoken("f.1") // granted by the renewal's prune
+	r = semAcq(t, rc, "F", "f.1", 2, 4, "10000", "wait")
 	require.Equal(t, int64(1), r[0], "F after E's expiry = %v", r)
 	// Every key carries an expiry, so an abandoned semaphore goes away.
 	for _, k := range semKeys[:3] {

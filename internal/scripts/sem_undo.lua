@@ -1,3 +1,4 @@
+-- uses: lib sem_common
 -- Undo an Acquire call that gave up (its context ended, or its reply was
 -- lost): take its waiter out of the queue, give back the permits it was
 -- granted, if any, and mark the waiter undone for one lease, so that an
@@ -8,11 +9,10 @@
 -- ARGV[1] waiter id, ARGV[2] channel prefix, ARGV[3] how long to remember
 -- the waiter as undone, ms
 -- Reply: 1 permits given back, 0 none were granted.
-local now = now_ms()
+local now, now_us = server_now()
 local w = ARGV[1]
-redis.call('zrem', KEYS[4], w)
-redis.call('hdel', KEYS[5], w)
-redis.call('zrem', KEYS[6], w)
+drop_waiter(w)
+redis.call('zremrangebyscore', KEYS[7], '-inf', now) -- marks that expired
 redis.call('zadd', KEYS[7], now + tonumber(ARGV[3]), w)
 local back = 0
 local suffix = ' ' .. w
@@ -24,6 +24,7 @@ for _, m in ipairs(redis.call('hkeys', KEYS[3])) do
   end
 end
 prune(now)
-wake(ARGV[2])
-touch(now, true) -- the undone set may be new
+prune_places(now)
+local upto = grant(ARGV[2], now, now_us)
+touch(now, {2, 3, 7}, upto) -- the undone set may be new; a grant may have made the holders
 return back

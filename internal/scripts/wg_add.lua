@@ -1,3 +1,4 @@
+-- uses: lib
 -- Add delta to a WaitGroup counter; wake the waiters when it reaches zero.
 --
 -- The counter is a string key changed with INCRBY, so it is exact over the
@@ -31,7 +32,7 @@ if r == 0 then
   return {1, '0'}
 end
 if cur == '0' then
-  local t = redis.call('time')
-  redis.call('set', KEYS[3], t[1] .. string.format('%06d', tonumber(t[2])))
+  local _, us = server_now()
+  redis.call('set', KEYS[3], fmt(us))
 end
 return {1, redis.call('get', KEYS[1])}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,75 +14,55 @@ import (
 	"github.com/dsync/dsync/dsync"
 )
 
-// The other dsync primitives are found by reflection, so the bench builds
-// (and skips them) while they do not exist yet, and measures them as soon
-// as they do, without an edit here.
+// The primitives scenario measures what issue 12 sets targets for: each
+// FIFO primitive on one name, 16 goroutines of one process, beside a dsync
+// Mutex with WithMaxLocalHandoffs(0) in the same repeat. Per acquisition it
+// counts the acquire scripts (the observer's AcquireDone.Attempts), the
+// client round trips (countingClient: one per command or pipeline sent and
+// awaited, on the shared connections and the dedicated pub/sub one), and
+// the Redis commands (INFO commandstats after a CONFIG RESETSTAT, commands
+// run inside scripts included).
 
 type locker interface {
 	LockContext(context.Context) (context.Context, error)
 	UnlockContext(context.Context) error
 }
 
-type rwLocker interface {
-	locker
-	RLockContext(context.Context) (context.Context, error)
-	RUnlockContext(context.Context) error
-}
+// refPrim is the row every primitive's throughput is divided by.
+const refPrim = "Mutex h0"
 
-type weighted interface {
-	Acquire(ctx context.Context, n int64) (context.Context, error)
-	Release(ctx context.Context, n int64) error
-}
-
-// newPrimitive calls c.<method>(args...) if the method exists.
-func newPrimitive(c *dsync.Client, method string, args ...any) (any, bool) {
-	m := reflect.ValueOf(c).MethodByName(method)
-	if !m.IsValid() {
-		return nil, false
-	}
-	in := make([]reflect.Value, len(args))
-	for i, a := range args {
-		in[i] = reflect.ValueOf(a)
-	}
-	out := m.Call(in)
-	if len(out) == 0 {
-		return nil, false
-	}
-	return out[0].Interface(), true
-}
-
-type extra struct {
+type prim struct {
 	name string
 	note string
-	// mk returns a handle factory on c for key, or false if the primitive
-	// is missing.
-	mk func(c *dsync.Client, key string) (func(i int) handle, bool)
+	// handoffs is the Client's WithMaxLocalHandoffs.
+	handoffs int
+	// mk returns goroutine i's handle on the primitive called key.
+	mk func(c *dsync.Client, key string) func(i int) handle
 }
 
-var extras = []extra{
-	{"FairMutex", "dsync FairMutex, 16 goroutines, one key", func(c *dsync.Client, key string) (func(int) handle, bool) {
-		p, ok := newPrimitive(c, "NewFairMutex", key)
-		l, ok2 := p.(locker)
-		if !ok || !ok2 {
-			return nil, false
-		}
-		return func(int) handle { return &lockerHandle{l: l} }, true
+var prims = []prim{
+	{refPrim, "dsync Mutex, WithMaxLocalHandoffs(0), the reference", 0, func(c *dsync.Client, key string) func(int) handle {
+		return func(int) handle { return &lockerHandle{l: c.NewMutex(key)} }
 	}},
-	{"RWMutex", "dsync RWMutex, 16 goroutines, 80% RLock", func(c *dsync.Client, key string) (func(int) handle, bool) {
-		p, ok := newPrimitive(c, "NewRWMutex", key)
-		l, ok2 := p.(rwLocker)
-		if !ok || !ok2 {
-			return nil, false
-		}
-		return func(int) handle { return &rwHandle{l: l} }, true
+	{"FairMutex", "dsync FairMutex", dsync.DefaultMaxLocalHandoffs, func(c *dsync.Client, key string) func(int) handle {
+		f := c.NewFairMutex(key)
+		return func(int) handle { return &lockerHandle{l: f} }
 	}},
-	{"Semaphore", "dsync Semaphore size 4, 16 goroutines, n=1", func(c *dsync.Client, key string) (func(int) handle, bool) {
-		p, ok := newPrimitive(c, "NewSemaphore", key, int64(4))
-		s, ok2 := p.(weighted)
-		if !ok || !ok2 {
-			return nil, false
-		}
-		return func(int) handle { return &semHandle{s: s} }, true
+	{"RWMutex writers", "dsync RWMutex, Lock only", dsync.DefaultMaxLocalHandoffs, func(c *dsync.Client, key string) func(int) handle {
+		rw := c.NewRWMutex(key)
+		return func(int) handle { return &rwHandle{l: rw, readPct: 0} }
+	}},
+	{"RWMutex 90% readers", "dsync RWMutex, 90% RLock", dsync.DefaultMaxLocalHandoffs, func(c *dsync.Client, key string) func(int) handle {
+		rw := c.NewRWMutex(key)
+		return func(int) handle { return &rwHandle{l: rw, readPct: 90} }
+	}},
+	{"Semaphore 1", "dsync Semaphore size 1, n = 1", dsync.DefaultMaxLocalHandoffs, func(c *dsync.Client, key string) func(int) handle {
+		s := c.NewSemaphore(key, 1)
+		return func(int) handle { return &semHandle{s: s} }
+	}},
+	{"Semaphore 4", "dsync Semaphore size 4, n = 1", dsync.DefaultMaxLocalHandoffs, func(c *dsync.Client, key string) func(int) handle {
+		s := c.NewSemaphore(key, 4)
+		return func(int) handle { return &semHandle{s: s} }
 	}},
 }
 
@@ -99,13 +78,14 @@ func (h *lockerHandle) Lock(ctx context.Context) (err error) {
 func (h *lockerHandle) Unlock(context.Context) error { return h.l.UnlockContext(h.lctx) }
 
 type rwHandle struct {
-	l    rwLocker
-	lctx context.Context
-	read bool
+	l       *dsync.RWMutex
+	readPct int
+	lctx    context.Context
+	read    bool
 }
 
 func (h *rwHandle) Lock(ctx context.Context) (err error) {
-	h.read = rand.IntN(10) < 8
+	h.read = rand.IntN(100) < h.readPct
 	if h.read {
 		h.lctx, err = h.l.RLockContext(ctx)
 	} else {
@@ -122,7 +102,7 @@ func (h *rwHandle) Unlock(context.Context) error {
 }
 
 type semHandle struct {
-	s    weighted
+	s    *dsync.Semaphore
 	lctx context.Context
 }
 
@@ -132,21 +112,79 @@ func (h *semHandle) Lock(ctx context.Context) (err error) {
 }
 func (h *semHandle) Unlock(context.Context) error { return h.s.Release(h.lctx, 1) }
 
-// runExtra runs one extra primitive like the contended scenario; ok is
-// false when the primitive does not exist.
-func runExtra(e *env, x extra, key string, d time.Duration) (s sample, ok bool, err error) {
-	spec, _ := specByName("dsync")
-	l, rt, err := openLib(e, spec)
+// runPrim runs p like the contended scenario (16 goroutines, one key, one
+// process, for d) on a Client of its own, and counts its costs.
+func runPrim(e *env, p prim, key string, d time.Duration) (sample, error) {
+	var attempts, observed atomic.Int64
+	obs := dsync.Observer{AcquireDone: func(_ context.Context, ev dsync.AcquireDone) {
+		attempts.Add(int64(ev.Attempts))
+		if ev.Acquired {
+			observed.Add(1)
+		}
+	}}
+	rt := new(atomic.Int64)
+	rc, err := newRueidis(e.addr, rt)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	mk, ok := x.mk(l.(*dsyncLib).c, key)
-	if !ok {
-		l.close()
-		return nil, false, nil
+	defer rc.Close()
+	c, err := dsync.NewClient(rc, dsync.WithMaxLocalHandoffs(p.handoffs), dsync.WithObserver(obs))
+	if err != nil {
+		return nil, err
 	}
-	s, err = contended(e, x.name, mk, l.close, rt, 16, d)
-	return s, true, err
+	defer c.Close()
+	mk := p.mk(c, key)
+	handles := make([]handle, 16)
+	for i := range handles {
+		handles[i] = mk(i)
+	}
+	for range 20 { // scripts loaded, the wakeup channel subscribed
+		if err := lockOnce(handles[0]); err != nil {
+			return nil, err
+		}
+	}
+	ctx := context.Background()
+	// Nothing else uses this Redis during the run: the counts are this
+	// primitive's, and background work (renewals, pub/sub) counts too.
+	if err := e.ctl.Do(ctx, e.ctl.B().ConfigResetstat().Build()).Error(); err != nil {
+		return nil, err
+	}
+	attempts.Store(0)
+	observed.Store(0)
+	rcpu0, err := redisCPU(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := cpuTime()
+	rt0 := rt.Load()
+	res := work(handles, time.Now().Add(d))
+	res.RT = rt.Load() - rt0
+	cpu := cpuTime() - cpu0
+	rcpu1, err := redisCPU(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	st, err := commandStats(ctx, e.ctl)
+	if err != nil {
+		return nil, err
+	}
+	if res.Errs > 0 {
+		fmt.Fprintf(os.Stderr, "  %s: %d errors, first: %s\n", p.name, res.Errs, res.FirstErr)
+	}
+	s := summarize(res, d, st.total())
+	if n := float64(res.Total); n > 0 {
+		s["scripts_acq"] = float64(attempts.Load()) / n
+		s["observed_acq"] = float64(observed.Load())
+		s["acquisitions"] = n
+		s["evalsha_acq"] = float64(st["evalsha"]+st["eval"]) / n
+		s["publish_acq"] = float64(st["publish"]+st["spublish"]) / n
+		s["subscribe_acq"] = float64(st["subscribe"]+st["ssubscribe"]) / n
+		// What an acquisition costs the two CPUs that carry both sides:
+		// this process's and Redis's CPU time per acquisition.
+		s["client_cpu_us_acq"] = us(cpu) / n
+		s["redis_cpu_us_acq"] = (rcpu1 - rcpu0) * 1e6 / n
+	}
+	return s, nil
 }
 
 // childScale holds n dsync locks for hold and reports renewal CPU and

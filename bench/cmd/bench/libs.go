@@ -55,8 +55,12 @@ var libs = []libSpec{
 	{name: "redislock", note: "bsm/redislock, LinearBackoff(1ms)", lock: true, open: openRedislock},
 }
 
+// fifoSpec is the FIFO lock in the handoff scenario: a waiter in another
+// process is granted the lock by the release.
+var fifoSpec = libSpec{name: "dsync-fair", note: "dsync FairMutex, default options", lock: true, open: openDsyncFair}
+
 func specByName(name string) (libSpec, error) {
-	for _, s := range libs {
+	for _, s := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		if s.name == name {
 			return s, nil
 		}
@@ -146,6 +150,18 @@ func openDsync(handoffs int) func(string, *atomic.Int64) (lib, error) {
 		return &dsyncLib{rc: rc, c: c}, nil
 	}
 }
+
+type dsyncFairLib struct{ *dsyncLib }
+
+func openDsyncFair(addr string, rt *atomic.Int64) (lib, error) {
+	l, err := openDsync(dsync.DefaultMaxLocalHandoffs)(addr, rt)
+	if err != nil {
+		return nil, err
+	}
+	return dsyncFairLib{l.(*dsyncLib)}, nil
+}
+
+func (l dsyncFairLib) handle(key string) handle { return &lockerHandle{l: l.c.NewFairMutex(key)} }
 
 func (l *dsyncLib) handle(key string) handle { return &dsyncHandle{m: l.c.NewMutex(key)} }
 func (l *dsyncLib) close()                   { l.c.Close(); l.rc.Close() }

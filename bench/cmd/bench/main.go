@@ -191,6 +191,14 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		}
 		return out
 	}
+	// The FIFO handoff (a FairMutex) runs with the handoff scenario when
+	// dsync does.
+	pickFIFO := func() []libSpec {
+		if len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync") || slices.Contains(onlyLibs, fifoSpec.name) {
+			return []libSpec{fifoSpec}
+		}
+		return nil
+	}
 	notH0 := func(s libSpec) bool { return s.name != "dsync-h0" }
 	isLock := func(s libSpec) bool { return s.lock }
 	isLockNotH0 := func(s libSpec) bool { return s.lock && notH0(s) }
@@ -212,7 +220,7 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 			return contended(e, s.name, func(int) handle { return l.handle(k) }, l.close, rt, 16, st.Contended)
 		}},
 		{"xproc", pick(isLock), func(s libSpec, k string) (sample, error) { return crossProcess(e, s, k, 2, 8, st.CrossProcess) }},
-		{"handoff", pick(isLockNotH0), func(s libSpec, k string) (sample, error) {
+		{"handoff", append(pick(isLockNotH0), pickFIFO()...), func(s libSpec, k string) (sample, error) {
 			smp, err := handoff(e, s, k, st.HandoffRounds)
 			if err == nil {
 				p50, p99, err := pingRTT(e, 500)
@@ -245,14 +253,31 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 	if want("primitives") && (len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync")) {
 		fmt.Fprintln(os.Stderr, "primitives")
 		for r := range st.Reps {
-			for _, x := range extras {
-				s, ok, err := runExtra(e, x, e.key("prim", x.name, r), st.Contended)
-				if err != nil {
-					return fmt.Errorf("%s: %w", x.name, err)
+			// Each primitive runs right beside a run of the reference (in
+			// alternating order) and its throughput is divided by that
+			// run's: on a shared machine the load drifts over seconds, and
+			// a ratio of runs far apart would measure the drift.
+			for i := range prims[1:] {
+				p := prims[1+(i+r)%(len(prims)-1)]
+				pair := []prim{prims[0], p} // prims[0] is refPrim
+				if (i+r)%2 == 1 {
+					pair[0], pair[1] = p, prims[0]
 				}
-				if ok {
-					rep.add("primitives", x.name, s)
+				got := map[string]sample{}
+				for _, q := range pair {
+					s, err := runPrim(e, q, e.key("prim", fmt.Sprintf("%s:%d", q.name, i), r), st.Contended)
+					if err != nil {
+						return fmt.Errorf("%s: %w", q.name, err)
+					}
+					got[q.name] = s
 				}
+				ref, s := got[refPrim], got[p.name]
+				if ref["acq_s"] > 0 {
+					s["vs_mutex_h0"] = s["acq_s"] / ref["acq_s"]
+					ref["vs_mutex_h0"] = 1
+				}
+				rep.add("primitives", refPrim, ref)
+				rep.add("primitives", p.name, s)
 			}
 		}
 	}

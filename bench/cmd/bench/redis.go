@@ -136,6 +136,44 @@ func commandCalls(ctx context.Context, rc rueidis.Client) (int64, error) {
 	return total, nil
 }
 
+// cmdStats is INFO commandstats: calls by command ("evalsha",
+// "config|resetstat", ...).
+type cmdStats map[string]int64
+
+func commandStats(ctx context.Context, rc rueidis.Client) (cmdStats, error) {
+	m, err := info(ctx, rc, "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	st := cmdStats{}
+	for k, v := range m {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			if n, ok := strings.CutPrefix(f, "calls="); ok {
+				c, _ := strconv.ParseInt(n, 10, 64)
+				st[name] += c
+			}
+		}
+	}
+	return st, nil
+}
+
+// total sums every command's calls but the bench's own INFO and CONFIG
+// (CONFIG RESETSTAT is counted after it runs).
+func (st cmdStats) total() int64 {
+	var t int64
+	for name, c := range st {
+		base, _, _ := strings.Cut(name, "|")
+		if base != "info" && base != "config" {
+			t += c
+		}
+	}
+	return t
+}
+
 func usedMemory(ctx context.Context, rc rueidis.Client) (int64, error) {
 	m, err := info(ctx, rc, "memory")
 	if err != nil {

@@ -37,6 +37,9 @@ type report struct {
 	Libs     []libSpec `json:"-"`
 	Results  []*result `json:"results"`
 	Targets  []target  `json:"targets"`
+	// FIFOTargets are issue 12's targets for the FIFO primitives.
+	FIFOTargets []target     `json:"fifo_targets"`
+	FIFOHandoff *fifoHandoff `json:"fifo_handoff,omitempty"`
 }
 
 func newReport(st settings, m machine) *report { return &report{Settings: st, Machine: m} }
@@ -85,6 +88,8 @@ func (r *report) finish() {
 		}
 	}
 	r.Targets = r.targets()
+	r.FIFOTargets = r.fifoTargets()
+	r.FIFOHandoff = r.fifoHandoffFigures()
 }
 
 func (r *report) get(scenario, lib, metric string) (float64, bool) {
@@ -287,7 +292,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence)\n", m.Go, m.Redis)
 	fmt.Fprintf(&b, "- mode %s, %d repeats interleaved (lib order rotated per repeat), medians; busy-loop keeper: %s; run took %s\n", mode, st.Reps, spin, r.Elapsed)
 	fmt.Fprintf(&b, "- peers: ")
-	for i, s := range libs {
+	for i, s := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -305,6 +310,7 @@ func (r *report) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, mark)
 	}
+	r.fifoMarkdown(&b)
 
 	r.table(&b, fmt.Sprintf("serial: 1 goroutine, lock+unlock one key (%v per repeat)", st.Serial), "serial", []col{
 		{head: "ns/op", metric: "ns_op", format: "%.0f"}, {head: "vs raw", metric: "ns_op", ratioTo: "raw"},
@@ -337,9 +343,13 @@ func (r *report) markdown() string {
 	})
 	r.liveness(&b)
 	r.table(&b, fmt.Sprintf("dsync primitives: 16 goroutines, one name, one process (%v)", st.Contended), "primitives", []col{
-		{head: "acq/s", metric: "acq_s", format: "%.0f"}, {head: "wait p50 ms", metric: "wait_p50_ms", format: "%.3f"},
+		{head: "acq/s", metric: "acq_s", format: "%.0f"}, {head: "vs " + refPrim, metric: "vs_mutex_h0", format: "%.2fx"},
+		{head: "wait p50 ms", metric: "wait_p50_ms", format: "%.3f"},
 		{head: "wait p99 ms", metric: "wait_p99_ms", format: "%.2f"}, {head: "fairness", metric: "fairness", format: "%.4f"},
-		{head: "cmds/acq", metric: "cmds_acq", format: "%.2f"}, {head: "round trips/acq", metric: "rt_acq", format: "%.2f"},
+		{head: "acquire scripts/acq", metric: "scripts_acq", format: "%.2f"}, {head: "round trips/acq", metric: "rt_acq", format: "%.2f"},
+		{head: "cmds/acq", metric: "cmds_acq", format: "%.2f"}, {head: "EVALSHA/acq", metric: "evalsha_acq", format: "%.2f"},
+		{head: "PUBLISH/acq", metric: "publish_acq", format: "%.2f"}, {head: "SUBSCRIBE/acq", metric: "subscribe_acq", format: "%.3f"},
+		{head: "client CPU us/acq", metric: "client_cpu_us_acq", format: "%.0f"}, {head: "Redis CPU us/acq", metric: "redis_cpu_us_acq", format: "%.0f"},
 		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
 	r.table(&b, fmt.Sprintf("scale: %d dsync locks held by one process, lease 3s (%v window)", st.ScaleLocks, st.ScaleHold), "scale", []col{
@@ -378,7 +388,7 @@ func (r *report) liveness(b *strings.Builder) {
 		b.WriteString(" ---: |")
 	}
 	b.WriteString("\n")
-	for _, l := range libs {
+	for _, l := range append(libs[:len(libs):len(libs)], fifoSpec) {
 		var total float64
 		var cells []string
 		seen := false

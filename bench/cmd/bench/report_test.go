@@ -38,3 +38,48 @@ func TestTargetsMarkedFromFigures(t *testing.T) {
 	assert.False(t, tg.Measures, "unmeasured target marked: %+v", tg)
 	assert.Contains(t, md, "| serial allocs/op | <= 10 | 11.0 | not met |", "markdown lacks the not-met row")
 }
+
+// Issue 12's table is marked from the primitives' figures, both ways; a
+// primitive that did not run is "not measured", never met; the FIFO handoff
+// is given in PING round trips of its own run.
+func TestFIFOTargetsMarkedFromFigures(t *testing.T) {
+	r := newReport(settings{Reps: 1}, machine{})
+	r.add("primitives", refPrim, sample{"acq_s": 1000, "vs_mutex_h0": 1, "scripts_acq": 1, "rt_acq": 2, "cmds_acq": 8})
+	r.add("primitives", "FairMutex", sample{"acq_s": 950, "vs_mutex_h0": 0.95, "scripts_acq": 1.01, "rt_acq": 2.01, "cmds_acq": 18.5})
+	r.add("primitives", "RWMutex writers", sample{"acq_s": 300, "vs_mutex_h0": 0.3, "scripts_acq": 3, "rt_acq": 5, "cmds_acq": 31})
+	r.add("primitives", "RWMutex 90% readers", sample{"acq_s": 2000, "vs_mutex_h0": 2, "scripts_acq": 3, "rt_acq": 4, "cmds_acq": 29})
+	r.add("handoff", fifoSpec.name, sample{"handoff_p50_us": 300, "handoff_p99_us": 900, "ping_p50_us": 50, "stalls": 0})
+	md := r.markdown()
+	got := map[string]target{}
+	for _, tg := range r.FIFOTargets {
+		got[tg.Name] = tg
+	}
+	for name, want := range map[string]bool{
+		"FairMutex acquire scripts/acq":          true,
+		"FairMutex round trips/acq":              true,
+		"FairMutex Redis commands/acq":           true,  // 18.5 <= 20
+		"FairMutex acq/s vs Mutex h0":            true,  // 0.95 >= 0.9
+		"RWMutex writers Redis commands/acq":     false, // 31 > 30
+		"RWMutex writers acq/s vs Mutex h0":      false,
+		"RWMutex 90% readers Redis commands/acq": true,
+	} {
+		tg, ok := got[name]
+		assert.True(t, ok, "%s missing: %+v", name, r.FIFOTargets)
+		assert.Equal(t, want, tg.Met, "%s: %+v", name, tg)
+		assert.True(t, tg.Measures, "%s: %+v", name, tg)
+	}
+	// Only the commands have a target with 90% readers.
+	_, ok := got["RWMutex 90% readers acquire scripts/acq"]
+	assert.False(t, ok, "a target the issue does not set")
+	for _, name := range []string{"Semaphore 1 acquire scripts/acq", "Semaphore 4 Redis commands/acq"} {
+		tg := got[name]
+		assert.False(t, tg.Met, "unmeasured target marked: %+v", tg)
+		assert.False(t, tg.Measures, "unmeasured target marked: %+v", tg)
+	}
+	assert.Contains(t, md, "| FairMutex | 1.01 (<= 1.2: met) | 2.01 (<= 2.2: met) | 18.5 (<= 20: met) | 0.95x (>= 0.9x: met) |")
+	assert.Contains(t, md, "31.0 (<= 30: **not met**)")
+	assert.Contains(t, md, "p50 300 us = **6.0 PING round trips**")
+	if assert.NotNil(t, r.FIFOHandoff) {
+		assert.InDelta(t, 6.0, r.FIFOHandoff.P50Pings, 1e-9)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -59,7 +60,7 @@ func work(handles []handle, stopAt time.Time) workResult {
 						break
 					}
 					errs++
-					firstErr = cmpErr(firstErr, err)
+					firstErr = cmpErr(firstErr, fmt.Errorf("lock: %w", err))
 					runtime.Gosched()
 					continue
 				}
@@ -74,7 +75,7 @@ func work(handles []handle, stopAt time.Time) workResult {
 				uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if err := h.Unlock(uctx); err != nil {
 					errs++
-					firstErr = cmpErr(firstErr, err)
+					firstErr = cmpErr(firstErr, fmt.Errorf("unlock: %w", err))
 				}
 				ucancel()
 			}

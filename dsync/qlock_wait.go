@@ -1,0 +1,154 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// wait calls step in the wait loop (waitLoop) until the lock is held
+// (vals non-nil), ctx is done or Redis fails; the waiter is woken on its
+// channel, and the fallback is the script's hint: a queued waiter's
+// attempts also renew its place, which lasts one lease. A wait that ends
+// without the lock leaves the queue at once.
+func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64, sentAt time.Time, attempts int, err error) {
+	c := q.c
+	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
+	defer func() {
+		if vals == nil && a.queued && q.leave != nil {
+			wid := a.wid
+			// At once, so later waiters lose no time, within a budget so
+			// that the call returns by its context's end even when Redis is
+			// slow or cut off (then again in the background; the place
+			// lapses within a lease anyway).
+			c.cleanupNow(func(ctx context.Context) error { return q.leave(ctx, owner, wid) }, func(err error) {
+				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
+			})
+		}
+	}()
+	// An owner the caller supplied may hold the lock through another Client
+	// too: an attempt marker lets a lost reply be undone exactly.
+	// An owner made for this call holds nothing else: its undo marks the
+	// attempt undone, so an acquire arriving later does nothing, and
+	// releases what the owner holds; the acquire only checks the mark.
+	a.fresh = freshOwner(ctx)
+	a.marker = q.base + ":x:" + owner
+	if !a.fresh {
+		a.marker = q.base + ":a:" + c.attemptID()
+	}
+	id := ""
+	if q.grants {
+		id = strconv.FormatUint(c.attemptSeq.Add(1), 36)
+		a.wid = c.id[:16] + "." + id
+	}
+	attempts, err = waitLoop(c, ctx, q.ch(owner), id, try, qWait{&a})
+	if err != nil || a.vals[0] == 0 {
+		return nil, a.sentAt, attempts, err
+	}
+	if !a.fresh {
+		c.dropMarker(a.marker)
+	}
+	return a.vals, a.sentAt, attempts, nil
+}
+
+// qAttempt is the state of one FairMutex or RWMutex acquisition in Redis.
+type qAttempt struct {
+	q          *qlock
+	ctx        context.Context
+	owner      string
+	try, fresh bool
+	marker     string
+	wid        string    // the wait's name in the queue, if the lock grants
+	vals       []int64   // the last attempt's reply
+	sentAt     time.Time // when it was sent
+	queued     bool      // an attempt may have queued the owner
+}
+
+// qWait is a qlock acquisition's waitProto.
+type qWait struct{ a *qAttempt }
+
+func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	a := w.a
+	a.sentAt = time.Now()
+	v, err := a.q.step(ctx, a.owner, a.wid, a.try, a.marker, a.fresh)
+	a.vals = v
+	if err == nil && len(v) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil || v[0] != 0 {
+		return true, 0, err
+	}
+	return false, time.Duration(v[1]) * time.Millisecond, nil
+}
+
+func (w qWait) failed(err error) {
+	a, q := w.a, w.a.q
+	if isRedisErr(err) {
+		return
+	}
+	// The script may have run with its reply lost, or acquired without
+	// the replicas' acknowledgement: undo it.
+	a.queued = a.queued || (q.queues && !a.try)
+	notSynced := errors.Is(err, ErrNotReplicated)
+	undo := q.undo
+	if a.fresh {
+		undo = q.undoFresh
+	}
+	owner, wid, marker, v := a.owner, a.wid, a.marker, a.vals
+	switch {
+	case notSynced && len(v) == 2 && (v[0] == 1 || v[0] == 3):
+		_, _ = q.releaseRedis(a.ctx, owner, uint64(v[1]))
+	case notSynced:
+		q.undoAttempt(a.ctx, undo, owner, marker)
+	default:
+		// Exact, so it can run in the background: the call returns by its
+		// deadline even if the caller acquires again at once. Once the
+		// attempt is marked undone no late acquire can queue the owner, so
+		// leaving the queue again after it is final.
+		queues := q.queues && !a.try && q.leave != nil
+		q.c.background(func(bctx context.Context) {
+			q.undoAttempt(bctx, undo, owner, marker)
+			if queues {
+				_ = q.leave(bctx, owner, wid)
+			}
+		})
+	}
+}
+
+func (w qWait) waiting() {
+	a := w.a
+	a.queued = a.q.queues
+	a.q.c.blocked(a.ctx, a.q.info, a.q.base)
+}
+
+func (qWait) gaveUp() {} // leaving the queue is wait's
+
+// granted ends the wait with the lock a release granted it: the reply an
+// attempt that found the grant would have had. The lease clock stays the
+// last attempt's send time, which came before the grant.
+func (w qWait) granted(tok uint64) bool {
+	w.a.vals = []int64{3, int64(tok)}
+	return true
+}
+
+// undoAttempt releases what the attempt with marker acquired, if its script
+// ran, and nothing otherwise, with undo (q.undo or q.undoFresh). It can be
+// repeated.
+func (q *qlock) undoAttempt(ctx context.Context, undo *rueidis.Lua, owner, marker string) {
+	_, e := q.release(owner, 0)
+	keys := withMarker(e.Keys, marker)
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return q.c.lua(undo).Exec(ctx, q.c.rc, keys, e.Args).Error()
+	})
+}
+
+// withMarker returns keys with an attempt marker appended, if there is one.
+func withMarker(keys []string, marker string) []string {
+	if marker == "" {
+		return keys
+	}
+	return append(keys[:len(keys):len(keys)], marker)
+}

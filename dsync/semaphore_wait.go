@@ -1,0 +1,180 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
+)
+
+// acquireRedis runs the acquire script in the wait loop (waitLoop) until
+// the permits are held, ctx is done or Redis fails. A queued waiter is
+// granted its permits by the script that frees them, and told so on its
+// Client's channel (sem_common.lua); the fallback is the earliest holder's
+// lease end or lease/3, in case the message was lost; each attempt also
+// renews the waiter's queue place.
+func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try bool) (*hold, int, error) {
+	c := s.c
+	lease := s.lease()
+	id := strconv.FormatUint(c.attemptSeq.Add(1), 36)
+	a := semAttempt{s: s, ctx: ctx, n: n, waiter: c.id[:16] + "." + id}
+	mode := "wait"
+	if try {
+		mode = "try"
+	}
+	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
+		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease), "first"}
+	attempts, err := waitLoop(c, ctx, s.chPfx+c.id[:16], id, try, semWait{&a})
+	if err != nil || a.vals[0] != 1 {
+		return nil, attempts, err
+	}
+	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
+	if !h.track(a.sentAt, lease) {
+		s.undo(ctx, a.waiter)
+		h.end(ErrClosed, false)
+		return nil, attempts, ErrClosed
+	}
+	return h, attempts, nil
+}
+
+// semAttempt is the state of one Semaphore acquisition in Redis.
+type semAttempt struct {
+	s      *Semaphore
+	ctx    context.Context
+	n      int64
+	waiter string // names this acquisition in the queue and in its grant
+	args   []string
+	vals   []int64
+	sentAt time.Time
+}
+
+// semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
+// takes back a queue place and the permits of a grant whose reply was
+// lost, under a context that outlives ctx.
+type semWait struct{ a *semAttempt }
+
+func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
+	a, s := w.a, w.a.s
+	if n > 1 {
+		a.args[8] = "again" // only a first attempt skips the look for a grant
+	}
+	a.sentAt = time.Now()
+	vals, err := s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, a.args)
+	a.vals = vals
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	switch vals[0] {
+	case -1:
+		return true, 0, s.sizeMismatch(vals[1])
+	case 1:
+		return true, 0, nil
+	}
+	return false, time.Duration(max(vals[1], 1)) * time.Millisecond, nil
+}
+
+// failed undoes the acquisition whatever the error (a lost reply may hide
+// a grant), unless the script refused it for its size: before the call
+// returns for a grant replicas did not acknowledge (as ErrNotReplicated
+// says), else in the background, so the call returns by its deadline.
+func (w semWait) failed(err error) {
+	a := w.a
+	switch {
+	case len(a.vals) == 2 && a.vals[0] == -1:
+	case errors.Is(err, ErrNotReplicated):
+		a.s.undo(a.ctx, a.waiter)
+	default:
+		a.s.undoLater(a.waiter)
+	}
+}
+
+func (w semWait) waiting() {
+	a := w.a
+	a.s.c.blocked(a.ctx, Lock{Kind: KindSemaphore, Name: a.s.name, N: a.n}, a.s.keys[0])
+}
+
+func (w semWait) gaveUp() { w.a.s.undoLater(w.a.waiter) }
+
+// newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
+// Redis, with a lease of its own that only its renewal extends.
+func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
+	c := s.c
+	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
+	h := c.newHold(&sh.lock, owner, token)
+	h.key = s.keys[0]
+	h.watchdog = s.lc.leaseTime == 0
+	h.ops = sh
+	c.mu.Lock()
+	s.setHolds(owner, append(c.semHolds[s.keys[0]][owner], h))
+	c.mu.Unlock()
+	return h
+}
+
+// semHold is the holdOps of one Semaphore acquisition: its member
+// "<owner> <token> <waiter>" and its permits.
+type semHold struct {
+	s      *Semaphore
+	member string
+	lock   Lock // N: its permits
+}
+
+func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false }
+
+func (sh *semHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+	s := sh.s
+	return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: []string{sh.member, leaseMS(s.c.cfg.lease), s.chPfx}}
+}
+
+func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+	s := sh.s
+	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.lock.N), strconv.FormatUint(h.token, 10))}
+}
+
+// ended forgets the hold however it ends (release, loss, Client.Close).
+func (sh *semHold) ended(h *hold, _ bool) { sh.s.forget(h) }
+
+// undo takes back the Acquire call of waiter (sem_undo.lua), under a
+// context that outlives ctx: a wait ended by its context, or a grant whose
+// reply was lost or not synced, leaves nothing behind.
+func (s *Semaphore) undo(ctx context.Context, waiter string) {
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
+	})
+}
+
+// undoLater runs undo at once within a budget, then, if that did not
+// finish, in the background: exact (by waiter), so it can.
+func (s *Semaphore) undoLater(waiter string) {
+	s.c.cleanupNow(func(ctx context.Context) error {
+		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
+	}, nil)
+}
+
+// sizeMismatch is the error of a call through s when Redis stores another
+// size for the semaphore.
+func (s *Semaphore) sizeMismatch(stored int64) error {
+	return fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d",
+		ErrInvalidArgument, shortName(s.name), stored, s.size)
+}
+
+// releaseArgs are the release script's arguments for n permits of owner.
+// The size is checked as the acquire checks it: a Semaphore opened with
+// another size must not release permits counted against the stored one.
+func (s *Semaphore) releaseArgs(owner string, n int64) []string {
+	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10)}
+}
+
+// granted ends the wait with the permits a release granted it, as the
+// reply of an attempt that found the grant; the lease clock stays the last
+// attempt's send time, which came before the grant.
+func (w semWait) granted(tok uint64) bool {
+	w.a.vals = []int64{1, int64(tok)}
+	return true
+}

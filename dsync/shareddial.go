@@ -1,0 +1,66 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/rueidis"
+)
+
+// sharedDial is the rueidis client a Client sends its commands through.
+//
+// rueidis makes a connection once for every caller that needs it at that
+// moment, under the context of the caller that needed it first: if that
+// context ends during the dial or the handshake, every caller waiting for
+// the connection gets that context's error (context.Canceled,
+// DeadlineExceeded, or "dial ...: operation was canceled"), its own
+// context live and its command never sent. rueidis sends such a command
+// again itself only when it is read-only; the scripts would fail, and an
+// acquisition whose wait had seconds left would return "redis connection:
+// context deadline exceeded" because another caller gave up a 5 ms wait
+// during a reconnect. sharedDial sends them again, twice at most. A
+// context error with the caller's context live can come only from a dial
+// made under another context (a command sent under the caller's context
+// fails with that context's error, or with the connection's), so the
+// command did not run.
+type sharedDial struct{ rueidis.Client }
+
+// dialResends bounds the resends of one command. The dial's own handshake
+// timeout gives the same error as another caller's deadline, so against a
+// server that accepts connections but does not answer, a call without a
+// deadline fails after 1+dialResends of those timeouts instead of one.
+const dialResends = 2
+
+// othersDial reports an error that a dial under another caller's context
+// gave a caller whose ctx is live.
+func othersDial(ctx context.Context, err error) bool {
+	return err != nil && ctxErr(ctx) == nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+func (d sharedDial) Do(ctx context.Context, cmd rueidis.Completed) (resp rueidis.RedisResult) {
+	for i := 0; ; i++ {
+		// rueidis keeps a command that failed without a reply from Redis
+		// (it recycles only the others), so it can be sent again.
+		resp = d.Client.Do(ctx, cmd)
+		if i == dialResends || !othersDial(ctx, resp.NonRedisError()) {
+			return resp
+		}
+	}
+}
+
+func (d sharedDial) DoMulti(ctx context.Context, multi ...rueidis.Completed) (resp []rueidis.RedisResult) {
+	for i := 0; ; i++ {
+		resp = d.Client.DoMulti(ctx, multi...)
+		if i == dialResends || len(resp) == 0 {
+			return resp
+		}
+		// Resent only when no command got through: they all waited for
+		// the same dial.
+		for _, r := range resp {
+			if !othersDial(ctx, r.NonRedisError()) {
+				return resp
+			}
+		}
+	}
+}

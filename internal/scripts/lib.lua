@@ -1,0 +1,23 @@
+-- The library of every dsync script: scripts.go prepends it (and the
+-- other preludes a script names on its first line, "-- uses: ...") before
+-- the script's own body, so each script stays one atomic step.
+
+-- server_now reads the server clock, once per script: in ms, and in µs.
+local function server_now()
+  local t = redis.call('time')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- fmt formats a number as an integer (Lua would print 1e+15).
+local function fmt(n)
+  return string.format('%.0f', tonumber(n))
+end
+
+-- next_token is the fencing token after last: one more, and never below
+-- the server clock in µs (us), so that no loss of Redis state (FLUSHALL, a
+-- restart, a failover to a lagging replica, a key expired after a crash)
+-- can make a later token smaller than one issued before.
+local function next_token(last, us)
+  return math.max(last + 1, us)
+end

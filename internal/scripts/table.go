@@ -1,0 +1,69 @@
+package scripts
+
+// Every script of the core primitives, composed from the .lua files of
+// this package by script: each file names the preludes it needs on its
+// first line ("-- uses: lib fair_lib"), and script puts them (and theirs)
+// before the bodies. lib.lua is what every lock script does: read the
+// clock once, format a number, mint a fencing token.
+var (
+	// The mutex. Its undo scripts are its release behind an attempt
+	// marker: MutexUndo releases an acquisition whose reply was lost only
+	// if the acquire script ran (its marker is there); MutexUndoFresh, for
+	// an owner made for one call, marks first, then releases whatever the
+	// owner holds.
+	MutexAcquire   = script("mutex_acquire.lua")
+	MutexRelease   = script("mutex_release.lua")
+	MutexHandoff   = script("mutex_handoff.lua")
+	MutexRenew     = script("mutex_renew.lua")
+	MutexUndo      = script("mutex_undo.lua", "mutex_release.lua")
+	MutexUndoFresh = script("mutex_undo_fresh.lua", "mutex_release.lua")
+	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in
+	// a cluster).
+	MutexRenewMany = script("mutex_renew_many.lua")
+	// MutexUnwait takes a Client that stopped waiting out of the waiting
+	// count.
+	MutexUnwait = script("mutex_unwait.lua")
+
+	// The fair mutex. Its lock value has the mutex's format, so it is
+	// renewed with MutexRenew.
+	FairAcquire   = script("fair_acquire.lua")
+	FairRelease   = script("fair_release.lua")
+	FairLeave     = script("fair_leave.lua")
+	FairUndo      = script("mutex_undo.lua", "fair_release.lua")
+	FairUndoFresh = script("mutex_undo_fresh.lua", "fair_release.lua")
+
+	// The rw mutex.
+	RWAcquire   = script("rw_acquire.lua")
+	RWRelease   = script("rw_release.lua")
+	RWRenew     = script("rw_renew.lua")
+	RWLeave     = script("rw_leave.lua")
+	RWUndo      = script("mutex_undo.lua", "rw_release.lua")
+	RWUndoFresh = script("mutex_undo_fresh.lua", "rw_release.lua")
+
+	// The semaphore, Once and WaitGroup.
+	SemAcquire   = script("sem_acquire.lua")
+	SemRelease   = script("sem_release.lua")
+	SemRenew     = script("sem_renew.lua")
+	SemUndo      = script("sem_undo.lua")
+	OnceBegin    = script("once_begin.lua")
+	OnceEnd      = script("once_end.lua")
+	OnceRenew    = script("once_renew.lua")
+	OnceUndo     = script("once_undo.lua")
+	WaitGroupAdd = script("wg_add.lua")
+
+	// Client.Inspect and Client.ForceUnlock. InspectLock and ForceUnlock
+	// read and reset the "<owner> <token> <count>" value shared by Mutex
+	// and FairMutex; InspectOther reads the RWMutex, Semaphore, Once and
+	// WaitGroup layouts; ForceRW, ForceSem and ForceOther release the holds
+	// of the other primitives.
+	InspectLock  = script("inspect_lock.lua")
+	ForceUnlock  = script("force_unlock.lua")
+	InspectOther = script("inspect_other.lua")
+	ForceRW      = script("force_rw.lua")
+	ForceSem     = script("force_sem.lua")
+	ForceOther   = script("force_other.lua")
+
+	// TagClear removes a hold's tag (see dsync's Observer.HoldTag) if it is
+	// still the one the hold wrote.
+	TagClear = script("tag_clear.lua")
+)
