@@ -47,6 +47,8 @@ func format(states []dsync.LockState) string {
 			fmt.Fprintf(&b, "  done %v\n", s.Done)
 		case dsync.KindWaitGroup:
 			fmt.Fprintf(&b, "  counter %d\n", s.Counter)
+		case dsync.KindGroup:
+			fmt.Fprintf(&b, "  key %s  result kept %v\n", quote(s.Key), s.Done)
 		case dsync.KindRWMutex:
 			if s.Mode != "" {
 				fmt.Fprintf(&b, "  mode %s\n", s.Mode)
@@ -58,7 +60,11 @@ func format(states []dsync.LockState) string {
 				fmt.Fprintf(&b, "  no leader\n")
 			}
 		}
-		if len(s.Holders) == 0 && s.Kind != dsync.KindWaitGroup {
+		switch {
+		case len(s.Holders) > 0 || s.Kind == dsync.KindWaitGroup || s.Kind == dsync.KindCond:
+		case s.Kind == dsync.KindGroup:
+			fmt.Fprintf(&b, "  no run in progress (last fencing token %d)\n", s.LastToken)
+		default:
 			fmt.Fprintf(&b, "  free (last fencing token %d)\n", s.LastToken)
 		}
 		for _, h := range s.Holders {
@@ -72,6 +78,13 @@ func format(states []dsync.LockState) string {
 			fmt.Fprintf(&b, "  waiters %d, in %d clients:\n", waiting(s), len(s.Waiters))
 			for _, w := range s.Waiters {
 				fmt.Fprintf(&b, "    %s  goroutines %d  entry expires in %s unless refreshed\n", w.Owner, w.Count, lease(w.Place))
+			}
+			continue
+		}
+		if s.Kind == dsync.KindGroup && len(s.Waiters) > 0 {
+			fmt.Fprintf(&b, "  waiting in %d processes:\n", len(s.Waiters))
+			for _, w := range s.Waiters {
+				fmt.Fprintf(&b, "    %s  entry expires in %s unless refreshed\n", w.Owner, lease(w.Place))
 			}
 			continue
 		}
@@ -107,6 +120,7 @@ type jsonWaiter struct {
 type jsonState struct {
 	Kind      string       `json:"kind"`
 	Name      string       `json:"name"`
+	Key       string       `json:"key,omitempty"` // Group
 	Held      bool         `json:"held"`
 	Holders   []jsonHolder `json:"holders"`
 	LastToken uint64       `json:"last_token"`
@@ -114,7 +128,7 @@ type jsonState struct {
 	Mode      string       `json:"mode,omitempty"`    // RWMutex
 	Size      *int64       `json:"size,omitempty"`    // Semaphore
 	Free      *int64       `json:"free,omitempty"`    // Semaphore
-	Done      *bool        `json:"done,omitempty"`    // Once
+	Done      *bool        `json:"done,omitempty"`    // Once, Group (a result is kept)
 	Counter   *int64       `json:"counter,omitempty"` // WaitGroup
 	Leader    *jsonLeader  `json:"leader,omitempty"`  // Election, when it has one
 }
@@ -150,6 +164,8 @@ func toJSON(states []dsync.LockState) []jsonState {
 			j.Size, j.Free = &s.Size, &s.Free
 		case dsync.KindOnce:
 			j.Done = &s.Done
+		case dsync.KindGroup:
+			j.Key, j.Done = s.Key, &s.Done
 		case dsync.KindWaitGroup:
 			j.Counter = &s.Counter
 		case dsync.KindElection:
