@@ -425,7 +425,21 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
 			}
+			// Whether another run may have taken over before this one's
+			// result reached Redis: its lease was seen lost, or the value
+			// Do returned is not f's, or recording took over half a lease
+			// (the run's lease is not renewed while it is recorded).
+			superseded := rel.Lost || (value && val != fval) || ret-fret > int64(chaosLease/2)
+			var done *cev
 			switch {
+			case err == nil && superseded:
+				// Do returned nil: with the result another run recorded
+				// after taking over (Do returns what is stored), or with
+				// this run's own if none took over. This run's outcome is
+				// unknown; the Once was done, with that value, by the
+				// time Do returned.
+				rel.Out, rel.Val = "unknown", val
+				done = &cev{Op: "obs", K: k, Call: rel.Call, Ret: ret, Out: "ok", Val: val}
 			case err == nil:
 				rel.Out, rel.Val = "ok", val
 			case errors.Is(err, errChaosFail), errors.Is(err, dsync.ErrLockLost):
@@ -440,6 +454,12 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Val = ""
 			}
 			w.emit(rel)
+			if done != nil {
+				if !value {
+					done.Val = ""
+				}
+				w.emit(*done)
+			}
 			if err == nil {
 				k++
 			}

@@ -304,9 +304,9 @@ func runChaos(t *testing.T, kind string) {
 	assert.GreaterOrEqual(t, fig.acquisitions, 50, "operations completed: the contention did not happen")
 	assert.NotZero(t, len(run.kills)+len(run.stops), "kills and stops: no fault struck")
 	assert.NotZero(t, tl.Cancelled, "waits cancelled: no fault struck")
-	if *dsyncBugs {
-		assert.Zero(t, tl.Errs, "calls that failed with an error other than their context's (see stderr)")
-	}
+	// Calls with a live context used to fail when another caller's
+	// context ended during a reconnect's dial (TestFaultSharedDial).
+	assert.Zero(t, tl.Errs, "calls that failed with an error other than their context's (see stderr)")
 }
 
 func kindTitle(k string) string { return chaosKindName[k] }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsync/dsync/dsync"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,20 +19,29 @@ import (
 // scenario's "errors" column: waits of 1-50 ms given up during reconnects
 // after a SIGKILL). Here a 20 ms acquisition starts the dial through a
 // 100 ms round trip after the server dropped every connection, and five
-// acquisitions with 5 s left wait for the same dial: none may fail.
+// acquisitions with 5 s left wait for the same dial: none may fail (50 of
+// 50 failed before the Client resent such commands).
 func TestFaultSharedDial(t *testing.T) {
 	srv := startRedis(t)
 	px := newProxy(t, srv.Addr)
-	c := newDsync(t, px.Addr, testPrefix(), time.Second)
-	_, err := c.Inspect(context.Background(), "s")
+	rc := client(t, px.Addr)
+	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(testPrefix()), dsync.WithLease(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_, err = c.Inspect(context.Background(), "s")
 	require.NoError(t, err)
 	off := px.latency(t, 50*time.Millisecond)
 	defer off()
 	var failed, cut atomic.Int32
 	for round := range 10 {
-		// Every connection dropped: the next call dials.
-		_ = srv.do(t, "CLIENT", "KILL", "TYPE", "normal").Error()
-		_ = srv.do(t, "CLIENT", "KILL", "TYPE", "pubsub").Error()
+		// Every connection dropped: the next call dials. rueidis finds a
+		// connection closed when it next uses it (that call fails with
+		// EOF, rightly): a PING does, until one fails.
+		require.Eventually(t, func() bool {
+			_ = srv.do(t, "CLIENT", "KILL", "TYPE", "normal").Error()
+			_ = srv.do(t, "CLIENT", "KILL", "TYPE", "pubsub").Error()
+			return rc.Do(context.Background(), rc.B().Ping().Build()).Error() != nil
+		}, 5*time.Second, time.Millisecond, "a PING to find its connection closed")
 		lctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		var wg sync.WaitGroup
 		wg.Add(1)
