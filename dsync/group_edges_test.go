@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,4 +83,41 @@ func TestGroupBadInput(t *testing.T) {
 	require.ErrorIs(t, err, dsync.ErrClosed)
 	require.ErrorIs(t, g.Forget(ctx, "k"), dsync.ErrClosed)
 	requireNoGroupKeys(t, newRueidis(t), prefixOf(t, c), time.Second)
+}
+
+// TestGroupForceUnlock: ForceUnlock ends a Group's running run; a waiting
+// caller runs fn next.
+func TestGroupForceUnlock(t *testing.T) {
+	c := newClient(t)
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	ctx := ctxT(t)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	leader := make(chan int, 1)
+	go func() {
+		v, _, _ := dsync.NewGroup[int](c, "stuck").Do(ctx, "k", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+		leader <- v
+	}()
+	<-started
+	waiter := make(chan int, 1)
+	go func() {
+		v, shared, err := dsync.NewGroup[int](c2, "stuck").Do(ctx, "k", func(context.Context) (int, error) { return 2, nil })
+		assert.NoError(t, err)
+		assert.False(t, shared, "the waiter ran fn itself")
+		waiter <- v
+	}()
+	waitFor(t, 5*time.Second, "the waiter", func() bool { return groupWaiters(t, c, "stuck", "k") == 1 })
+	refs, err := c.ForceUnlock(ctx, "stuck")
+	require.NoError(t, err)
+	require.Equal(t, []dsync.LockRef{{Kind: dsync.KindGroup, Name: "stuck"}}, refs)
+	require.Equal(t, 2, <-waiter)
+	close(release)
+	require.Equal(t, 1, <-leader, "the forced leader keeps its own result")
+	refs, err = c.ForceUnlock(ctx, "stuck")
+	require.NoError(t, err)
+	require.Empty(t, refs)
 }
