@@ -1,7 +1,8 @@
 // Package dsync provides the sync primitives Go programs already know —
-// Mutex, FairMutex, RWMutex, a weighted Semaphore, Once and WaitGroup —
-// shared by every process that talks to the same Redis, and a leader
-// Election built on them.
+// Mutex, FairMutex, RWMutex, a weighted Semaphore, Once, WaitGroup and a
+// condition variable (Cond) — shared by every process that talks to the
+// same Redis, a leader Election built on them, and Group, singleflight
+// across processes.
 //
 // # Owners and lock contexts
 //

@@ -10,7 +10,9 @@ import (
 // ForceUnlock releases every primitive called name, whoever holds it, and
 // wakes its waiters: the Mutex and FairMutex holders, every RWMutex hold
 // (write and read), every Semaphore permit, a running Once run (its result,
-// if any, is not recorded; a waiter runs f next), and it resets a WaitGroup
+// if any, is not recorded; a waiter runs f next), every running run of a
+// Group's keys (likewise: the key is forgotten, see Group.Forget), and it
+// resets a WaitGroup
 // counter to zero (every Wait returns). It is the operator's last resort for
 // a holder that is stuck but still renewing (a holder that died frees the
 // lock by itself when its lease runs out): the holder's next renewal finds
@@ -67,6 +69,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 		return out, err
 	} else if ok {
 		out = append(out, LockRef{Kind: KindElection, Name: name})
+	}
+	if ok, err := c.forceGroup(ctx, name); err != nil {
+		return out, err
+	} else if ok {
+		out = append(out, LockRef{Kind: KindGroup, Name: name})
 	}
 	return out, nil
 }

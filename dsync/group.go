@@ -172,8 +172,9 @@ type groupRunKey struct{ base, key string }
 
 // keys returns the keys of key's record: state, run, undone, channel,
 // waiters, and the Group's index (see group_lib.lua).
-func (g *Group[V]) keys(key string) []string {
-	b := g.base
+func (g *Group[V]) keys(key string) []string { return groupKeys(g.base, key) }
+
+func groupKeys(b, key string) []string {
 	return []string{b + ":s:" + key, b + ":r:" + key, b + ":u:" + key, b + ":c:" + key, b + ":w:" + key, b}
 }
 
@@ -321,7 +322,8 @@ func (c *Client) inspectGroup(ctx context.Context, name string) ([]LockState, er
 	}
 	execs := make([]rueidis.LuaExec, len(keys))
 	for i, k := range keys {
-		execs[i] = rueidis.LuaExec{Keys: []string{base + ":s:" + k, base + ":r:" + k, base + ":w:" + k},
+		ks := groupKeys(base, k)
+		execs[i] = rueidis.LuaExec{Keys: []string{ks[0], ks[1], ks[4]},
 			Args: []string{"group", strconv.Itoa(maxInspectWaiters)}}
 	}
 	var out []LockState
@@ -340,4 +342,24 @@ func (c *Client) inspectGroup(ctx context.Context, name string) ([]LockState, er
 		}
 	}
 	return out, nil
+}
+
+// forceGroup forgets every key of the Group called name that has a run in
+// progress (for ForceUnlock); it reports whether there was one.
+func (c *Client) forceGroup(ctx context.Context, name string) (bool, error) {
+	base := c.lockKey("group", name)
+	keys, err := c.rc.Do(ctx, c.rc.B().Zrange().Key(base).Min("0").Max("-1").Build()).AsStrSlice()
+	forced := false
+	for _, k := range keys {
+		if err != nil {
+			break
+		}
+		ks := groupKeys(base, k)
+		var n int64
+		if n, err = c.rc.Do(ctx, c.rc.B().Exists().Key(ks[1]).Build()).AsInt64(); err == nil && n > 0 {
+			err = c.lua(scripts.GroupForget).Exec(ctx, c.rc, ks, []string{k}).Error()
+			forced = forced || err == nil
+		}
+	}
+	return forced, wrapErr(KindGroup, name, err)
 }

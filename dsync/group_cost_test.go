@@ -22,11 +22,9 @@ import (
 func TestGroupCosts(t *testing.T) {
 	s := redistest.Start(t)
 	const clients, goroutines, rounds = 3, 20, 20
-	var cs []*dsync.Client
 	var gs []*dsync.Group[int]
 	for range clients {
 		c := newClientOn(t, s.Client(t), dsync.WithKeyPrefix("cost"))
-		cs = append(cs, c)
 		gs = append(gs, dsync.NewGroup[int](c, "g"))
 	}
 	ctx := ctxT(t)

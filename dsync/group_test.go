@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -378,78 +377,4 @@ func TestGroupWaiterCancel(t *testing.T) {
 	require.NoError(t, <-leader)
 	require.Equal(t, 7, <-stay)
 	requireNoGroupKeys(t, newRueidis(t), prefix, time.Second)
-}
-
-// TestGroupForgetAndTTL: with WithResultTTL a later call gets the kept
-// result; Forget makes the next call run fn again.
-func TestGroupForgetAndTTL(t *testing.T) {
-	c := newClient(t)
-	ctx := ctxT(t)
-	g := dsync.NewGroup[int](c, "ttl", dsync.WithResultTTL(time.Minute))
-	runs := 0
-	fn := func(context.Context) (int, error) { runs++; return runs, nil }
-	v, shared, err := g.Do(ctx, "k", fn)
-	require.NoError(t, err)
-	require.False(t, shared)
-	require.Equal(t, 1, v)
-	v, shared, err = g.Do(ctx, "k", fn)
-	require.NoError(t, err)
-	require.True(t, shared, "the kept result is another call's")
-	require.Equal(t, 1, v, "a call within the TTL gets the kept result")
-	require.NoError(t, g.Forget(ctx, "k"))
-	v, _, err = g.Do(ctx, "k", fn)
-	require.NoError(t, err)
-	require.Equal(t, 2, v, "after Forget fn runs again")
-	// Without a TTL nothing is kept.
-	g2 := dsync.NewGroup[int](c, "nottl")
-	for i := 1; i <= 2; i++ {
-		v, _, err := g2.Do(ctx, "k", func(context.Context) (int, error) { return i, nil })
-		require.NoError(t, err)
-		require.Equal(t, i, v)
-	}
-}
-
-// TestGroupBadInput: bad names, keys and functions, a cancelled context,
-// a closed Client, and Do from inside fn.
-func TestGroupBadInput(t *testing.T) {
-	c := newClient(t)
-	ctx := ctxT(t)
-	fn := func(context.Context) (int, error) { return 1, nil }
-	for _, tc := range []struct {
-		name, key string
-		fn        func(context.Context) (int, error)
-	}{
-		{"", "k", fn},
-		{strings.Repeat("n", dsync.MaxNameLen+1), "k", fn},
-		{"g", "", fn},
-		{"g", strings.Repeat("k", dsync.MaxNameLen+1), fn},
-		{"g", "k", nil},
-	} {
-		_, _, err := dsync.NewGroup[int](c, tc.name).Do(ctx, tc.key, tc.fn)
-		require.ErrorIs(t, err, dsync.ErrInvalidArgument, "name %.10q key %.10q", tc.name, tc.key)
-		if tc.fn != nil {
-			require.ErrorIs(t, dsync.NewGroup[int](c, tc.name).Forget(ctx, tc.key), dsync.ErrInvalidArgument)
-		}
-	}
-	g := dsync.NewGroup[int](c, "g")
-	//lint:ignore SA1012 a nil context is the misuse under test
-	_, _, err := g.Do(nil, "k", fn)
-	require.ErrorIs(t, err, dsync.ErrInvalidArgument)
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	_, _, err = g.Do(cctx, "k", fn)
-	require.ErrorIs(t, err, context.Canceled)
-	_, _, err = g.Do(ctx, "k", func(fctx context.Context) (int, error) {
-		_, _, err := g.Do(fctx, "k", fn)
-		return 0, err
-	})
-	require.ErrorIs(t, err, dsync.ErrInvalidArgument, "Do inside fn of the same key")
-	// A value JSON cannot encode: the error is the leader's, shared.
-	_, _, err = dsync.NewGroup[func()](c, "g").Do(ctx, "f", func(context.Context) (func(), error) { return func() {}, nil })
-	require.ErrorContains(t, err, "encoding the result")
-	require.NoError(t, c.Close())
-	_, _, err = g.Do(ctx, "k", fn)
-	require.ErrorIs(t, err, dsync.ErrClosed)
-	require.ErrorIs(t, g.Forget(ctx, "k"), dsync.ErrClosed)
-	requireNoGroupKeys(t, newRueidis(t), prefixOf(t, c), time.Second)
 }

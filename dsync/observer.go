@@ -16,8 +16,13 @@ const (
 	KindSemaphore Kind = "semaphore"
 	KindOnce      Kind = "once"
 	KindWaitGroup Kind = "wait_group"
-	KindGroup     Kind = "group"
-	KindCond      Kind = "cond"
+	// A Group call that goes to Redis is an acquisition, Acquired when it
+	// runs fn (the run is a hold, Released when fn returns).
+	KindGroup Kind = "group"
+	// A Cond's Wait is an acquisition while it waits for a signal, never
+	// Acquired (Err says why it ended early); its release and
+	// re-acquisition of the lock are the Mutex's events.
+	KindCond Kind = "cond"
 )
 
 // Observer receives lock events, in the manner of httptrace.ClientTrace: any

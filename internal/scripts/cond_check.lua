@@ -1,3 +1,4 @@
+-- uses: lib cond_lib
 -- Look at a waiter of a Cond and renew its place. It does not take the
 -- signal (cond_leave.lua does), so a lost reply loses nothing.
 --

@@ -1,3 +1,4 @@
+-- uses: lib cond_lib
 -- Take a waiter of a Cond out: it woke (it takes its signal), or it gave
 -- up (a signal it had been given passes on to the next waiter). It can be
 -- repeated.

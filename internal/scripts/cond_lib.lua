@@ -1,4 +1,5 @@
--- Shared prelude of the Cond scripts (prepended to each in Go).
+-- uses: lib
+-- The prelude of the Cond scripts (see lib.lua).
 --
 -- KEYS[1] waiters zset: waiter -> arrival (server µs, strictly growing)
 -- KEYS[2] places zset: waiter -> when its place lapses (ms); a live waiter
@@ -7,9 +8,7 @@
 -- A waiter is "<client id>-<n>"; its wakeup channel is KEYS[1] ..
 -- ":ch:<client id>", one per Client, and the message is the waiter.
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now, now_us = server_now()
 
 local function keep(k, ms)
   if redis.call('pttl', k) < ms then

@@ -1,3 +1,4 @@
+-- uses: lib cond_lib
 -- Signal (ARGV[1] "one") the longest-waiting live waiter of a Cond, or
 -- Broadcast ("all") to every waiter waiting now. Reply: waiters woken.
 prune()

@@ -1,3 +1,4 @@
+-- uses: lib cond_lib
 -- Register a waiter of a Cond, before its Wait releases the lock: a Signal
 -- or Broadcast from then on finds it.
 --

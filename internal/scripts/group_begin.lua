@@ -1,3 +1,4 @@
+-- uses: lib group_lib
 -- Start a run of one key of a Group, wait for the run in progress, or take
 -- the result of the last one.
 --
@@ -25,7 +26,7 @@ if redis.call('exists', KEYS[2]) == 1 then
 end
 redis.call('zrem', KEYS[5], ARGV[3])
 local last = tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
-local tok = math.max(last + 1, now_us)
+local tok = next_token(last, now_us)
 local s = string.format('%.0f', tok)
 redis.call('hset', KEYS[1], 'tok', s)
 redis.call('set', KEYS[2], ARGV[1] .. ' ' .. s .. ' ' .. ARGV[3], 'px', lease)

@@ -1,3 +1,4 @@
+-- uses: lib group_lib
 -- End a run of one key of a Group: keep its result (or its error) for the
 -- callers waiting for it, or, after a failure (panic, the leader's own
 -- context ended), let a waiter run fn. Either way the waiters are woken.

@@ -1,3 +1,4 @@
+-- uses: lib group_lib
 -- Take a call of a Group's key out of the record: its place among the
 -- waiters goes, and a finished record nobody else waits for goes with it.
 -- GroupLeave: ARGV[1] call id, ARGV[2] the key. GroupUndo: prepended to

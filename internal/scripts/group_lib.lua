@@ -1,4 +1,5 @@
--- Shared prelude of the Group scripts (prepended to each in Go). One key of
+-- uses: lib
+-- The prelude of the Group scripts (see lib.lua). One key of
 -- a Group is a run record (see once_begin.lua) that goes away when the last
 -- caller waiting for it has its result.
 --
@@ -12,9 +13,7 @@
 -- KEYS[6] the Group's index zset: key -> until when its record may live
 -- (ms), for Client.Inspect
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now, now_us = server_now()
 
 -- live_waiters drops the lapsed waiters and counts the others.
 local function live_waiters()

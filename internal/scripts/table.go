@@ -1,6 +1,6 @@
 package scripts
 
-// Every script of the core primitives, composed from the .lua files of
+// Every script of dsync, composed from the .lua files of
 // this package by script: each file names the preludes it needs on its
 // first line ("-- uses: lib fair_lib"), and script puts them (and theirs)
 // before the bodies. lib.lua is what every lock script does: read the
@@ -66,4 +66,28 @@ var (
 	// TagClear removes a hold's tag (see dsync's Observer.HoldTag) if it is
 	// still the one the hold wrote.
 	TagClear = script("tag_clear.lua")
+
+	// The Election, on its lock (a fair mutex, whose own scripts queue,
+	// grant, renew and release it) and its leader record.
+	ElectionBegin    = script("election_begin.lua")
+	ElectionProclaim = script("election_proclaim.lua")
+	ElectionResign   = script("election_resign.lua")
+	ElectionTouch    = script("election_touch.lua")
+	ElectionRead     = script("election_read.lua")
+
+	// The Group: each key is a run record like a Once's, with the waiters
+	// counted so that it goes away when the last one has the result.
+	// GroupUndo is the Once's undo after the Group's own cleanup; the
+	// renewal is OnceRenew.
+	GroupBegin  = script("group_begin.lua")
+	GroupEnd    = script("group_end.lua")
+	GroupUndo   = script("group_leave.lua", "once_undo.lua")
+	GroupLeave  = script("group_leave.lua", "group_left.lua")
+	GroupForget = script("group_forget.lua")
+
+	// The Cond.
+	CondWait   = script("cond_wait.lua")
+	CondCheck  = script("cond_check.lua")
+	CondLeave  = script("cond_leave.lua")
+	CondSignal = script("cond_signal.lua")
 )
