@@ -346,8 +346,15 @@ func TestFairMutexScripts(t *testing.T) {
 	require.Equal(t, "b "+btok+" 1 cb.1 "+tok, getStr(t, rc, keys[0]), "a retried release changed the lock")
 	// b's attempt (its message lost) claims the grant; another wait of b
 	// re-enters and leaves the queue.
+	// The claim restarts the lease: b counts it from the attempt's send
+	// time, maybe long after the grant (here the grant's lease is made to
+	// look nearly spent).
+	require.NoError(t, rc.Do(ctx, rc.B().Pexpire().Key(keys[0]).Milliseconds(500).Build()).Error())
 	v = acquire("b", false)
 	require.Equal(t, []int64{3, b}, v, "b's attempt after its grant")
+	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(keys[0]).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Greater(t, pttl, int64(9000), "lease left after the claim (the grantee counts 10 s from its attempt)")
 	wid["b"] = "cb.2"
 	acquire("c", false)
 	require.Equal(t, int64(1), leave("c"), "c leaves") // c is requeued below

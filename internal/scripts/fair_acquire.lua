@@ -27,6 +27,9 @@ if v then
   local o, t, c, rest, g = parse_value(v)
   if o == owner then
     if g == wid then
+      -- The claim's lease starts now: the caller counts it from this
+      -- attempt's send time, which may be long after the grant.
+      redis.call('pexpire', KEYS[1], ARGV[2], 'gt')
       return granted(KEYS[4], ARGV[2], {3, tonumber(t)})
     end
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (c + 1) .. rest, 'px', ARGV[2])

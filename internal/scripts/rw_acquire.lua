@@ -24,6 +24,10 @@ if ARGV[1] == 'read' then
     local s = tonumber(redis.call('zscore', KEYS[2], owner) or '0')
     if s > now then
       if g == wid then
+        -- The claim's lease starts now: the caller counts it from this
+        -- attempt's send time, which may be long after the grant.
+        redis.call('zadd', KEYS[2], math.max(s, now + lease), owner)
+        rw_keep(lease, true)
         return granted(KEYS[7], ARGV[3], {3, tonumber(t)})
       end
       redis.call('hset', KEYS[1], 'r:' .. owner, (tonumber(c) + 1) .. ' ' .. t .. (g ~= '' and (' ' .. g) or ''))
@@ -63,6 +67,9 @@ if ARGV[1] == 'read' then
 end
 if w == owner then
   if wg == wid then
+    -- The claim's lease starts now (see the read claim above).
+    redis.call('hset', KEYS[1], 'wexp', fmt(math.max(tonumber(wexp), now + lease)))
+    rw_keep(lease, false)
     return granted(KEYS[7], ARGV[3], {3, tonumber(wt)})
   end
   redis.call('hset', KEYS[1], 'wc', tonumber(wc) + 1, 'wexp', fmt(math.max(tonumber(wexp), now + lease)))

@@ -36,7 +36,14 @@ local ticket
 if rec then
   local g = string.match(rec, '^g (%d+)$')
   if g then
-    if redis.call('hexists', KEYS[3], ARGV[1] .. ' ' .. g .. ' ' .. ARGV[2]) == 1 then
+    local member = ARGV[1] .. ' ' .. g .. ' ' .. ARGV[2]
+    local exp = redis.call('zscore', KEYS[2], member)
+    if exp then
+      -- The claim's lease starts now: the caller counts it from this
+      -- attempt's send time, which may be long after the grant.
+      local upto = math.max(tonumber(exp), now + tonumber(ARGV[5]))
+      redis.call('zadd', KEYS[2], upto, member)
+      touch(now, {}, upto)
       return {1, tonumber(g)}
     end
     redis.call('hdel', KEYS[5], ARGV[2]) -- the grant is gone (forced)
