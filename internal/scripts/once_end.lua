@@ -13,8 +13,12 @@ if redis.call('hget', KEYS[1], 'done') then
 end
 local v = redis.call('get', KEYS[2])
 if v ~= ARGV[1] then
-  if ARGV[2] == 'ok' and not v then
-    -- Our lease lapsed but nobody took over: the result still stands alone.
+  local mine = string.match(ARGV[1], '^%S+ (%d+) ') == redis.call('hget', KEYS[1], 'tok')
+  if ARGV[2] == 'ok' and not v and mine then
+    -- Our lease lapsed but nobody took over (no run began since ours: the
+    -- last token is still ours), so the result still stands alone. A run
+    -- that took over and ended without a result leaves no run key either:
+    -- then ours must not count.
     redis.call('hset', KEYS[1], 'done', '1', 'val', ARGV[3])
     redis.call('publish', KEYS[3], 'done')
     return {1}
