@@ -54,8 +54,9 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // lease is lost; a storage system can use the token to reject a run that
 // lost its lease. Do returns f's error; if f panics, Do gives up the run
 // and panics with the same value. If the run's lease was lost and another
-// run took over, Do returns an error that errors.Is ErrLockLost and the
-// result is not recorded.
+// run took over, the result is not recorded: Do returns an error that
+// errors.Is ErrLockLost while that run has not succeeded, and nil once it
+// has (the Once is done; OnceValue then returns that run's value).
 //
 // Calling Do from inside f with f's context (or one derived from it)
 // returns ErrInvalidArgument (sync.Once would deadlock). That is decided per
