@@ -43,12 +43,15 @@ type waitProto interface {
 //
 // With an id, ch carries grants: a release that makes this wait the
 // holder says so in a message for id (FIFO locks), and the wait is
-// registered for it before its first attempt, so that no grant published
-// after that attempt is missed while the channel is subscribed.
+// registered for it before its first attempt when the channel is
+// subscribed, so that no grant published after that attempt is missed.
 func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
 	w := wakeup{c: c, ch: ch, id: id}
 	defer w.close()
-	if id != "" && !try {
+	if id != "" && !try && c.notify.isLive(ch) {
+		// Subscribed already: register now, so that a grant right after
+		// the attempt finds the wait. (Not subscribed: the subscription
+		// after the attempt is fresh, and the loop looks again.)
 		w.register()
 	}
 	for n := 1; ; n++ {

@@ -23,7 +23,7 @@ type wakeup struct {
 // and the loop need not look again.
 func (w *wakeup) register() {
 	w.sub = w.c.notify.register(w.ch, w.id)
-	w.live = w.c.notify.isLive(w.ch)
+	w.live = true // the caller saw it subscribed; subscribe checks again
 }
 
 // granted returns the token of a grant delivered to this wait, or 0.
