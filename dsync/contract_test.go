@@ -2,9 +2,7 @@ package dsync_test
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -19,23 +17,6 @@ import (
 
 var contractTries = flag.Int("contract.tries", 2000,
 	"cancelled-wait tries per lock type in TestLockContract (more for a soak)")
-
-var contractStrict = flag.Bool("contract.strict", false,
-	"TestLockContract fails on the known bugs (contractBugs) instead of skipping")
-
-// contractBugs are the checks of the table that fail today, by
-// "<row>/<check>": such a check runs, and skips with this text instead of
-// failing while the bug shows (unless -contract.strict).
-var contractBugs = map[string]string{}
-
-// knownBug returns the bug that row's check may show ("" if none, or with
-// -contract.strict).
-func knownBug(row contractRow, check string) string {
-	if *contractStrict {
-		return ""
-	}
-	return contractBugs[row.name+"/"+check]
-}
 
 // TestLockContract checks, for every lock type (contract_rows_test.go), the
 // contract its doc comments and the README promise: fencing tokens grow
@@ -135,15 +116,11 @@ func contractTokens(t *testing.T, row contractRow, a, b *dsync.Client) {
 	if !row.tokens {
 		return
 	}
-	skip := ""
 	if row.reentrant {
-		skip = contractTokensAfterReentry(t, row, ls[0], ls[1], &last)
+		contractTokensAfterReentry(t, row, ls[0], ls[1], &last)
 	}
 	if row.name != "RWMutexRead" { // readers share: no order of holds
 		contractTokensContended(t, row, a, b, last)
-	}
-	if skip != "" {
-		t.Skip(skip)
 	}
 }
 
@@ -153,8 +130,7 @@ func contractTokens(t *testing.T, row contractRow, a, b *dsync.Client) {
 // Mutex hands the lock on inside its Client with a token of the block it
 // reserved, so the re-entry must not be given a token of that block.) The
 // waiter is not always queued before the release; ten rounds make it likely.
-func contractTokensAfterReentry(t *testing.T, row contractRow, la, lb contractLock, last *uint64) (skip string) {
-	hit := 0
+func contractTokensAfterReentry(t *testing.T, row contractRow, la, lb contractLock, last *uint64) {
 	for round := range 10 {
 		own := dsync.WithOwner(ctxT(t))
 		l1, err := la.lock(own)
@@ -181,15 +157,9 @@ func contractTokensAfterReentry(t *testing.T, row contractRow, la, lb contractLo
 		require.NoError(t, la.unlock(l1), "round %d", round)
 		tw := <-got
 		require.NotZero(t, tw, "round %d: the waiter failed", round)
-		if bug := knownBug(row, "Tokens"); bug != "" && tw <= max(t1, t2) {
-			hit++
-			skip = fmt.Sprintf("%s (in %d of 10 rounds; round %d: holder %d, its re-entry %d, the next holder %d)", bug, hit, round, t1, t2, tw)
-		} else {
-			require.Greater(t, tw, max(t1, t2), "round %d: the next holder's token is not above the holder's (%d) and its re-entry's (%d)", round, t1, t2)
-		}
+		require.Greater(t, tw, max(t1, t2), "round %d: the next holder's token is not above the holder's (%d) and its re-entry's (%d)", round, t1, t2)
 		*last = max(tw, t2)
 	}
-	return skip
 }
 
 // contractTokensContended: eight goroutines on two Clients.
@@ -254,14 +224,9 @@ func contractReentry(t *testing.T, row contractRow, a, b *dsync.Client) {
 	require.NoError(t, err, "re-entry")
 	l3, err := lb.lock(own)
 	require.NoError(t, err, "re-entry through another Client")
-	var skip string
 	for i, l := range []context.Context{l2, l3} {
 		got := requireToken(t, row, l, "re-entry")
-		if bug := knownBug(row, "Reentry"); bug != "" && got != tok && i == 1 {
-			skip = fmt.Sprintf("%s (re-entry %d: token %d, the holder's %d)", bug, i+1, got, tok)
-		} else {
-			require.Equal(t, tok, got, "re-entry %d changed the token", i+1)
-		}
+		require.Equal(t, tok, got, "re-entry %d changed the token", i+1)
 		o1, _ := dsync.OwnerOf(l1)
 		o, _ := dsync.OwnerOf(l)
 		require.Equal(t, o1, o, "re-entry %d: another owner in the lock context", i+1)
@@ -283,9 +248,6 @@ func contractReentry(t *testing.T, row contractRow, a, b *dsync.Client) {
 	}
 	require.ErrorIs(t, la.unlock(own), dsync.ErrNotHeld, "a fourth release")
 	requireFree(t, probe, "after the last release")
-	if skip != "" {
-		t.Skip(skip)
-	}
 }
 
 // A release cancels the lock context, and what derives from it, with the
@@ -408,9 +370,6 @@ func contractClose(t *testing.T, row contractRow, a *dsync.Client) {
 	}
 	requireFree(t, row.probe(a, "close"), "after Close")
 	require.ErrorIs(t, l.unlock(lctx), dsync.ErrClosed, "release after Close")
-	if bug := knownBug(row, "Close"); bug != "" && !errors.Is(context.Cause(lctx), dsync.ErrClosed) {
-		t.Skipf("%s (cause %v)", bug, context.Cause(lctx))
-	}
 	require.ErrorIs(t, context.Cause(lctx), dsync.ErrClosed, "cause after Close")
 }
 
