@@ -115,9 +115,14 @@ func groupBarrier(c *dsync.Client, rc rueidis.Client, prefix string, procs int) 
 	})
 }
 
-// waitUntil polls cond every millisecond, for a child (which has no t).
+// waitUntil polls cond every millisecond, for a child (which has no t),
+// and panics if it does not hold within 30 s (a hung wait fails loudly).
 func waitUntil(cond func() bool) {
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
+		if time.Now().After(deadline) {
+			panic("dsync test: condition not met within 30s")
+		}
 		time.Sleep(time.Millisecond)
 	}
 }
