@@ -11,19 +11,26 @@
 -- again at the latest (a holder's lease may lapse then); {-1, size} the
 -- semaphore exists with another size.
 local now, now_us = server_now()
-if redis.call('zscore', KEYS[7], ARGV[2]) then
+local stored = read_meta()
+-- The undo writes undone before it marks a waiter: without it (a new
+-- semaphore, or keys older than the field) the marks are looked up.
+if (not meta_undone or meta_undone > now) and redis.call('zscore', KEYS[7], ARGV[2]) then
   return {0, 1} -- the caller gave up and undid this attempt: do nothing
 end
 local size = tonumber(ARGV[4])
-local stored = read_meta()
 if stored and tonumber(stored) ~= size then
   return {-1, tonumber(stored)}
 end
 if not stored then
-  redis.call('hset', KEYS[1], 'size', ARGV[4])
+  if meta_undone then
+    redis.call('hset', KEYS[1], 'size', ARGV[4])
+  else
+    meta_undone = 0
+    redis.call('hset', KEYS[1], 'size', ARGV[4], 'undone', '0')
+  end
 end
 local n = tonumber(ARGV[3])
-local pruned = prune(now)
+local pruned = prune(now, true)
 local free = size - used()
 if free >= n then
   -- Lapsed queue places matter only to an acquire that may pass the
@@ -64,14 +71,14 @@ if ahead and fits(ahead, free, n) then
   if ticket then
     drop_waiter(ARGV[2])
   end
-  local stok = sem_token(now_us)
+  local expiry = now + tonumber(ARGV[5])
+  local stok = sem_token(now_us, expiry)
   local member = ARGV[1] .. ' ' .. stok .. ' ' .. ARGV[2]
   local created = {}
   if redis.call('exists', KEYS[2], KEYS[3]) < 2 then
     created = {2, 3}
   end
   redis.call('hset', KEYS[3], member, n)
-  local expiry = now + tonumber(ARGV[5])
   redis.call('zadd', KEYS[2], expiry, member)
   if pruned then
     expiry = math.max(expiry, (grant(ARGV[7], now, now_us, size)))
@@ -99,10 +106,10 @@ if pruned then
   end
 end
 touch(now, created, upto, not stored)
--- The earliest lease to lapse may free permits without anyone publishing.
-local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+-- The earliest lease to lapse may free permits without anyone publishing:
+-- next is no later than that (prune), and later than now.
 local hint = tonumber(ARGV[8])
-if first[2] then
-  hint = math.max(tonumber(first[2]) - now + 1, 1)
+if meta_next and meta_next < NEVER then
+  hint = math.max(meta_next - now + 1, 1)
 end
 return {0, hint}

@@ -1,7 +1,10 @@
 -- uses: lib
 -- The prelude of the semaphore scripts (see lib.lua).
 --
--- KEYS[1] meta hash: size, tok (last fencing token), seq (last queue ticket)
+-- KEYS[1] meta hash: size, tok (last fencing token), seq (last queue
+--   ticket), until (when the keys expire, see touch), next (no holder's
+--   lease ends before it, see prune), undone (no undone mark in KEYS[7]
+--   outlives it, see sem_undo.lua)
 -- KEYS[2] holders zset: acquisition -> lease expiry (server ms)
 -- KEYS[3] permits hash: acquisition -> permits held
 -- KEYS[4] queue zset: waiter -> ticket (arrival order)
@@ -27,9 +30,32 @@
 -- acquire script drops lapsed queue places too (grant skips the ones it
 -- meets).
 
+-- meta_tok, meta_until, meta_next and meta_undone cache fields of the
+-- meta hash (read_meta, or sem_token for tok and next), so that no script
+-- reads them twice; next_known: next was read (nil then means absent).
+local meta_tok, meta_until, meta_next, meta_undone, next_known
+
+-- NEVER is the next of a semaphore without holders.
+local NEVER = 9000000000000000
+
+-- read_meta returns the stored size (or nil) and remembers the rest.
+local function read_meta()
+  local m = redis.call('hmget', KEYS[1], 'size', 'tok', 'until', 'next', 'undone')
+  meta_tok, meta_until = tonumber(m[2] or '0'), tonumber(m[3])
+  meta_next, meta_undone, next_known = tonumber(m[4]), tonumber(m[5]), true
+  return m[1]
+end
+
 -- prune drops the holders whose lease lapsed, and reports whether there
--- were any.
-local function prune(now)
+-- were any. The meta field next, when present, is no later than every
+-- holder's lease end (each new holder lowers it, sem_token; renewals only
+-- extend leases): before it nobody can have lapsed, and prune costs
+-- nothing. Past it (or without it) prune looks, and with record (the meta
+-- hash exists and was read) stores the earliest lease end left.
+local function prune(now, record)
+  if meta_next and meta_next > now then
+    return false
+  end
   local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
   for _, o in ipairs(dead) do
     redis.call('hdel', KEYS[3], o)
@@ -37,6 +63,11 @@ local function prune(now)
   end
   if #dead > 0 then
     redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+  end
+  if record then
+    local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+    meta_next = tonumber(first[2]) or NEVER
+    redis.call('hset', KEYS[1], 'next', fmt(meta_next))
   end
   return #dead > 0
 end
@@ -111,25 +142,22 @@ local function fits(ahead, free, want)
   return sum + want <= free
 end
 
--- meta_tok and meta_until cache the last token and when the keys expire
--- (server ms, as touch last set them), read with the size (read_meta), so
--- that sem_token and touch need not read them again.
-local meta_tok, meta_until
-
--- read_meta returns the stored size (or nil) and remembers the rest.
-local function read_meta()
-  local m = redis.call('hmget', KEYS[1], 'size', 'tok', 'until')
-  meta_tok, meta_until = tonumber(m[2] or '0'), tonumber(m[3])
-  return m[1]
-end
-
--- sem_token issues the next fencing token (next_token, lib.lua) and
--- stores it.
-local function sem_token(now_us)
-  local last = meta_tok or tonumber(redis.call('hget', KEYS[1], 'tok') or '0')
-  meta_tok = next_token(last, now_us)
+-- sem_token issues the next fencing token (next_token, lib.lua) for a new
+-- holder whose lease ends at expiry, and stores it, lowering next to
+-- expiry if that is earlier (prune).
+local function sem_token(now_us, expiry)
+  if not next_known then
+    local m = redis.call('hmget', KEYS[1], 'tok', 'next')
+    meta_tok, meta_next, next_known = tonumber(m[1] or '0'), tonumber(m[2]), true
+  end
+  meta_tok = next_token(meta_tok, now_us)
   local tok = fmt(meta_tok)
-  redis.call('hset', KEYS[1], 'tok', tok)
+  if meta_next and expiry < meta_next then
+    meta_next = expiry
+    redis.call('hset', KEYS[1], 'tok', tok, 'next', fmt(expiry))
+  else
+    redis.call('hset', KEYS[1], 'tok', tok)
+  end
   return tok
 end
 
@@ -138,8 +166,10 @@ end
 -- meets; each grantee's Client is told on its channel. It returns the
 -- latest lease end it wrote (or 0) and the keys it may have created, for
 -- touch. size and inuse (the permits held) are the semaphore's, or nil
--- when the caller does not know them.
-local function grant(chprefix, now, now_us, size, inuse)
+-- when the caller does not know them; kept: the holder keys exist and
+-- keep a holder through this call (a release that ends its holds after
+-- the grant), so the grant creates no key.
+local function grant(chprefix, now, now_us, size, inuse, kept)
   size = size or tonumber(redis.call('hget', KEYS[1], 'size') or '0')
   local free = size - (inuse or used())
   local upto, created = 0, {}
@@ -153,10 +183,12 @@ local function grant(chprefix, now, now_us, size, inuse)
       if n > free then
         return upto, created
       end
-      created = {2, 3} -- they are gone whenever the last holder went
-      local tok = sem_token(now_us)
-      local member = owner .. ' ' .. tok .. ' ' .. w
+      if not kept then
+        created = {2, 3} -- they are gone whenever the last holder went
+      end
       local expiry = now + tonumber(lease)
+      local tok = sem_token(now_us, expiry)
+      local member = owner .. ' ' .. tok .. ' ' .. w
       redis.call('hset', KEYS[3], member, n)
       redis.call('zadd', KEYS[2], expiry, member)
       redis.call('zrem', KEYS[4], w)

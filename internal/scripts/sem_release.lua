@@ -16,7 +16,7 @@ local stored = read_meta()
 if stored and tonumber(stored) ~= tonumber(ARGV[4]) then
   return {-1, tonumber(stored)}
 end
-local pruned = prune(now)
+local pruned = prune(now, stored ~= nil)
 local n = tonumber(ARGV[2])
 local pref = tonumber(ARGV[5] or '0')
 local mine, inuse = acquisitions(ARGV[1])
@@ -37,10 +37,13 @@ for _, a in ipairs(mine) do
     pick = a
   end
 end
-local left = n
 if pick then
   mine = {pick}
 end
+-- The grant comes first: the holder keys still hold the released
+-- acquisitions, so it creates no key that would need a lifetime.
+local upto, made = grant(ARGV[3], now, now_us, tonumber(ARGV[4]), inuse - n, true)
+local left = n
 for _, a in ipairs(mine) do
   if left == 0 then
     break
@@ -55,7 +58,6 @@ for _, a in ipairs(mine) do
   end
   left = left - d
 end
-local upto, made = grant(ARGV[3], now, now_us, tonumber(ARGV[4]), inuse - n)
 if upto > 0 then
   touch(now, made, upto)
 end

@@ -359,3 +359,24 @@ func TestWaitGroupScript(t *testing.T) {
 	require.Equal(t, int64(1), r[0], "add -(2^53+2) = %v, want 0", r)
 	require.Equal(t, int64(0), r[1], "add -(2^53+2) = %v, want 0", r)
 }
+
+// TestSemaphorePruneAfterShortLease: the acquire skips its look for lapsed
+// holders until the earliest lease end it recorded; a holder with a short
+// lease taken after one with a long lease must move that record earlier,
+// or its permits would stay taken for the long lease after it died.
+func TestSemaphorePruneAfterShortLease(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	require.Equal(t, int64(1), semAcq(t, rc, "long", "c.1", 1, 2, "3600000", "wait")[0])
+	require.Equal(t, int64(1), semAcq(t, rc, "short", "c.2", 1, 2, "50", "wait")[0])
+	got := semAcq(t, rc, "third", "c.3", 1, 2, "3600000", "try")
+	require.Equal(t, int64(0), got[0], "both permits held")
+	require.LessOrEqual(t, got[1], int64(51), "look again when the short lease ends")
+	require.Eventually(t, func() bool {
+		return semAcq(t, rc, "third", "c.3", 1, 2, "3600000", "try")[0] == 1
+	}, 5*time.Second, 10*time.Millisecond, "the short lease's permit comes back")
+	n, err := rc.Do(ctx, rc.B().Zcard().Key(semKeys[1]).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "holders: long and third")
+}

@@ -12,8 +12,16 @@
 local now, now_us = server_now()
 local w = ARGV[1]
 drop_waiter(w)
+read_meta()
+local mark = now + tonumber(ARGV[3])
+if not meta_undone or meta_undone < mark then
+  -- An acquire looks for its mark until then (sem_acquire.lua). This may
+  -- create the meta hash: touch gives it the keys' lifetime.
+  meta_undone = mark
+  redis.call('hset', KEYS[1], 'undone', fmt(mark))
+end
 redis.call('zremrangebyscore', KEYS[7], '-inf', now) -- marks that expired
-redis.call('zadd', KEYS[7], now + tonumber(ARGV[3]), w)
+redis.call('zadd', KEYS[7], mark, w)
 local back = 0
 local suffix = ' ' .. w
 for _, m in ipairs(redis.call('hkeys', KEYS[3])) do
@@ -23,7 +31,7 @@ for _, m in ipairs(redis.call('hkeys', KEYS[3])) do
     back = 1
   end
 end
-prune(now)
+prune(now, true)
 prune_places(now)
 local upto = grant(ARGV[2], now, now_us)
 touch(now, {2, 3, 7}, upto) -- the undone set may be new; a grant may have made the holders

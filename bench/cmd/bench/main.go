@@ -41,6 +41,10 @@ type settings struct {
 	ScaleHold     time.Duration `json:"scale_hold_ns"`
 }
 
+// primsFlag limits the primitives scenario to some of its rows (each still
+// runs beside the reference), for a quicker look at one primitive.
+var primsFlag = flag.String("prims", "", "primitives: comma-separated rows to run beside the Mutex h0 reference (default all), e.g. \"Semaphore 1\"")
+
 func main() {
 	var (
 		quick     = flag.Bool("quick", false, "a ~1 minute run: shorter windows, 2 repeats")
@@ -259,6 +263,9 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 			// a ratio of runs far apart would measure the drift.
 			for i := range prims[1:] {
 				p := prims[1+(i+r)%(len(prims)-1)]
+				if *primsFlag != "" && !slices.Contains(strings.Split(*primsFlag, ","), p.name) {
+					continue
+				}
 				pair := []prim{prims[0], p} // prims[0] is refPrim
 				if (i+r)%2 == 1 {
 					pair[0], pair[1] = p, prims[0]
