@@ -45,8 +45,11 @@ type Client struct {
 	// mutexes is the registry of per-lock state in this process (see
 	// stateKey); semHolds the Semaphore acquisitions held through this
 	// Client, by semaphore key and owner, oldest first (guarded by mu).
-	mutexes  map[stateKey]*mutexState
-	semHolds map[string]map[string][]*hold
+	mutexes map[stateKey]*mutexState
+	// spareStates are states that left the registry, for the next lock
+	// that needs one: an uncontended cycle then allocates none.
+	spareStates []*mutexState
+	semHolds    map[string]map[string][]*hold
 	// peaks of the maps above, for compact
 	holdsPeak, mutexesPeak int
 

@@ -98,8 +98,9 @@
 // Every key and channel of one lock is "<prefix>:{<name>}:<kind>..." with
 // the name as the Redis Cluster hash tag ('%' and '}' in names are escaped as
 // %25 and %7D), so each script touches one slot. A released mutex leaves a
-// small marker key for an hour, from which the next fencing token
-// continues.
+// small marker key, "free, last token T", for the rest of the released
+// hold's lease; the next fencing token continues from it, and after it from
+// the server clock, which has passed every token issued under the hold.
 //
 // # Cluster, Sentinel, replicas
 //

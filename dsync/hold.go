@@ -54,6 +54,13 @@ type hold struct {
 	slot    int32
 	due     int64
 	cancels []context.CancelCauseFunc // one per acquisition, innermost last
+
+	// The first acquisition's lock context and cancel live in the hold
+	// itself, so that the common hold, never re-entered, costs one
+	// allocation for both (plus the context package's own).
+	cancel1 [1]context.CancelCauseFunc
+	lctx1   lockCtx
+	used1   bool // lctx1 was handed out; guarded by mu
 }
 
 // holdOps is a hold's one extension point: how its primitive renews and
@@ -87,7 +94,9 @@ func (h *hold) mutexPrefix() string {
 // newHold makes a hold of the lock l points to (the primitive's, shared by
 // its holds).
 func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
-	return &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now(), slot: -1}
+	h := &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now(), slot: -1}
+	h.cancels = h.cancel1[:0]
+	return h
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
@@ -125,8 +134,15 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 // lockCtx).
 func (h *hold) newCtx(parent context.Context) context.Context {
 	cctx, cancel := context.WithCancelCause(parent)
-	lctx := &lockCtx{Context: cctx, parent: parent, v: ownerVal{id: h.owner, token: h.token}, h: h}
 	h.mu.Lock()
+	var lctx *lockCtx
+	if !h.used1 {
+		h.used1 = true
+		lctx = &h.lctx1
+	} else {
+		lctx = new(lockCtx)
+	}
+	*lctx = lockCtx{Context: cctx, parent: parent, v: ownerVal{id: h.owner, token: h.token}, h: h}
 	if h.ended {
 		h.mu.Unlock()
 		cancel(ErrLockLost)

@@ -26,8 +26,8 @@ type lockerOps interface {
 	// lockFor acquires with the owner ctx carries, or a fresh one; with
 	// try it does not wait.
 	lockFor(ctx context.Context, try bool) (lctx context.Context, ok bool, err error)
-	// unlockFor releases one acquisition by the owner ctx carries.
-	unlockFor(ctx context.Context) error
+	// unlockFor releases one acquisition by owner.
+	unlockFor(owner string) error
 	// lockerEnv returns what the adapter reports and waits with: the
 	// lock's description for logs and panics, the logger, and the Client
 	// whose Close ends a retry (nil for locks over several Clients).
@@ -103,7 +103,13 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 	if !ok {
 		panic("dsync: " + op + " of unlocked " + what)
 	}
-	if err := o.unlockFor(withOwnerVal(context.Background(), ownerVal{id: owner})); err != nil {
+	if err := o.unlockFor(owner); err != nil {
 		log.Warn("dsync: Unlock failed", "kind", what, "name", shortName(name), "err", err)
 	}
+}
+
+// ownerOnly is a context carrying owner and nothing else, for a release
+// by owner.
+func ownerOnly(owner string) context.Context {
+	return withOwnerVal(context.Background(), ownerVal{id: owner})
 }

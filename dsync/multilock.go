@@ -192,7 +192,7 @@ func (ml *MultiLock) lockFor(ctx context.Context, _ bool) (context.Context, bool
 	return lctx, err == nil, err
 }
 
-func (ml *MultiLock) unlockFor(ctx context.Context) error { return ml.UnlockContext(ctx) }
+func (ml *MultiLock) unlockFor(owner string) error { return ml.UnlockContext(ownerOnly(owner)) }
 
 func (ml *MultiLock) lockerEnv() (string, string, *slog.Logger, *Client) {
 	return "MultiLock", "", slog.Default(), nil

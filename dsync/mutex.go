@@ -11,8 +11,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// freeMarkerTTL is how long a released mutex key is kept as "free, last
-// token T", so the next token continues from T rather than from the clock.
+// freeMarkerTTL is how long a mutex yielded to other processes (see
+// passOn) is kept as "free, last token T", so the next token continues from
+// T rather than from the clock. A plain release keeps the marker for the
+// rest of the hold's lease instead (mutex_release.lua).
 const freeMarkerTTL = time.Hour
 
 // A Mutex is a mutual exclusion lock shared by every Client, in any process,
@@ -100,7 +102,8 @@ func (m *Mutex) lockFor(ctx context.Context, try bool) (context.Context, bool, e
 	return m.lock(ctx, try)
 }
 
-func (m *Mutex) unlockFor(ctx context.Context) error { return m.UnlockContext(ctx) }
+// unlockFor needs no context carrying the owner (an allocation per Unlock).
+func (m *Mutex) unlockFor(owner string) error { return m.unlock(context.Background(), owner, true) }
 
 func (m *Mutex) lockerEnv() (string, string, *slog.Logger, *Client) {
 	return "Mutex", m.info.Name, m.c.cfg.logger, m.c
@@ -130,14 +133,20 @@ func (m *Mutex) TryLockContext(ctx context.Context) (context.Context, bool, erro
 // that owner does not hold m. The release runs even if ctx is already
 // cancelled, since a lost lock's context is.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
-	err := m.unlock(ctx)
+	var owner string
+	var ok bool
+	if ctx != nil {
+		owner, ok = OwnerOf(ctx)
+	}
+	err := m.unlock(ctx, owner, ok)
 	if err != nil && ctx != nil && ctxErr(ctx) == nil {
 		err = ownErr(err) // a timeout of the release's own budget, not ctx's
 	}
 	return err
 }
 
-func (m *Mutex) unlock(ctx context.Context) error {
+// unlock releases one acquisition by owner (ok false: ctx carried none).
+func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	if ctx == nil {
 		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
 	}
@@ -147,7 +156,6 @@ func (m *Mutex) unlock(ctx context.Context) error {
 	if err := m.c.checkOpen(); err != nil {
 		return err
 	}
-	owner, ok := OwnerOf(ctx)
 	ctx = releaseCtx(ctx)
 	if !ok {
 		return ErrNotHeld
@@ -201,9 +209,19 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	if err := c.checkCall(ctx, m.err); err != nil {
 		return nil, false, err
 	}
-	ctx, owner := ownerFrom(ctx, c.cfg.name)
+	// An owner made for this call (ctx brings none) is fresh: nobody else
+	// knows it, so the acquisition needs no attempt marker of its own (see
+	// acquireRedis). Its undo mark's key ends with it: both are one string.
+	// ctx itself need not carry it: the lock context does.
+	owner, ok := OwnerOf(ctx)
+	var mark string
+	if !ok {
+		prefix := m.key + ":x:"
+		mark = newOwnerIDAfter(prefix, c.cfg.name)
+		owner = mark[len(prefix):]
+	}
 	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
-	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, try)
+	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, try)
 	ob.done(h, reentered, attempts, err)
 	return lctx, h != nil, wrapErr(KindMutex, m.info.Name, err)
 }
@@ -234,7 +252,7 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.c.args.mark, strconv.FormatUint(h.token, 10)}}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.c.args.mark, usedArg(h.rToken, h.token)}}
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {

@@ -82,11 +82,20 @@ type stateKey struct {
 	key, slot, owner string
 }
 
+// maxSpareStates bounds the Client's spare lock states.
+const maxSpareStates = 32
+
 func (c *Client) getMutex(key stateKey) *mutexState {
 	c.mu.Lock()
 	st := c.mutexes[key]
 	if st == nil {
-		st = &mutexState{}
+		if n := len(c.spareStates); n > 0 {
+			st = c.spareStates[n-1]
+			c.spareStates[n-1] = nil
+			c.spareStates = c.spareStates[:n-1]
+		} else {
+			st = &mutexState{}
+		}
 		c.mutexes[key] = st
 		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
 	}
@@ -100,6 +109,17 @@ func (c *Client) putMutex(key stateKey, st *mutexState) {
 	if st.refs--; st.refs == 0 {
 		delete(c.mutexes, key)
 		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		// Nobody refers to st now (a state is used only while counted in
+		// refs), so it can serve the next lock, cleared; its queue's
+		// array is kept if small.
+		if len(c.spareStates) < maxSpareStates {
+			q := st.queue[:0]
+			if cap(q) > 8 {
+				q = nil
+			}
+			*st = mutexState{queue: q}
+			c.spareStates = append(c.spareStates, st)
+		}
 	}
 	c.mu.Unlock()
 }
@@ -145,7 +165,10 @@ func (st *mutexState) remove(w *mutexWaiter) {
 	}
 }
 
-func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+// acquire takes m for owner: by re-entry of this Client's hold, by a
+// handoff from a local holder, or in Redis. mark is the undo mark of a
+// fresh owner (see Mutex.lock), "" for an owner the caller supplied.
+func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	st := c.getMutex(m.sk())
 	st.mu.Lock()
@@ -187,7 +210,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, try bool) (lctx conte
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, try)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, try)
 			attempts += n
 			st.mu.Lock()
 			st.busy = false

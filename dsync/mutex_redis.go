@@ -18,7 +18,7 @@ import (
 // which the script makes safe, and completes even if ctx ends (see
 // idempotent).
 func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	args := []string{owner, strconv.FormatUint(token, 10), m.c.args.mark, strconv.FormatUint(used, 10)}
+	args := []string{owner, strconv.FormatUint(token, 10), m.c.args.mark, usedArg(token, used)}
 	call := func(ctx context.Context) (err error) {
 		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
 		return err
@@ -33,6 +33,17 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 		return code, call(cctx)
 	}
 	return code, idempotent(ctx, call)
+}
+
+// usedArg is the release's argument for the last token issued under a
+// hold of token: "0" (the script's default: the token itself) when they are
+// the same, as they are unless the hold reserved a block, which saves
+// formatting it.
+func usedArg(token, used uint64) string {
+	if used == token || used == 0 {
+		return "0"
+	}
+	return strconv.FormatUint(used, 10)
 }
 
 // unregister removes this Client's entry from m's waiting count when its
@@ -83,25 +94,26 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // While it waits, each failed attempt registers the goroutines of this
 // Client that wait for m (the caller and st's queue) in the waiting hash,
 // for Inspect; the acquisition or the end of the wait removes the entry.
-func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, try bool) (h *hold, reentered bool, attempts int, err error) {
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	a := mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
-	a.args = make([]string, 4, 7) // 3 more for a wait (below): one allocation
+	a := &mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
+	a.args = a.argBuf[:4] // 3 more for a wait (below)
 	a.args[0], a.args[1], a.args[2], a.args[3] = owner, m.leaseArg, m.blockArg, "set"
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
-	a.fresh = freshOwner(ctx)
+	a.fresh = mark != ""
 	if a.fresh {
 		// An owner made for this call holds nothing else, so its undo
 		// releases whatever it holds; the mark only makes an acquire that
 		// arrives after the undo a no-op. The acquire checks it and never
 		// writes it: a successful acquisition leaves no key.
-		a.marker = m.key + ":x:" + owner
+		a.marker = mark
 		a.args[3] = "check"
 	} else {
 		a.marker = m.key + ":a:" + c.attemptID()
 	}
-	a.keys = []string{m.key, a.marker, m.wkey}
+	a.keyBuf = [3]string{m.key, a.marker, m.wkey}
+	a.keys = a.keyBuf[:]
 	if !try {
 		a.args = append(a.args, c.ident, "", "0")
 		defer func() {
@@ -110,7 +122,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 			}
 		}()
 	}
-	attempts, err = waitLoop(c, ctx, m.ch(), "", try, mutexWait{&a})
+	attempts, err = waitLoop(c, ctx, m.ch(), "", try, mutexWait{a})
 	vals := a.vals
 	if err != nil || vals[0] == 0 {
 		return nil, false, attempts, err
@@ -129,8 +141,12 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner string, 
 	return h, vals[0] == 2, attempts, nil
 }
 
-// mutexAttempt is the state of one Mutex acquisition in Redis.
+// mutexAttempt is the state of one Mutex acquisition in Redis, its
+// arguments and reply in place (one allocation).
 type mutexAttempt struct {
+	argBuf     [7]string
+	keyBuf     [3]string
+	valBuf     [2]int64
 	m          *Mutex
 	st         *mutexState
 	ctx        context.Context
@@ -177,7 +193,7 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		}
 	}
 	a.sentAt = time.Now()
-	vals, err := c.execAcquire(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args) // WAIT with WithReplicaSync
+	vals, err := c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args, a.valBuf[:0]) // WAIT with WithReplicaSync
 	a.vals = vals
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")

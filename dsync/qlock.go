@@ -77,7 +77,7 @@ func (q *qlock) lockFor(ctx context.Context, try bool) (context.Context, bool, e
 	return q.lock(ctx, try)
 }
 
-func (q *qlock) unlockFor(ctx context.Context) error { return q.unlock(ctx) }
+func (q *qlock) unlockFor(owner string) error { return q.unlock(ownerOnly(owner)) }
 
 func (q *qlock) lockerEnv() (string, string, *slog.Logger, *Client) {
 	what := "FairMutex"

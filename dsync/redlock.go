@@ -296,7 +296,7 @@ func (rl *RedLock) lockFor(ctx context.Context, try bool) (context.Context, bool
 	return lctx, err == nil, err
 }
 
-func (rl *RedLock) unlockFor(ctx context.Context) error { return rl.UnlockContext(ctx) }
+func (rl *RedLock) unlockFor(owner string) error { return rl.UnlockContext(ownerOnly(owner)) }
 
 func (rl *RedLock) lockerEnv() (string, string, *slog.Logger, *Client) {
 	log := slog.Default()

@@ -53,9 +53,15 @@ func WithReplicaSync(n int, timeout time.Duration) LockOption {
 // with an error wrapping ErrNotReplicated, which is not a Redis error: the
 // caller must undo the acquisition.
 func (c *Client) execAcquire(ctx context.Context, lc *lockConfig, l *rueidis.Lua, keys, args []string) ([]int64, error) {
+	return c.execAcquireInto(ctx, lc, l, keys, args, nil)
+}
+
+// execAcquireInto is execAcquire appending the reply to dst, so that a
+// caller with room for it allocates nothing for the reply.
+func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis.Lua, keys, args []string, dst []int64) ([]int64, error) {
 	l = c.lua(l)
 	if lc.replicas == 0 {
-		return l.Exec(ctx, c.rc, keys, args).AsIntSlice()
+		return appendInts(dst, l.Exec(ctx, c.rc, keys, args))
 	}
 	sha, _ := scripts.SHA1(l)
 	var vals []int64
@@ -70,7 +76,7 @@ func (c *Client) execAcquire(ctx context.Context, lc *lockConfig, l *rueidis.Lua
 			res = dc.DoMulti(ctx, eval, wait())
 		}
 		var err error
-		if vals, err = res[0].AsIntSlice(); err != nil {
+		if vals, err = appendInts(dst, res[0]); err != nil {
 			vals = nil
 			return err
 		}
@@ -87,4 +93,21 @@ func (c *Client) execAcquire(ctx context.Context, lc *lockConfig, l *rueidis.Lua
 		return vals, fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, acks, lc.replicas, lc.replicaTimeout)
 	}
 	return vals, nil
+}
+
+// appendInts appends an array reply of integers to dst (AsIntSlice without
+// its allocation when dst has room).
+func appendInts(dst []int64, r rueidis.RedisResult) ([]int64, error) {
+	arr, err := r.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range arr {
+		n, err := v.AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, n)
+	}
+	return dst, nil
 }

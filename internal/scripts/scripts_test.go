@@ -72,6 +72,8 @@ func TestMutexScripts(t *testing.T) {
 	require.LessOrEqual(t, r[1], int64(10000), "other owner = %v, want {0, pttl}", r)
 	require.Equal(t, int64(0), rel("B", tok), "foreign release")
 	require.Equal(t, int64(0), rel("A", tok+1), "release with a wrong token")
+	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value after the refused releases")
+	require.Greater(t, num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())), int64(5000), "lease after the refused releases")
 	require.Equal(t, int64(2), rel("A", tok), "first release")
 	require.True(t, strings.HasSuffix(get(), " 1 w"), "value %q after the first release: count 1, still marked", get())
 	// The release publishes the token on the channel.
@@ -91,7 +93,12 @@ func TestMutexScripts(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the release of a marked lock published nothing")
 	}
-	require.Greater(t, num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build())), int64(10000), "free marker ttl")
+	// The free marker keeps the rest of the hold's lease (one SET ... GET
+	// KEEPTTL): after it, the next token comes from the clock, which has
+	// passed every token issued under the hold.
+	ttl := num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build()))
+	require.Greater(t, ttl, int64(0), "free marker ttl")
+	require.LessOrEqual(t, ttl, int64(10000), "free marker ttl: the rest of the lease")
 	// A retried release (reply lost) is a no-op success.
 	require.Equal(t, int64(1), rel("A", tok), "retried release")
 	// The next token continues from the marker.

@@ -38,6 +38,9 @@ type libSpec struct {
 	note string
 	lock bool // false: not a lock (floor), skipped where mutual exclusion matters
 	open func(addr string, rt *atomic.Int64) (lib, error)
+	// keyed opens the lib with every key it writes under prefix, for the
+	// keys scenario (nil: the lib does not run there).
+	keyed func(addr, prefix string, rt *atomic.Int64) (lib, error)
 }
 
 // fixedTTL is the lease of the libs that have no watchdog. It is far longer
@@ -45,9 +48,10 @@ type libSpec struct {
 const fixedTTL = 8 * time.Second
 
 var libs = []libSpec{
-	{name: "dsync", note: "dsync Mutex, default (in-process handoffs from a reserved token block of 32, then a yield check)", lock: true, open: openDsync(dsync.DefaultMaxLocalHandoffs)},
+	{name: "dsync", note: "dsync Mutex, default (in-process handoffs from a reserved token block of 32, then a yield check)", lock: true,
+		open: openDsync(dsync.DefaultMaxLocalHandoffs), keyed: keyedDsync(false)},
 	{name: "dsync-h0", note: "dsync Mutex, WithMaxLocalHandoffs(0): no cohorting", lock: true, open: openDsync(0)},
-	{name: "raw", note: "rueidis SET NX PX + EVALSHA compare-and-delete, 1 ms spin", lock: true, open: openRaw},
+	{name: "raw", note: "rueidis SET NX PX + EVALSHA compare-and-delete, 1 ms spin", lock: true, open: openRaw, keyed: keyedRaw},
 	{name: "floor", note: "two PINGs per op (not a lock)", open: openFloor},
 	{name: "rueidislock", note: "rueidislock KeyMajority 1, NoLoopTracking", lock: true, open: openRueidislock},
 	{name: "redsync", note: "redsync v4 + go-redis v9, default options", lock: true, open: openRedsync(0)},
@@ -59,8 +63,20 @@ var libs = []libSpec{
 // process is granted the lock by the release.
 var fifoSpec = libSpec{name: "dsync-fair", note: "dsync FairMutex, default options", lock: true, open: openDsyncFair}
 
+// lockerSpec is the Mutex through sync.Locker (m.Lock(); m.Unlock()),
+// issue 14's second uncontended path: it runs in serial and keys only.
+var lockerSpec = libSpec{name: "dsync-locker", note: "dsync Mutex through sync.Locker (m.Lock(); m.Unlock()), default options: serial and keys scenarios only", lock: true,
+	open: func(addr string, rt *atomic.Int64) (lib, error) {
+		return newDsync(addr, rt, true, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs))
+	},
+	keyed: keyedDsync(true)}
+
+// allSpecs is every lib the report can name: the peers, then the dsync
+// variants that run in some scenarios only.
+func allSpecs() []libSpec { return append(libs[:len(libs):len(libs)], lockerSpec, fifoSpec) }
+
 func specByName(name string) (libSpec, error) {
-	for _, s := range append(libs[:len(libs):len(libs)], fifoSpec) {
+	for _, s := range allSpecs() {
 		if s.name == name {
 			return s, nil
 		}
@@ -134,20 +150,35 @@ func (c *countingDedicated) DoMulti(ctx context.Context, cmds ...rueidis.Complet
 type dsyncLib struct {
 	rc rueidis.Client
 	c  *dsync.Client
+	// locker: handles go through sync.Locker (Lock, Unlock) instead of
+	// LockContext and UnlockContext.
+	locker bool
+}
+
+func newDsync(addr string, rt *atomic.Int64, locker bool, opts ...dsync.Option) (*dsyncLib, error) {
+	rc, err := newRueidis(addr, rt)
+	if err != nil {
+		return nil, err
+	}
+	c, err := dsync.NewClient(rc, opts...)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &dsyncLib{rc: rc, c: c, locker: locker}, nil
 }
 
 func openDsync(handoffs int) func(string, *atomic.Int64) (lib, error) {
 	return func(addr string, rt *atomic.Int64) (lib, error) {
-		rc, err := newRueidis(addr, rt)
-		if err != nil {
-			return nil, err
-		}
-		c, err := dsync.NewClient(rc, dsync.WithMaxLocalHandoffs(handoffs))
-		if err != nil {
-			rc.Close()
-			return nil, err
-		}
-		return &dsyncLib{rc: rc, c: c}, nil
+		return newDsync(addr, rt, false, dsync.WithMaxLocalHandoffs(handoffs))
+	}
+}
+
+// keyedDsync opens a default-options dsync Client whose every key is under
+// prefix (WithKeyPrefix: "the prefix of every key and channel").
+func keyedDsync(locker bool) func(string, string, *atomic.Int64) (lib, error) {
+	return func(addr, prefix string, rt *atomic.Int64) (lib, error) {
+		return newDsync(addr, rt, locker, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs), dsync.WithKeyPrefix(prefix))
 	}
 }
 
@@ -163,8 +194,20 @@ func openDsyncFair(addr string, rt *atomic.Int64) (lib, error) {
 
 func (l dsyncFairLib) handle(key string) handle { return &lockerHandle{l: l.c.NewFairMutex(key)} }
 
-func (l *dsyncLib) handle(key string) handle { return &dsyncHandle{m: l.c.NewMutex(key)} }
-func (l *dsyncLib) close()                   { l.c.Close(); l.rc.Close() }
+func (l *dsyncLib) handle(key string) handle {
+	if l.locker {
+		return syncLockerHandle{m: l.c.NewMutex(key)}
+	}
+	return &dsyncHandle{m: l.c.NewMutex(key)}
+}
+func (l *dsyncLib) close() { l.c.Close(); l.rc.Close() }
+
+// syncLockerHandle takes the Mutex as a sync.Locker: Lock waits until held
+// whatever ctx says (the serial and keys scenarios never contend).
+type syncLockerHandle struct{ m *dsync.Mutex }
+
+func (h syncLockerHandle) Lock(context.Context) error   { h.m.Lock(); return nil }
+func (h syncLockerHandle) Unlock(context.Context) error { h.m.Unlock(); return nil }
 
 type dsyncHandle struct {
 	m    *dsync.Mutex
@@ -193,6 +236,22 @@ func openRaw(addr string, rt *atomic.Int64) (lib, error) {
 }
 
 func (l *rawLib) close() { l.rc.Close() }
+
+// keyedRaw is the raw lock whose key is prefix:name.
+func keyedRaw(addr, prefix string, rt *atomic.Int64) (lib, error) {
+	l, err := openRaw(addr, rt)
+	if err != nil {
+		return nil, err
+	}
+	return prefixedLib{lib: l, prefix: prefix}, nil
+}
+
+type prefixedLib struct {
+	lib
+	prefix string
+}
+
+func (l prefixedLib) handle(name string) handle { return l.lib.handle(l.prefix + ":" + name) }
 
 func (l *rawLib) handle(key string) handle {
 	var b [16]byte

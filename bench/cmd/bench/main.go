@@ -51,7 +51,7 @@ func main() {
 		spin      = flag.Bool("spin", false, "keep one lowest-priority busy process per CPU running, so idle-CPU wake-ups do not dominate latencies")
 		reps      = flag.Int("reps", 0, "repeats per scenario (default 3, quick 2)")
 		libsFlag  = flag.String("libs", "", "comma-separated libs to run (default all)")
-		scenFlag  = flag.String("scenarios", "", "comma-separated scenarios: serial,parallel,contended,xproc,handoff,primitives,scale (default all)")
+		scenFlag  = flag.String("scenarios", "", "comma-separated scenarios: serial,keys,parallel,contended,xproc,handoff,primitives,scale (default all)")
 		out       = flag.String("out", "results", "directory for latest.json and latest.md")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process (not of children) to this file")
 		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
@@ -203,7 +203,17 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		}
 		return nil
 	}
+	// The Mutex through sync.Locker runs beside dsync (right after it) in
+	// serial and keys, when dsync runs.
+	withLocker := func(specs []libSpec) []libSpec {
+		if len(onlyLibs) > 0 && !slices.Contains(onlyLibs, "dsync") && !slices.Contains(onlyLibs, lockerSpec.name) {
+			return specs
+		}
+		i := slices.IndexFunc(specs, func(s libSpec) bool { return s.name == "dsync" })
+		return slices.Insert(specs, i+1, lockerSpec)
+	}
 	notH0 := func(s libSpec) bool { return s.name != "dsync-h0" }
+	keyed := func(s libSpec) bool { return s.keyed != nil }
 	isLock := func(s libSpec) bool { return s.lock }
 	isLockNotH0 := func(s libSpec) bool { return s.lock && notH0(s) }
 	start := time.Now()
@@ -214,7 +224,8 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		f    func(spec libSpec, key string) (sample, error)
 	}
 	scens := []scen{
-		{"serial", pick(notH0), func(s libSpec, k string) (sample, error) { return serial(e, s, k, st.Serial) }},
+		{"serial", withLocker(pick(notH0)), func(s libSpec, k string) (sample, error) { return serial(e, s, k, st.Serial) }},
+		{"keys", withLocker(pick(keyed)), func(s libSpec, k string) (sample, error) { return keysLeft(e, s, k, keysCycles) }},
 		{"parallel", pick(notH0), func(s libSpec, k string) (sample, error) { return parallel(e, s, k, st.Parallel) }},
 		{"contended", pick(isLock), func(s libSpec, k string) (sample, error) {
 			l, rt, err := openLib(e, s)

@@ -40,6 +40,9 @@ type report struct {
 	// FIFOTargets are issue 12's targets for the FIFO primitives.
 	FIFOTargets []target     `json:"fifo_targets"`
 	FIFOHandoff *fifoHandoff `json:"fifo_handoff,omitempty"`
+	// MutexTargets are issue 14's targets for the Mutex's uncontended
+	// cycle, with the raw lock beside.
+	MutexTargets []mutexTarget `json:"mutex_targets"`
 }
 
 func newReport(st settings, m machine) *report { return &report{Settings: st, Machine: m} }
@@ -90,6 +93,7 @@ func (r *report) finish() {
 	r.Targets = r.targets()
 	r.FIFOTargets = r.fifoTargets()
 	r.FIFOHandoff = r.fifoHandoffFigures()
+	r.MutexTargets = r.mutexTargets()
 }
 
 func (r *report) get(scenario, lib, metric string) (float64, bool) {
@@ -199,7 +203,7 @@ func (r *report) targets() []target {
 		var stalls float64
 		measured := false
 		for _, sc := range stallScenarios {
-			for _, lib := range []string{"dsync", "dsync-h0"} {
+			for _, lib := range []string{"dsync", "dsync-h0", lockerSpec.name} {
 				if v, ok := r.get(sc, lib, "stalls"); ok {
 					stalls += v
 					measured = true
@@ -292,7 +296,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence)\n", m.Go, m.Redis)
 	fmt.Fprintf(&b, "- mode %s, %d repeats interleaved (lib order rotated per repeat), medians; busy-loop keeper: %s; run took %s\n", mode, st.Reps, spin, r.Elapsed)
 	fmt.Fprintf(&b, "- peers: ")
-	for i, s := range append(libs[:len(libs):len(libs)], fifoSpec) {
+	for i, s := range allSpecs() {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -311,6 +315,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, mark)
 	}
 	r.fifoMarkdown(&b)
+	r.mutexMarkdown(&b)
 
 	r.table(&b, fmt.Sprintf("serial: 1 goroutine, lock+unlock one key (%v per repeat)", st.Serial), "serial", []col{
 		{head: "ns/op", metric: "ns_op", format: "%.0f"}, {head: "vs raw", metric: "ns_op", ratioTo: "raw"},
@@ -388,7 +393,7 @@ func (r *report) liveness(b *strings.Builder) {
 		b.WriteString(" ---: |")
 	}
 	b.WriteString("\n")
-	for _, l := range append(libs[:len(libs):len(libs)], fifoSpec) {
+	for _, l := range allSpecs() {
 		var total float64
 		var cells []string
 		seen := false

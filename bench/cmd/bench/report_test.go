@@ -83,3 +83,48 @@ func TestFIFOTargetsMarkedFromFigures(t *testing.T) {
 		assert.InDelta(t, 6.0, r.FIFOHandoff.P50Pings, 1e-9)
 	}
 }
+
+// Issue 14's table is marked from the figures, both ways: a row over both
+// paths is met only if both are; keys left must hold in every repeat (the
+// largest count, not the median); a row without figures is "not measured".
+func TestMutexTargetsMarkedFromFigures(t *testing.T) {
+	r := newReport(settings{Reps: 3}, machine{})
+	r.add("serial", "dsync", sample{"cmds_op": 6, "allocs_op": 8})
+	r.add("serial", lockerSpec.name, sample{"cmds_op": 7, "allocs_op": 9})
+	r.add("serial", "raw", sample{"cmds_op": 4, "allocs_op": 1})
+	r.add("parallel", "dsync", sample{"ops_s": 850, "redis_cpu_us_op": 25})
+	r.add("parallel", "raw", sample{"ops_s": 1000, "redis_cpu_us_op": 10})
+	for _, n := range []float64{1, 1, 2} {
+		r.add("keys", "dsync", sample{"keys_left": n})
+	}
+	r.add("keys", lockerSpec.name, sample{"keys_left": 1, "keys {k}:mutex": 1, "keys_max_ttl_s": 3600})
+	r.add("keys", "raw", sample{"keys_left": 0})
+	md := r.markdown()
+	got := map[string]mutexTarget{}
+	for _, tg := range r.MutexTargets {
+		got[tg.Name] = tg
+	}
+	for name, want := range map[string]bool{
+		"Redis commands per LockContext/UnlockContext cycle":            true,  // 6 <= 6
+		"Redis commands per Lock/Unlock cycle":                          false, // 7 > 6
+		"allocations per cycle (LockContext / Lock)":                    false, // 9 > 8 on one path
+		"64 g x 10k keys: ops/s vs raw":                                 true,  // 0.85x >= 0.8x
+		"same: Redis CPU per op vs raw":                                 false, // 2.5x > 2x
+		"keys left after 1,000 cycles of one name (LockContext / Lock)": false, // 2 in one repeat
+	} {
+		tg, ok := got[name]
+		assert.True(t, ok, "%s missing: %+v", name, r.MutexTargets)
+		assert.Equal(t, want, tg.Met, "%s: %+v", name, tg)
+		assert.True(t, tg.Measures, "%s: %+v", name, tg)
+	}
+	tg := got["cross-process handoff p50 in PING round trips"]
+	assert.False(t, tg.Met, "unmeasured target marked: %+v", tg)
+	assert.False(t, tg.Measures, "unmeasured target marked: %+v", tg)
+	assert.Contains(t, md, "| allocations per cycle (LockContext / Lock) | <= 8 | 8.0 / 9.0 | 1.0 | **not met** |")
+	assert.Contains(t, md, "| 64 g x 10k keys: ops/s vs raw | >= 0.8x | 0.85x (850 ops/s) | 1000 ops/s | met |")
+	assert.Contains(t, md, "| keys left after 1,000 cycles of one name (LockContext / Lock) | <= 1 | 2 / 1 | 0 | **not met** |")
+	assert.Contains(t, md, "`dsync-locker` 1 ({k}:mutex x1")
+	assert.Equal(t, "1,000", thousands(1000))
+	assert.Equal(t, "100,000", thousands(100000))
+	assert.Equal(t, "999", thousands(999))
+}

@@ -60,6 +60,10 @@ func lockOnce(h handle) error {
 	return h.Unlock(ctx)
 }
 
+// serialCountOps is how many ops of the serial scenario its allocations,
+// round trips and Redis commands per op are counted over.
+const serialCountOps = 2000
+
 // serial: one goroutine, lock+unlock one key.
 func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 	l, rt, err := openLib(e, spec)
@@ -90,7 +94,6 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 		}
 		return h.Unlock(ctx)
 	}
-	const allocOps = 2000
 	calls0, err := commandCalls(ctx, e.ctl)
 	if err != nil {
 		return nil, err
@@ -98,7 +101,7 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 	rt0 := rt.Load()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	for range allocOps {
+	for range serialCountOps {
 		if err := op(); err != nil {
 			return stalled(ctx, err, stalls)
 		}
@@ -121,10 +124,10 @@ func serial(e *env, spec libSpec, key string, d time.Duration) (sample, error) {
 	return sample{
 		"stalls":    float64(stalls),
 		"ns_op":     float64(el.Nanoseconds()) / float64(n),
-		"allocs_op": float64(m1.Mallocs-m0.Mallocs) / allocOps,
-		"bytes_op":  float64(m1.TotalAlloc-m0.TotalAlloc) / allocOps,
-		"rt_op":     float64(rts) / allocOps,
-		"cmds_op":   float64(calls1-calls0) / allocOps,
+		"allocs_op": float64(m1.Mallocs-m0.Mallocs) / serialCountOps,
+		"bytes_op":  float64(m1.TotalAlloc-m0.TotalAlloc) / serialCountOps,
+		"rt_op":     float64(rts) / serialCountOps,
+		"cmds_op":   float64(calls1-calls0) / serialCountOps,
 	}, nil
 }
 
