@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +44,9 @@ func TestFaultSoak(t *testing.T) {
 	dur := 2 * time.Minute
 	if *soak {
 		dur = 30 * time.Minute
+	}
+	if *soakDur > 0 {
+		dur = *soakDur
 	}
 	srv := startRedis(t)
 	px := newProxy(t, srv.Addr)
@@ -170,6 +176,7 @@ func TestFaultSoak(t *testing.T) {
 	time.Sleep(5 * time.Second) // wakeup channels linger 2 s and are swept every 2 s
 	base := measure()
 	baseStacks = goroutineKinds()
+	writeHeapProfile(t, "base", false)
 	for _, kr := range runs {
 		kr.ev, kr.tl = nil, chaosTally{}
 		kr.store = newChaosStore(chaosSemSize)
@@ -297,7 +304,8 @@ func TestFaultSoak(t *testing.T) {
 	slices.Sort(fnames)
 	injected := map[string]int{}
 	total := 0
-	nextLog := time.Now().Add(5 * time.Minute)
+	logEvery := min(5*time.Minute, dur/4)
+	nextLog := time.Now().Add(logEvery)
 	for i := 0; time.Until(until) > 3*time.Second; i++ {
 		if time.Now().After(nextLog) {
 			// Memory and goroutines as the run goes (Clients open, faults
@@ -305,7 +313,8 @@ func TestFaultSoak(t *testing.T) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			t.Logf("(i) %v in: %d faults, heap %d MiB, %d goroutines, %d Redis connections", dur-time.Until(until).Round(time.Second), total, ms.HeapAlloc>>20, runtime.NumGoroutine(), connectedClients(t, srv))
-			nextLog = nextLog.Add(5 * time.Minute)
+			writeHeapProfile(t, fmt.Sprintf("%v-in", (dur-time.Until(until)).Round(time.Minute)), false)
+			nextLog = nextLog.Add(logEvery)
 		}
 		time.Sleep(time.Second + rand.N(time.Second))
 		// Every class in turn first, then at random.
@@ -387,6 +396,7 @@ func TestFaultSoak(t *testing.T) {
 		slices.Sort(more)
 		t.Errorf("goroutines %d, baseline %d (+%d allowed): %v", after.goroutines, base.goroutines, goroutineSlack, more)
 	}
+	writeHeapProfile(t, "end", after.heap > heapBound(base.heap))
 	if after.heap > heapBound(base.heap) {
 		t.Errorf("heap %d KiB, baseline %d KiB (bound %d KiB)", after.heap>>10, base.heap>>10, heapBound(base.heap)>>10)
 	}
@@ -398,6 +408,33 @@ func TestFaultSoak(t *testing.T) {
 		Check: fmt.Sprintf("back to baseline %v after: goroutines %d (baseline %d, +%d allowed), heap %d KiB (baseline %d KiB, bound %d KiB), Redis connections %d (baseline %d)",
 			backIn.Round(100*time.Millisecond), after.goroutines, base.goroutines, goroutineSlack, after.heap>>10, base.heap>>10, heapBound(base.heap)>>10, after.conns, base.conns),
 		Command: "make soak (30 min); CI: cd faults && GOWORK=off go test -race -count=1 -run TestFaultSoak ."})
+}
+
+// writeHeapProfile writes a heap profile (go tool pprof -top
+// -inuse_space) to -soak.heapprofile with the suffix what, or, when the
+// heap check failed and no file was named, to the temporary directory.
+func writeHeapProfile(t *testing.T, what string, failed bool) {
+	path := *soakHeapProfile
+	switch {
+	case path != "":
+		path += "." + what
+	case failed:
+		path = filepath.Join(os.TempDir(), fmt.Sprintf("dsync-soak-heap-%d.%s", time.Now().Unix(), what))
+	default:
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	t.Logf("heap profile (%s) written to %s", what, path)
 }
 
 // goroutineSlack allows for goroutines that come and go on their own (a
