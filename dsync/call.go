@@ -104,36 +104,59 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// cleanupNow runs f, a cleanup that is safe to repeat, at once with a
-// budget of cleanupGrace, so that the call needing it returns within that of
-// its context's end even when Redis is slow or cut off; if f did not get an
-// answer, it runs again in the background, with retries (see idempotent),
-// and a failure then goes to failed, if set.
-func (c *Client) cleanupNow(f func(ctx context.Context) error, failed func(error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupGrace)
-	err := f(ctx)
-	cancel()
-	if err == nil || isRedisErr(err) {
-		if err != nil && failed != nil {
-			failed(err)
+// cleanupNow runs f, a cleanup that is safe to repeat (exact: it can run
+// after the caller has gone on, even after the caller acquired again), at
+// once with a budget of cleanupGrace; if f did not get an answer, it runs
+// again with retries (see idempotent), and a failure then goes to failed,
+// if set. f runs on a goroutine of its own; the caller, whose wait ctx
+// ended, waits for f's first answer until its deadline plus cleanupGrace
+// by the clock (cleanupGrace from now without a deadline), as the cleanup
+// budgets promise, and no longer: a call inside rueidis can wait for a
+// connection another call is opening whatever its context (see bounded),
+// and a deadline seen late on a loaded machine leaves less of the grace.
+// In the common case Redis answers at once and the caller returns with
+// the cleanup done.
+func (c *Client) cleanupNow(ctx context.Context, f func(ctx context.Context) error, failed func(error)) {
+	first := make(chan struct{})
+	started := c.background(func(bctx context.Context) {
+		fctx, cancel := context.WithTimeout(bctx, cleanupGrace)
+		err := f(fctx)
+		cancel()
+		close(first)
+		if err == nil || isRedisErr(err) {
+			if err != nil && failed != nil {
+				failed(err)
+			}
+			return
 		}
-		return
-	}
-	c.background(func(bctx context.Context) {
 		if err := idempotent(bctx, f); err != nil && failed != nil {
 			failed(err)
 		}
 	})
+	d := cleanupGrace
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)+cleanupGrace)
+	}
+	if !started || d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-first:
+	case <-t.C:
+	}
 }
 
 // background runs a cleanup on its own goroutine, under a context that
 // Close cancels (what is left undone then expires with its lease), so that
-// the caller can return by its deadline. Close waits for it.
-func (c *Client) background(f func(ctx context.Context)) {
+// the caller can return by its deadline. Close waits for it. It reports
+// false, running nothing, once the Client is closed.
+func (c *Client) background(f func(ctx context.Context)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed.Load() {
-		return
+		return false
 	}
 	c.bg.Add(1)
 	go func() {
@@ -142,6 +165,60 @@ func (c *Client) background(f func(ctx context.Context)) {
 		defer cancel()
 		f(ctx)
 	}()
+	return true
+}
+
+// bounded runs call under ctx and returns its result, or ctx's error once
+// ctx has ended, or ErrClosed once the Client closes, whichever comes
+// first. rueidis makes a call that needs a connection another call is
+// opening wait for that dial and handshake whatever the waiting call's own
+// context (they are bounded by the dialing call's context and the dial
+// timeout), so under a network fault a wait inline could return well after
+// its context (TestFaultNetworkPrimitives). With a context that can end,
+// call runs on a goroutine of its own (Close cancels it and waits for it);
+// a result that comes after the caller has gone is dropped, so the caller
+// must treat the call as one whose reply was lost (an exact undo).
+func bounded[T any](c *Client, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return call(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	var zero T
+	ch := make(chan result, 1)
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return zero, ErrClosed
+	}
+	c.bg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		cctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(c.ctx, cancel)
+		v, err := call(cctx)
+		stop()
+		cancel()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+	case <-c.done:
+	}
+	select {
+	case r := <-ch: // it answered as ctx ended: keep the answer
+		return r.v, r.err
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	return zero, ErrClosed
 }
 
 // compact returns m, or, when m is down to a quarter of its peak size and

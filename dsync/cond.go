@@ -177,7 +177,7 @@ func (w *condWaiter) leave(pass bool) {
 	if pass {
 		arg = "1"
 	}
-	w.cd.m.c.cleanupNow(func(ctx context.Context) error { return w.leaveExec(ctx, arg) }, nil)
+	w.cd.m.c.cleanupNow(context.Background(), func(ctx context.Context) error { return w.leaveExec(ctx, arg) }, nil)
 }
 
 // condProto is a Wait's waitProto: an attempt looks whether the waiter was

@@ -24,7 +24,7 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 			// that the call returns by its context's end even when Redis is
 			// slow or cut off (then again in the background; the place
 			// lapses within a lease anyway).
-			c.cleanupNow(func(ctx context.Context) error { return q.leave(ctx, owner, wid) }, func(err error) {
+			c.cleanupNow(ctx, func(ctx context.Context) error { return q.leave(ctx, owner, wid) }, func(err error) {
 				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
 			})
 		}
@@ -73,7 +73,10 @@ type qWait struct{ a *qAttempt }
 func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a := w.a
 	a.sentAt = time.Now()
-	v, err := a.q.step(ctx, a.owner, a.wid, a.try, a.marker, a.fresh)
+	q, owner, wid, try, marker, fresh := a.q, a.owner, a.wid, a.try, a.marker, a.fresh
+	v, err := bounded(q.c, ctx, func(ctx context.Context) ([]int64, error) {
+		return q.step(ctx, owner, wid, try, marker, fresh)
+	})
 	a.vals = v
 	if err == nil && len(v) != 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")

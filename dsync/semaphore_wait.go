@@ -63,7 +63,10 @@ func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error
 		a.args[8] = "again" // only a first attempt skips the look for a grant
 	}
 	a.sentAt = time.Now()
-	vals, err := s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, a.args)
+	args := a.args
+	vals, err := bounded(s.c, ctx, func(ctx context.Context) ([]int64, error) {
+		return s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
+	})
 	a.vals = vals
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")
@@ -91,7 +94,7 @@ func (w semWait) failed(err error) {
 	case errors.Is(err, ErrNotReplicated):
 		a.s.undo(a.ctx, a.waiter)
 	default:
-		a.s.undoLater(a.waiter)
+		a.s.undoLater(a.ctx, a.waiter)
 	}
 }
 
@@ -100,7 +103,7 @@ func (w semWait) waiting() {
 	a.s.c.blocked(a.ctx, Lock{Kind: KindSemaphore, Name: a.s.name, N: a.n}, a.s.keys[0])
 }
 
-func (w semWait) gaveUp() { w.a.s.undoLater(w.a.waiter) }
+func (w semWait) gaveUp() { w.a.s.undoLater(w.a.ctx, w.a.waiter) }
 
 // newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
 // Redis, with a lease of its own that only its renewal extends.
@@ -150,9 +153,10 @@ func (s *Semaphore) undo(ctx context.Context, waiter string) {
 }
 
 // undoLater runs undo at once within a budget, then, if that did not
-// finish, in the background: exact (by waiter), so it can.
-func (s *Semaphore) undoLater(waiter string) {
-	s.c.cleanupNow(func(ctx context.Context) error {
+// finish, in the background: exact (by waiter), so it can. ctx is the
+// wait's (see cleanupNow).
+func (s *Semaphore) undoLater(ctx context.Context, waiter string) {
+	s.c.cleanupNow(ctx, func(ctx context.Context) error {
 		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
 	}, nil)
 }

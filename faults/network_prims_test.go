@@ -140,14 +140,9 @@ func networkPrim(t *testing.T, kind, fault string) {
 	}
 	cleanAfter := time.Since(healed)
 	// Wakeup subscriptions linger 2 s after their last waiter and are
-	// swept every 2 s: with -dsyncbugs, or when the figures are written
-	// (-reliability), wait 5 s for them to go (they often do not:
-	// reported); in CI only the check above runs.
+	// swept every 2 s: every channel must be gone within 5 s.
 	var subs []string
-	subsBound := time.Duration(0)
-	if *dsyncBugs || *reliabilityOut != "" {
-		subsBound = 5 * time.Second
-	}
+	const subsBound = 5 * time.Second
 	for sd := time.Now().Add(subsBound); ; time.Sleep(50 * time.Millisecond) {
 		subs, _ = srv.do(t, "PUBSUB", "CHANNELS", prefix+":*").AsStrSlice()
 		if len(subs) == 0 || time.Now().After(sd) {
@@ -171,10 +166,8 @@ func networkPrim(t *testing.T, kind, fault string) {
 		Command:      fmt.Sprintf("cd faults && GOWORK=off go test -race -count=1 -run 'TestFaultNetworkPrimitives/^%s$/^%s$' .", kind, fault)}
 	defer func() { row.Failed = t.Failed(); addRow(row) }()
 	assert.Empty(t, left, "%v after the fault Redis still shows", netCleanBound)
-	if *dsyncBugs {
-		assert.Empty(t, subs, "%v after the fault, every waiter gone and the Clients open, wakeup channels still subscribed", subsAfter)
-		assert.Zero(t, tl.Late, "calls that returned more than 100 ms after their context ended (worst %v: %s)", time.Duration(tl.MaxLate), tl.Worst)
-	}
+	assert.Empty(t, subs, "%v after the fault, every waiter gone and the Clients open, wakeup channels still subscribed", subsAfter)
+	assert.Zero(t, tl.Late, "calls that returned more than 100 ms after their context ended (worst %v: %s)", time.Duration(tl.MaxLate), tl.Worst)
 	assert.Zero(t, sf.fencedLost, "updates the fenced counter lost")
 	assert.GreaterOrEqual(t, fig.acquisitions, 20, "acquisitions: the scenario did not happen")
 	assert.NotZero(t, tl.Cancelled, "cancelled waits: the scenario did not happen")
