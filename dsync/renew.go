@@ -184,16 +184,8 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 		for k, h := range call.holds {
 			// A hold handed on inside the Client while the renewal was in
 			// flight is the same hold in Redis: the reply is its
-			// successor's, renewal or loss alike.
-			h = h.live()
-			switch {
-			case got[k] == 1:
-				h.renewed(sentAt, c.cfg.lease)
-			case h.isReleasing():
-				// Released while the renewal was in flight: the releaser ends it.
-			default:
-				h.end(ErrLockLost, true)
-			}
+			// successor's, renewal or loss alike (renewReply).
+			h.renewReply(got[k] == 1, sentAt, c.cfg.lease)
 		}
 	}
 	return failed, failure
