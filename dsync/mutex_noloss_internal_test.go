@@ -50,7 +50,7 @@ func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
 		renewed    int
 		misapplied int
 	)
-	renewReplied = func(h *hold, ok bool, sentAt time.Time) {
+	hook := func(h *hold, ok bool, sentAt time.Time) {
 		at := time.Now()
 		if !ok {
 			mu.Lock()
@@ -88,7 +88,8 @@ func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
 			misapplied++
 		}
 	}
-	defer func() { renewReplied = nil }()
+	renewReplied.Store(&hook)
+	defer renewReplied.Store(nil)
 	c, err := NewClient(s.Client(t), WithLease(lease), WithMaxLocalHandoffs(100000), WithLogger(quiet))
 	require.NoError(t, err)
 	defer c.Close()

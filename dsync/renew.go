@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -186,8 +187,8 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 			// flight is the same hold in Redis: the reply is its
 			// successor's, renewal or loss alike (renewReply).
 			h.renewReply(got[k] == 1, sentAt, c.cfg.lease)
-			if renewReplied != nil {
-				renewReplied(h, got[k] == 1, sentAt)
+			if f := renewReplied.Load(); f != nil {
+				(*f)(h, got[k] == 1, sentAt)
 			}
 		}
 	}
@@ -196,8 +197,8 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 
 // renewReplied, set by tests only, sees each renewal reply just after it
 // was applied: the hold it was sent for, whether it renewed, and when it
-// was sent.
-var renewReplied func(h *hold, ok bool, sentAt time.Time)
+// was sent. (Atomic: other tests' Clients may be renewing.)
+var renewReplied atomic.Pointer[func(h *hold, ok bool, sentAt time.Time)]
 
 // A renewCall is one script call of a renewal round, for one hold or, with
 // many, a batch of mutex holds.
