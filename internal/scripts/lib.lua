@@ -9,6 +9,20 @@ local function server_now()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
+-- us_digits spells the time s seconds and us µs (TIME's two strings) in
+-- µs: the seconds, then the µs padded to 6 digits. It is fmt of the same
+-- number without formatting one.
+local function us_digits(s, us)
+  return s .. string.sub('00000' .. us, -6)
+end
+
+-- server_us reads the server clock, once per script, in µs: as a number,
+-- and as its decimal digits (us_digits).
+local function server_us()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]), us_digits(t[1], t[2])
+end
+
 -- fmt formats a number as an integer (Lua would print 1e+15), as
 -- string.format('%.0f') does, at a fraction of its cost: integers below
 -- 2e18 (tokens in µs, times in ms, counts) are printed as one or two

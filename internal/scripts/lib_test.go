@@ -1,38 +1,37 @@
-package scripts_test
+package scripts
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
-// lib.lua's fmt prints every integer it is given as string.format('%.0f')
-// does, on its fast paths (below 1e9, below 2e18 in two parts, around the
-// 1e9 boundaries) and off them (negative, fractional, huge).
-func TestFmt(t *testing.T) {
+// us_digits spells a TIME reply in µs exactly as fmt spells the number,
+// the µs padded (TIME does not pad them), and server_us' two results agree.
+func TestLibUsDigits(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
-	lib, err := os.ReadFile("lib.lua")
-	require.NoError(t, err)
-	src := string(lib) + `
+	ctx := context.Background()
+	body := `
 local out = {}
-for i, v in ipairs(ARGV) do
-  local n = tonumber(v)
-  out[#out + 1] = fmt(n) .. '|' .. string.format('%.0f', n)
+local cases = {{'1764240000', '0'}, {'1764240000', '7'}, {'1764240000', '12345'}, {'1764240000', '100000'}, {'1764240000', '999999'}, {'1', '5'}}
+for _, c in ipairs(cases) do
+  local d = us_digits(c[1], c[2])
+  table.insert(out, d)
+  table.insert(out, fmt(tonumber(c[1]) * 1000000 + tonumber(c[2])))
 end
+local us, d = server_us()
+table.insert(out, d)
+table.insert(out, fmt(us))
 return out`
-	args := []string{"0", "1", "7", "999999999", "1000000000", "1000000001", "1999999999", "2000000000",
-		"1795775540434", "1795775540434469", "1795775540999999", "1795776000000000", "9007199254740991",
-		"1999999999999999999", "2000000000000000000", "-1", "-1795775540434469", "1.5", "2.5", "1e300", "123456789012.75"}
-	got, err := rc.Do(context.Background(), rc.B().Eval().Script(src).Numkeys(0).Arg(args...).Build()).AsStrSlice()
+	got, err := rc.Do(ctx, rc.B().Eval().Script(read("lib.lua")+body).Numkeys(0).Build()).AsStrSlice()
 	require.NoError(t, err)
-	require.Len(t, got, len(args))
-	for i, g := range got {
-		a, b, _ := strings.Cut(g, "|")
-		require.Equal(t, b, a, "fmt(%s)", args[i])
+	want := []string{"1764240000000000", "1764240000000007", "1764240000012345", "1764240000100000", "1764240000999999", "1000005"}
+	for i, w := range want {
+		require.Equal(t, w, got[2*i], "us_digits, case %d", i)
+		require.Equal(t, w, got[2*i+1], "fmt, case %d", i)
 	}
+	require.Equal(t, got[len(got)-1], got[len(got)-2], "server_us: digits and number")
 }
