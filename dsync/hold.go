@@ -330,6 +330,15 @@ func (h *hold) isEnded() bool {
 	return h.ended
 }
 
+// confirmedWithin reports whether h is not ended and its hold in Redis was
+// confirmed (acquired, handed over or renewed: the send time its lease
+// clock counts from) less than lease/30 ago, lease being the hold's.
+func (h *hold) confirmedWithin(lease time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.ended && time.Until(h.deadline) > validity(lease)-lease/30
+}
+
 // handOff hands h to nh inside the Client, as the same hold in Redis, and
 // returns h's lease clock's end for nh to take over (trackUntil). It is one
 // step with renewReply: a reply that comes after it reaches nh, one that

@@ -46,7 +46,9 @@ func (l *attemptLog) attempts(tok uint64) (int, bool) {
 // as released, and the next local waiter acquires through Redis, with a
 // token above every earlier one. Each way a hold is passed on: the handoff
 // script, a handoff from the reserved block (no round trip) of a hold a
-// renewal found gone while it was being released, and the release.
+// renewal found gone while it was being released or whose last
+// confirmation in Redis is older than lease/30 (it goes through the
+// handoff script, which finds the lock gone), and the release.
 func TestMutexPassOnFindsLockGone(t *testing.T) {
 	s := redistest.Start(t)
 	for _, tc := range []struct {
@@ -54,14 +56,16 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 		handoffs int
 		waiter   bool // a local waiter is queued at the release
 		local    bool // the hold to pass on came by a handoff with a block
+		stale    bool // wait until its last confirmation is lease/30 old
 	}{
-		{"handoff script", 1, true, false},
-		{"local handoff of a hold found gone", 100, true, true},
-		{"release", 1, false, false},
+		{"handoff script", 1, true, false, false},
+		{"local handoff of a hold found gone", 100, true, true, false},
+		{"local handoff of a hold unconfirmed for lease/30", 100, true, true, true},
+		{"release", 1, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log attemptLog
-			c, err := NewClient(s.Client(t), WithMaxLocalHandoffs(tc.handoffs), WithObserver(log.observer()), WithLogger(quiet))
+			c, err := NewClient(s.Client(t), WithMaxLocalHandoffs(tc.handoffs), WithLease(3*time.Second), WithObserver(log.observer()), WithLogger(quiet))
 			require.NoError(t, err)
 			defer c.Close()
 			m := c.NewMutex("gone " + tc.name)
@@ -94,7 +98,12 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 				lockAsync()
 			}
 			require.NoError(t, s.Do(t, "DEL", m.key).Error())
-			if tc.local {
+			if tc.stale {
+				// Renewals every lease/3 = 1 s; lease/30 = 100 ms.
+				h := held.(*lockCtx).h
+				waitUntil(t, time.Second, "lease/30 since the hold was confirmed", func() bool { return !h.confirmedWithin(c.cfg.lease) })
+				require.NoError(t, held.Err())
+			} else if tc.local {
 				// A renewal in flight when the release began finds the
 				// lock gone: the release is told (renewReply).
 				h := held.(*lockCtx).h

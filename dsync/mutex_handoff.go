@@ -24,6 +24,16 @@ import (
 // Without waiters elsewhere the lock keeps passing locally, up to a hard cap
 // of 8 blocks, in case a waiter could not subscribe.
 //
+// A handoff without a round trip also needs the hold confirmed in Redis
+// (acquired, handed over or renewed) less than lease/30 ago
+// (confirmedWithin); else it goes through the handoff script, which checks
+// the key. So after Redis loses the lock (FLUSHALL, a restart without
+// persistence), a Client grants it locally only until lease/30 after the
+// send time of its last command that Redis processed before the loss, or
+// until its block runs out, whichever is sooner. The price: one handoff
+// script per lease/30 while the lock keeps passing inside the Client (1 s
+// at the default lease), beside one per block.
+//
 // A hold found lost on the way ends with ErrLockLost, not as released, and
 // the waiter goes to Redis: one whose lease clock ran out or that a renewal
 // found gone is not handed on without a round trip (hold.handOff), and one
@@ -34,7 +44,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	defer c.putMutex(m.sk(), st) // the hold's reference
 	h.beginRelease()
 	bound := c.cfg.handoffs
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && h.confirmedWithin(m.lease()) {
 		// A token from the block reserved in Redis: no round trip. The new
 		// hold is the same hold in Redis, so it takes over its lease clock.
 		w := st.queue[0]

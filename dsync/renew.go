@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -186,10 +187,18 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 			// flight is the same hold in Redis: the reply is its
 			// successor's, renewal or loss alike (renewReply).
 			h.renewReply(got[k] == 1, sentAt, c.cfg.lease)
+			if f := renewReplied.Load(); f != nil {
+				(*f)(h, got[k] == 1, sentAt)
+			}
 		}
 	}
 	return failed, failure
 }
+
+// renewReplied, set by tests only, sees each renewal reply just after it
+// was applied: the hold it was sent for, whether it renewed, and when it
+// was sent. (Atomic: other tests' Clients may be renewing.)
+var renewReplied atomic.Pointer[func(h *hold, ok bool, sentAt time.Time)]
 
 // A renewCall is one script call of a renewal round, for one hold or, with
 // many, a batch of mutex holds.

@@ -34,9 +34,6 @@ func init() {
 //     channel, 16 of the 18 fault rows pass; a Semaphore wait under the
 //     timeout and limit_data faults still returned 101 and 126 ms after
 //     its context in the last run.
-//   - TestFaultFlushallLocalHandoff: after FLUSHALL a Client hands a Mutex
-//     to its own goroutines from its reserved tokens until its next
-//     renewal.
 //
 // Without it those figures are measured and written to the report, not
 // asserted.

@@ -199,8 +199,8 @@ end
 local function rw_take_write(owner, lease, now, us, wid, wch)
   local tok = rw_token(us)
   local x = now + lease
-  redis.call('hset', KEYS[1], 'w', owner, 'wt', tok, 'wc', 1, 'wexp', fmt(x), 'wg', wid or '', 'mode', 'write', 'tok', tok)
   rw_w, rw_wt, rw_wc, rw_wexp, rw_wg, rw_mode = owner, tok, '1', fmt(x), wid or '', 'write'
+  redis.call('hset', KEYS[1], 'w', owner, 'wt', tok, 'wc', 1, 'wexp', rw_wexp, 'wg', rw_wg, 'mode', 'write', 'tok', tok)
   rw_keep(x)
   if wid then
     local cid, n = string.match(wid, '^([^%s%.]+)%.(%S+)$')
