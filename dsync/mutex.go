@@ -168,6 +168,13 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	rctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		rctx = c.ctx
+	} else if lc, ok := ctx.(*lockCtx); ok && lc.end.IsZero() {
+		// A lock context's deadline is its parent's (a watchdog hold has
+		// no lease end): bound the release by the parent, whose Done
+		// channel the caller's other calls share, rather than make the
+		// lock context's own for this call alone. The lock context ends
+		// with the hold, after the release.
+		rctx = lc.parent
 	}
 	st := c.getMutex(m.sk())
 	defer c.putMutex(m.sk(), st)

@@ -57,9 +57,11 @@ func (st *mutexState) reserved(h *hold) {
 }
 
 // tokenDue reports whether the next token of the block may be issued now:
-// not ahead of the server clock. Issuing handoffs faster than one per µs
-// (or on a server whose clock runs slower than ours) sends the handoff to
-// Redis, which mints a token from its clock.
+// not ahead of the server clock, as measured on our clock from the reply
+// that reserved the block (a server clock that runs slower than ours lets
+// a token get ahead of it by that drift over the block's age). Issuing
+// handoffs faster than one per µs sends the handoff to Redis, which mints
+// a token from its clock.
 func (st *mutexState) tokenDue() bool {
 	return st.next <= st.last && st.next <= st.first+uint64(time.Since(st.at)/time.Microsecond)
 }
