@@ -303,3 +303,30 @@ func TestMutexUndoFresh(t *testing.T) {
 	}
 
 }
+
+// A free marker's token is continued even when it is ahead of the server
+// clock (the clock stepped back, or a block's tokens were issued fast): the
+// next token is one more, spelled in full, with or without a block.
+func TestMutexAcquireContinuesMarker(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key := "p:{m}:mutex"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	const ahead = int64(9000000000000000) // µs, far past the clock
+	for _, tc := range []struct {
+		block string
+		value string
+	}{
+		{"1", "O 9000000000000001 1"},
+		{"4", "O 9000000000000004 1 b"},
+	} {
+		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value("- "+strconv.FormatInt(ahead, 10)+" 0").Build()).Error())
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:O"}, []string{"O", "10000", tc.block, "check"}))
+		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
+		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
+	}
+}
