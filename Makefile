@@ -28,8 +28,8 @@ test: redis vet
 # chaos: scenario 1 of the fault suite at full size (4 processes x 16
 # goroutines x 60 s per primitive) and the network faults of the queued
 # primitives, ~13 min; writes docs/reliability.md. CHAOSFLAGS adds flags:
-# -chaos.stopmax 2.5s for SIGSTOPs past the lease, -dsyncbugs to assert
-# the bounds dsync misses today (faults/margin_test.go).
+# -chaos.stopmax 2.5s for SIGSTOPs past the lease (-dsyncbugs asserts
+# nothing more today: faults/margin_test.go).
 .PHONY: chaos
 chaos: redis
 	cd faults && GOWORK=off go test -race -count=1 -timeout 60m -v . \

@@ -23,29 +23,60 @@
 //
 // A lock in Redis is a lease. While the holder's process runs, the Client's
 // watchdog renews it every lease/3 (see WithLease), and the lock context is
-// cancelled as soon as the Client learns the lock is gone, or could not renew
-// it before the lease — counted on the local monotonic clock from when the
-// acquire was sent, less 1% for clock drift and 5 ms for timer lateness —
-// would have run out. The lock context's Err looks at that lease clock
-// itself, so a holder that checks Err before acting sees the loss at once
-// even if the Client has not processed it yet (a late timer, a process just
-// thawed from a pause longer than its lease); Done closes as Err reports
-// it. Mutual exclusion therefore holds as long as Redis keeps its data and
-// a holder checks its lock context before it acts. A process paused longer
-// than its lease (GC, SIGSTOP, a VM migration) in the middle of an action
-// can still complete that action after its lock was granted to another; so
-// can any holder after a Redis failover that lost the latest writes. Where correctness depends on exclusion, pass the fencing token to
-// the resource and have it reject tokens lower than one it has seen: tokens
-// of one lock name grow strictly across all owners and processes. A token
-// minted in Redis is the larger of the last one plus one and the Redis
-// server's clock in microseconds; a Mutex's in-process handoffs issue the
-// tokens of a block reserved in Redis only once the server clock has
-// reached them (else the handoff goes to Redis), and a release records the
-// last token issued, not the block's end. So no token is ahead of the
-// server clock when issued, and after any loss of Redis state (FLUSHALL, a
-// restart without persistence, a failover, a holder's key expiring after a
-// crash) the next token, taken from the clock, is above every earlier one,
-// as long as the server clock does not step back.
+// cancelled, with cause ErrLockLost, as soon as the Client learns the lock
+// is gone (a renewal, or a Mutex's handoff or release, finds its key gone
+// or another's; such a release returns ErrNotHeld), or could not renew it
+// before the lease — counted on the local monotonic clock from the send
+// time of the last command Redis processed for the hold (the acquire, a
+// handoff through Redis, a renewal), less 1% for clock drift and 5 ms for
+// timer lateness — would have run out. A Mutex handed to another goroutine
+// inside its Client without a round trip stays the same hold in Redis: the
+// new holder takes over the lease clock, and a renewal reply that arrives
+// after the handoff reaches it. The lock context's Err looks at that lease
+// clock itself, so a holder that checks Err before acting sees the loss at
+// once even if the Client has not processed it yet (a late timer, a
+// process just thawed from a pause longer than its lease); Done closes as
+// Err reports it. Mutual exclusion therefore holds as long as Redis keeps
+// its data and a holder checks its lock context before it acts. A process
+// paused longer than its lease (GC, SIGSTOP, a VM migration) in the middle
+// of an action can still complete that action after its lock was granted
+// to another; so can any holder after a Redis failover that lost the
+// latest writes.
+//
+// When Redis loses a lock's data (FLUSHALL, a restart without persistence,
+// a failover to a replica that lacks the latest writes), a Client that
+// held it cannot know before its next contact with Redis, and another
+// Client can acquire it at once. The holds it had then end with
+// ErrLockLost when it learns of the loss: at its next renewal, within
+// lease/3 (plus the renewal's round trip and, if the renewal met the
+// server down, its retry lease/9 later), or, for a Mutex, at its next
+// handoff or release through Redis if that comes first. Until then those
+// holds stay valid beside the new holder. A Mutex is also still handed on
+// inside that Client without a round trip, with the tokens of the block it
+// reserved, but only while the hold was confirmed in Redis less than
+// lease/30 ago (else the handoff goes through Redis and finds the lock
+// gone): so for at most lease/30 after the send time of the last command
+// Redis processed before the loss, or until the block runs out.
+//
+// Where correctness depends on exclusion, pass the fencing token to the
+// resource and have it reject tokens lower than one it has seen. While
+// Redis keeps a lock's data, its tokens grow strictly across all owners and
+// processes. A token minted in Redis is the larger of the last one plus
+// one and the Redis server's clock in microseconds; a Mutex's in-process
+// handoffs issue the tokens of a block reserved in Redis only once the
+// server clock has reached them, as measured by the Client's clock from
+// the reply that reserved the block (else the handoff goes to Redis), and
+// a release records the last token issued, not the block's end. So no
+// token is ahead of the server clock when issued, and after any loss of
+// Redis state (FLUSHALL, a restart without persistence, a failover, a
+// holder's key expiring after a crash) the next token Redis mints, taken
+// from the clock, is above every token issued before the loss — as long as
+// the server clock does not step back, nor run slower than the Client's
+// while a block is in use (a block's token can then be ahead by that drift
+// over the block's age). Tokens handed out inside a Client from its block
+// after the loss, in the stretch above, can be below those Redis issues
+// meanwhile, or (rarely: the same µs) equal to one: the fence rejects their
+// writes once it has seen a higher token, not an equal one.
 //
 // # Waiting
 //

@@ -25,7 +25,7 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 		commands    float64 // Redis commands per acquisition, at most
 		acquireLoop func(c *dsync.Client) func(ctx context.Context) error
 	}{
-		{"FairMutex", 1.2, 20, func(c *dsync.Client) func(ctx context.Context) error {
+		{"FairMutex", 1.2, 17, func(c *dsync.Client) func(ctx context.Context) error {
 			f := c.NewFairMutex("cost")
 			return func(ctx context.Context) error {
 				l, err := f.LockContext(ctx)
@@ -35,7 +35,7 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 				return f.UnlockContext(l)
 			}
 		}},
-		{"RWMutex writers", 1.2, 30, func(c *dsync.Client) func(ctx context.Context) error {
+		{"RWMutex writers", 1.2, 16, func(c *dsync.Client) func(ctx context.Context) error {
 			rw := c.NewRWMutex("cost")
 			return func(ctx context.Context) error {
 				l, err := rw.LockContext(ctx)
@@ -45,7 +45,7 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 				return rw.UnlockContext(l)
 			}
 		}},
-		{"RWMutex 90% readers", 1.2, 30, func(c *dsync.Client) func(ctx context.Context) error {
+		{"RWMutex 90% readers", 1.2, 22.5, func(c *dsync.Client) func(ctx context.Context) error {
 			rw := c.NewRWMutex("cost")
 			var n atomic.Int64
 			return func(ctx context.Context) error {
@@ -63,8 +63,8 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 				return rw.RUnlockContext(l)
 			}
 		}},
-		{"Semaphore size 1", 1.2, 25, semCycle(1)},
-		{"Semaphore size 4", 1.2, 25, semCycle(4)},
+		{"Semaphore size 1", 1.2, 24, semCycle(1)},
+		{"Semaphore size 4", 1.2, 24, semCycle(4)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)

@@ -326,22 +326,8 @@ func (c *Client) inspectGroup(ctx context.Context, name string) ([]LockState, er
 		execs[i] = rueidis.LuaExec{Keys: []string{ks[0], ks[1], ks[4]},
 			Args: []string{"group", strconv.Itoa(maxInspectWaiters)}}
 	}
-	var out []LockState
-	for i, r := range scripts.InspectOther.ExecMulti(ctx, c.rc, execs...) {
-		vals, err := r.AsStrSlice()
-		if err != nil {
-			return out, wrapErr(KindGroup, name, err)
-		}
-		st, ok, err := parseOtherState(vals)
-		if err != nil {
-			return out, wrapErr(KindGroup, name, err)
-		}
-		if ok {
-			st.Kind, st.Name, st.Key = KindGroup, name, keys[i]
-			out = append(out, st)
-		}
-	}
-	return out, nil
+	return inspected(nil, name, scripts.InspectOther.ExecMulti(ctx, c.rc, execs...), parseOtherState,
+		func(int) Kind { return KindGroup }, func(i int) string { return keys[i] })
 }
 
 // forceGroup forgets every key of the Group called name that has a run in

@@ -47,6 +47,7 @@ type hold struct {
 	deadline  time.Time // when the lease clock runs out
 	ended     bool
 	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
+	gone      bool // a renewal found the hold gone while releasing: no local handoff (handOff)
 	expiring  bool // the lease clock ran out: a renewal that succeeds now is too late
 	// slot and due are the hold's entry in the Client's leaseClock,
 	// guarded by its mutex: its index in the heap (-1 when not watched)
@@ -101,13 +102,15 @@ func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
 // moved on by each renewal. It registers the hold for Close and, with a
-// watchdog, for renewal. It reports false if the Client is closed.
+// watchdog, for renewal. It reports false if the Client is closed (or h
+// ended meanwhile: see trackUntil).
 func (h *hold) track(sentAt time.Time, lease time.Duration) bool {
 	return h.trackUntil(sentAt.Add(validity(lease)))
 }
 
 // trackUntil is track with the lease clock's end given: a hold that takes
-// over another's lease in Redis takes over its clock too.
+// over another's lease in Redis takes over its clock too. It reports false
+// if the Client is closed or h has ended (lost while being handed over).
 func (h *hold) trackUntil(deadline time.Time) bool {
 	c := h.c
 	c.mu.Lock()
@@ -116,7 +119,14 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 		return false
 	}
 	h.mu.Lock()
-	// A renewal that reached h before its clock started counts (renewed).
+	if h.ended {
+		// Lost before its clock started (a renewal found the lock gone
+		// after it was handed over: renewReply).
+		h.mu.Unlock()
+		c.mu.Unlock()
+		return false
+	}
+	// A renewal that reached h before its clock started counts (renewReply).
 	h.deadline = later(deadline, h.deadline)
 	deadline = h.deadline
 	h.mu.Unlock()
@@ -266,6 +276,11 @@ func (h *hold) depth() int {
 // contexts with cause. It reports whether this call ended it.
 func (h *hold) end(cause error, lost bool) bool {
 	h.mu.Lock()
+	return h.endLocked(cause, lost)
+}
+
+// endLocked is end with h.mu held; it unlocks it.
+func (h *hold) endLocked(cause error, lost bool) bool {
 	if h.ended {
 		h.mu.Unlock()
 		return false
@@ -301,17 +316,12 @@ func (h *hold) end(cause error, lost bool) bool {
 }
 
 // beginRelease marks the hold as being released, so that a renewal in flight
-// that finds it already gone does not report it lost.
+// that finds it already gone leaves the verdict to the release (see
+// renewReply).
 func (h *hold) beginRelease() {
 	h.mu.Lock()
 	h.releasing = true
 	h.mu.Unlock()
-}
-
-func (h *hold) isReleasing() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.releasing
 }
 
 func (h *hold) isEnded() bool {
@@ -320,48 +330,62 @@ func (h *hold) isEnded() bool {
 	return h.ended
 }
 
-// handedTo records that h was handed to nh inside the Client, as the same
-// hold in Redis, so that a renewal of h whose reply arrives after the
-// handoff reaches nh (see live).
-func (h *hold) handedTo(nh *hold) {
+// confirmedWithin reports whether h is not ended and its hold in Redis was
+// confirmed (acquired, handed over or renewed: the send time its lease
+// clock counts from) less than lease/30 ago, lease being the hold's.
+func (h *hold) confirmedWithin(lease time.Duration) bool {
 	h.mu.Lock()
-	h.succ = nh
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	return !h.ended && time.Until(h.deadline) > validity(lease)-lease/30
 }
 
-// live returns the hold that carries h's hold in Redis now: h, or the
-// last hold it was handed to inside the Client.
-func (h *hold) live() *hold {
-	for {
-		h.mu.Lock()
+// handOff hands h to nh inside the Client, as the same hold in Redis, and
+// returns h's lease clock's end for nh to take over (trackUntil). It is one
+// step with renewReply: a reply that comes after it reaches nh, one that
+// came before is in the end returned. It refuses (false) a hold that is
+// lost: ended, its lease clock run out, or found gone by a renewal while
+// being released, since a handoff without a round trip would pass on a
+// lock Redis no longer holds.
+func (h *hold) handOff(nh *hold) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.expiring || h.gone || !time.Now().Before(h.deadline) {
+		return time.Time{}, false
+	}
+	h.succ = nh
+	return h.deadline, true
+}
+
+// renewReply applies the reply to a renewal of h's hold in Redis, sent at
+// sentAt, to the hold that carries it now: h, or the last hold it was
+// handed to inside the Client (handOff). Renewed (ok): its lease clock
+// moves on, only forward (a reply may arrive after a newer renewal's); one
+// whose clock ran out stays lost, and one whose clock has not started yet
+// (being handed over) keeps the new end for trackUntil. Gone: the hold is
+// lost, unless a release is on its way, which may have removed it itself:
+// the release's own script then says whether it was still held, and a
+// handoff without a round trip is refused (handOff).
+func (h *hold) renewReply(ok bool, sentAt time.Time, lease time.Duration) {
+	h.mu.Lock()
+	for h.succ != nil {
 		next := h.succ
 		h.mu.Unlock()
-		if next == nil {
-			return h
-		}
 		h = next
+		h.mu.Lock()
 	}
-}
-
-// renewed moves the lease clock after a renewal sent at sentAt succeeded
-// (the Client's leaseClock finds the new end when the old one comes). A
-// hold whose clock has not started yet (being handed over) keeps the new
-// end for trackUntil; one whose clock ran out stays lost. Only forward: a
-// reply may arrive after a newer renewal's.
-func (h *hold) renewed(sentAt time.Time, lease time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended || h.expiring {
+	switch {
+	case h.ended:
+	case ok:
+		if !h.expiring {
+			h.deadline = later(h.deadline, sentAt.Add(validity(lease)))
+		}
+	case h.releasing:
+		h.gone = true
+	default:
+		h.endLocked(ErrLockLost, true)
 		return
 	}
-	h.deadline = later(h.deadline, sentAt.Add(validity(lease)))
-}
-
-// leaseEnd returns when the hold's lease clock runs out.
-func (h *hold) leaseEnd() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.deadline
+	h.mu.Unlock()
 }
 
 func later(a, b time.Time) time.Time {

@@ -150,20 +150,10 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 		}
 		execs[i] = rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(maxInspectWaiters), layout}}
 	}
-	var out []LockState
-	for i, r := range scripts.InspectLock.ExecMulti(ctx, c.rc, execs...) {
-		vals, err := r.ToArray()
-		if err != nil {
-			return nil, wrapErr(inspectable[i].kind, name, err)
-		}
-		st, ok, err := parseLockState(vals)
-		if err != nil {
-			return nil, wrapErr(inspectable[i].kind, name, err)
-		}
-		if ok {
-			st.Kind, st.Name = inspectable[i].kind, name
-			out = append(out, st)
-		}
+	out, err := inspected(nil, name, scripts.InspectLock.ExecMulti(ctx, c.rc, execs...), parseLockState,
+		func(i int) Kind { return inspectable[i].kind }, nil)
+	if err != nil {
+		return nil, err
 	}
 	others := make([]rueidis.LuaExec, len(otherLayouts))
 	for i, l := range otherLayouts {
@@ -174,19 +164,10 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 		}
 		others[i] = rueidis.LuaExec{Keys: keys, Args: []string{l.layout, strconv.Itoa(maxInspectWaiters)}}
 	}
-	for i, r := range scripts.InspectOther.ExecMulti(ctx, c.rc, others...) {
-		vals, err := r.AsStrSlice()
-		if err != nil {
-			return nil, wrapErr(otherLayouts[i].kind, name, err)
-		}
-		st, ok, err := parseOtherState(vals)
-		if err != nil {
-			return nil, wrapErr(otherLayouts[i].kind, name, err)
-		}
-		if ok {
-			st.Kind, st.Name = otherLayouts[i].kind, name
-			out = append(out, st)
-		}
+	out, err = inspected(out, name, scripts.InspectOther.ExecMulti(ctx, c.rc, others...), parseOtherState,
+		func(i int) Kind { return otherLayouts[i].kind }, nil)
+	if err != nil {
+		return nil, err
 	}
 	if st, ok, err := c.inspectElection(ctx, name); err != nil {
 		return nil, err
@@ -197,8 +178,33 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 	return append(out, groups...), err
 }
 
+// inspected appends to out the states found in the replies rs of an
+// inspect script, decoded by parse (parseLockState, parseOtherState): rs[i]
+// is of kind(i), and key(i), if key is not nil, its key.
+func inspected(out []LockState, name string, rs []rueidis.RedisResult, parse func(rueidis.RedisResult) (LockState, bool, error),
+	kind func(i int) Kind, key func(i int) string) ([]LockState, error) {
+	for i, r := range rs {
+		st, ok, err := parse(r)
+		if err != nil {
+			return out, wrapErr(kind(i), name, err)
+		}
+		if ok {
+			st.Kind, st.Name = kind(i), name
+			if key != nil {
+				st.Key = key(i)
+			}
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
 // parseOtherState decodes the reply of the InspectOther script.
-func parseOtherState(v []string) (st LockState, ok bool, err error) {
+func parseOtherState(r rueidis.RedisResult) (st LockState, ok bool, err error) {
+	v, err := r.AsStrSlice()
+	if err != nil {
+		return st, false, err
+	}
 	bad := fmt.Errorf("unexpected inspect reply %q", v)
 	if len(v) < 8 {
 		return st, false, bad
@@ -239,7 +245,11 @@ func parseOtherState(v []string) (st LockState, ok bool, err error) {
 
 // parseLockState decodes the reply of the inspect script; ok is false when
 // the lock has no state at all.
-func parseLockState(vals []rueidis.RedisMessage) (st LockState, ok bool, err error) {
+func parseLockState(r rueidis.RedisResult) (st LockState, ok bool, err error) {
+	vals, err := r.ToArray()
+	if err != nil {
+		return st, false, err
+	}
 	if len(vals) < 2 || (len(vals)-2)%3 != 0 {
 		return st, false, fmt.Errorf("unexpected inspect reply of %d values", len(vals))
 	}

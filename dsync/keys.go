@@ -71,6 +71,21 @@ func (c *Client) lockKey(kind, name string) string {
 	return c.cfg.prefix + ":{" + escapeName(name) + "}:" + kind
 }
 
+// lockKeyAnd returns lockKey(kind, name), and that key followed by s1 and
+// by s2, the three in one allocation (a Mutex is made per call by some
+// programs: its keys are on their hot path).
+func (c *Client) lockKeyAnd(kind, name, s1, s2 string) (key, k1, k2 string) {
+	esc := escapeName(name)
+	n := len(c.cfg.prefix) + len(":{") + len(esc) + len("}:") + len(kind)
+	var b strings.Builder
+	b.Grow(2*n + len(s1) + len(s2))
+	for _, s := range [...]string{c.cfg.prefix, ":{", esc, "}:", kind, s1, c.cfg.prefix, ":{", esc, "}:", kind, s2} {
+		b.WriteString(s)
+	}
+	all := b.String()
+	return all[:n], all[:n+len(s1)], all[n+len(s1):]
+}
+
 // splitKey parses a key written by lockKey (with any suffix) back into its
 // name and the rest ("mutex", "fair:queue", ...).
 func splitKey(prefix, key string) (name, rest string, ok bool) {

@@ -38,6 +38,9 @@ func FuzzKeys(f *testing.F) {
 		require.Equal(t, "mutex:ch", rest, "splitKey(%q)", key)
 		// Every key of the lock shares the escaped name as hash tag.
 		require.Equal(t, escapeName(name), hashTag(key+":queue"), "hash tag of %q", key)
+		// The Mutex's keys, made in one allocation, are the same strings.
+		k, ch, wk := c.lockKeyAnd("mutex", name, ":ch", ":waiting")
+		require.Equal(t, []string{key, key + ":ch", key + ":waiting"}, []string{k, ch, wk}, "lockKeyAnd(%q)", name)
 		if other != name && checkName(other) == nil {
 			require.NotEqual(t, key, c.lockKey("mutex", other), "names %q and %q share a key", name, other)
 		}

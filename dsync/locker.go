@@ -61,6 +61,38 @@ func (hs *lockerHolds) pop() (string, bool) {
 	return owner, true
 }
 
+// heldBy is the acquisitions of a lock that keeps them in the Client
+// (MultiLock, RedLock), by owner, innermost last: UnlockContext ends the
+// innermost. The lock's mutex guards it.
+type heldBy[T any] map[string][]T
+
+func (h heldBy[T]) push(owner string, v T) { h[owner] = append(h[owner], v) }
+
+// popFor removes and returns the innermost acquisition of the owner ctx
+// carries, under mu, and that owner; ErrNotHeld if there is none.
+func (h heldBy[T]) popFor(ctx context.Context, mu *sync.Mutex) (T, string, error) {
+	var zero T
+	owner, ok := OwnerOf(ctx)
+	if !ok {
+		return zero, "", ErrNotHeld
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	stack := h[owner]
+	n := len(stack)
+	if n == 0 {
+		return zero, owner, ErrNotHeld
+	}
+	v := stack[n-1]
+	if n == 1 {
+		delete(h, owner)
+	} else {
+		stack[n-1] = zero
+		h[owner] = stack[:n-1]
+	}
+	return v, owner, nil
+}
+
 // lockerLock is sync.Locker's Lock over o.
 func lockerLock(o lockerOps, hs *lockerHolds) {
 	ctx := context.Background()

@@ -44,8 +44,8 @@ type MultiLock struct {
 	members []ContextLocker
 
 	mu   sync.Mutex
-	held map[string][]*multiHold // by owner; innermost acquisition last
-	lk   lockerHolds             // the hold taken by Lock
+	held heldBy[*multiHold]
+	lk   lockerHolds // the hold taken by Lock
 }
 
 // multiHold is one acquisition of all members.
@@ -77,7 +77,7 @@ func NewMultiLock(lockers ...ContextLocker) *MultiLock {
 	slices.SortStableFunc(keyed, func(a, b ContextLocker) int {
 		return cmp.Compare(a.(orderedLocker).orderKey(), b.(orderedLocker).orderKey())
 	})
-	return &MultiLock{members: append(keyed, rest...), held: make(map[string][]*multiHold)}
+	return &MultiLock{members: append(keyed, rest...), held: heldBy[*multiHold]{}}
 }
 
 // NewMultiLock returns a MultiLock over the Mutexes called names.
@@ -127,7 +127,7 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 		}))
 	}
 	ml.mu.Lock()
-	ml.held[owner] = append(ml.held[owner], mh)
+	ml.held.push(owner, mh)
 	ml.mu.Unlock()
 	return lctx, nil
 }
@@ -155,24 +155,11 @@ func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	owner, ok := OwnerOf(ctx)
-	if !ok {
-		return ErrNotHeld
+	mh, _, err := ml.held.popFor(ctx, &ml.mu)
+	if err != nil {
+		return err
 	}
-	ml.mu.Lock()
-	stack := ml.held[owner]
-	if len(stack) == 0 {
-		ml.mu.Unlock()
-		return ErrNotHeld
-	}
-	mh := stack[len(stack)-1]
-	if len(stack) == 1 {
-		delete(ml.held, owner)
-	} else {
-		ml.held[owner] = stack[:len(stack)-1]
-	}
-	ml.mu.Unlock()
-	err := ml.undo(mh)
+	err = ml.undo(mh)
 	mh.cancel(errReleased)
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -47,9 +46,10 @@ type Mutex struct {
 
 	// Arguments computed once, so an acquisition does not rebuild them
 	// (those all Mutexes of the Client share are the Client's).
-	relKeys  []string // {key, wakeup channel (published on release)}
-	wkey     string   // waiting count: waiting Client -> "<goroutines> <expiry ms>"
-	leaseArg string   // lease of a new hold, in ms
+	relKeys  []string // {key, wakeup channel (published on release)}, in relBuf
+	relBuf   [2]string
+	wkey     string // waiting count: waiting Client -> "<goroutines> <expiry ms>"
+	leaseArg string // lease of a new hold, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
 	// this Client that need no round trip. 1 with a fixed lease, since each
@@ -69,10 +69,11 @@ func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
 // NewMutex returns the mutex called name. An invalid name (empty, or longer
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
-	key := c.lockKey("mutex", name)
+	key, ch, wkey := c.lockKeyAnd("mutex", name, ":ch", ":waiting")
 	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: newLockConfig(opts)}
-	m.relKeys = []string{key, key + ":ch"}
-	m.wkey = key + ":waiting"
+	m.relBuf = [2]string{key, ch}
+	m.relKeys = m.relBuf[:]
+	m.wkey = wkey
 	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
 	if m.lc.leaseTime > 0 {
 		m.leaseArg = leaseMS(m.lc.leaseTime)
@@ -167,6 +168,13 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	rctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		rctx = c.ctx
+	} else if lc, ok := ctx.(*lockCtx); ok && lc.end.IsZero() {
+		// A lock context's deadline is its parent's (a watchdog hold has
+		// no lease end): bound the release by the parent, whose Done
+		// channel the caller's other calls share, rather than make the
+		// lock context's own for this call alone. The lock context ends
+		// with the hold, after the release.
+		rctx = lc.parent
 	}
 	st := c.getMutex(m.sk())
 	defer c.putMutex(m.sk(), st)
@@ -216,9 +224,8 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	owner, ok := OwnerOf(ctx)
 	var mark string
 	if !ok {
-		prefix := m.key + ":x:"
-		mark = newOwnerIDAfter(prefix, c.cfg.name)
-		owner = mark[len(prefix):]
+		mark = newOwnerIDAfter(m.key, ":x:", c.cfg.name)
+		owner = mark[len(m.key)+len(":x:"):]
 	}
 	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
 	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, try)
@@ -252,7 +259,7 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: []string{h.rOwner, strconv.FormatUint(h.rToken, 10), m.c.args.mark, usedArg(h.rToken, h.token)}}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {

@@ -57,7 +57,8 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 // target: at most 8): the fresh owner (its undo mark's key in the same
 // string), the hold (the first lock context and its cancel inside), the
 // cancelCtx and its cancel func, the attempt (arguments and reply in
-// place), the token's string for the release, and rueidis' reply array.
+// place), the release's arguments and the token's string in them. The
+// acquire script's reply is a bare integer: rueidis reads it into no array.
 // The per-Client lock state is reused, and Unlock needs no context. The
 // bounds are today's counts, so that a change that adds one is seen.
 func TestMutexAllocsPerCycle(t *testing.T) {

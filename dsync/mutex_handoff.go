@@ -2,15 +2,154 @@ package dsync
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
 )
 
+// passOn ends hold h (removed from st.h, no acquisitions left): it hands the
+// lock to the next local waiter, or releases it in Redis and lets the next
+// local waiter compete. Called with st.mu held; unlocks it.
+//
+// An acquisition in Redis made while goroutines of this Client wait, and
+// every handoff through Redis, reserves m.block fencing tokens (the value
+// records the last, and is marked " b": see mutex_acquire.lua), so the next
+// m.block-1 handoffs inside this Client need no round trip: the new holder
+// takes the next token and the same hold in Redis. When the block runs out,
+// a handoff script reserves the next one in one round trip, and first asks
+// Redis whether other processes wait (their waiters are subscribed to the
+// lock's channel); if so it releases the lock to them instead: the yield.
+// Without waiters elsewhere the lock keeps passing locally, up to a hard cap
+// of 8 blocks, in case a waiter could not subscribe.
+//
+// A handoff without a round trip also needs the hold confirmed in Redis
+// (acquired, handed over or renewed) less than lease/30 ago
+// (confirmedWithin); else it goes through the handoff script, which checks
+// the key. So after Redis loses the lock (FLUSHALL, a restart without
+// persistence), a Client grants it locally only until lease/30 after the
+// send time of its last command that Redis processed before the loss, or
+// until its block runs out, whichever is sooner. The price: one handoff
+// script per lease/30 while the lock keeps passing inside the Client (1 s
+// at the default lease), beside one per block.
+//
+// A hold found lost on the way ends with ErrLockLost, not as released, and
+// the waiter goes to Redis: one whose lease clock ran out or that a renewal
+// found gone is not handed on without a round trip (hold.handOff), and one
+// that the handoff or release script finds gone from Redis (FLUSHALL, a
+// restart, an expiry) is lost; the release then returns ErrNotHeld.
+func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
+	c := m.c
+	defer c.putMutex(m.sk(), st) // the hold's reference
+	h.beginRelease()
+	bound := c.cfg.handoffs
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && h.confirmedWithin(m.lease()) {
+		// A token from the block reserved in Redis: no round trip. The new
+		// hold is the same hold in Redis, so it takes over its lease clock.
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.woken = true
+		nh := m.newHold(w.owner, st.next)
+		nh.rOwner, nh.rToken = h.rOwner, h.rToken
+		// Hand over and read h's lease clock in one step: a renewal reply
+		// after it reaches nh, which keeps it for trackUntil; one that
+		// found the lock gone before it refuses the handoff.
+		deadline, ok := h.handOff(nh)
+		if ok {
+			st.passes++
+			st.next++
+			if nh.trackUntil(deadline) {
+				h.end(errReleased, false)
+				st.h = nh
+				w.ch <- nh
+				st.shareHold(nh) // other waiters of the same owner re-enter
+				st.mu.Unlock()
+				return nil
+			}
+		}
+		// Lost (before the handoff, or nh since: trackUntil), or closed
+		// meanwhile: the waiter goes to Redis.
+		st.busy = true
+		st.passes = 0
+		w.ch <- nil
+		st.mu.Unlock()
+		if !ok || nh.isEnded() {
+			h.end(ErrLockLost, true)
+			return ErrNotHeld
+		}
+		h.end(errReleased, false)
+		return ErrClosed
+	}
+	// A handoff through Redis reserves a new block; with blocks each is a
+	// yield check, without them every bound-th.
+	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster && !c.sharded) && !h.isEnded() {
+		// In a cluster without sharded pub/sub, PUBSUB NUMSUB sees only one
+		// node's subscribers, so a check there always yields (the plain
+		// release below).
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.woken = true
+		st.busy = true
+		st.passes++
+		st.mu.Unlock()
+		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
+		if errors.Is(err, ErrNotHeld) {
+			// Not held in Redis any more: lost (FLUSHALL, a restart, an
+			// expiry), not released.
+			h.end(ErrLockLost, true)
+		} else {
+			h.end(errReleased, false)
+		}
+		st.mu.Lock()
+		st.busy = false
+		switch {
+		case nh != nil:
+			st.h = nh
+			st.reserved(nh)
+			w.ch <- nh
+			st.shareHold(nh) // other waiters of the same owner re-enter
+		case yielded:
+			// Back to the head of the queue, to compete after the others.
+			w.woken = false
+			st.queue = append([]*mutexWaiter{w}, st.queue...)
+			st.passes = 0
+			st.yielded = true
+			st.wakeNext()
+		default:
+			// Not handed over: the waiter acquires through Redis.
+			st.busy = true
+			w.ch <- nil
+		}
+		st.mu.Unlock()
+		return err
+	}
+	st.busy = true
+	st.yielded = len(st.queue) > 0 && st.passes > 0
+	st.passes = 0
+	st.mu.Unlock()
+	code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
+	var ended bool
+	if err == nil && code == 0 {
+		ended = h.end(ErrLockLost, true) // gone from Redis: lost, not released
+	} else {
+		ended = h.end(errReleased, false)
+	}
+	st.mu.Lock()
+	st.busy = false
+	st.wakeNext()
+	st.mu.Unlock()
+	if err == nil && (code == 0 || !ended) {
+		err = ErrNotHeld
+	}
+	return wrapErr(KindMutex, m.info.Name, err)
+}
+
 // handoff moves the lock from hold h to owner to in one script and returns
 // the new hold; with check, it yields instead if other processes wait. It
-// returns nil with the reason if it could do neither.
+// returns nil with the reason if it could do neither: ErrNotHeld when h's
+// hold was gone from Redis (lost).
 func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh *hold, yielded bool, err error) {
 	c := m.c
 	lease := m.lease()
@@ -37,7 +176,8 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	}
 	if len(vals) < 2 || vals[0] != 1 {
 		// h was not this owner's alone (lost, or re-entered through another
-		// Client): release our part normally.
+		// Client): release our part normally. If the release finds nothing
+		// of ours either, the lock was lost: ErrNotHeld says so (passOn).
 		code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
 		if err == nil && code == 0 {
 			err = ErrNotHeld

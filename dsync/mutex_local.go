@@ -57,9 +57,11 @@ func (st *mutexState) reserved(h *hold) {
 }
 
 // tokenDue reports whether the next token of the block may be issued now:
-// not ahead of the server clock. Issuing handoffs faster than one per µs
-// (or on a server whose clock runs slower than ours) sends the handoff to
-// Redis, which mints a token from its clock.
+// not ahead of the server clock, as measured on our clock from the reply
+// that reserved the block (a server clock that runs slower than ours lets
+// a token get ahead of it by that drift over the block's age). Issuing
+// handoffs faster than one per µs sends the handoff to Redis, which mints
+// a token from its clock.
 func (st *mutexState) tokenDue() bool {
 	return st.next <= st.last && st.next <= st.first+uint64(time.Since(st.at)/time.Microsecond)
 }
@@ -286,104 +288,3 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx
 // Client yielded a lock to other processes, so that their waiter, woken by
 // the release message, gets it first.
 const yieldWait = 2 * time.Millisecond
-
-// passOn ends hold h (removed from st.h, no acquisitions left): it hands the
-// lock to the next local waiter, or releases it in Redis and lets the next
-// local waiter compete. Called with st.mu held; unlocks it.
-//
-// An acquisition in Redis made while goroutines of this Client wait, and
-// every handoff through Redis, reserves m.block fencing tokens (the value
-// records the last, and is marked " b": see mutex_acquire.lua), so the next
-// m.block-1 handoffs inside this Client need no round trip: the new holder takes the next token and the same hold in
-// Redis. When the block runs out, a handoff script reserves the next one in
-// one round trip, and first asks Redis whether other processes wait (their
-// waiters are subscribed to the lock's channel); if so it releases the lock
-// to them instead: the yield. Without waiters elsewhere the lock keeps
-// passing locally, up to a hard cap of 8 blocks, in case a waiter could not
-// subscribe.
-func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
-	c := m.c
-	defer c.putMutex(m.sk(), st) // the hold's reference
-	h.beginRelease()
-	bound := c.cfg.handoffs
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && !h.isEnded() {
-		// A token from the block reserved in Redis: no round trip. The new
-		// hold is the same hold in Redis, so it takes over its lease clock.
-		w := st.queue[0]
-		st.queue = st.queue[1:]
-		w.woken = true
-		st.passes++
-		nh := m.newHold(w.owner, st.next)
-		st.next++
-		nh.rOwner, nh.rToken = h.rOwner, h.rToken
-		// Hand over before reading h's lease clock: a renewal reply in
-		// between reaches nh, which keeps it for trackUntil.
-		h.handedTo(nh)
-		if nh.trackUntil(h.leaseEnd()) {
-			h.end(errReleased, false)
-			st.h = nh
-			w.ch <- nh
-			st.shareHold(nh) // other waiters of the same owner re-enter
-			st.mu.Unlock()
-			return nil
-		}
-		// Closed meanwhile: the waiter finds out through Redis.
-		st.busy = true
-		w.ch <- nil
-		st.mu.Unlock()
-		h.end(errReleased, false)
-		return ErrClosed
-	}
-	// A handoff through Redis reserves a new block; with blocks each is a
-	// yield check, without them every bound-th.
-	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster && !c.sharded) && !h.isEnded() {
-		// In a cluster without sharded pub/sub, PUBSUB NUMSUB sees only one
-		// node's subscribers, so a check there always yields (the plain
-		// release below).
-		w := st.queue[0]
-		st.queue = st.queue[1:]
-		w.woken = true
-		st.busy = true
-		st.passes++
-		st.mu.Unlock()
-		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
-		h.end(errReleased, false)
-		st.mu.Lock()
-		st.busy = false
-		switch {
-		case nh != nil:
-			st.h = nh
-			st.reserved(nh)
-			w.ch <- nh
-			st.shareHold(nh) // other waiters of the same owner re-enter
-		case yielded:
-			// Back to the head of the queue, to compete after the others.
-			w.woken = false
-			st.queue = append([]*mutexWaiter{w}, st.queue...)
-			st.passes = 0
-			st.yielded = true
-			st.wakeNext()
-		default:
-			// Not handed over: the waiter acquires through Redis.
-			st.busy = true
-			w.ch <- nil
-		}
-		st.mu.Unlock()
-		return err
-	}
-	st.busy = true
-	st.yielded = len(st.queue) > 0 && st.passes > 0
-	st.passes = 0
-	st.mu.Unlock()
-	code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
-	ended := h.end(errReleased, false)
-	st.mu.Lock()
-	st.busy = false
-	st.wakeNext()
-	st.mu.Unlock()
-	if err == nil && (code == 0 || !ended) {
-		err = ErrNotHeld
-	}
-	return wrapErr(KindMutex, m.info.Name, err)
-}

@@ -18,7 +18,7 @@ import (
 // which the script makes safe, and completes even if ctx ends (see
 // idempotent).
 func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	args := []string{owner, strconv.FormatUint(token, 10), m.c.args.mark, usedArg(token, used)}
+	args := m.releaseArgs(owner, token, used)
 	call := func(ctx context.Context) (err error) {
 		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
 		return err
@@ -33,6 +33,18 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 		return code, call(cctx)
 	}
 	return code, idempotent(ctx, call)
+}
+
+// releaseArgs are the release script's arguments for a hold of token by
+// owner under which used was the last token issued: without the optional
+// ones when used is token (ARGV[3] is unused, ARGV[4] then "0"): every
+// argument is a string Redis makes for the script.
+func (m *Mutex) releaseArgs(owner string, token, used uint64) []string {
+	tok := strconv.FormatUint(token, 10)
+	if u := usedArg(token, used); u != "0" {
+		return []string{owner, tok, m.c.args.mark, u}
+	}
+	return []string{owner, tok}
 }
 
 // usedArg is the release's argument for the last token issued under a
@@ -115,7 +127,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	a.keyBuf = [3]string{m.key, a.marker, m.wkey}
 	a.keys = a.keyBuf[:]
 	if !try {
-		a.args = append(a.args, c.ident, "", "0")
+		a.args = append(a.args, c.ident, "") // ARGV[7] "1" once registered (attempt)
 		defer func() {
 			if a.registered && h == nil {
 				m.unregister(st)
@@ -189,6 +201,7 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 			a.args[5] = n
 		}
 		if a.registered {
+			a.args = a.argBuf[:7]
 			a.args[6] = "1"
 		}
 	}

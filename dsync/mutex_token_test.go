@@ -165,50 +165,6 @@ func TestMutexTokensAfterHolderCrash(t *testing.T) {
 	require.Greater(t, tok, last, "token after the holder's crash %d <= its last %d (%.3f s below)", tok, last, float64(last-tok)/1e6)
 }
 
-// Holds passed inside one Client for seconds, with a 300 ms lease and
-// blocks of 100,000 tokens, all live on one Redis hold: a renewal whose
-// reply arrives after a local handoff must reach the hold that is live
-// then. It used to be dropped with the ended hold, so 3-6 holders per 3 s
-// were cancelled with ErrLockLost while Redis held the lock.
-func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
-	s := redistest.Start(t)
-	const lease = 300 * time.Millisecond
-	c := newClientOn(t, s.Client(t), dsync.WithLease(lease), dsync.WithMaxLocalHandoffs(100000))
-	ctx := ctxT(t)
-	m := c.NewMutex("long")
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	lost, n := 0, 0
-	end := time.Now().Add(3 * time.Second)
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				lctx, err := m.LockContext(ctx)
-				if !assert.NoError(t, err) {
-					return
-				}
-				time.Sleep(50 * time.Microsecond) // the holder's work
-				gone := lctx.Err() != nil
-				if err := m.UnlockContext(lctx); !gone {
-					assert.NoError(t, err)
-				}
-				mu.Lock()
-				n++
-				if gone {
-					lost++
-					t.Logf("a holder's lock context ended while held: %v", context.Cause(lctx))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	t.Logf("%d acquisitions, %d lost", n, lost)
-	require.LessOrEqual(t, lost, 0, "%d of %d holders lost the lock with Redis healthy", lost, n)
-}
-
 // A restart without persistence while the lock passes inside one Client:
 // the holders end as lost within about one renewal interval (the renewal
 // that finds the lock gone reaches the live hold), the local waiters go to

@@ -102,17 +102,18 @@ func newID() string {
 }
 
 // newOwnerID returns "<name>/<newID>", built in one allocation.
-func newOwnerID(name string) string { return newOwnerIDAfter("", name) }
+func newOwnerID(name string) string { return newOwnerIDAfter("", "", name) }
 
-// newOwnerIDAfter returns prefix + newOwnerID(name) in one allocation, so
-// that a key naming an owner (prefix being the rest of the key) and the
-// owner, its suffix, share it.
-func newOwnerIDAfter(prefix, name string) string {
+// newOwnerIDAfter returns key + sep + newOwnerID(name) in one allocation,
+// so that a key naming an owner (key + sep being the rest of the key) and
+// the owner, its suffix, share it.
+func newOwnerIDAfter(key, sep, name string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	var sb strings.Builder
-	sb.Grow(len(prefix) + len(name) + 1 + hex.EncodedLen(len(b)))
-	sb.WriteString(prefix)
+	sb.Grow(len(key) + len(sep) + len(name) + 1 + hex.EncodedLen(len(b)))
+	sb.WriteString(key)
+	sb.WriteString(sep)
 	sb.WriteString(name)
 	sb.WriteByte('/')
 	var h [32]byte

@@ -58,8 +58,8 @@ type RedLock struct {
 	err    error
 
 	mu   sync.Mutex
-	held map[string][]*redHold // by owner; innermost acquisition last
-	lk   lockerHolds           // the hold taken by Lock or TryLock
+	held heldBy[*redHold]
+	lk   lockerHolds // the hold taken by Lock or TryLock
 }
 
 type redHold struct {
@@ -77,7 +77,7 @@ type redHold struct {
 func NewRedLock(name string, clients []*Client, opts ...LockOption) *RedLock {
 	lc := newLockConfig(opts)
 	rl := &RedLock{name: name, quorum: len(clients)/2 + 1, lease: lc.leaseTime, timeo: lc.nodeTimeout,
-		held: make(map[string][]*redHold), err: checkName(name)}
+		held: heldBy[*redHold]{}, err: checkName(name)}
 	if rl.timeo == 0 {
 		rl.timeo = DefaultNodeTimeout
 	}
@@ -252,24 +252,11 @@ func (rl *RedLock) UnlockContext(ctx context.Context) error {
 	if rl.err != nil {
 		return rl.err
 	}
-	owner, ok := OwnerOf(ctx)
-	if !ok {
-		return ErrNotHeld
+	rh, owner, err := rl.held.popFor(ctx, &rl.mu)
+	if err != nil {
+		return err
 	}
-	rl.mu.Lock()
-	stack := rl.held[owner]
-	if len(stack) == 0 {
-		rl.mu.Unlock()
-		return ErrNotHeld
-	}
-	rh := stack[len(stack)-1]
-	if len(stack) == 1 {
-		delete(rl.held, owner)
-	} else {
-		rl.held[owner] = stack[:len(stack)-1]
-	}
-	rl.mu.Unlock()
-	err := rl.release(ctx, owner, rh, nil)
+	err = rl.release(ctx, owner, rh, nil)
 	rh.cancel(errReleased)
 	return err
 }

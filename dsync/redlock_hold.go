@@ -44,7 +44,7 @@ func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.
 		}))
 	}
 	rl.mu.Lock()
-	rl.held[owner] = append(rl.held[owner], rh)
+	rl.held.push(owner, rh)
 	rl.mu.Unlock()
 	return lctx
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -184,20 +185,20 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 		for k, h := range call.holds {
 			// A hold handed on inside the Client while the renewal was in
 			// flight is the same hold in Redis: the reply is its
-			// successor's, renewal or loss alike.
-			h = h.live()
-			switch {
-			case got[k] == 1:
-				h.renewed(sentAt, c.cfg.lease)
-			case h.isReleasing():
-				// Released while the renewal was in flight: the releaser ends it.
-			default:
-				h.end(ErrLockLost, true)
+			// successor's, renewal or loss alike (renewReply).
+			h.renewReply(got[k] == 1, sentAt, c.cfg.lease)
+			if f := renewReplied.Load(); f != nil {
+				(*f)(h, got[k] == 1, sentAt)
 			}
 		}
 	}
 	return failed, failure
 }
+
+// renewReplied, set by tests only, sees each renewal reply just after it
+// was applied: the hold it was sent for, whether it renewed, and when it
+// was sent. (Atomic: other tests' Clients may be renewing.)
+var renewReplied atomic.Pointer[func(h *hold, ok bool, sentAt time.Time)]
 
 // A renewCall is one script call of a renewal round, for one hold or, with
 // many, a batch of mutex holds.

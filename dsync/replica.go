@@ -96,9 +96,19 @@ func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis
 }
 
 // appendInts appends an array reply of integers to dst (AsIntSlice without
-// its allocation when dst has room).
+// its allocation when dst has room). A bare integer n, an acquire script's
+// reply for "acquired with token n" (mutex_acquire.lua: the cheapest reply
+// to build and to read), appends {1, n}.
 func appendInts(dst []int64, r rueidis.RedisResult) ([]int64, error) {
-	arr, err := r.ToArray()
+	msg, err := r.ToMessage()
+	if err != nil {
+		return nil, err
+	}
+	if msg.IsInt64() {
+		n, _ := msg.AsInt64()
+		return append(dst, 1, n), nil
+	}
+	arr, err := msg.ToArray()
 	if err != nil {
 		return nil, err
 	}

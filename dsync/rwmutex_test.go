@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
-	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -325,133 +322,6 @@ func TestRWMutexCancelledWriterLeaves(t *testing.T) {
 	require.True(t, ok, "reader still held back after the writer left")
 	rw.RUnlockContext(l2)
 	rw.RUnlockContext(l)
-}
-
-// The scripts, called directly, with the Redis state checked after each.
-func TestRWMutexScripts(t *testing.T) {
-	rc := newRueidis(t)
-	ctx := ctxT(t)
-	keys := rwKeys(testPrefix(t), "s")
-	wch := keys[0] + ":w:"
-	// Waits: owner -> wid "<client>.<n>"; each Client's channel is wch +
-	// client, and a grant is "<n> <token>" on it.
-	wid := map[string]string{"a": "ca.1", "b": "cb.1", "c": "cc.1", "w1": "c1.1", "w2": "c2.1"}
-	acquire := func(mode, owner, lease string, try bool) []int64 {
-		t.Helper()
-		tr := "0"
-		if try {
-			tr = "1"
-		}
-		v, err := scripts.RWAcquire.Exec(ctx, rc, keys, []string{mode, owner, lease, "10000", tr, wch, wid[owner]}).AsIntSlice()
-		require.NoError(t, err)
-		return v
-	}
-	release := func(mode, owner string, tok int64) int64 {
-		t.Helper()
-		n, err := scripts.RWRelease.Exec(ctx, rc, keys, []string{mode, owner, strconv.FormatInt(tok, 10), "", wch}).AsInt64()
-		require.NoError(t, err)
-		return n
-	}
-	renew := func(mode, owner string, tok int64, lease string) int64 {
-		t.Helper()
-		n, err := scripts.RWRenew.Exec(ctx, rc, keys, []string{mode, owner, strconv.FormatInt(tok, 10), lease}).AsInt64()
-		require.NoError(t, err)
-		return n
-	}
-	dc, cancel := rc.Dedicate()
-	defer cancel()
-	msgs := make(chan string, 16)
-	wait := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Channel + "|" + m.Message }})
-	require.NoError(t, dc.Do(ctx, dc.B().Psubscribe().Pattern(wch+"*").Build()).Error())
-	defer func() { dc.Close(); <-wait }()
-	grant := func(what, client, n string) int64 {
-		t.Helper()
-		select {
-		case m := <-msgs:
-			tok, ok := strings.CutPrefix(m, wch+client+"|"+n+" ")
-			require.True(t, ok, "%s: got %q, want a grant to %s.%s", what, m, client, n)
-			v, err := strconv.ParseInt(tok, 10, 64)
-			require.NoError(t, err, what)
-			return v
-		case <-time.After(2 * time.Second):
-			t.Fatalf("%s: no grant", what)
-			return 0
-		}
-	}
-
-	a := acquire("read", "a", "10000", false)
-	b := acquire("read", "b", "300", false) // b will die: short lease
-	require.Equal(t, int64(1), a[0], "readers: %v %v", a, b)
-	require.Equal(t, int64(1), b[0], "readers: %v %v", a, b)
-	require.Greater(t, b[1], a[1], "readers: %v %v", a, b)
-	h := hgetall(t, rc, keys[0])
-	require.Equal(t, "read", h["mode"], "hash %v", h)
-	require.Equal(t, "1 "+strconv.FormatInt(a[1], 10), h["r:a"], "hash %v", h)
-	require.Equal(t, strconv.FormatInt(b[1], 10), h["tok"], "hash %v", h)
-	v := acquire("read", "a", "10000", false)
-	require.Equal(t, int64(2), v[0], "read re-entry %v", v)
-	require.Equal(t, "2 "+strconv.FormatInt(a[1], 10), hgetall(t, rc, keys[0])["r:a"], "read re-entry %v", v)
-	// w1 queues behind the readers; new reader c now waits behind w1.
-	v = acquire("write", "w1", "10000", false)
-	require.Equal(t, int64(0), v[0], "writer among readers = %v, want {0, <= b's lease}", v)
-	require.Greater(t, v[1], int64(0), "writer among readers = %v, want {0, <= b's lease}", v)
-	require.LessOrEqual(t, v[1], int64(300), "writer among readers = %v, want {0, <= b's lease}", v)
-	v = acquire("read", "c", "10000", false)
-	require.Equal(t, int64(0), v[0], "reader overtook a queued writer: %v", v)
-	// a renews only itself; b's hold lapses on its own.
-	waitFor(t, 3*time.Second, "b's hold to lapse", func() bool {
-		require.Equal(t, int64(1), renew("read", "a", a[1], "10000"), "a's renewal failed")
-		end, err := rc.Do(ctx, rc.B().Zscore().Key(keys[1]).Member("b").Build()).AsInt64()
-		require.NoError(t, err)
-		now, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
-		require.NoError(t, err)
-		sec, _ := strconv.ParseInt(now[0], 10, 64)
-		us, _ := strconv.ParseInt(now[1], 10, 64)
-		return end <= sec*1000+us/1000
-	})
-	require.Equal(t, int64(0), renew("read", "b", b[1], "10000"), "a lapsed hold was renewed")
-	require.Equal(t, int64(0), release("read", "x", 0), "foreign release succeeded")
-	require.Equal(t, int64(0), release("write", "a", 0), "foreign release succeeded")
-	require.Equal(t, int64(2), release("read", "a", a[1]), "first of a's two releases")
-	require.Equal(t, int64(1), release("read", "a", a[1]), "a's last release")
-	// The last live reader left (b's hold lapsed): w1, the first writer,
-	// is granted the lock and told; the reader c still waits for it.
-	w1 := grant("last read release", "c1", "1")
-	require.Greater(t, w1, b[1], "w1's token")
-	h = hgetall(t, rc, keys[0])
-	require.Equal(t, "write", h["mode"], "hash %v after w1's grant", h)
-	require.Equal(t, "w1", h["w"], "hash %v after w1's grant", h)
-	require.Equal(t, "1", h["wc"], "hash %v after w1's grant", h)
-	_, ok := h["r:b"]
-	require.False(t, ok, "lapsed reader b left in the hash")
-	require.Empty(t, lrange(t, rc, keys[2]), "hash %v after w1's grant", h)
-	require.Equal(t, []int64{3, w1}, acquire("write", "w1", "10000", false), "w1's attempt after its grant")
-	require.Equal(t, int64(0), acquire("read", "c", "10000", false)[0], "reader c got in past the writer")
-	acquire("write", "w2", "10000", false)
-	// Downgrade: w1 takes the read lock, then drops the write lock.
-	v = acquire("read", "w1", "10000", false)
-	require.Equal(t, int64(1), v[0], "writer's read = %v", v)
-	require.Equal(t, int64(1), renew("write", "w1", w1, "10000"), "write renewal")
-	require.Equal(t, int64(0), renew("write", "w2", w1, "10000"), "write renewal")
-	require.Equal(t, int64(1), release("write", "w1", w1), "w1's write release")
-	// c, which waited for w1, is granted a read hold ahead of the queued w2.
-	c := grant("write release", "cc", "1")
-	h = hgetall(t, rc, keys[0])
-	require.Equal(t, "read", h["mode"], "after downgrade: %v", h)
-	require.Equal(t, "", h["w"], "after downgrade: %v", h)
-	require.Equal(t, "1 "+strconv.FormatInt(c, 10)+" cc.1", h["r:c"], "c's granted hold: %v", h)
-	require.Equal(t, int64(0), acquire("write", "w2", "10000", true)[0], "writer got in past a downgraded reader")
-	// w2 leaves; c's attempt finds its grant.
-	n, err := scripts.RWLeave.Exec(ctx, rc, keys, []string{"write", "w2 c2.1 10000", wch}).AsInt64()
-	require.NoError(t, err, "leave")
-	require.Equal(t, int64(1), n, "leave")
-	require.Empty(t, lrange(t, rc, keys[2]), "writer queue after w2 left")
-	require.Equal(t, []int64{3, c}, acquire("read", "c", "10000", false), "reader c's attempt after its grant")
-	select {
-	case m := <-msgs:
-		t.Fatalf("unexpected message %q", m)
-	default:
-	}
 }
 
 // Events carry the kind and mode; a fixed lease (WithLeaseTime) expires the

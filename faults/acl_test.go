@@ -2,6 +2,9 @@ package faults
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +19,9 @@ import (
 // they call (internal/scripts/*.lua), MGET (WaitGroup.Wait), SCAN (List),
 // WAIT (replica acknowledgement), pub/sub for wakeups.
 const dsyncAllCommands = "+@connection +client +evalsha +eval +script|load +info " +
-	"+get +set +mget +del +exists +incrby +persist +pexpire +pttl +time +scan +wait " +
+	"+get +set +mget +del +exists +incrby +persist +pexpire +pexpireat +pttl +time +scan +wait " +
 	"+hdel +hexists +hget +hgetall +hincrby +hkeys +hmget +hset +hvals " +
-	"+lindex +llen +lpop +lrange +lrem +rpush " +
+	"+lindex +llen +lpop +lrange +lrem +ltrim +rpush +sadd +sismember +srem " +
 	"+zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zunionstore " +
 	"+publish +pubsub +subscribe +unsubscribe"
 
@@ -192,5 +195,25 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			assert.Contains(t, err.Error(), "NOPERM", "outsider's %s", what)
 		}
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "outsider's %s waited out its context instead of failing", what)
+	}
+}
+
+// The ACL list names every command a script calls: a script that starts
+// calling a new one fails here, not only for a restricted user at run time.
+func TestACLListCoversScripts(t *testing.T) {
+	files, err := filepath.Glob("../internal/scripts/*.lua")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	allowed := map[string]bool{}
+	for _, f := range strings.Fields(dsyncAllCommands) {
+		allowed[strings.TrimPrefix(f, "+")] = true
+	}
+	call := regexp.MustCompile(`redis\.call\('(\w+)'`)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+			assert.True(t, allowed[strings.ToLower(m[1])], "%s calls %s, which dsyncAllCommands does not allow", filepath.Base(f), m[1])
+		}
 	}
 }

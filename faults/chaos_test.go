@@ -1010,18 +1010,31 @@ func sweepHolds(ops []porcupine.Operation, sem bool) (int, string) {
 	return bad, first
 }
 
+// wipeGrantSlack is the slack on the stretch after a wipe in which a Client
+// may still grant a Mutex locally from a hold Redis has lost (applyWipes):
+// the parent's and the children's clocks are the same machine's wall
+// clock, read around the calls.
+const wipeGrantSlack = 50 * time.Millisecond
+
 // applyWipes accounts for the moments the server lost its data (FLUSHALL,
 // a restart without persistence). A Once's or WaitGroup's state starts
 // again from nothing: each stretch between wipes (an epoch) is its own
 // object; a Once run or a Wait that overlaps a wipe is left out (its
 // outcome is recorded nowhere, or may have been), and an Add that does may
 // or may not count in the epoch after it. A lock held across a wipe was
-// released by it. A Client that held a Mutex when the data went keeps
-// handing it to its own waiters until its next renewal finds it gone, with
-// tokens below those Redis grants meanwhile (reported to the lead, asserted
-// with -dsyncbugs): without that flag, acquisitions that begin within a
-// lease after a wipe are left out of the lock histories, and only the fence
-// (which rejects the stale tokens) is checked for them.
+// released by it. A Client that held a Mutex when the data went may still
+// hand it to its own waiters without a round trip, with tokens below those
+// Redis grants meanwhile, but only while its hold was confirmed in Redis
+// (acquired, handed over or renewed: a command sent before the wipe) less
+// than lease/30 ago, so to waiters that called before wipe.to +
+// chaosLease/30: acquisitions that begin within that (+ wipeGrantSlack)
+// after a wipe are left out of the lock histories, and only the fence
+// (which rejects the stale tokens) is checked for them. Such a stale hold,
+// or one held across the wipe, stays valid until its Client learns of the
+// wipe (its next handoff or release through Redis, or its renewal within
+// lease/3); that is why a hold that began before the wipe counts as
+// released at the wipe, and a left-out acquisition's release is left out
+// too.
 func applyWipes(kind string, all []cev, wipes []wipe) []cev {
 	if len(wipes) == 0 {
 		return all
@@ -1098,11 +1111,9 @@ func applyWipes(kind string, all []cev, wipes []wipe) []cev {
 		case "acq":
 			acq[e.Who] = e
 			skip[e.Who] = false
-			if !*dsyncBugs {
-				for _, w := range wipes {
-					if e.Call >= w.from && e.Call <= w.to+int64(chaosLease) {
-						skip[e.Who] = true
-					}
+			for _, w := range wipes {
+				if e.Call >= w.from && e.Call <= w.to+int64(chaosLease/30+wipeGrantSlack) {
+					skip[e.Who] = true
 				}
 			}
 			if skip[e.Who] {

@@ -32,8 +32,8 @@
 // renewal interval of a restart, and the soak runs every primitive under
 // every fault class. With -reliability FILE the suite writes the figures of
 // its run as a table (report_test.go): make chaos writes
-// docs/reliability.md. -dsyncbugs asserts the bounds dsync misses today
-// (margin_test.go lists them).
+// docs/reliability.md. -dsyncbugs asserted the bounds dsync missed; none
+// is behind it now (margin_test.go lists what was).
 //
 // Every scenario asserts the bounds. Three core faults this suite
 // found are fixed: calls under a blackhole or a stalled server overran their

@@ -86,22 +86,20 @@ local function grant_next(k, q, z, last, now, us, wch)
   return nil
 end
 
--- keep_alive makes key k live at least ms longer: one command when it
--- already has a shorter lifetime, two when a longer one, three when new.
-local function keep_alive(k, ms)
-  if redis.call('pexpire', k, ms, 'gt') == 0 and redis.call('pttl', k) == -1 then
-    redis.call('pexpire', k, ms)
-  end
-end
-
 -- queue_member appends member m to queue q unless it is there and renews
--- its place in z until now+lease; the queue keys live at least as long.
+-- its place in z until now+lease. The queue keys are given two leases to
+-- live, both at once, when this call created one of them or less than one
+-- lease is left (one PTTL of z tells: q got its lifetime with z's), so a
+-- call that renews a place or queues behind others rarely sets them.
 local function queue_member(q, z, m, now, lease)
+  local new = false
   if redis.call('zadd', z, now + lease, m) == 1 then
-    redis.call('rpush', q, m)
+    new = redis.call('rpush', q, m) == 1
   end
-  keep_alive(q, lease)
-  keep_alive(z, lease)
+  if new or redis.call('pttl', z) < lease then -- -1: this call created z
+    redis.call('pexpire', q, 2 * lease)
+    redis.call('pexpire', z, 2 * lease)
+  end
 end
 
 -- release_one takes one count of the hold in value parts (o, t, c, rest)

@@ -10,10 +10,10 @@
 -- Reply: the owners whose holds were released (none when nothing was held).
 local now, us = server_now()
 local released = {}
-local w = redis.call('hget', KEYS[1], 'w')
-if w then
-  released[#released + 1] = w
-  redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp', 'wg')
+rw_load()
+if rw_w then
+  released[#released + 1] = rw_w
+  rw_end_writer()
 end
 for _, o in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do
   released[#released + 1] = o
@@ -24,4 +24,5 @@ if #released == 0 then
   return released
 end
 rw_hand_on(now, us, ARGV[2], true)
+rw_drop_writer()
 return released

@@ -32,6 +32,16 @@ local function queue(q, z, want)
     if s and tonumber(s) > now then waiter(string.match(w, '^%S+'), tonumber(s) - now, want) end
   end
 end
+-- run reads a Once's state hash and run record (a Group key's too).
+local function run()
+  tok = redis.call('hget', KEYS[1], 'tok') or '0'
+  done = redis.call('hget', KEYS[1], 'done') and '1' or '0'
+  local v = redis.call('get', KEYS[2])
+  if v then
+    local o, tk = string.match(v, '^(%S+) (%d+)')
+    if o then holder(o, 1, tk, redis.call('pttl', KEYS[2]), 1) end
+  end
+end
 
 if layout == 'rw' then
   found = redis.call('exists', KEYS[1], KEYS[2], KEYS[3])
@@ -74,22 +84,10 @@ elseif layout == 'sem' then
   end
 elseif layout == 'once' then
   found = redis.call('exists', KEYS[1], KEYS[2])
-  tok = redis.call('hget', KEYS[1], 'tok') or '0'
-  done = redis.call('hget', KEYS[1], 'done') and '1' or '0'
-  local v = redis.call('get', KEYS[2])
-  if v then
-    local o, tk = string.match(v, '^(%S+) (%d+)')
-    if o then holder(o, 1, tk, redis.call('pttl', KEYS[2]), 1) end
-  end
+  run()
 elseif layout == 'group' then
   found = redis.call('exists', KEYS[1], KEYS[2], KEYS[3])
-  tok = redis.call('hget', KEYS[1], 'tok') or '0'
-  done = redis.call('hget', KEYS[1], 'done') and '1' or '0'
-  local v = redis.call('get', KEYS[2])
-  if v then
-    local o, tk = string.match(v, '^(%S+) (%d+)')
-    if o then holder(o, 1, tk, redis.call('pttl', KEYS[2]), 1) end
-  end
+  run()
   local ws = redis.call('zrangebyscore', KEYS[3], '(' .. now, '+inf', 'withscores', 'limit', 0, maxw)
   for i = 1, #ws, 2 do waiter(ws[i], tonumber(ws[i + 1]) - now, 1) end
 elseif layout == 'cond' then

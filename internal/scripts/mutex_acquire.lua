@@ -28,13 +28,15 @@
 -- Redis): KEYS[3] is a hash "<client> -> <waiters> <expiry ms>", ARGV[5]
 -- the waiting Client, ARGV[6] how many of its goroutines wait ("" not to
 -- register this time), ARGV[7] "1" if an earlier attempt of this wait
--- registered it. A failed attempt registers (until one lease from now: a
+-- registered it (absent or anything else: not). A failed attempt registers (until one lease from now: a
 -- waiter tries again at least every lease/3); an acquisition that
 -- registered before removes its entry. The first attempt of an
 -- uncontended acquisition touches nothing but the lock.
--- Reply: {1, token} acquired (token is the first reserved); {2, token}
--- re-entered (the owner already held it through another Client that
--- reserved no block; the recorded token); {0, pttl} held by another owner.
+-- Reply: token, an integer, acquired (token is the first reserved; a bare
+-- integer, not {1, token}: the common reply is the cheapest to build and
+-- to read); {2, token} re-entered (the owner already held it through
+-- another Client that reserved no block; the recorded token); {0, pttl}
+-- held by another owner.
 local v, undone
 if KEYS[2] then
   local r = redis.call('mget', KEYS[1], KEYS[2])
@@ -46,7 +48,11 @@ else
   v = redis.call('get', KEYS[1])
 end
 local prev = 0
-if v then
+if v and string.sub(v, 1, 2) == '- ' and ARGV[1] ~= '-' then
+  -- A free marker "- <token> 0" (the common case: parsed without a
+  -- pattern's captures): continue from its token.
+  prev = tonumber(string.sub(v, 3, string.find(v, ' ', 3, true) - 1))
+elseif v then
   local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
   if o == ARGV[1] and not string.find(w, 'b', 1, true) then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1) .. w, 'px', ARGV[2])
@@ -87,18 +93,21 @@ end
 -- free marker records the last token issued, not the block's end; so every
 -- token issued is at most the server clock when issued, and one minted from
 -- the clock after the state is lost is above all of them.
-local _, us = server_now()
+local us, digits = server_us()
 local tok = next_token(prev, us)
 local last = tok + tonumber(ARGV[3]) - 1
 local flags = ''
 if last > tok then
   flags = ' b'
 end
-redis.call('set', KEYS[1], ARGV[1] .. ' ' .. fmt(last) .. ' 1' .. flags, 'px', ARGV[2])
+if last ~= us then
+  digits = fmt(last)
+end
+redis.call('set', KEYS[1], ARGV[1] .. ' ' .. digits .. ' 1' .. flags, 'px', ARGV[2])
 if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end
 if ARGV[7] == '1' then
   redis.call('hdel', KEYS[3], ARGV[5])
 end
-return {1, tok}
+return tok

@@ -31,6 +31,13 @@ end
 if not v then
   return 0
 end
+if used == ARGV[2] and used ~= '0' and ARGV[1] ~= '-' and v == ARGV[1] .. ' ' .. used .. ' 1' then
+  -- The common case, told without a pattern's captures (owners have no
+  -- spaces, tokens are digits: the parse below would read the same): the
+  -- owner's only hold, of this token, no block and no waiter's mark; the
+  -- marker written above is the release.
+  return 1
+end
 local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
 if o == '-' and ARGV[2] ~= '0' and (t == ARGV[2] or t == used) then
   -- Our own earlier release whose reply was lost: retrying is a no-op.

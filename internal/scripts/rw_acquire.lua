@@ -16,9 +16,10 @@ end
 local now, us = server_now()
 local owner, lease, place, wid = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[7]
 local m = owner .. ' ' .. wid .. ' ' .. ARGV[3]
+rw_load(owner)
 local w, wt, wc, wexp, wg = rw_writer(now)
 if ARGV[1] == 'read' then
-  local r = redis.call('hget', KEYS[1], 'r:' .. owner)
+  local r = rw_r
   if r then
     local c, t, g = string.match(r, '^(%d+) (%d+) ?(%S*)$')
     local s = tonumber(redis.call('zscore', KEYS[2], owner) or '0')
@@ -26,14 +27,16 @@ if ARGV[1] == 'read' then
       if g == wid then
         -- The claim's lease starts now: the caller counts it from this
         -- attempt's send time, which may be long after the grant.
-        redis.call('zadd', KEYS[2], math.max(s, now + lease), owner)
-        rw_keep(lease, true)
+        local x = math.max(s, now + lease)
+        redis.call('zadd', KEYS[2], x, owner)
+        rw_keep(x)
         return granted(KEYS[7], ARGV[3], {3, tonumber(t)})
       end
+      local x = math.max(s, now + lease)
       redis.call('hset', KEYS[1], 'r:' .. owner, (tonumber(c) + 1) .. ' ' .. t .. (g ~= '' and (' ' .. g) or ''))
-      redis.call('zadd', KEYS[2], math.max(s, now + lease), owner)
-      redis.call('zrem', KEYS[5], m)
-      rw_keep(lease, true)
+      redis.call('zadd', KEYS[2], x, owner)
+      rw_unwait_reader(m)
+      rw_keep(x)
       return granted(KEYS[7], ARGV[3], {2, tonumber(t)})
     end
   end
@@ -48,8 +51,7 @@ if ARGV[1] == 'read' then
   end
   if blocked then
     if ARGV[5] ~= '1' then
-      redis.call('zadd', KEYS[5], now + place, m)
-      keep_alive(KEYS[5], place)
+      rw_wait_reader(m, now + place)
     end
     local wait = place
     if w then
@@ -59,24 +61,30 @@ if ARGV[1] == 'read' then
   end
   rw_prune_readers(now)
   local tok = rw_token(us)
-  redis.call('hset', KEYS[1], 'r:' .. owner, '1 ' .. tok, 'tok', tok, 'mode', w and 'write' or 'read')
-  redis.call('zadd', KEYS[2], now + lease, owner)
-  redis.call('zrem', KEYS[5], m)
-  rw_keep(lease, true)
+  local mode = w and 'write' or 'read'
+  if rw_mode == mode then
+    rw_add_reader(owner, '1 ' .. tok, now + lease, 'tok', tok)
+  else
+    rw_mode = mode
+    rw_add_reader(owner, '1 ' .. tok, now + lease, 'tok', tok, 'mode', mode)
+  end
+  rw_unwait_reader(m)
   return granted(KEYS[7], ARGV[3], {1, tonumber(tok)})
 end
 if w == owner then
   if wg == wid then
     -- The claim's lease starts now (see the read claim above).
-    redis.call('hset', KEYS[1], 'wexp', fmt(math.max(tonumber(wexp), now + lease)))
-    rw_keep(lease, false)
+    local x = math.max(tonumber(wexp), now + lease)
+    redis.call('hset', KEYS[1], 'wexp', fmt(x))
+    rw_keep(x)
     return granted(KEYS[7], ARGV[3], {3, tonumber(wt)})
   end
-  redis.call('hset', KEYS[1], 'wc', tonumber(wc) + 1, 'wexp', fmt(math.max(tonumber(wexp), now + lease)))
+  local x = math.max(tonumber(wexp), now + lease)
+  redis.call('hset', KEYS[1], 'wc', tonumber(wc) + 1, 'wexp', fmt(x))
   if redis.call('zrem', KEYS[4], m) == 1 then
     redis.call('lrem', KEYS[3], 0, m)
   end
-  rw_keep(lease, false)
+  rw_keep(x)
   return granted(KEYS[7], ARGV[3], {2, tonumber(wt)})
 end
 local wait
@@ -110,6 +118,6 @@ else
   end
 end
 if ARGV[5] ~= '1' then
-  queue_member(KEYS[3], KEYS[4], m, now, place)
+  rw_queue(m, now + place)
 end
 return {0, math.max(math.min(wait, place), 1)}

@@ -16,8 +16,8 @@ if ARGV[1] == 'read' then
   if redis.call('zrem', KEYS[5], m) == 1 then
     return 1
   end
-  local r = redis.call('hget', KEYS[1], 'r:' .. owner)
-  local c, t, g = string.match(r or '', '^(%d+) (%d+) ?(%S*)$')
+  rw_load(owner)
+  local c, t, g = string.match(rw_r or '', '^(%d+) (%d+) ?(%S*)$')
   if g ~= wid or not c then
     return 0
   end
@@ -42,7 +42,8 @@ end
 if tonumber(wc) > 1 then
   redis.call('hincrby', KEYS[1], 'wc', -1)
 else
-  redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp', 'wg')
+  rw_end_writer()
   rw_hand_on(now, us, ARGV[3], true)
+  rw_drop_writer()
 end
 return 2

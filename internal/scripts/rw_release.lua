@@ -12,7 +12,8 @@
 local now, us = server_now()
 local owner = ARGV[2]
 if ARGV[1] == 'read' then
-  local r = redis.call('hget', KEYS[1], 'r:' .. owner)
+  rw_load(owner)
+  local r = rw_r
   if not r then
     return 0
   end
@@ -44,6 +45,7 @@ if tonumber(wc) > 1 then
   redis.call('hincrby', KEYS[1], 'wc', -1)
   return 2
 end
-redis.call('hdel', KEYS[1], 'w', 'wt', 'wc', 'wexp', 'wg')
+rw_end_writer()
 rw_hand_on(now, us, ARGV[5], true)
+rw_drop_writer()
 return 1

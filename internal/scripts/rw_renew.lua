@@ -8,19 +8,22 @@
 local now = server_now()
 local owner, lease = ARGV[2], tonumber(ARGV[4])
 if ARGV[1] == 'read' then
-  local r = redis.call('hget', KEYS[1], 'r:' .. owner)
+  rw_load(owner)
+  local r = rw_r
   local s = tonumber(redis.call('zscore', KEYS[2], owner) or '0')
   if not r or string.match(r, '^%d+ (%d+)') ~= ARGV[3] or s <= now then
     return 0
   end
-  redis.call('zadd', KEYS[2], math.max(s, now + lease), owner)
-  rw_keep(lease, true)
+  local x = math.max(s, now + lease)
+  redis.call('zadd', KEYS[2], x, owner)
+  rw_keep(x)
   return 1
 end
-local w = redis.call('hmget', KEYS[1], 'w', 'wt', 'wexp')
-if w[1] ~= owner or w[2] ~= ARGV[3] or tonumber(w[3]) <= now then
+rw_load()
+if rw_w ~= owner or rw_wt ~= ARGV[3] or tonumber(rw_wexp) <= now then
   return 0
 end
-redis.call('hset', KEYS[1], 'wexp', fmt(math.max(tonumber(w[3]), now + lease)))
-rw_keep(lease, false)
+local x = math.max(tonumber(rw_wexp), now + lease)
+redis.call('hset', KEYS[1], 'wexp', fmt(x))
+rw_keep(x)
 return 1

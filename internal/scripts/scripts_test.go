@@ -20,6 +20,25 @@ func ints(t *testing.T, r rueidis.RedisResult) []int64 {
 	return v
 }
 
+// acqInts reads mutex_acquire.lua's reply as {code, n}: a bare integer n
+// is its reply for "acquired, token n" ({1, n}); any other reply is an
+// array, and never {1, ...}.
+func acqInts(t *testing.T, r rueidis.RedisResult) []int64 {
+	t.Helper()
+	msg, err := r.ToMessage()
+	require.NoError(t, err)
+	if msg.IsInt64() {
+		n, err := msg.AsInt64()
+		require.NoError(t, err)
+		return []int64{1, n}
+	}
+	v, err := msg.AsIntSlice()
+	require.NoError(t, err)
+	require.Len(t, v, 2, "acquire reply %v", v)
+	require.NotEqual(t, int64(1), v[0], "acquire reply %v: an acquisition replies with its bare token", v)
+	return v
+}
+
 func num(t *testing.T, r rueidis.RedisResult) int64 {
 	t.Helper()
 	v, err := r.AsInt64()
@@ -45,7 +64,7 @@ func TestMutexScripts(t *testing.T) {
 		return v
 	}
 	acq := func(owner string) []int64 {
-		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
 	}
 	rel := func(owner string, tok int64) int64 {
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{owner, strconv.FormatInt(tok, 10), "60000"}))
@@ -62,7 +81,7 @@ func TestMutexScripts(t *testing.T) {
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
 	// A waiting attempt (ARGV[5..7]: the waiting Client, its count, not
 	// registered yet) marks the value, so that the release publishes.
-	r = ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
 	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b").Build()).ToString()), "the waiting count of client-b")
@@ -133,13 +152,13 @@ func TestMutexScripts(t *testing.T) {
 	// With a check, a handoff hands over while only the caller's own
 	// subscription (or none) is on the channel, and yields to other
 	// subscribers: the lock becomes free and they are told.
-	rel("C", 0)                                                                                    // back to count 1
-	cur := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000", "1"})) // {0, pttl}: held by C
+	rel("C", 0)                                                                                       // back to count 1
+	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000", "1"})) // {0, pttl}: held by C
 	require.Equal(t, int64(0), cur[0], "C lost the lock: %v", cur)
 	tokC := strconv.FormatInt(h[1], 10)
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"}))
 	require.Equal(t, int64(1), r[0], "checked handoff with only the own subscriber (1) = %v, want handed over", r)
-	tokD := strconv.FormatInt(ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000", "1"}))[1], 10)
+	tokD := strconv.FormatInt(acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000", "1"}))[1], 10)
 	rel("D", 0) // undo the re-entry just made to read the token
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
 	require.Equal(t, int64(2), r[0], "checked handoff with a foreign subscriber = %v, want a yield", r)
@@ -158,12 +177,12 @@ func TestMutexScripts(t *testing.T) {
 	// the next acquisition anywhere starts above it; a handoff reserves too.
 	rc.Do(ctx, rc.B().Del().Key("p:{r}:mutex").Build())
 	rk := []string{"p:{r}:mutex"}
-	r1 := ints(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
+	r1 := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
 	v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString()
 	require.Equal(t, "R "+strconv.FormatInt(r1[1]+3, 10)+" 1 b", v, "reserving acquire: %v, value (\" b\": a block)", r1)
 	// With a block, the owner does not re-enter through another Client:
 	// its Client may have handed the lock to another owner of its own.
-	re := ints(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "1"}))
+	re := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "1"}))
 	require.Equal(t, int64(0), re[0], "re-entry through another Client into a block = %v, want {0, pttl}", re)
 	last := strconv.FormatInt(r1[1]+3, 10)
 	h4 := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
@@ -195,7 +214,7 @@ func TestMutexUndo(t *testing.T) {
 		return v
 	}
 	acq := func(marker string) []int64 {
-		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000", "1"}))
 	}
 	undo := func(marker string) int64 {
 		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, ch, marker}, []string{"O", "0", "60000"}))
@@ -228,7 +247,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		return v
 	}
-	a := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
 	end := strconv.FormatInt(a[1]+1000000-1, 10)
 	require.Equal(t, "A "+end+" 1 b", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
@@ -240,7 +259,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	require.Equal(t, "- "+used+" 0", v, "free marker %q, want the last token used %s", v, used)
 	require.Equal(t, int64(1), rel(), "a retried release")
 	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", "0", "60000", "0"})), "an owner-only release of a free lock")
-	b := ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
+	b := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
 	require.Greater(t, b[1], a[1]+2, "next token and from the clock, not past the block's end")
 	require.Less(t, b[1], a[1]+1000000-1, "next token and from the clock, not past the block's end")
 }
@@ -255,7 +274,7 @@ func TestMutexUndoFresh(t *testing.T) {
 	ctx := context.Background()
 	key, ch := "p:{f}:mutex", "p:{f}:mutex:ch"
 	acq := func(owner string) []int64 {
-		return ints(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner, "10000", "1", "check"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner, "10000", "1", "check"}))
 	}
 	undo := func(owner string) {
 		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, ch, key + ":x:" + owner}, []string{owner, "0", "60000", "0"}).Error())
@@ -283,4 +302,31 @@ func TestMutexUndoFresh(t *testing.T) {
 		require.Equal(t, byte('-'), v[0], "lock value %q after a no-op acquire, want free", v)
 	}
 
+}
+
+// A free marker's token is continued even when it is ahead of the server
+// clock (the clock stepped back, or a block's tokens were issued fast): the
+// next token is one more, spelled in full, with or without a block.
+func TestMutexAcquireContinuesMarker(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key := "p:{m}:mutex"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	const ahead = int64(9000000000000000) // µs, far past the clock
+	for _, tc := range []struct {
+		block string
+		value string
+	}{
+		{"1", "O 9000000000000001 1"},
+		{"4", "O 9000000000000004 1 b"},
+	} {
+		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value("- "+strconv.FormatInt(ahead, 10)+" 0").Build()).Error())
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:O"}, []string{"O", "10000", tc.block, "check"}))
+		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
+		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
+	}
 }
