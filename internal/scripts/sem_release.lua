@@ -16,7 +16,10 @@ local stored = read_meta()
 if stored and tonumber(stored) ~= tonumber(ARGV[4]) then
   return {-1, tonumber(stored)}
 end
-local pruned = prune(now, stored ~= nil)
+-- stored is false, not nil, when the meta hash has no size (a Redis nil
+-- reply): record only into a meta hash that exists, or prune would create
+-- one without a lifetime.
+local pruned = prune(now, stored ~= false and stored ~= nil)
 local n = tonumber(ARGV[2])
 local pref = tonumber(ARGV[5] or '0')
 local mine, inuse = acquisitions(ARGV[1])

@@ -53,3 +53,21 @@ func TestSemaphoreKeysLifetime(t *testing.T) {
 	require.Equal(t, int64(1), c[0], "C = %v", c)
 	check("after a 2 h lease", 3*hour-5000)
 }
+
+// A release of a semaphore that does not exist (an owner that holds
+// nothing) answers {0, 0} and creates no key: its prune once recorded the
+// next lease end into a meta hash it took for existing (HMGET's missing
+// size is false in Lua, not nil), a hash without a size and without a
+// lifetime (FuzzOperations saw it as a semaphore of size 0).
+func TestSemaphoreReleaseOfNothingCreatesNothing(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	r := semRel(t, rc, "A", 1)
+	require.Equal(t, []int64{0, 0}, r, "release by an owner of nothing")
+	for _, k := range semKeys {
+		n, err := rc.Do(ctx, rc.B().Exists().Key(k).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s exists after a release of nothing", k)
+	}
+}
