@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -148,24 +149,33 @@ func (c *Client) cleanupNow(ctx context.Context, f func(ctx context.Context) err
 	}
 }
 
-// background runs a cleanup on its own goroutine, under a context that
-// Close cancels (what is left undone then expires with its lease), so that
-// the caller can return by its deadline. Close waits for it. It reports
-// false, running nothing, once the Client is closed.
-func (c *Client) background(f func(ctx context.Context)) bool {
+// spawn runs f on a goroutine of its own, counted in wg (c.loops or c.bg),
+// which Close waits for. It reports false, running nothing, once the
+// Client is closed.
+func (c *Client) spawn(wg *sync.WaitGroup, f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed.Load() {
 		return false
 	}
-	c.bg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer c.bg.Done()
+		defer wg.Done()
+		f()
+	}()
+	return true
+}
+
+// background runs a cleanup on its own goroutine, under a context that
+// Close cancels (what is left undone then expires with its lease), so that
+// the caller can return by its deadline. Close waits for it. It reports
+// false, running nothing, once the Client is closed.
+func (c *Client) background(f func(ctx context.Context)) bool {
+	return c.spawn(&c.bg, func() {
 		ctx, cancel := context.WithTimeout(c.ctx, cleanupTimeout)
 		defer cancel()
 		f(ctx)
-	}()
-	return true
+	})
 }
 
 // bounded runs call under ctx and returns its result, or ctx's error once
@@ -188,22 +198,16 @@ func bounded[T any](c *Client, ctx context.Context, call func(context.Context) (
 	}
 	var zero T
 	ch := make(chan result, 1)
-	c.mu.Lock()
-	if c.closed.Load() {
-		c.mu.Unlock()
-		return zero, ErrClosed
-	}
-	c.bg.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.bg.Done()
+	if !c.spawn(&c.bg, func() {
 		cctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(c.ctx, cancel)
 		v, err := call(cctx)
 		stop()
 		cancel()
 		ch <- result{v, err}
-	}()
+	}) {
+		return zero, ErrClosed
+	}
 	select {
 	case r := <-ch:
 		return r.v, r.err

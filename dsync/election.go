@@ -289,15 +289,7 @@ func (e *Election) keep(lctx context.Context, owner string, term uint64) {
 		return
 	}
 	h, c := lc.h, e.c
-	c.mu.Lock()
-	if c.closed.Load() {
-		c.mu.Unlock()
-		return
-	}
-	c.loops.Add(1) // Close waits for it (see notifier.startReceive)
-	c.mu.Unlock()
-	go func() {
-		defer c.loops.Done()
+	c.spawn(&c.loops, func() {
 		every := c.cfg.lease / 3
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -318,7 +310,7 @@ func (e *Election) keep(lctx context.Context, owner string, term uint64) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // Leader returns the current leader, or ErrNoLeader when there is none:

@@ -32,19 +32,12 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		close(out)
 		return out
 	}
-	c.mu.Lock()
-	if c.closed.Load() {
-		c.mu.Unlock()
-		close(out)
-		return out
-	}
-	c.loops.Add(1) // Close waits for it (see notifier.startReceive)
-	c.mu.Unlock()
-	go func() {
-		defer c.loops.Done()
+	if !c.spawn(&c.loops, func() {
 		defer close(out)
 		e.observe(ctx, out)
-	}()
+	}) {
+		close(out)
+	}
 	return out
 }
 

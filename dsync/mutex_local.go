@@ -204,24 +204,18 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx
 			if yielded {
 				// Let the other processes' waiter take it first.
 				if err := c.sleepCtx(ctx, yieldWait); err != nil {
-					st.mu.Lock()
-					st.busy = false
-					st.wakeNext()
-					st.mu.Unlock()
-					c.putMutex(m.sk(), st)
+					m.stepDown(st)
 					return nil, nil, false, attempts, err
 				}
 			}
 			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, try)
 			attempts += n
-			st.mu.Lock()
-			st.busy = false
 			if h == nil {
-				st.wakeNext()
-				st.mu.Unlock()
-				c.putMutex(m.sk(), st)
+				m.stepDown(st)
 				return nil, nil, false, attempts, err
 			}
+			st.mu.Lock()
+			st.busy = false
 			st.h = h
 			st.passes = 0
 			st.reserved(h)
@@ -274,14 +268,20 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx
 			}
 			cancel()
 		} else {
-			st.mu.Lock()
-			st.busy = false
-			st.wakeNext()
-			st.mu.Unlock()
-			c.putMutex(m.sk(), st)
+			m.stepDown(st)
 		}
 		return nil, nil, false, attempts, done
 	}
+}
+
+// stepDown ends the caller's turn at Redis without a hold: the next local
+// waiter goes to Redis, and st leaves the registry if nobody uses it.
+func (m *Mutex) stepDown(st *mutexState) {
+	st.mu.Lock()
+	st.busy = false
+	st.wakeNext()
+	st.mu.Unlock()
+	m.c.putMutex(m.sk(), st)
 }
 
 // yieldWait is how long a Client's next local waiter holds back after the

@@ -114,17 +114,9 @@ func (n *notifier) listen(ctx context.Context, s *subscription) (*subscription, 
 	// caller's context.
 	done := make(chan bool, 1)
 	c := n.c
-	c.mu.Lock()
-	if c.closed.Load() {
-		c.mu.Unlock()
+	if !c.spawn(&c.loops, func() { done <- n.subscribeNow(ch, cs) }) {
 		return s, false
 	}
-	c.loops.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.loops.Done()
-		done <- n.subscribeNow(ch, cs)
-	}()
 	select {
 	case ok := <-done:
 		return s, ok

@@ -47,7 +47,7 @@ if KEYS[2] then
 else
   v = redis.call('get', KEYS[1])
 end
-local prev = 0
+local prev, reply = 0, nil
 if v and string.sub(v, 1, 2) == '- ' and ARGV[1] ~= '-' then
   -- A free marker "- <token> 0" (the common case: parsed without a
   -- pattern's captures): continue from its token.
@@ -56,15 +56,8 @@ elseif v then
   local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
   if o == ARGV[1] and not string.find(w, 'b', 1, true) then
     redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (tonumber(c) + 1) .. w, 'px', ARGV[2])
-    if KEYS[2] and ARGV[4] ~= 'check' then
-      redis.call('set', KEYS[2], '1', 'px', ARGV[2])
-    end
-    if ARGV[7] == '1' then
-      redis.call('hdel', KEYS[3], ARGV[5])
-    end
-    return {2, tonumber(t)}
-  end
-  if o ~= '-' then
+    reply = {2, tonumber(t)}
+  elseif o ~= '-' then
     if ARGV[5] and not string.find(w, 'w', 1, true) then
       redis.call('set', KEYS[1], v .. ' w', 'keepttl')
     end
@@ -83,8 +76,9 @@ elseif v then
       end
     end
     return {0, redis.call('pttl', KEYS[1])}
+  else
+    prev = tonumber(t)
   end
-  prev = tonumber(t)
 end
 -- Fencing token: one more than the last, and never below the server clock in
 -- microseconds, so a FLUSHALL, a restart or a failover to a lagging replica
@@ -93,21 +87,26 @@ end
 -- free marker records the last token issued, not the block's end; so every
 -- token issued is at most the server clock when issued, and one minted from
 -- the clock after the state is lost is above all of them.
-local us, digits = server_us()
-local tok = next_token(prev, us)
-local last = tok + tonumber(ARGV[3]) - 1
-local flags = ''
-if last > tok then
-  flags = ' b'
+if not reply then
+  local us, digits = server_us()
+  local tok = next_token(prev, us)
+  local last = tok + tonumber(ARGV[3]) - 1
+  local flags = ''
+  if last > tok then
+    flags = ' b'
+  end
+  if last ~= us then
+    digits = fmt(last)
+  end
+  redis.call('set', KEYS[1], ARGV[1] .. ' ' .. digits .. ' 1' .. flags, 'px', ARGV[2])
+  reply = tok
 end
-if last ~= us then
-  digits = fmt(last)
-end
-redis.call('set', KEYS[1], ARGV[1] .. ' ' .. digits .. ' 1' .. flags, 'px', ARGV[2])
+-- Acquired or re-entered: the attempt's marker records it, and a waiter
+-- that registered leaves the waiting count.
 if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end
 if ARGV[7] == '1' then
   redis.call('hdel', KEYS[3], ARGV[5])
 end
-return tok
+return reply
