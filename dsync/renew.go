@@ -259,6 +259,7 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 func (r *renewer) preload() {
 	c := r.c
 	defer c.loops.Done()
+	defer close(c.preloaded)
 	srcs := scripts.Used(c.sharded)
 	for _, n := range c.rc.Nodes() {
 		for _, src := range srcs {
