@@ -33,8 +33,11 @@ type Client struct {
 	ctx    context.Context // cancelled by Close, for the Client's own calls
 	cancel context.CancelFunc
 	loops  sync.WaitGroup // the renewal loop and the notifier
-	bg     sync.WaitGroup // cleanups handed to the background
-	timers sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.arm)
+	// preloaded is closed when the preload of the scripts has ended (tests
+	// that count commands wait for it).
+	preloaded chan struct{}
+	bg        sync.WaitGroup // cleanups handed to the background
+	timers    sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.arm)
 
 	notify *notifier
 	renew  *renewer
@@ -96,13 +99,14 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		cfg.name = processName()
 	}
 	c := &Client{
-		rc:      sharedDial{rc},
-		cfg:     cfg,
-		cluster: rc.Mode() == rueidis.ClientModeCluster,
-		done:    make(chan struct{}),
-		holds:   make(map[*hold]struct{}),
-		mutexes: make(map[stateKey]*mutexState),
-		id:      newID()[:16] + "-",
+		rc:        sharedDial{rc},
+		cfg:       cfg,
+		cluster:   rc.Mode() == rueidis.ClientModeCluster,
+		done:      make(chan struct{}),
+		preloaded: make(chan struct{}),
+		holds:     make(map[*hold]struct{}),
+		mutexes:   make(map[stateKey]*mutexState),
+		id:        newID()[:16] + "-",
 	}
 	c.ident = cfg.name + "/" + c.id[:16]
 	c.args.lease, c.args.mark = leaseMS(cfg.lease), leaseMS(freeMarkerTTL)

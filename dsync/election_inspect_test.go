@@ -90,7 +90,7 @@ func TestElectionObserveIdle(t *testing.T) {
 	// A signal that raced with the read that found "v" may cause one more
 	// read (finding nothing new); then all is quiet.
 	requireNoMore(t, obs, 300*time.Millisecond)
-	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	resetStats(t, ctx, rc, a, b)
 	requireNoMore(t, obs, 1500*time.Millisecond)
 	n, info := commandCalls(t, ctx, rc)
 	require.Zero(t, n, "commands while nothing changed:\n%s", info)
@@ -115,7 +115,7 @@ func TestElectionCommandsPerTerm(t *testing.T) {
 	lctx, err := e.Campaign(ctx, "warm") // scripts loaded, keys made
 	require.NoError(t, err)
 	require.NoError(t, e.Resign(lctx))
-	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	resetStats(t, ctx, rc, c)
 	lctx, err = e.Campaign(ctx, "v")
 	require.NoError(t, err)
 	campaign, info := commandCalls(t, ctx, rc)

@@ -16,6 +16,10 @@ func GroupCallers[V any](g *Group[V], key string) int {
 	return 0
 }
 
+// Preloaded is closed when c's preload of its scripts has ended, so that
+// tests counting the commands a cycle sends do not count its SCRIPT LOADs.
+func Preloaded(c *Client) <-chan struct{} { return c.preloaded }
+
 // ErrReleased is the cause of a lock context cancelled by its release, for
 // the black-box contract table.
 var ErrReleased = errReleased

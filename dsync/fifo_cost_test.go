@@ -78,7 +78,7 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 			cycle := tc.acquireLoop(c)
 			require.NoError(t, cycle(ctx)) // scripts loaded
 			rc := s.Client(t)
-			require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+			resetStats(t, ctx, rc, c)
 			attempts.Store(0)
 			acquisitions.Store(0)
 			const goroutines, each = 16, 100

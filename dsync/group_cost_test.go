@@ -23,15 +23,17 @@ func TestGroupCosts(t *testing.T) {
 	s := redistest.Start(t)
 	const clients, goroutines, rounds = 3, 20, 20
 	var gs []*dsync.Group[int]
+	var cs []*dsync.Client
 	for range clients {
 		c := newClientOn(t, s.Client(t), dsync.WithKeyPrefix("cost"))
 		gs = append(gs, dsync.NewGroup[int](c, "g"))
+		cs = append(cs, c)
 	}
 	ctx := ctxT(t)
 	rc := s.Client(t)
 	_, _, err := gs[0].Do(ctx, "warm", func(context.Context) (int, error) { return 0, nil }) // scripts loaded
 	require.NoError(t, err)
-	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	resetStats(t, ctx, rc, cs...)
 	var runs atomic.Int64
 	for r := range rounds {
 		key := "k" + strconv.Itoa(r)

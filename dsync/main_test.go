@@ -126,6 +126,21 @@ func waitSubscribed(t testing.TB, rc rueidis.Client, ch string) {
 	})
 }
 
+// resetStats resets the server's command counts (CONFIG RESETSTAT) once
+// the Clients that use it have preloaded their scripts, which they do one
+// per round trip in the background: a SCRIPT LOAD is not a cycle's command.
+func resetStats(t testing.TB, ctx context.Context, rc rueidis.Client, cs ...*dsync.Client) {
+	t.Helper()
+	for _, c := range cs {
+		select {
+		case <-dsync.Preloaded(c):
+		case <-time.After(30 * time.Second):
+			t.Fatal("a Client's preload of its scripts did not end within 30 s")
+		}
+	}
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+}
+
 // commandCalls returns the commands the server counted since the last
 // CONFIG RESETSTAT (INFO commandstats, commands inside scripts included;
 // INFO and RESETSTAT themselves left out), and the stats.

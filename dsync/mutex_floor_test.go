@@ -39,7 +39,7 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 		}, 8},
 	} {
 		tc.cycle() // scripts loaded
-		require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+		resetStats(t, ctx, rc, c)
 		const n = 500
 		for range n {
 			tc.cycle()

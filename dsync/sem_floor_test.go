@@ -25,7 +25,7 @@ func TestSemaphoreCommandsPerCycle(t *testing.T) {
 	}
 	cycle()
 	rc := s.Client(t)
-	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	resetStats(t, ctx, rc, c)
 	const n = 300
 	for range n {
 		cycle()

@@ -53,9 +53,10 @@ func (s *FencedStore) Write(token uint64, who, value string) error {
 }
 
 // job runs steps while it holds m. Each step does slow work that cannot be
-// interrupted and then writes; the lock context is checked between steps.
-// done(i) is called when step i has written (done(0): the lock is held).
-func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps int, work time.Duration, store *FencedStore, done func(step int)) error {
+// interrupted (work(i)) and then writes; the lock context is checked
+// between steps. done(i) is called when step i has written (done(0): the
+// lock is held).
+func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps int, work func(step int), store *FencedStore, done func(step int)) error {
 	lctx, err := m.LockContext(ctx)
 	if err != nil {
 		return err
@@ -69,7 +70,7 @@ func job(ctx context.Context, out io.Writer, m *dsync.Mutex, who string, steps i
 			fmt.Fprintf(out, "%s: stops before step %d: %v\n", who, i, context.Cause(lctx))
 			return context.Cause(lctx)
 		}
-		time.Sleep(work) // a step that, once started, runs to its end
+		work(i) // a step that, once started, runs to its end
 		if err := store.Write(token, who, fmt.Sprintf("step %d", i)); err != nil {
 			fmt.Fprintf(out, "%s: write of step %d refused: %v\n", who, i, err)
 		}
@@ -106,7 +107,11 @@ func run(w io.Writer) (*FencedStore, error) {
 	fmt.Fprintln(out, "server:", srv.Describe())
 	prefix := fmt.Sprintf("scoped-example-%d-%d", os.Getpid(), time.Now().UnixNano())
 	// Two Clients, as two processes would have. A short lease makes the
-	// holder notice the loss within lease/3.
+	// holder notice the loss within lease/3, but a lease must outlast
+	// several round trips: the embedded server, under the race detector on
+	// a loaded 2-core machine (make test), took up to 0.2 s for an
+	// acquisition and 0.3 s for a renewal, so with 600 ms a worker now and
+	// then lost its lock before the operator forced it free.
 	var clients []*dsync.Client
 	for i := range 2 {
 		rc, err := srv.Client()
@@ -118,7 +123,7 @@ func run(w io.Writer) (*FencedStore, error) {
 			// After every Client is closed: leave nothing behind.
 			defer exredis.Forget(context.Background(), rc, prefix+":*")
 		}
-		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(600*time.Millisecond))
+		c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(2*time.Second))
 		if err != nil {
 			return nil, err
 		}
@@ -137,9 +142,21 @@ func run(w io.Writer) (*FencedStore, error) {
 		}
 	}
 	held, step1, w1 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	wrote, w2 := make(chan struct{}), make(chan struct{})
 	wg.Go(func() {
 		defer close(w1)
-		report("worker-1", job(ctx, out, c1.NewMutex("report"), "worker-1", 10, 150*time.Millisecond, store, func(step int) {
+		// Step 2 is the one the operator interrupts, and it is slow (a
+		// long query, a pause): it runs until worker-2 has written, so its
+		// write comes late however fast or slow the machine. worker-1
+		// stops at its first check after it learns of the loss, well
+		// before its last step.
+		work := func(step int) {
+			time.Sleep(150 * time.Millisecond)
+			if step == 2 {
+				reached(wrote, w2)
+			}
+		}
+		report("worker-1", job(ctx, out, c1.NewMutex("report"), "worker-1", 30, work, store, func(step int) {
 			switch step {
 			case 0:
 				close(held)
@@ -153,11 +170,17 @@ func run(w io.Writer) (*FencedStore, error) {
 		return store, errors.New("worker-1 ended without the lock")
 	}
 	wg.Go(func() {
-		report("worker-2", job(ctx, out, c2.NewMutex("report"), "worker-2", 2, 10*time.Millisecond, store, func(int) {}))
+		defer close(w2)
+		work := func(int) { time.Sleep(10 * time.Millisecond) }
+		report("worker-2", job(ctx, out, c2.NewMutex("report"), "worker-2", 2, work, store, func(step int) {
+			if step == 1 {
+				close(wrote)
+			}
+		}))
 	})
 
 	// worker-1 is inside its second step when the operator forces the lock
-	// free; worker-2, waiting, takes it with a larger token at once.
+	// free; worker-2, waiting, takes it with a larger token.
 	if !reached(step1, w1) {
 		return store, errors.New("worker-1 ended before its first step")
 	}
