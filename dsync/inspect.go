@@ -36,7 +36,9 @@ type LockState struct {
 	// keeps no queue in Redis (its waiters queue inside their process): its
 	// Waiters are the Clients waiting for it, in no order, each with the
 	// number of its goroutines that wait (Waiter.Count), as of that
-	// Client's last attempt (at least every lease/3). Goroutines waiting
+	// Client's last attempt (at least every lease/3); the entry of a
+	// Client whose last waiting goroutine gave up is removed in the
+	// background just after that goroutine returns. Goroutines waiting
 	// behind a holder of their own Client are handed the lock there and
 	// are not counted.
 	Waiters []Waiter

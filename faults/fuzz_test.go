@@ -423,8 +423,7 @@ func (e *fuzzEnv) history() string { return "steps:\n  " + strings.Join(e.log, "
 func (e *fuzzEnv) compare(after string) {
 	t, m := e.t, e.m
 	for k, name := range e.names {
-		sts, err := e.cs[0].Inspect(context.Background(), name)
-		require.NoError(t, err, "Inspect after %s", after)
+		sts := e.inspectSettled(name, after)
 		var mx, rw, sem, fair dsync.LockState
 		semFound, onceDone := false, false
 		var counter int64
@@ -501,7 +500,7 @@ func (e *fuzzEnv) compare(after string) {
 		sort.Strings(got)
 		require.Equal(t, strings.Join(want, "; "), strings.Join(got, "; "), "after %s, name %d: holders (model, Redis)", after, k)
 
-		sts, err = e.cs[1].Inspect(context.Background(), e.vnames[k])
+		sts, err := e.cs[1].Inspect(context.Background(), e.vnames[k])
 		require.NoError(t, err, "Inspect after %s", after)
 		vdone := false
 		for _, st := range sts {
@@ -510,6 +509,28 @@ func (e *fuzzEnv) compare(after string) {
 			vdone = st.Done
 		}
 		require.Equal(t, m.vdone[k], vdone, "after %s, name %d: OnceValue done (model, Redis)", after, k)
+	}
+}
+
+// inspectSettled inspects name once no Mutex waiter shows. A Client's
+// entry among a Mutex's waiters is removed in the background when its last
+// waiting goroutine gives up (Mutex.unregister; LockState.Waiters says a
+// Mutex's waiters are as of each Client's last attempt), so a step whose
+// wait ended may return before Redis no longer shows it: allow that
+// removal 5 s. Every other kind's waiters are checked at once by compare.
+func (e *fuzzEnv) inspectSettled(name, after string) []dsync.LockState {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sts, err := e.cs[0].Inspect(context.Background(), name)
+		require.NoError(e.t, err, "Inspect after %s", after)
+		waiting := false
+		for _, st := range sts {
+			waiting = waiting || st.Kind == dsync.KindMutex && len(st.Waiters) > 0
+		}
+		if !waiting || time.Now().After(deadline) {
+			return sts
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
