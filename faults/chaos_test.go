@@ -292,9 +292,9 @@ func runChaos(t *testing.T, kind string) {
 	}
 	tl := run.tally
 	lf := lateness(run.waits, run.stops)
-	t.Logf("chaos %s: %d procs x %d goroutines, %v; faults: %d SIGKILL (%d of holders), %d SIGSTOP (%d of holders); %d acquisitions (%d in the history, %d ops checked), %d waits cancelled (%d reported: %s), %d lost holds, %d errors; porcupine: %s; fenced: %d writes accepted, %d stale reads/writes rejected, %d updates lost, %d stale reader checks; unfenced register: %d updates, %d lost, %d overlaps, %d torn reads; semaphore gauge most %d, above size %d; recovery after a holder's SIGKILL p50 %v max %v (%d); Redis clean after %v; keys without expiry: %d leaked %v, %d documented state",
+	t.Logf("chaos %s: %d procs x %d goroutines, %v; faults: %d SIGKILL (%d of holders), %d SIGSTOP (%d of holders); %d acquisitions (%d in the history, %d ops checked), %d waits ended by their context (%d in processes not killed): %s; %d lost holds, %d errors; porcupine: %s; fenced: %d writes accepted, %d stale reads/writes rejected, %d updates lost, %d stale reader checks; unfenced register: %d updates, %d lost, %d overlaps, %d torn reads; semaphore gauge most %d, above size %d; recovery after a holder's SIGKILL p50 %v max %v (%d); Redis clean after %v; keys without expiry: %d leaked %v, %d documented state",
 		kindTitle(kind), procs, g, dur, len(run.kills), heldKills, len(run.stops), heldStops,
-		tl.Acq, fig.acquisitions, fig.ops, tl.Cancelled, len(run.waits), lf, tl.Lost, tl.Errs,
+		tl.Acq, fig.acquisitions, fig.ops, len(run.waits), tl.Cancelled, lf, tl.Lost, tl.Errs,
 		fig.verdict, sf.fencedAccepted, sf.fencedRejected, sf.fencedLost, sf.staleReads, sf.puts, sf.lostUpdates, sf.overlaps, sf.torn,
 		sf.semMost, sf.semOver, p50, pmax, len(rec), cleanAfter.Round(time.Millisecond), len(leaked), leaked, durable)
 
@@ -305,7 +305,7 @@ func runChaos(t *testing.T, kind string) {
 	row := reportRow{
 		Scenario: scenario, Primitive: kindTitle(kind),
 		Size:   fmt.Sprintf("%d x %d x %v", procs, g, dur),
-		Faults: fmt.Sprintf("%d kill, %d stop ≤%v, %d cancel (%s); %d errors", len(run.kills), len(run.stops), *chaosStopMax, tl.Cancelled, lf, tl.Errs),
+		Faults: fmt.Sprintf("%d kill, %d stop ≤%v, %d cancel (%s); %d errors", len(run.kills), len(run.stops), *chaosStopMax, len(run.waits), lf, tl.Errs),
 		Ops:    int64(fig.ops), Check: fig.verdict,
 		Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads,
 		FencedLost: sf.fencedLost, Fenced: kind != "sem" && kind != "wg",
