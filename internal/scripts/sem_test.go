@@ -121,9 +121,7 @@ func TestSemaphoreScripts(t *testing.T) {
 	memberA := "A " + strconv.FormatInt(a[1], 10) + " a.1 3"
 	n, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberA, "10000", semCh}).AsInt64()
 	require.Equal(t, int64(1), n, "renew A after a partial release")
-	held, err := rc.Do(ctx, rc.B().Zrange().Key(semKeys[1]).Min("0").Max("-1").Build()).AsStrSlice()
-	require.NoError(t, err)
-	require.Equal(t, []string{"A " + strconv.FormatInt(a[1], 10) + " a.1 2"}, held, "holders after a partial release")
+	require.Equal(t, []string{"A " + strconv.FormatInt(a[1], 10) + " a.1 2"}, semHolders(t, rc), "holders after a partial release")
 	// Releasing the rest: B and C both fit, and the release grants them
 	// their permits, in queue order, and tells each.
 	r = semRel(t, rc, "A", 2)
@@ -209,14 +207,15 @@ func TestSemaphorePerAcquisitionLease(t *testing.T) {
 	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "2", "0"}))
 	require.Equal(t, int64(1), r[0], "A's release after B's undo = %v, want {1, 0}", r)
 	require.Equal(t, int64(0), r[1], "A's release after B's undo = %v, want {1, 0}", r)
-	require.Equal(t, int64(0), zcard(t, rc, semKeys[1]), "acquisitions left")
+	require.Empty(t, semHolders(t, rc), "acquisitions left")
 }
 
-func zcard(t *testing.T, rc rueidis.Client, k string) int64 {
+// semHolders returns the acquisitions in the holders zset.
+func semHolders(t *testing.T, rc rueidis.Client) []string {
 	t.Helper()
-	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(k).Build()).AsInt64()
+	all, err := rc.Do(context.Background(), rc.B().Zrange().Key(semKeys[1]).Min("0").Max("-1").Build()).AsStrSlice()
 	require.NoError(t, err)
-	return n
+	return all
 }
 
 // TestOnceScripts drives the Once scripts: begin, contention, failure,
@@ -370,14 +369,13 @@ func TestWaitGroupScript(t *testing.T) {
 	require.Equal(t, int64(0), r[1], "add -(2^53+2) = %v, want 0", r)
 }
 
-// TestSemaphorePruneAfterShortLease: the acquire skips its look for lapsed
-// holders until the earliest lease end it recorded; a holder with a short
-// lease taken after one with a long lease must move that record earlier,
-// or its permits would stay taken for the long lease after it died.
+// TestSemaphorePruneAfterShortLease: a holder with a short lease taken
+// after one with a long lease: the acquire that finds both permits held
+// says to look again when the short lease ends (not the long one), and
+// then gets the permit back.
 func TestSemaphorePruneAfterShortLease(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
-	ctx := context.Background()
 	require.Equal(t, int64(1), semAcq(t, rc, "long", "c.1", 1, 2, "3600000", "wait")[0])
 	require.Equal(t, int64(1), semAcq(t, rc, "short", "c.2", 1, 2, "50", "wait")[0])
 	got := semAcq(t, rc, "third", "c.3", 1, 2, "3600000", "try")
@@ -386,7 +384,36 @@ func TestSemaphorePruneAfterShortLease(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return semAcq(t, rc, "third", "c.3", 1, 2, "3600000", "try")[0] == 1
 	}, 5*time.Second, 10*time.Millisecond, "the short lease's permit comes back")
-	n, err := rc.Do(ctx, rc.B().Zcard().Key(semKeys[1]).Build()).AsInt64()
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n, "holders: long and third")
+	require.Len(t, semHolders(t, rc), 2, "holders: long and third")
+}
+
+// A queued waiter keeps its place past the place lease it was queued with
+// as long as its attempts renew it (its record's place end): the release
+// grants it; a waiter ahead of it that did not renew is dropped.
+func TestSemaphoreRenewedPlace(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	acq := func(owner, waiter, place, first string) []int64 {
+		return semInts(t, scripts.SemAcquire.Exec(ctx, rc, semKeys,
+			[]string{owner, waiter, "1", "1", "10000", "wait", semCh, place, first}))
+	}
+	require.Equal(t, int64(1), acq("A", "a.1", "10000", "first")[0], "A holds")
+	require.Equal(t, int64(0), acq("D", "d.1", "50", "first")[0], "D queues")
+	require.Equal(t, int64(0), acq("W", "w.1", "50", "first")[0], "W queues")
+	require.Equal(t, int64(0), acq("W", "w.1", "10000", "again")[0], "W renews its place")
+	time.Sleep(80 * time.Millisecond) // the injected fault: both first places lapse
+	r := semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "1"}))
+	require.Equal(t, []int64{1, 0}, r, "A releases")
+	held := semHolders(t, rc)
+	require.Len(t, held, 1, "the release granted the permit")
+	require.True(t, strings.HasPrefix(held[0], "W "), "the release granted the permit to W, not D: %q", held)
+	got := acq("W", "w.1", "10000", "again")
+	require.Equal(t, int64(1), got[0], "W (renewed) was granted the permit: %v", got)
+	require.Len(t, semHolders(t, rc), 1, "one holder: W")
+	for _, c := range []rueidis.Completed{rc.B().Llen().Key(semKeys[2]).Build(), rc.B().Hlen().Key(semKeys[3]).Build()} {
+		n, err := rc.Do(ctx, c).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "queue entries or records left")
+	}
 }
