@@ -63,6 +63,14 @@ var libs = []libSpec{
 // process is granted the lock by the release.
 var fifoSpec = libSpec{name: "dsync-fair", note: "dsync FairMutex, default options", lock: true, open: openDsyncFair}
 
+// wakeSpec is the floor of any cross-process handoff through Redis, in
+// the handoff scenario only: not a lock. The waiting process subscribes to
+// a channel and waits, parked, for one message; the release is one
+// PUBLISH. So a round is one command's trip to Redis, the push to the other
+// process and that process waking up: what a grant pushed by the release
+// (one hop) costs at least.
+var wakeSpec = libSpec{name: "wake", note: "not a lock: PUBLISH to a parked subscriber in another process, the one-hop floor (handoff scenario only)", open: openWake}
+
 // lockerSpec is the Mutex through sync.Locker (m.Lock(); m.Unlock()),
 // issue 14's second uncontended path: it runs in serial and keys only.
 var lockerSpec = libSpec{name: "dsync-locker", note: "dsync Mutex through sync.Locker (m.Lock(); m.Unlock()), default options: serial and keys scenarios only", lock: true,
@@ -73,7 +81,9 @@ var lockerSpec = libSpec{name: "dsync-locker", note: "dsync Mutex through sync.L
 
 // allSpecs is every lib the report can name: the peers, then the dsync
 // variants that run in some scenarios only.
-func allSpecs() []libSpec { return append(libs[:len(libs):len(libs)], lockerSpec, fifoSpec) }
+func allSpecs() []libSpec {
+	return append(libs[:len(libs):len(libs)], lockerSpec, fifoSpec, wakeSpec)
+}
 
 func specByName(name string) (libSpec, error) {
 	for _, s := range allSpecs() {
@@ -316,6 +326,58 @@ func (h floorHandle) Lock(ctx context.Context) error {
 	return h.rc.Do(ctx, h.rc.B().Ping().Build()).Error()
 }
 func (h floorHandle) Unlock(ctx context.Context) error { return h.Lock(ctx) }
+
+// wake: the one-hop floor of the handoff scenario (wakeSpec).
+
+type wakeLib struct{ rc rueidis.Client }
+
+func openWake(addr string, rt *atomic.Int64) (lib, error) {
+	rc, err := newRueidis(addr, rt)
+	if err != nil {
+		return nil, err
+	}
+	return &wakeLib{rc: rc}, nil
+}
+
+func (l *wakeLib) close() { l.rc.Close() }
+func (l *wakeLib) handle(key string) handle {
+	return wakeHandle{rc: l.rc, ch: "bench:wake:" + key, waiter: inChild}
+}
+
+// inChild is set in a child process (-child), where a wakeHandle waits.
+var inChild bool
+
+// wakeHandle's Lock returns at once in the holder (the bench process) and,
+// in the waiting child, when a message comes on ch; Unlock publishes in the
+// holder and does nothing in the child.
+type wakeHandle struct {
+	rc     rueidis.Client
+	ch     string
+	waiter bool
+}
+
+func (h wakeHandle) Lock(ctx context.Context) error {
+	if !h.waiter {
+		return nil
+	}
+	rctx, got := context.WithCancel(ctx)
+	defer got()
+	err := h.rc.Receive(rctx, h.rc.B().Subscribe().Channel(h.ch).Build(), func(rueidis.PubSubMessage) { got() })
+	if rctx.Err() != nil && ctx.Err() == nil {
+		return nil // the message came
+	}
+	if err == nil {
+		err = errors.New("wake: subscription ended without a message")
+	}
+	return err
+}
+
+func (h wakeHandle) Unlock(ctx context.Context) error {
+	if h.waiter {
+		return nil
+	}
+	return h.rc.Do(ctx, h.rc.B().Publish().Channel(h.ch).Message("1").Build()).Error()
+}
 
 // rueidislock
 

@@ -79,6 +79,7 @@ func main() {
 	)
 	flag.Parse()
 	if *childRole != "" {
+		inChild = true
 		var err error
 		switch *childRole {
 		case "held":
@@ -195,13 +196,16 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		}
 		return out
 	}
-	// The FIFO handoff (a FairMutex) runs with the handoff scenario when
-	// dsync does.
+	// The FIFO handoff (a FairMutex) and the one-hop floor (wake) run with
+	// the handoff scenario when dsync does.
 	pickFIFO := func() []libSpec {
-		if len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync") || slices.Contains(onlyLibs, fifoSpec.name) {
-			return []libSpec{fifoSpec}
+		var out []libSpec
+		for _, s := range []libSpec{fifoSpec, wakeSpec} {
+			if len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync") || slices.Contains(onlyLibs, s.name) {
+				out = append(out, s)
+			}
 		}
-		return nil
+		return out
 	}
 	// The Mutex through sync.Locker runs beside dsync (right after it) in
 	// serial and keys, when dsync runs.

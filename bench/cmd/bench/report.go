@@ -189,7 +189,11 @@ func (r *report) targets() []target {
 		p, ok1 := r.get("handoff", "dsync", "handoff_p50_us")
 		ping, ok2 := r.get("handoff", "dsync", "ping_p50_us")
 		x := p / ping
-		add("handoff p50", "<= 2x PING RTT", fmt.Sprintf("%.0f us = %.1fx PING (%.0f us)", p, x, ping), x <= 2, ok1 && ok2 && ping > 0)
+		measured := fmt.Sprintf("%.0f us = %.1fx PING (%.0f us)", p, x, ping)
+		if f, ok := wakeFloor(r); ok {
+			measured += "; one-hop floor (wake) " + f + " PING"
+		}
+		add("handoff p50", "<= 2x PING RTT", measured, x <= 2, ok1 && ok2 && ping > 0)
 	}
 	for _, sc := range []string{"contended", "xproc"} {
 		c, ok := r.get(sc, "dsync", "cmds_acq")

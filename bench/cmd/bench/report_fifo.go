@@ -164,6 +164,9 @@ func (r *report) fifoMarkdown(b *strings.Builder) {
 		if h.MutexP50us > 0 {
 			fmt.Fprintf(b, "; the Mutex (dsync, default options) in the same run: p50 %.0f us = %.1f PING round trips (its target: %s)", h.MutexP50us, h.MutexPings, h.MutexTarget)
 		}
+		if f, ok := wakeFloor(r); ok {
+			fmt.Fprintf(b, "; a PUBLISH to a parked subscriber in another process (wake, the floor of any one-hop handoff), same run: p50 %s PING round trips", f)
+		}
 		b.WriteString(". Issue 12 sets no bound for it.\n")
 	}
 }
