@@ -225,6 +225,25 @@ func bounded[T any](c *Client, ctx context.Context, call func(context.Context) (
 	return zero, ErrClosed
 }
 
+// connDoubtSpan is how long after a call failed without a reply (see
+// sharedDial) a Client's calls may meet a dial under way: rueidis opens a
+// broken connection again at the next call that needs it, and the dial
+// and its handshake take up to its dial timeout (5 s by default).
+const connDoubtSpan = 10 * time.Second
+
+// inDoubt reports whether a call under ctx should run bounded (see
+// bounded): ctx can end, and a call failed without a reply within
+// connDoubtSpan, so a dial may be under way. A healthy Client pays one
+// atomic load and runs its calls inline. Not covered: a connection that
+// broke while no call of the Client was in flight (nothing failed) and
+// that the next call opens again: calls that need it meanwhile wait for
+// that dial unbounded; the dialing call is bounded by its own context,
+// and once a dial fails, the calls after it run bounded.
+func (c *Client) inDoubt(ctx context.Context) bool {
+	d := c.connDoubt.Load()
+	return d != 0 && ctx.Done() != nil && time.Now().UnixNano()-d < int64(connDoubtSpan)
+}
+
 // compact returns m, or, when m is down to a quarter of its peak size and
 // that peak was large, a copy sized for what is left. Go maps never give
 // back the buckets of deleted entries: without this a burst of 100,000

@@ -23,10 +23,13 @@ import (
 // A Client is safe for concurrent use. Create one per process and prefix,
 // and Close it when done; Close does not close the rueidis client.
 type Client struct {
-	rc      rueidis.Client
-	cfg     config
-	cluster bool // rc is a cluster client
-	sharded bool // wakeups use sharded pub/sub (a Redis 7 cluster)
+	rc rueidis.Client
+	// connDoubt is when a call last failed without a reply from Redis (unix
+	// ns; see sharedDial and boundedIfDoubt).
+	connDoubt atomic.Int64
+	cfg       config
+	cluster   bool // rc is a cluster client
+	sharded   bool // wakeups use sharded pub/sub (a Redis 7 cluster)
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -99,7 +102,6 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		cfg.name = processName()
 	}
 	c := &Client{
-		rc:        sharedDial{rc},
 		cfg:       cfg,
 		cluster:   rc.Mode() == rueidis.ClientModeCluster,
 		done:      make(chan struct{}),
@@ -108,6 +110,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 		mutexes:   make(map[stateKey]*mutexState),
 		id:        newID()[:16] + "-",
 	}
+	c.rc = sharedDial{Client: rc, doubt: &c.connDoubt}
 	c.ident = cfg.name + "/" + c.id[:16]
 	c.args.lease, c.args.mark = leaseMS(cfg.lease), leaseMS(freeMarkerTTL)
 	c.args.handoffs = strconv.Itoa(cfg.handoffs)

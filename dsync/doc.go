@@ -86,7 +86,13 @@
 // of a context that also has a deadline is seen between Redis calls: a
 // call in flight on a connection rueidis uses synchronously runs until its
 // reply or the deadline, so against a stalled Redis such a wait can return
-// later than its cancellation), and leaves nothing
+// later than its cancellation; and rueidis makes a call that needs a
+// connection another call is opening wait for that dial whatever its
+// context: the FairMutex, RWMutex and Semaphore run their attempts apart
+// from the caller whenever the context can end, the other primitives for
+// 10 s after a call failed without a reply, so a wait can outlast its
+// context only behind a dial that follows a connection lost silently,
+// while no call was in flight), and leaves nothing
 // behind in Redis: an acquisition whose reply the wait gave up on is undone
 // in the background, exactly. For an owner made for the call, the undo
 // first marks the attempt undone (a key kept a minute), so that an acquire

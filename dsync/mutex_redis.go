@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -206,7 +207,19 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		}
 	}
 	a.sentAt = time.Now()
-	vals, err := c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args, a.valBuf[:0]) // WAIT with WithReplicaSync
+	var vals []int64
+	var err error
+	if !c.inDoubt(ctx) {
+		vals, err = c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args, a.valBuf[:0]) // WAIT with WithReplicaSync
+	} else {
+		// A connection may be being opened: bounded (its reply, if it
+		// comes after the caller left, is lost and undone as any other;
+		// the call may outlive the wait, so it gets its own arguments).
+		keys, args := a.keys, slices.Clone(a.args)
+		vals, err = bounded(c, ctx, func(ctx context.Context) ([]int64, error) {
+			return c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, keys, args, nil)
+		})
+	}
 	a.vals = vals
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")

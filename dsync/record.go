@@ -91,7 +91,17 @@ type recordProto struct{ a *recordAttempt }
 func (p recordProto) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a := p.a
 	a.sentAt = time.Now()
-	res, err := a.r.c.lua(a.r.begin).Exec(ctx, a.r.c.rc, a.r.keys, a.args).ToArray()
+	r, args := a.r, a.args
+	begin := func(ctx context.Context) ([]rueidis.RedisMessage, error) {
+		return r.c.lua(r.begin).Exec(ctx, r.c.rc, r.keys, args).ToArray()
+	}
+	var res []rueidis.RedisMessage
+	var err error
+	if r.c.inDoubt(ctx) {
+		res, err = bounded(r.c, ctx, begin) // a lost reply is undone (failed)
+	} else {
+		res, err = begin(ctx)
+	}
 	var code int64
 	if err == nil && len(res) > 0 {
 		code, err = res[0].AsInt64()

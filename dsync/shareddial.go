@@ -3,6 +3,8 @@ package dsync
 import (
 	"context"
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -23,7 +25,21 @@ import (
 // made under another context (a command sent under the caller's context
 // fails with that context's error, or with the connection's), so the
 // command did not run.
-type sharedDial struct{ rueidis.Client }
+//
+// It also records when a call last failed without a reply from Redis (a
+// broken connection, a dial that failed or was cut short, a call whose
+// context ended on a connection rueidis then closes): from then on calls
+// may wait for a connection being opened again (see Client.inDoubt).
+type sharedDial struct {
+	rueidis.Client
+	doubt *atomic.Int64 // unix ns of the last such failure (Client.connDoubt)
+}
+
+func (d sharedDial) failed(err error) {
+	if err != nil && d.doubt != nil {
+		d.doubt.Store(time.Now().UnixNano())
+	}
+}
 
 // dialResends bounds the resends of one command. The dial's own handshake
 // timeout gives the same error as another caller's deadline, so against a
@@ -43,7 +59,9 @@ func (d sharedDial) Do(ctx context.Context, cmd rueidis.Completed) (resp rueidis
 		// rueidis keeps a command that failed without a reply from Redis
 		// (it recycles only the others), so it can be sent again.
 		resp = d.Client.Do(ctx, cmd)
-		if i == dialResends || !othersDial(ctx, resp.NonRedisError()) {
+		err := resp.NonRedisError()
+		d.failed(err)
+		if i == dialResends || !othersDial(ctx, err) {
 			return resp
 		}
 	}
@@ -52,6 +70,9 @@ func (d sharedDial) Do(ctx context.Context, cmd rueidis.Completed) (resp rueidis
 func (d sharedDial) DoMulti(ctx context.Context, multi ...rueidis.Completed) (resp []rueidis.RedisResult) {
 	for i := 0; ; i++ {
 		resp = d.Client.DoMulti(ctx, multi...)
+		if len(resp) > 0 {
+			d.failed(resp[0].NonRedisError())
+		}
 		if i == dialResends || len(resp) == 0 {
 			return resp
 		}

@@ -96,7 +96,16 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		// not missed.
 		w.subscribe(ctx)
 		w.drain()
-		vals, err := c.rc.Do(ctx, c.rc.B().Mget().Key(wg.key, wg.gen).Build()).ToArray()
+		look := func(ctx context.Context) ([]rueidis.RedisMessage, error) {
+			return c.rc.Do(ctx, c.rc.B().Mget().Key(wg.key, wg.gen).Build()).ToArray()
+		}
+		var vals []rueidis.RedisMessage
+		var err error
+		if c.inDoubt(ctx) {
+			vals, err = bounded(c, ctx, look)
+		} else {
+			vals, err = look(ctx)
+		}
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply to MGET")
 		}

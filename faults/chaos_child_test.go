@@ -52,10 +52,93 @@ type chaosTally struct {
 	Cancelled int64  `json:"cancelled"`       // waits ended by their context
 	Errs      int64  `json:"errs"`            // other errors
 	Lost      int64  `json:"lost"`            // holds that ended lost
-	Late      int64  `json:"late"`            // waits that returned > 100 ms after their context ended
+	Late      int64  `json:"late"`            // waits that returned > 100 ms after their context ended (waitEnd.end)
 	MaxLate   int64  `json:"maxLate"`         // ns
+	TimerLate int64  `json:"timerLate"`       // waits whose context's timer ran > 100 ms after it was due
+	MaxTimer  int64  `json:"maxTimer"`        // ns: the latest such timer
 	Stray     int64  `json:"stray"`           // unexpected errors, text in stderr
 	Worst     string `json:"worst,omitempty"` // the latest return's error
+}
+
+// A waitEnd says when the context of one wait ended. A timer due at its
+// end (the deadline, or the moment another goroutine cancels it) records
+// the time, then closes the context's Done channel: the context ends at
+// fired exactly. On a loaded machine Go runs timers late (measured 80-150
+// ms on 2 busy cores), the deadline timer of a context.WithTimeout too, so
+// a deadline is not the moment a context ends: a wait on Done cannot
+// return before the runtime has run its timer. The timer's own lateness
+// is reported apart (timerLate).
+type waitEnd struct {
+	due      int64        // when the context was due to end
+	fired    atomic.Int64 // when its timer ended it (0: not yet)
+	released int64        // when the caller cancelled it, after the call returned
+}
+
+// end is when the context ended, 0 if it had not when the caller
+// cancelled it after the call returned (the call returned first, having
+// seen its deadline by the clock).
+func (e *waitEnd) end() int64 { return e.fired.Load() }
+
+// timerLate is how late the timer ran; for one that had not run when the
+// caller cancelled the context after its due time, how late it was at
+// least by then.
+func (e *waitEnd) timerLate() int64 {
+	if f := e.fired.Load(); f != 0 {
+		return f - e.due
+	}
+	return max(e.released-e.due, 0)
+}
+
+// timedCtx ends the context c when the timer of e runs: Done closes at
+// e.fired. With a deadline (dl non-zero) it is a context.WithTimeout as a
+// wait sees it: Deadline reports it, Err says DeadlineExceeded.
+type timedCtx struct {
+	context.Context // a cancelCtx; the timer cancels it with cause DeadlineExceeded
+	dl              time.Time
+}
+
+func (c timedCtx) Deadline() (time.Time, bool) {
+	if c.dl.IsZero() {
+		return c.Context.Deadline()
+	}
+	return c.dl, true
+}
+
+func (c timedCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && !c.dl.IsZero() && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// endAfter returns a context of parent that ends after d (as a deadline
+// if deadline is set), and the waitEnd that says when it did.
+func endAfter(parent context.Context, d time.Duration, deadline bool) (context.Context, context.CancelFunc, *waitEnd) {
+	cctx, cancel := context.WithCancelCause(parent)
+	t0 := time.Now()
+	e := &waitEnd{due: t0.Add(d).UnixNano()}
+	ctx := timedCtx{Context: cctx}
+	if deadline {
+		ctx.dl = t0.Add(d)
+	}
+	tm := time.AfterFunc(d, func() { e.fired.Store(now()); cancel(context.DeadlineExceeded) })
+	return ctx, func() {
+		e.released = now()
+		tm.Stop()
+		cancel(context.Canceled)
+	}, e
+}
+
+// A wend is one wait that its context ended, printed by the child for the
+// parent, which leaves out of the lateness bound the waits that a SIGSTOP
+// of their own process overlapped.
+type wend struct {
+	Call  int64 `json:"call"`
+	Ret   int64 `json:"ret"`
+	End   int64 `json:"end"`   // waitEnd.end (0: after Ret)
+	Timer int64 `json:"timer"` // waitEnd.timerLate
+	Slot  int   `json:"-"`     // the process, set by the parent
 }
 
 const chaosSemSize = 3
@@ -93,40 +176,40 @@ func (w *chaosWorker) count(f func(t *chaosTally)) {
 
 // waitCtx returns the context of one acquisition: most wait up to 3 s,
 // one in five gives up after 1-50 ms, one in ten is cancelled by another
-// goroutine after 0-30 ms. ended says when it was (to be) cancelled.
-func waitCtx(parent context.Context) (ctx context.Context, cancel context.CancelFunc, ended func() int64) {
-	var at atomic.Int64
-	var d time.Duration
+// goroutine after 0-30 ms. The waitEnd says when it ended.
+func waitCtx(parent context.Context) (context.Context, context.CancelFunc, *waitEnd) {
 	switch r := rand.IntN(10); {
 	case r < 7:
-		d = 3 * time.Second
+		return endAfter(parent, 3*time.Second, true)
 	case r < 9:
-		d = time.Duration(1+rand.IntN(50)) * time.Millisecond
-	default:
-		cctx, ccancel := context.WithCancel(parent)
-		tm := time.AfterFunc(time.Duration(rand.IntN(31))*time.Millisecond, func() { at.Store(now()); ccancel() })
-		return cctx, func() { tm.Stop(); ccancel() }, at.Load
+		return endAfter(parent, time.Duration(1+rand.IntN(50))*time.Millisecond, true)
 	}
-	end := now() + int64(d)
-	ctx, cancel = context.WithTimeout(parent, d)
-	return ctx, cancel, func() int64 { return end }
+	return endAfter(parent, time.Duration(rand.IntN(31))*time.Millisecond, false)
 }
 
-// failed counts an acquisition that returned err; ended is when its
-// context ended, for lateness.
-func (w *chaosWorker) failed(err error, ret int64, ended func() int64) {
+// failed counts an acquisition called at call that returned err at ret;
+// e says when its context ended, for lateness.
+func (w *chaosWorker) failed(err error, call, ret int64, e *waitEnd) {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		late := ret - ended()
+		end, timer := e.end(), e.timerLate()
+		late := ret - end
 		w.count(func(t *chaosTally) {
 			t.Cancelled++
-			if ended() != 0 && late > int64(100*time.Millisecond) {
+			if end != 0 && late > int64(100*time.Millisecond) {
 				t.Late++
 			}
-			if ended() != 0 && late > t.MaxLate {
+			if end != 0 && late > t.MaxLate {
 				t.MaxLate = late
 				t.Worst = err.Error()
 			}
+			if timer > int64(100*time.Millisecond) {
+				t.TimerLate++
+			}
+			t.MaxTimer = max(t.MaxTimer, timer)
 		})
+		if w.rec == nil {
+			say("wend", wend{Call: call, Ret: ret, End: end, Timer: timer})
+		}
 		return
 	}
 	w.count(func(t *chaosTally) { t.Errs++ })
@@ -134,7 +217,7 @@ func (w *chaosWorker) failed(err error, ret int64, ended func() int64) {
 		time.Sleep(10 * time.Millisecond) // back off a Redis error
 		return
 	}
-	fmt.Fprintf(os.Stderr, "chaos worker %d: %v (%T; %v after its context ended)\n", w.who, err, errors.Unwrap(err), time.Duration(ret-ended()))
+	fmt.Fprintf(os.Stderr, "chaos worker %d: %v (%T; %v after its context ended)\n", w.who, err, errors.Unwrap(err), time.Duration(ret-e.end()))
 	time.Sleep(10 * time.Millisecond) // back off a Redis error
 }
 
@@ -217,7 +300,7 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		ret := now()
 		if err != nil {
 			cancel()
-			w.failed(err, ret, ended)
+			w.failed(err, call, ret, ended)
 			continue
 		}
 		w.count(func(t *chaosTally) { t.Acq++ })
@@ -468,7 +551,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: val})
 			k++
 		default:
-			w.failed(err, ret, ended)
+			w.failed(err, call, ret, ended)
 		}
 	}
 }
@@ -513,7 +596,7 @@ func (w *chaosWorker) wgLoop() {
 			// A waiter cancelled while the counter is certainly above
 			// zero: its own task is not done.
 			if add(k, 1) == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rand.IntN(20))*time.Millisecond)
+				ctx, cancel, ended := endAfter(context.Background(), time.Duration(1+rand.IntN(20))*time.Millisecond, true)
 				call := now()
 				err := w.c.NewWaitGroup("w" + strconv.Itoa(k)).Wait(ctx)
 				ret := now()
@@ -521,15 +604,14 @@ func (w *chaosWorker) wgLoop() {
 				e := cev{Op: "wait", K: k, Call: call, Ret: ret, Out: "ok"}
 				if err != nil {
 					e.Out = "timeout"
-					dl, _ := ctx.Deadline()
-					w.failed(err, ret, func() int64 { return dl.UnixNano() })
+					w.failed(err, call, ret, ended)
 				}
 				w.emit(e)
 				_ = add(k, -1)
 			}
 		case r < 8:
 			d := time.Duration(50+rand.IntN(451)) * time.Millisecond
-			ctx, cancel := context.WithTimeout(context.Background(), d)
+			ctx, cancel, ended := endAfter(context.Background(), d, true)
 			call := now()
 			err := w.c.NewWaitGroup("w" + strconv.Itoa(k)).Wait(ctx)
 			ret := now()
@@ -537,7 +619,7 @@ func (w *chaosWorker) wgLoop() {
 			e := cev{Op: "wait", K: k, Call: call, Ret: ret, Out: "ok"}
 			if err != nil {
 				e.Out = "timeout"
-				w.failed(err, ret, func() int64 { return call + int64(d) })
+				w.failed(err, call, ret, ended)
 			}
 			w.emit(e)
 			w.count(func(t *chaosTally) { t.Acq++ })

@@ -28,7 +28,9 @@ import (
 // 0.5-1.5 s, a holder when one is known, and one acquisition in three has a
 // short deadline or is cancelled by another goroutine. The histories are
 // checked by porcupine against the primitive's model; tokens must follow
-// real time; the fenced counter loses no update; after the run Redis shows
+// real time; the fenced counter loses no update; no wait returns more than
+// 100 ms after its context ended unless a SIGSTOP of its own process
+// overlapped it (those are counted apart); after the run Redis shows
 // no holder and no waiter within a lease and keeps no key without an
 // expiry beyond the primitive's documented state.
 //
@@ -76,6 +78,7 @@ type chaosRun struct {
 	ev     []cev
 	open   map[int]int // slot -> holds open (acq without rel)
 	tally  chaosTally
+	waits  []wend // waits that their context ended
 	kills  []fault
 	stops  []fault
 	killed map[int]bool
@@ -113,6 +116,16 @@ func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
 				r.open[slot]--
 			}
 			r.mu.Unlock()
+		case "wend":
+			var e wend
+			if err := json.Unmarshal([]byte(rest), &e); err != nil {
+				t.Errorf("bad wait %q: %v", rest, err)
+				continue
+			}
+			e.Slot = slot
+			r.mu.Lock()
+			r.waits = append(r.waits, e)
+			r.mu.Unlock()
 		case "done":
 			var tl chaosTally
 			if err := json.Unmarshal([]byte(rest), &tl); err != nil {
@@ -125,6 +138,8 @@ func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
 			r.tally.Lost += tl.Lost
 			r.tally.Late += tl.Late
 			r.tally.MaxLate = max(r.tally.MaxLate, tl.MaxLate)
+			r.tally.TimerLate += tl.TimerLate
+			r.tally.MaxTimer = max(r.tally.MaxTimer, tl.MaxTimer)
 			r.mu.Unlock()
 			return
 		}
@@ -276,9 +291,10 @@ func runChaos(t *testing.T, kind string) {
 		}
 	}
 	tl := run.tally
-	t.Logf("chaos %s: %d procs x %d goroutines, %v; faults: %d SIGKILL (%d of holders), %d SIGSTOP (%d of holders); %d acquisitions (%d in the history, %d ops checked), %d waits cancelled (%d returned > 100 ms after their context ended, worst %v), %d lost holds, %d errors; porcupine: %s; fenced: %d writes accepted, %d stale reads/writes rejected, %d updates lost, %d stale reader checks; unfenced register: %d updates, %d lost, %d overlaps, %d torn reads; semaphore gauge most %d, above size %d; recovery after a holder's SIGKILL p50 %v max %v (%d); Redis clean after %v; keys without expiry: %d leaked %v, %d documented state",
+	lf := lateness(run.waits, run.stops)
+	t.Logf("chaos %s: %d procs x %d goroutines, %v; faults: %d SIGKILL (%d of holders), %d SIGSTOP (%d of holders); %d acquisitions (%d in the history, %d ops checked), %d waits ended by their context (%d in processes not killed): %s; %d lost holds, %d errors; porcupine: %s; fenced: %d writes accepted, %d stale reads/writes rejected, %d updates lost, %d stale reader checks; unfenced register: %d updates, %d lost, %d overlaps, %d torn reads; semaphore gauge most %d, above size %d; recovery after a holder's SIGKILL p50 %v max %v (%d); Redis clean after %v; keys without expiry: %d leaked %v, %d documented state",
 		kindTitle(kind), procs, g, dur, len(run.kills), heldKills, len(run.stops), heldStops,
-		tl.Acq, fig.acquisitions, fig.ops, tl.Cancelled, tl.Late, time.Duration(tl.MaxLate).Round(time.Millisecond), tl.Lost, tl.Errs,
+		tl.Acq, fig.acquisitions, fig.ops, len(run.waits), tl.Cancelled, lf, tl.Lost, tl.Errs,
 		fig.verdict, sf.fencedAccepted, sf.fencedRejected, sf.fencedLost, sf.staleReads, sf.puts, sf.lostUpdates, sf.overlaps, sf.torn,
 		sf.semMost, sf.semOver, p50, pmax, len(rec), cleanAfter.Round(time.Millisecond), len(leaked), leaked, durable)
 
@@ -289,7 +305,7 @@ func runChaos(t *testing.T, kind string) {
 	row := reportRow{
 		Scenario: scenario, Primitive: kindTitle(kind),
 		Size:   fmt.Sprintf("%d x %d x %v", procs, g, dur),
-		Faults: fmt.Sprintf("%d kill, %d stop ≤%v, %d cancel; %d errors", len(run.kills), len(run.stops), *chaosStopMax, tl.Cancelled, tl.Errs),
+		Faults: fmt.Sprintf("%d kill, %d stop ≤%v, %d cancel (%s); %d errors", len(run.kills), len(run.stops), *chaosStopMax, len(run.waits), lf, tl.Errs),
 		Ops:    int64(fig.ops), Check: fig.verdict,
 		Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads,
 		FencedLost: sf.fencedLost, Fenced: kind != "sem" && kind != "wg",
@@ -304,6 +320,7 @@ func runChaos(t *testing.T, kind string) {
 	assert.GreaterOrEqual(t, fig.acquisitions, 50, "operations completed: the contention did not happen")
 	assert.NotZero(t, len(run.kills)+len(run.stops), "kills and stops: no fault struck")
 	assert.NotZero(t, tl.Cancelled, "waits cancelled: no fault struck")
+	assert.Zero(t, lf.late, "waits that returned more than %v after their context ended, their process not stopped meanwhile (worst %v: %+v)", lateBound, ms(lf.maxLate), lf.worst)
 	// Calls with a live context used to fail when another caller's
 	// context ended during a reconnect's dial (TestFaultSharedDial).
 	assert.Zero(t, tl.Errs, "calls that failed with an error other than their context's (see stderr)")

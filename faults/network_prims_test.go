@@ -25,7 +25,9 @@ import (
 // the connection closes after 200 ms), resets, limit_data (connections cut
 // after 2 KiB) in bursts of 300 ms every 800 ms, or a blackhole of 1.5
 // leases. The history must be linearizable, no call may return more than
-// 100 ms after its context ended, and once the fault is gone, while the
+// 100 ms after its context ended (when its Done channel closed: on a
+// loaded machine Go runs the deadline timer late, and how late is
+// reported apart; see waitEnd), and once the fault is gone, while the
 // Clients stay open, Redis must show within 6 s no holder, no waiter, no
 // entry in the raw queue structures, every permit free, and no wakeup
 // channel subscribed.
@@ -110,7 +112,7 @@ func networkPrim(t *testing.T, kind, fault string) {
 	raw := map[string][]string{
 		"fair": {"LLEN " + base + ":queue", "ZCARD " + base + ":places"},
 		"rw":   {"LLEN " + base + ":queue", "ZCARD " + base + ":places", "ZCARD " + base + ":readers"},
-		"sem":  {"ZCARD " + base + ":queue", "HLEN " + base + ":want", "ZCARD " + base + ":holders", "HLEN " + base + ":permits"},
+		"sem":  {"LLEN " + base + ":waiters", "HLEN " + base + ":want", "ZCARD " + base + ":holders"},
 	}[kind]
 	var left []string
 	clean := func() bool {
@@ -154,11 +156,11 @@ func networkPrim(t *testing.T, kind, fault string) {
 	slices.SortStableFunc(ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
 	fig := checkChaos(t, kind, ev, run, end)
 	sf := store.figures()
-	t.Logf("%s under %s (%d strikes): %d acquisitions, %d ops checked (%s), %d waits cancelled, worst return %v after the context ended (%d over 100 ms), %d holds lost, %d Redis errors; fenced: %d stale rejected, %d lost; Redis clean %v after the fault (left: %v); %d wakeup channels still subscribed %v after it",
-		kindTitle(kind), fault, struck, tl.Acq, fig.ops, fig.verdict, tl.Cancelled, time.Duration(tl.MaxLate).Round(time.Millisecond), tl.Late, tl.Lost, tl.Errs,
+	t.Logf("%s under %s (%d strikes): %d acquisitions, %d ops checked (%s), %d waits cancelled, worst return %v after the context ended (%d over 100 ms; its timers ran up to %v late, %d over 100 ms), %d holds lost, %d Redis errors; fenced: %d stale rejected, %d lost; Redis clean %v after the fault (left: %v); %d wakeup channels still subscribed %v after it",
+		kindTitle(kind), fault, struck, tl.Acq, fig.ops, fig.verdict, tl.Cancelled, ms(tl.MaxLate), tl.Late, ms(tl.MaxTimer), tl.TimerLate, tl.Lost, tl.Errs,
 		sf.fencedRejected+sf.staleReads, sf.fencedLost, cleanAfter.Round(time.Millisecond), left, len(subs), subsAfter.Round(time.Millisecond))
 	row := reportRow{Scenario: "3 network: " + fault, Primitive: kindTitle(kind), Size: fmt.Sprintf("3 Clients x 2 x %v", dur),
-		Faults: fmt.Sprintf("%d strikes, %d cancel (latest return %v after its context); %d errors", struck, tl.Cancelled, time.Duration(tl.MaxLate).Round(time.Millisecond), tl.Errs),
+		Faults: fmt.Sprintf("%d strikes, %d cancel (latest return %v after its context ended; its timers up to %v late); %d errors", struck, tl.Cancelled, ms(tl.MaxLate), ms(tl.MaxTimer), tl.Errs),
 		Ops:    int64(fig.ops), Check: fig.verdict,
 		Overlaps: sf.overlaps, Lost: sf.lostUpdates, Rejected: sf.fencedRejected + sf.staleReads, FencedLost: sf.fencedLost, Fenced: kind != "sem",
 		RecoveryNote: fmt.Sprintf("clean %v after; %d channels subscribed %v after", cleanAfter.Round(time.Millisecond), len(subs), subsAfter.Round(time.Millisecond)),

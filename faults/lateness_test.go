@@ -1,0 +1,142 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// lateFigures sum up the waits of a chaos run that their context ended:
+// how long after its end (waitEnd.end) each returned, apart for the waits
+// that a SIGSTOP of their own process overlapped (a process frozen past
+// its waits' deadlines returns them late: that is the fault, not dsync),
+// and how late the timers ending them ran.
+type lateFigures struct {
+	waits, late int   // not overlapped by a stop; of those, over 100 ms late
+	maxLate     int64 // ns
+	worst       wend
+	stopped     int   // overlapped by a SIGSTOP of their process
+	stoppedLate int   // of those, over 100 ms late
+	maxStopped  int64 // ns
+	timerLate   int   // waits whose context's timer ran over 100 ms late
+	maxTimer    int64 // ns
+}
+
+const lateBound = 100 * time.Millisecond
+
+func lateness(waits []wend, stops []fault) lateFigures {
+	var f lateFigures
+	for _, w := range waits {
+		late := w.Ret - w.End
+		if w.End == 0 { // it returned before its context ended
+			late = 0
+		}
+		if w.Timer > int64(lateBound) {
+			f.timerLate++
+		}
+		f.maxTimer = max(f.maxTimer, w.Timer)
+		stopped := false
+		for _, s := range stops {
+			if s.slot == w.Slot && s.at < w.Ret && s.till > w.Call {
+				stopped = true
+				break
+			}
+		}
+		if stopped {
+			f.stopped++
+			if late > int64(lateBound) {
+				f.stoppedLate++
+			}
+			f.maxStopped = max(f.maxStopped, late)
+			continue
+		}
+		f.waits++
+		if late > int64(lateBound) {
+			f.late++
+		}
+		if late > f.maxLate {
+			f.maxLate, f.worst = late, w
+		}
+	}
+	return f
+}
+
+func ms(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+
+// String is the figures as the report gives them.
+func (f lateFigures) String() string {
+	return fmt.Sprintf("latest return %v after its context ended, %d over %v; %d more a SIGSTOP of their process overlapped, %d over, latest %v; timers ending them up to %v late, %d over %v",
+		ms(f.maxLate), f.late, lateBound, f.stopped, f.stoppedLate, ms(f.maxStopped), ms(f.maxTimer), f.timerLate, lateBound)
+}
+
+// TestWaitEndMeasuresFromTheEnd: a wait is measured from the moment its
+// context's Done closed (exact, the timer records it first), a call that
+// ignores its context is counted late, one that returned by the clock
+// before the context ended is not, and the parent leaves out only the
+// waits a SIGSTOP of their own process overlapped.
+func TestWaitEndMeasuresFromTheEnd(t *testing.T) {
+	var tl chaosTally
+	w := &chaosWorker{tl: &tl, mu: &sync.Mutex{}, rec: func(cev) {}}
+
+	ctx, cancel, e := endAfter(context.Background(), 5*time.Millisecond, true)
+	dl, ok := ctx.Deadline()
+	require.True(t, ok, "a deadline context shows its deadline")
+	require.Equal(t, e.due, dl.UnixNano())
+	call := now()
+	<-ctx.Done()
+	ret := now()
+	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	require.NotZero(t, e.end())
+	require.LessOrEqual(t, e.end(), ret, "Done closed after the moment recorded")
+	require.GreaterOrEqual(t, e.end(), e.due)
+	cancel()
+	w.failed(ctx.Err(), call, ret, e)
+	require.Zero(t, tl.Late)
+
+	// A call that ignores its context: it returns 150 ms after the end.
+	ctx, cancel, e = endAfter(context.Background(), time.Millisecond, false)
+	call = now()
+	<-ctx.Done()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	for now() < e.end()+int64(150*time.Millisecond) {
+		time.Sleep(5 * time.Millisecond) // the call not looking at ctx
+	}
+	ret = now()
+	cancel()
+	w.failed(context.Canceled, call, ret, e)
+	require.EqualValues(t, 1, tl.Late, "a call 150 ms after its context ended is late")
+	require.GreaterOrEqual(t, tl.MaxLate, int64(150*time.Millisecond))
+
+	// A call that saw its deadline by the clock before the timer ran.
+	ctx, cancel, e = endAfter(context.Background(), time.Hour, true)
+	call = now()
+	cancel()
+	w.failed(context.DeadlineExceeded, call, now(), e)
+	require.Zero(t, e.end(), "the context ended by the caller's cancel, after the call")
+	require.EqualValues(t, 1, tl.Late)
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+
+	// The parent's view: only a wait its own process's stop overlapped is
+	// left out.
+	ws := []wend{
+		{Call: 100, Ret: 400, End: 200, Slot: 1}, // stopped 250..350: left out
+		{Call: 100, Ret: 400, End: 200, Slot: 2}, // another process was stopped
+		{Call: 360, Ret: 500, End: 380, Slot: 1}, // after the stop
+		{Call: 100, Ret: 400, End: 0, Slot: 2, Timer: 300},
+	}
+	ms := int64(time.Millisecond)
+	for i := range ws {
+		ws[i].Call, ws[i].Ret, ws[i].End, ws[i].Timer = ws[i].Call*ms, ws[i].Ret*ms, ws[i].End*ms, ws[i].Timer*ms
+	}
+	f := lateness(ws, []fault{{slot: 1, at: 250 * ms, till: 350 * ms}})
+	require.Equal(t, 3, f.waits)
+	require.Equal(t, 2, f.late)
+	require.Equal(t, 200*ms, f.maxLate)
+	require.Equal(t, 1, f.stopped)
+	require.Equal(t, 1, f.stoppedLate)
+	require.Equal(t, 1, f.timerLate)
+}
