@@ -63,8 +63,8 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 				return rw.RUnlockContext(l)
 			}
 		}},
-		{"Semaphore size 1", 1.2, 24, semCycle(1)},
-		{"Semaphore size 4", 1.2, 24, semCycle(4)},
+		{"Semaphore size 1", 1.2, 18, semCycle(1)},
+		{"Semaphore size 4", 1.2, 18, semCycle(4)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)

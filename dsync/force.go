@@ -52,7 +52,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 		keys, args []string
 	}{
 		{KindRWMutex, scripts.ForceRW, []string{rw, rw + ":readers", rw + ":queue", rw + ":places", rw + ":rwait", rw + ":radmit"}, []string{rw + ":r", rw + ":w:"}},
-		{KindSemaphore, scripts.ForceSem, []string{sem, sem + ":holders", sem + ":permits", sem + ":queue", sem + ":want", sem + ":qexp", sem + ":undone"}, []string{sem + ":w:"}},
+		{KindSemaphore, scripts.ForceSem, []string{sem, sem + ":holders", sem + ":waiters", sem + ":want", sem + ":undone"}, []string{sem + ":w:"}},
 		{KindOnce, scripts.ForceOther, onceKeys(c.lockKey("once", name)), []string{"once"}},
 		{KindOnce, scripts.ForceOther, onceKeys(c.lockKey("oncevalue", name)), []string{"once"}},
 		{KindWaitGroup, scripts.ForceOther, []string{wg, wg + ":ch", wg + ":gen"}, []string{"wg"}},

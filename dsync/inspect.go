@@ -125,7 +125,7 @@ var otherLayouts = []struct {
 	keys   []string
 }{
 	{KindRWMutex, "rw", "rw", []string{"", ":readers", ":queue", ":places"}},
-	{KindSemaphore, "sem", "sem", []string{"", ":holders", ":permits", ":queue", ":want", ":qexp"}},
+	{KindSemaphore, "sem", "sem", []string{"", ":holders", ":waiters", ":want"}},
 	{KindOnce, "once", "once", []string{"", ":run"}},
 	{KindOnce, "oncevalue", "once", []string{"", ":run"}}, // OnceValue's Once
 	{KindWaitGroup, "wg", "wg", []string{""}},

@@ -95,14 +95,20 @@ func TestMutexLeaseTimeExpires(t *testing.T) {
 	require.ErrorIs(t, m.UnlockContext(lctx), dsync.ErrNotHeld, "unlock after expiry")
 }
 
+// The watchdog keeps a held lock: for 6 leases nobody else gets it and its
+// context stays live. The lease is 600 ms (renewals every 200 ms): with
+// 150 ms, a renewal 100 ms late, as a loaded 2-core machine under -race
+// makes some now and then, let the key expire (1 run in 10-15 at a load of
+// 6-7), which says nothing about the watchdog.
 func TestMutexWatchdogRenews(t *testing.T) {
-	c := newClient(t, dsync.WithLease(150*time.Millisecond))
+	const lease = 600 * time.Millisecond
+	c := newClient(t, dsync.WithLease(lease))
 	m := c.NewMutex("dog")
 	lctx, err := m.LockContext(ctxT(t))
 	require.NoError(t, err)
 	// Proving a negative: for 6 leases nothing may take it or cancel it.
 	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
-	deadline := time.Now().Add(900 * time.Millisecond)
+	deadline := time.Now().Add(6 * lease)
 	for time.Now().Before(deadline) {
 		_, ok, _ := other.NewMutex("dog").TryLockContext(context.Background())
 		require.False(t, ok, "another owner acquired a lock the watchdog should keep")

@@ -59,7 +59,7 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 	}
 	return &Semaphore{
 		c: c, name: name, size: size, err: err, lc: newLockConfig(opts),
-		keys:  []string{base, base + ":holders", base + ":permits", base + ":queue", base + ":want", base + ":qexp", base + ":undone"},
+		keys:  []string{base, base + ":holders", base + ":waiters", base + ":want", base + ":undone"},
 		chPfx: base + ":w:",
 	}
 }

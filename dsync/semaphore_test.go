@@ -28,9 +28,10 @@ func semKey(prefix, name, part string) string {
 	return prefix + ":{" + name + "}:sem" + part
 }
 
-func semZcard(t testing.TB, rc rueidis.Client, key string) int64 {
+// semQueued is the length of a semaphore's queue (key: its ":waiters").
+func semQueued(t testing.TB, rc rueidis.Client, key string) int64 {
 	t.Helper()
-	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(key).Build()).AsInt64()
+	n, err := rc.Do(context.Background(), rc.B().Llen().Key(key).Build()).AsInt64()
 	require.NoError(t, err)
 	return n
 }
@@ -131,7 +132,7 @@ func TestSemaphoreFIFO(t *testing.T) {
 		lctx context.Context
 	}
 	grants := make(chan grant, 3)
-	queue := semKey(prefix, "fifo", ":queue")
+	queue := semKey(prefix, "fifo", ":waiters")
 	for i, w := range []struct {
 		name string
 		n    int64
@@ -142,7 +143,7 @@ func TestSemaphoreFIFO(t *testing.T) {
 			assert.NoError(t, err)
 			grants <- grant{w.name, l}
 		}()
-		waitFor(t, 5*time.Second, w.name+" queued", func() bool { return semZcard(t, rc, queue) == int64(i+1) })
+		waitFor(t, 5*time.Second, w.name+" queued", func() bool { return semQueued(t, rc, queue) == int64(i+1) })
 	}
 	next := func(want string) grant {
 		t.Helper()
@@ -185,20 +186,20 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 	defer cancel()
 	_, err = s.Acquire(short, 2)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "timed-out Acquire")
-	queue := semKey(prefix, "cancel", ":queue")
-	require.Equal(t, int64(0), semZcard(t, rc, queue), "timed-out waiter left queue entries")
+	queue := semKey(prefix, "cancel", ":waiters")
+	require.Equal(t, int64(0), semQueued(t, rc, queue), "timed-out waiter left queue entries")
 
 	bigCtx, cancelBig := context.WithCancel(ctx)
 	bigErr := make(chan error, 1)
 	go func() { _, err := s.Acquire(bigCtx, 2); bigErr <- err }()
-	waitFor(t, 5*time.Second, "big queued", func() bool { return semZcard(t, rc, queue) == 1 })
+	waitFor(t, 5*time.Second, "big queued", func() bool { return semQueued(t, rc, queue) == 1 })
 	small := make(chan context.Context, 1)
 	go func() {
 		l, err := s.Acquire(ctx, 1)
 		assert.NoError(t, err)
 		small <- l
 	}()
-	waitFor(t, 5*time.Second, "small queued", func() bool { return semZcard(t, rc, queue) == 2 })
+	waitFor(t, 5*time.Second, "small queued", func() bool { return semQueued(t, rc, queue) == 2 })
 	select {
 	case <-small:
 		t.Fatal("small overtook big")
@@ -214,7 +215,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 		t.Fatal("small not woken when big left the head")
 	}
 	t.Logf("small granted %v after big cancelled", time.Since(start))
-	require.Equal(t, int64(0), semZcard(t, rc, queue), "queue entries left")
+	require.Equal(t, int64(0), semQueued(t, rc, queue), "queue entries left")
 	s.Release(l, 1)
 	s.Release(held, 1)
 }
@@ -229,7 +230,7 @@ func TestSemaphoreLost(t *testing.T) {
 	s := c.NewSemaphore("lost", 2)
 	l, err := s.Acquire(ctx, 1)
 	require.NoError(t, err)
-	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(semKey(prefix, "lost", ":permits"), semKey(prefix, "lost", ":holders")).Build()).Error())
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(semKey(prefix, "lost", ":holders")).Build()).Error())
 	waitFor(t, 2*time.Second, "lock context cancelled", func() bool { return l.Err() != nil })
 	require.ErrorIs(t, context.Cause(l), dsync.ErrLockLost, "cause")
 	// The watchdog keeps a live hold past many leases.
@@ -283,7 +284,7 @@ func TestSemaphoreCrash(t *testing.T) {
 		}
 		s.Release(l, 3)
 	}()
-	waitFor(t, 5*time.Second, "waiter queued", func() bool { return semZcard(t, newRueidis(t), semKey(prefix, "crash", ":queue")) == 1 })
+	waitFor(t, 5*time.Second, "waiter queued", func() bool { return semQueued(t, newRueidis(t), semKey(prefix, "crash", ":waiters")) == 1 })
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	select {

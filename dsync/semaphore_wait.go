@@ -105,11 +105,12 @@ func (w semWait) waiting() {
 
 func (w semWait) gaveUp() { w.a.s.undoLater(w.a.ctx, w.a.waiter) }
 
-// newHold makes the hold of one acquisition, "<owner> <token> <waiter>" in
-// Redis, with a lease of its own that only its renewal extends.
+// newHold makes the hold of one acquisition, "<owner> <token> <waiter>
+// <permits>" in Redis, with a lease of its own that only its renewal
+// extends.
 func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	c := s.c
-	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter, lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
+	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter + " " + strconv.FormatInt(n, 10), lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
 	h := c.newHold(&sh.lock, owner, token)
 	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
@@ -121,7 +122,8 @@ func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 }
 
 // semHold is the holdOps of one Semaphore acquisition: its member
-// "<owner> <token> <waiter>" and its permits.
+// "<owner> <token> <waiter> <permits>" and its permits. (A release of part
+// of its permits renames it in Redis; the renewal finds it by the rest.)
 type semHold struct {
 	s      *Semaphore
 	member string

@@ -112,7 +112,7 @@ func networkPrim(t *testing.T, kind, fault string) {
 	raw := map[string][]string{
 		"fair": {"LLEN " + base + ":queue", "ZCARD " + base + ":places"},
 		"rw":   {"LLEN " + base + ":queue", "ZCARD " + base + ":places", "ZCARD " + base + ":readers"},
-		"sem":  {"ZCARD " + base + ":queue", "HLEN " + base + ":want", "ZCARD " + base + ":holders", "HLEN " + base + ":permits"},
+		"sem":  {"LLEN " + base + ":waiters", "HLEN " + base + ":want", "ZCARD " + base + ":holders"},
 	}[kind]
 	var left []string
 	clean := func() bool {

@@ -6,7 +6,7 @@
 -- ARGV[1] layout: "rw", "sem", "once" or "wg"; ARGV[2] the most waiters.
 -- KEYS, by layout (see the primitive's scripts):
 --   rw:   lock hash, reader leases zset, writer queue list, queue places zset
---   sem:  meta hash, holders zset, permits hash, queue zset, want hash, places zset
+--   sem:  meta hash, holders zset, queue list, want hash
 --   once: state hash, run key
 --   wg:   counter
 --   group: state hash, run key, waiters zset (one key of a Group)
@@ -67,17 +67,17 @@ elseif layout == 'sem' then
   local used = 0
   local hs = redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf', 'withscores')
   for i = 1, #hs, 2 do
-    local n = tonumber(redis.call('hget', KEYS[3], hs[i]) or '0')
+    -- One holder per acquisition "<owner> <token> <waiter> <permits>".
+    local o, tk, n = string.match(hs[i], '^(%S+) (%d+) %S+ (%d+)$')
+    n = tonumber(n or '0')
     used = used + n
-    -- One holder per acquisition "<owner> <token> <waiter>".
-    local o, tk = string.match(hs[i], '^(%S+) (%d+) ')
     holder(o or hs[i], 0, tk or 0, tonumber(hs[i + 1]) - now, n)
   end
   size = fmt(sz)
   if sz >= 0 then free = fmt(math.max(sz - used, 0)) end
-  for _, w in ipairs(redis.call('zrange', KEYS[4], 0, maxw - 1)) do
+  for _, w in ipairs(redis.call('lrange', KEYS[3], 0, maxw - 1)) do
     -- The record is "<permits> <owner> <lease> <place expiry>".
-    local n, o, _, p = string.match(redis.call('hget', KEYS[5], w) or '', '^(%d+) (%S+) (%d+) (%d+)$')
+    local n, o, _, p = string.match(redis.call('hget', KEYS[4], w) or '', '^(%d+) (%S+) (%d+) (%d+)$')
     if n and tonumber(p) > now then
       waiter(o, tonumber(p) - now, n)
     end

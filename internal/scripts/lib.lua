@@ -5,7 +5,7 @@
 -- server_now reads the server clock, once per script: in ms, and in µs.
 local function server_now()
   local t = redis.call('time')
-  local s, us = tonumber(t[1]), tonumber(t[2])
+  local s, us = t[1] + 0, t[2] + 0 -- (strings made numbers)
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
@@ -24,24 +24,14 @@ local function server_us()
 end
 
 -- fmt formats a number as an integer (Lua would print 1e+15), as
--- string.format('%.0f') does, at a fraction of its cost: integers below
--- 2e18 (tokens in µs, times in ms, counts) are printed as one or two
--- integers of at most 31 bits ('%.0f' runs the C library's multi-precision
--- float printing, several times a redis.call's price).
+-- string.format('%.0f') does, at a fraction of its cost: Redis's Lua
+-- formats '%d' as a C long (64 bits), so every integer a script handles
+-- (tokens in µs, times in ms, counts) is one integer conversion ('%.0f'
+-- runs the C library's float printing).
 local function fmt(n)
-  n = tonumber(n)
-  if n >= 0 and n < 2e18 and n == math.floor(n) then
-    if n < 1000000000 then
-      return string.format('%d', n)
-    end
-    local hi = math.floor(n / 1000000000)
-    local lo = n - hi * 1000000000
-    if lo < 0 then
-      hi, lo = hi - 1, lo + 1000000000
-    elseif lo >= 1000000000 then
-      hi, lo = hi + 1, lo - 1000000000
-    end
-    return string.format('%d%09d', hi, lo)
+  n = n + 0 -- (a number, or a string made one)
+  if n > -9e18 and n < 9e18 and n == math.floor(n) then
+    return string.format('%d', n)
   end
   return string.format('%.0f', n)
 end

@@ -25,6 +25,9 @@ end
 local us, d = server_us()
 table.insert(out, d)
 table.insert(out, fmt(us))
+for _, n in ipairs({0, -1, 1795784950420, 2^53, -2^53, 4611686018427387904, '42', 2.5}) do
+  table.insert(out, fmt(n))
+end
 return out`
 	got, err := rc.Do(ctx, rc.B().Eval().Script(read("lib.lua")+body).Numkeys(0).Build()).AsStrSlice()
 	require.NoError(t, err)
@@ -33,5 +36,8 @@ return out`
 		require.Equal(t, w, got[2*i], "us_digits, case %d", i)
 		require.Equal(t, w, got[2*i+1], "fmt, case %d", i)
 	}
+	fmts := got[len(got)-8:]
+	got = got[:len(got)-8]
 	require.Equal(t, got[len(got)-1], got[len(got)-2], "server_us: digits and number")
+	require.Equal(t, []string{"0", "-1", "1795784950420", "9007199254740992", "-9007199254740992", "4611686018427387904", "42", "2"}, fmts, "fmt")
 }

@@ -1,5 +1,5 @@
 -- uses: lib sem_common
--- Release n permits of an owner and wake the waiters that now fit.
+-- Release n permits of an owner and grant them to the waiters that now fit.
 --
 -- The permits come from the owner's acquisitions: the one with the given
 -- token if it took n, else the latest one that took n, else the latest
@@ -13,26 +13,38 @@
 -- {-1, size} the semaphore exists with another size, and nothing changed.
 local now, now_us = server_now()
 local stored = read_meta()
-if stored and tonumber(stored) ~= tonumber(ARGV[4]) then
+if stored and stored ~= ARGV[4] and tonumber(stored) ~= tonumber(ARGV[4]) then
   return {-1, tonumber(stored)}
 end
--- stored is false, not nil, when the meta hash has no size (a Redis nil
--- reply): record only into a meta hash that exists, or prune would create
--- one without a lifetime.
-local pruned = prune(now, stored ~= false and stored ~= nil)
-local n = tonumber(ARGV[2])
-local pref = tonumber(ARGV[5] or '0')
-local mine, inuse = acquisitions(ARGV[1])
-local held = 0
-for _, a in ipairs(mine) do
-  held = held + a[3]
+local live, inuse, dead = holders(now, ARGV[4])
+local n, size = ARGV[2] + 0, ARGV[4] + 0 -- (strings made numbers)
+local pref = ARGV[5] or '0'
+-- The owner's acquisitions, each {member, token, permits, lease end}.
+local mine, held = {}, 0
+local prefix = ARGV[1] .. ' '
+for _, h in ipairs(live) do
+  if string.sub(h[1], 1, #prefix) == prefix then
+    mine[#mine + 1] = {h[1], false, h[3], h[2]}
+    held = held + h[3]
+  end
+end
+if #mine > 1 then
+  for _, a in ipairs(mine) do
+    a[2] = string.match(a[1], '^%S+ (%d+) ')
+  end
 end
 if held < n then
-  if pruned then
-    local upto, made = grant(ARGV[3], now, now_us, tonumber(ARGV[4]), inuse)
-    touch(now, made, upto)
+  if dead and stored then
+    -- A lapsed holder's permits came back: serve the queue.
+    local _, upto, _, made = grant(ARGV[3], now, now_us, size - inuse, #live > 0)
+    if upto > 0 then
+      touch(now, made, upto)
+    end
   end
   return {0, held}
+end
+if #mine > 1 then
+  table.sort(mine, function(a, b) return tonumber(a[2]) > tonumber(b[2]) end)
 end
 local pick
 for _, a in ipairs(mine) do
@@ -43,25 +55,25 @@ end
 if pick then
   mine = {pick}
 end
--- The grant comes first: the holder keys still hold the released
+-- The grant comes first: the holders key still holds the released
 -- acquisitions, so it creates no key that would need a lifetime.
-local upto, made = grant(ARGV[3], now, now_us, tonumber(ARGV[4]), inuse - n, true)
-local left = n
+local _, upto = grant(ARGV[3], now, now_us, size - inuse + n, true)
+local left, gone = n, {'zrem', KEYS[2]}
 for _, a in ipairs(mine) do
   if left == 0 then
     break
   end
-  local d = math.min(a[3], left)
-  if d == a[3] then
-    redis.call('hdel', KEYS[3], a[1])
-    redis.call('zrem', KEYS[2], a[1])
-    redis.call('hdel', KEYS[5], string.match(a[1], ' (%S+)$')) -- a grant's record
+  gone[#gone + 1] = a[1]
+  if a[3] > left then
+    -- In part: the acquisition keeps its lease with fewer permits.
+    redis.call('zadd', KEYS[2], fmt(a[4]), string.match(a[1], '^(.* )%d+$') .. fmt(a[3] - left))
+    left = 0
   else
-    redis.call('hincrby', KEYS[3], a[1], -d)
+    left = left - a[3]
   end
-  left = left - d
 end
+redis.call(unpack(gone))
 if upto > 0 then
-  touch(now, made, upto)
+  touch(now, {}, upto)
 end
 return {1, held - n}

@@ -21,7 +21,7 @@ func semInts(t *testing.T, r rueidis.RedisResult) []int64 {
 	return v
 }
 
-var semKeys = []string{"p:{s}:sem", "p:{s}:sem:holders", "p:{s}:sem:permits", "p:{s}:sem:queue", "p:{s}:sem:want", "p:{s}:sem:qexp", "p:{s}:sem:undone"}
+var semKeys = []string{"p:{s}:sem", "p:{s}:sem:holders", "p:{s}:sem:waiters", "p:{s}:sem:want", "p:{s}:sem:undone"}
 
 const semCh = "p:{s}:sem:w:"
 
@@ -43,9 +43,12 @@ func TestSemaphoreScripts(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	zcard := func(k string) int64 {
-		n, err := rc.Do(ctx, rc.B().Zcard().Key(k).Build()).AsInt64()
+	queued := func() int64 {
+		n, err := rc.Do(ctx, rc.B().Llen().Key(semKeys[2]).Build()).AsInt64()
 		require.NoError(t, err)
+		m, err := rc.Do(ctx, rc.B().Hlen().Key(semKeys[3]).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Equal(t, n, m, "queue entries and their records")
 		return n
 	}
 
@@ -94,7 +97,7 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(0), r[0], "C try overtook B: %v", r)
 	r = semAcq(t, rc, "C", "c.1", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "C overtook B: %v", r)
-	require.Equal(t, int64(2), zcard(semKeys[3]), "queue entries (try must not queue)")
+	require.Equal(t, int64(2), queued(), "queue entries (try must not queue)")
 	// A release through another size is refused like an acquire, and
 	// changes nothing.
 	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "5"}))
@@ -113,13 +116,19 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(1), r[0], "partial release = %v, want {1, 2}", r)
 	require.Equal(t, int64(2), r[1], "partial release = %v, want {1, 2}", r)
 	expectWoken()
+	// The partial release renamed A's acquisition (its member names its
+	// permits): its renewal, by the name it was granted under, finds it.
+	memberA := "A " + strconv.FormatInt(a[1], 10) + " a.1 3"
+	n, _ := scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberA, "10000", semCh}).AsInt64()
+	require.Equal(t, int64(1), n, "renew A after a partial release")
+	require.Equal(t, []string{"A " + strconv.FormatInt(a[1], 10) + " a.1 2"}, semHolders(t, rc), "holders after a partial release")
 	// Releasing the rest: B and C both fit, and the release grants them
 	// their permits, in queue order, and tells each.
 	r = semRel(t, rc, "A", 2)
 	require.Equal(t, int64(1), r[0], "release = %v", r)
 	require.Equal(t, int64(0), r[1], "release = %v", r)
 	expectWoken("b.1", "c.1")
-	require.Equal(t, int64(0), zcard(semKeys[3]), "queue entries after the grants")
+	require.Equal(t, int64(0), queued(), "queue entries after the grants")
 	// A grantee that missed its message finds its grant at its next
 	// attempt (C first here), with its token: B's first, then C's.
 	c := semAcq(t, rc, "C", "c.1", 1, 4, "10000", "wait")
@@ -133,22 +142,21 @@ func TestSemaphoreScripts(t *testing.T) {
 	// Full: D queues; cancelling removes it at once.
 	r = semAcq(t, rc, "D", "d.1", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "D = %v", r)
-	n, _ := scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"d.1", semCh, "10000"}).AsInt64()
+	n, _ = scripts.SemUndo.Exec(ctx, rc, semKeys, []string{"d.1", semCh, "10000"}).AsInt64()
 	require.Equal(t, int64(0), n, "undo of a queued waiter, want 0 (nothing granted)")
-	require.Equal(t, int64(0), zcard(semKeys[3]), "cancelled waiter left in the queue")
-	require.Equal(t, int64(0), zcard(semKeys[5]), "cancelled waiter left in the queue")
+	require.Equal(t, int64(0), queued(), "cancelled waiter left in the queue")
 	// An acquire of the undone call that arrives late does nothing.
 	semRel(t, rc, "C", 1)
 	r = semAcq(t, rc, "D", "d.1", 1, 4, "10000", "wait")
 	require.Equal(t, int64(0), r[0], "late acquire of an undone call = %v, want a no-op", r)
-	require.Equal(t, int64(0), zcard(semKeys[3]), "late acquire of an undone call queued")
+	require.Equal(t, int64(0), queued(), "late acquire of an undone call queued")
 	r = semAcq(t, rc, "C", "c.2", 1, 4, "10000", "wait")
 	require.Equal(t, int64(1), r[0], "C again = %v", r)
 	// Renewal works for a holder's acquisition and not for a stranger's.
-	memberB := "B " + strconv.FormatInt(b[1], 10) + " b.1"
+	memberB := "B " + strconv.FormatInt(b[1], 10) + " b.1 3"
 	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberB, "10000", semCh}).AsInt64()
 	require.Equal(t, int64(1), n, "renew B")
-	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz", "10000", semCh}).AsInt64()
+	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{"Z 1 wz 1", "10000", semCh}).AsInt64()
 	require.Equal(t, int64(0), n, "renew stranger")
 	semRel(t, rc, "B", 3)
 	semRel(t, rc, "C", 1)
@@ -161,14 +169,14 @@ func TestSemaphoreScripts(t *testing.T) {
 	require.Equal(t, int64(0), f[0], "F = %v, want queued with a hint <= 51ms", f)
 	require.LessOrEqual(t, f[1], int64(51), "F = %v, want queued with a hint <= 51ms", f)
 	time.Sleep(60 * time.Millisecond) // the injected fault: E's lease lapses
-	memberE := "E " + strconv.FormatInt(e[1], 10) + " e.1"
+	memberE := "E " + strconv.FormatInt(e[1], 10) + " e.1 4"
 	n, _ = scripts.SemRenew.Exec(ctx, rc, semKeys, []string{memberE, "10000", semCh}).AsInt64()
 	require.Equal(t, int64(0), n, "renew after expiry")
 	expectWoken("f.1") // granted by the renewal's prune
 	r = semAcq(t, rc, "F", "f.1", 2, 4, "10000", "wait")
 	require.Equal(t, int64(1), r[0], "F after E's expiry = %v", r)
 	// Every key carries an expiry, so an abandoned semaphore goes away.
-	for _, k := range semKeys[:3] {
+	for _, k := range semKeys[:2] {
 		ttl, _ := rc.Do(ctx, rc.B().Pttl().Key(k).Build()).AsInt64()
 		require.Greater(t, ttl, int64(0), "%s has pttl", k)
 	}
@@ -199,14 +207,15 @@ func TestSemaphorePerAcquisitionLease(t *testing.T) {
 	r = semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "2", "0"}))
 	require.Equal(t, int64(1), r[0], "A's release after B's undo = %v, want {1, 0}", r)
 	require.Equal(t, int64(0), r[1], "A's release after B's undo = %v, want {1, 0}", r)
-	require.Equal(t, int64(0), zcard(t, rc, semKeys[1]), "acquisitions left")
+	require.Empty(t, semHolders(t, rc), "acquisitions left")
 }
 
-func zcard(t *testing.T, rc rueidis.Client, k string) int64 {
+// semHolders returns the acquisitions in the holders zset.
+func semHolders(t *testing.T, rc rueidis.Client) []string {
 	t.Helper()
-	n, err := rc.Do(context.Background(), rc.B().Zcard().Key(k).Build()).AsInt64()
+	all, err := rc.Do(context.Background(), rc.B().Zrange().Key(semKeys[1]).Min("0").Max("-1").Build()).AsStrSlice()
 	require.NoError(t, err)
-	return n
+	return all
 }
 
 // TestOnceScripts drives the Once scripts: begin, contention, failure,
@@ -360,14 +369,13 @@ func TestWaitGroupScript(t *testing.T) {
 	require.Equal(t, int64(0), r[1], "add -(2^53+2) = %v, want 0", r)
 }
 
-// TestSemaphorePruneAfterShortLease: the acquire skips its look for lapsed
-// holders until the earliest lease end it recorded; a holder with a short
-// lease taken after one with a long lease must move that record earlier,
-// or its permits would stay taken for the long lease after it died.
+// TestSemaphorePruneAfterShortLease: a holder with a short lease taken
+// after one with a long lease: the acquire that finds both permits held
+// says to look again when the short lease ends (not the long one), and
+// then gets the permit back.
 func TestSemaphorePruneAfterShortLease(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
-	ctx := context.Background()
 	require.Equal(t, int64(1), semAcq(t, rc, "long", "c.1", 1, 2, "3600000", "wait")[0])
 	require.Equal(t, int64(1), semAcq(t, rc, "short", "c.2", 1, 2, "50", "wait")[0])
 	got := semAcq(t, rc, "third", "c.3", 1, 2, "3600000", "try")
@@ -376,7 +384,36 @@ func TestSemaphorePruneAfterShortLease(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return semAcq(t, rc, "third", "c.3", 1, 2, "3600000", "try")[0] == 1
 	}, 5*time.Second, 10*time.Millisecond, "the short lease's permit comes back")
-	n, err := rc.Do(ctx, rc.B().Zcard().Key(semKeys[1]).Build()).AsInt64()
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n, "holders: long and third")
+	require.Len(t, semHolders(t, rc), 2, "holders: long and third")
+}
+
+// A queued waiter keeps its place past the place lease it was queued with
+// as long as its attempts renew it (its record's place end): the release
+// grants it; a waiter ahead of it that did not renew is dropped.
+func TestSemaphoreRenewedPlace(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	acq := func(owner, waiter, place, first string) []int64 {
+		return semInts(t, scripts.SemAcquire.Exec(ctx, rc, semKeys,
+			[]string{owner, waiter, "1", "1", "10000", "wait", semCh, place, first}))
+	}
+	require.Equal(t, int64(1), acq("A", "a.1", "10000", "first")[0], "A holds")
+	require.Equal(t, int64(0), acq("D", "d.1", "50", "first")[0], "D queues")
+	require.Equal(t, int64(0), acq("W", "w.1", "50", "first")[0], "W queues")
+	require.Equal(t, int64(0), acq("W", "w.1", "10000", "again")[0], "W renews its place")
+	time.Sleep(80 * time.Millisecond) // the injected fault: both first places lapse
+	r := semInts(t, scripts.SemRelease.Exec(ctx, rc, semKeys, []string{"A", "1", semCh, "1"}))
+	require.Equal(t, []int64{1, 0}, r, "A releases")
+	held := semHolders(t, rc)
+	require.Len(t, held, 1, "the release granted the permit")
+	require.True(t, strings.HasPrefix(held[0], "W "), "the release granted the permit to W, not D: %q", held)
+	got := acq("W", "w.1", "10000", "again")
+	require.Equal(t, int64(1), got[0], "W (renewed) was granted the permit: %v", got)
+	require.Len(t, semHolders(t, rc), 1, "one holder: W")
+	for _, c := range []rueidis.Completed{rc.B().Llen().Key(semKeys[2]).Build(), rc.B().Hlen().Key(semKeys[3]).Build()} {
+		n, err := rc.Do(ctx, c).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "queue entries or records left")
+	}
 }

@@ -11,8 +11,9 @@
 -- Reply: 1 permits given back, 0 none were granted.
 local now, now_us = server_now()
 local w = ARGV[1]
-drop_waiter(w)
-read_meta()
+local left = redis.call('lrem', KEYS[3], '0', w)
+redis.call('hdel', KEYS[4], w)
+local stored = read_meta()
 local mark = now + tonumber(ARGV[3])
 if not meta_undone or meta_undone < mark then
   -- An acquire looks for its mark until then (sem_acquire.lua). This may
@@ -20,19 +21,29 @@ if not meta_undone or meta_undone < mark then
   meta_undone = mark
   redis.call('hset', KEYS[1], 'undone', fmt(mark))
 end
-redis.call('zremrangebyscore', KEYS[7], '-inf', now) -- marks that expired
-redis.call('zadd', KEYS[7], mark, w)
-local back = 0
-local suffix = ' ' .. w
-for _, m in ipairs(redis.call('hkeys', KEYS[3])) do
-  if string.sub(m, -#suffix) == suffix then
-    redis.call('hdel', KEYS[3], m)
-    redis.call('zrem', KEYS[2], m)
+redis.call('zremrangebyscore', KEYS[5], '-inf', fmt(now)) -- marks that expired
+redis.call('zadd', KEYS[5], fmt(mark), w)
+local live, inuse, dead = holders(now)
+local back, gone = 0, {'zrem', KEYS[2]}
+for _, h in ipairs(live) do
+  if string.match(h[1], '^%S+ %d+ (%S+) ') == w then
+    gone[#gone + 1] = h[1]
+    inuse = inuse - h[3]
     back = 1
   end
 end
-prune(now, true)
-prune_places(now)
-local upto = grant(ARGV[2], now, now_us)
-touch(now, {2, 3, 7}, upto) -- the undone set may be new; a grant may have made the holders
+if back == 1 then
+  redis.call(unpack(gone))
+end
+local upto, made = 0, {}
+if stored and (left > 0 or back == 1 or dead) then
+  -- Permits came back, or a waiter ahead of others left: serve the queue.
+  local free = tonumber(stored) - inuse
+  if free > 0 then
+    local _
+    _, upto, _, made = grant(ARGV[2], now, now_us, free, #live > #gone - 2)
+  end
+end
+made[#made + 1] = KEYS[5] -- the undone set may be new
+touch(now, made, upto)
 return back

@@ -75,6 +75,8 @@ func main() {
 		capWindow = flag.Duration("cap-window", 5*time.Second, "capacity: window of the processes run")
 		capClust  = flag.Bool("cap-cluster", true, "capacity: also run on a 3-master test cluster (needs redis-cli)")
 		capClN    = flag.Int("cap-cluster-held", 100000, "capacity: locks held on the cluster")
+		instr     = flag.Int("instr", 0, "instead of the scenarios: count the instructions redis-server runs per uncontended lock+unlock cycle of each of -libs (default dsync,raw) over this many cycles, under valgrind's callgrind (needs valgrind)")
+		valgrind  = flag.String("valgrind", "valgrind", "valgrind binary, for -instr")
 		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory")
 	)
 	flag.Parse()
@@ -93,6 +95,13 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", *childRole, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *instr > 0 {
+		if err := runInstr(split(*libsFlag), *instr, *valgrind, *redisBin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return

@@ -54,8 +54,10 @@ func startRedis(bin string) (*redisServer, error) {
 	return nil, fmt.Errorf("start redis-server: %w", last)
 }
 
-func (s *redisServer) waitReady() error {
-	deadline := time.Now().Add(5 * time.Second)
+func (s *redisServer) waitReady() error { return s.waitReadyWithin(5 * time.Second) }
+
+func (s *redisServer) waitReadyWithin(d time.Duration) error {
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", s.addr, 100*time.Millisecond)
 		if err == nil {
@@ -68,7 +70,7 @@ func (s *redisServer) waitReady() error {
 		}
 		time.Sleep(20 * time.Millisecond) // polling a starting process; nothing to wait on
 	}
-	return fmt.Errorf("redis-server on %s not ready after 5s", s.addr)
+	return fmt.Errorf("redis-server on %s not ready after %v", s.addr, d)
 }
 
 func (s *redisServer) stop() {

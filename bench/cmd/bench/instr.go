@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The instr mode (-instr): the instructions redis-server executes per
+// uncontended lock+unlock cycle, counted by valgrind's callgrind, so the
+// figure does not depend on the machine's load or clock (Redis CPU per op
+// in the parallel scenario moves with both). For each lib a private
+// redis-server runs under callgrind; one goroutine runs 1,000 warm-up
+// cycles over 1,000 names, the counters are zeroed (callgrind_control -z),
+// then n cycles run over the same names and the counters are dumped. Only
+// what processInputBuffer runs is counted: parsing the commands and running
+// them, commands run by scripts included; not the event loop, the kernel's
+// network work (about the same per command for every lib) nor serverCron
+// and active expiry (which follow wall time, and valgrind slows it ~50x).
+
+const instrNames = 1000
+
+func runInstr(libNames []string, n int, valgrind, redisBin string) error {
+	if len(libNames) == 0 {
+		libNames = []string{"dsync", "raw"}
+	}
+	fmt.Printf("| lib | Redis instructions per lock+unlock cycle | vs raw | of which in Lua (lua_pcall, incl. the commands scripts call) | commands scripts call (scriptCall) |\n| --- | ---: | ---: | ---: | ---: |\n")
+	// raw first, so that each row can show its ratio as soon as it is done.
+	if i := slices.Index(libNames, "raw"); i > 0 {
+		libNames = append([]string{"raw"}, slices.Delete(slices.Clone(libNames), i, i+1)...)
+	}
+	var raw float64
+	for _, name := range libNames {
+		spec, err := specByName(name)
+		if err != nil {
+			return err
+		}
+		r, err := instrOne(spec, n, valgrind, redisBin)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if name == "raw" {
+			raw = r[0]
+		}
+		vs := "-"
+		if raw > 0 {
+			vs = fmt.Sprintf("%.2fx", r[0]/raw)
+		}
+		fmt.Printf("| %s | %.0f | %s | %.0f | %.0f |\n", name, r[0], vs, r[1], r[2])
+	}
+	return nil
+}
+
+// instrOne returns instructions per cycle: in all, inside lua_pcall, inside
+// scriptCall (inclusive counts).
+func instrOne(spec libSpec, n int, valgrind, redisBin string) ([3]float64, error) {
+	var zero [3]float64
+	dir, err := os.MkdirTemp("", "dsync-bench-instr")
+	if err != nil {
+		return zero, err
+	}
+	defer os.RemoveAll(dir)
+	port, err := freePort()
+	if err != nil {
+		return zero, err
+	}
+	out := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command(valgrind, "--tool=callgrind", "--toggle-collect=processInputBuffer", "--callgrind-out-file="+out, redisBin,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return zero, err
+	}
+	srv := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd}
+	defer srv.stop()
+	if err := srv.waitReadyWithin(60 * time.Second); err != nil {
+		return zero, err
+	}
+	l, err := spec.open(srv.addr, new(atomic.Int64))
+	if err != nil {
+		return zero, err
+	}
+	defer l.close()
+	handles := make([]handle, instrNames)
+	for i := range handles {
+		handles[i] = l.handle("instr" + strconv.Itoa(i))
+	}
+	cycles := func(k int) error {
+		ctx := context.Background()
+		for i := range k {
+			h := handles[i%instrNames]
+			if err := h.Lock(ctx); err != nil {
+				return err
+			}
+			if err := h.Unlock(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := cycles(instrNames); err != nil {
+		return zero, err
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	if b, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
+		return zero, fmt.Errorf("callgrind_control -z: %v: %s", err, b)
+	}
+	if err := cycles(n); err != nil {
+		return zero, err
+	}
+	if b, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+		return zero, fmt.Errorf("callgrind_control -d: %v: %s", err, b)
+	}
+	dumps, _ := filepath.Glob(out + ".*")
+	if len(dumps) == 0 {
+		return zero, fmt.Errorf("no callgrind dump in %s", dir)
+	}
+	ann, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", dumps[len(dumps)-1]).Output()
+	if err != nil {
+		return zero, fmt.Errorf("callgrind_annotate: %w", err)
+	}
+	var r [3]float64
+	sc := bufio.NewScanner(strings.NewReader(string(ann)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(sc.Text(), "PROGRAM TOTALS"):
+			r[0] = v
+		case strings.HasSuffix(f[2], ":lua_pcall") && r[1] == 0:
+			r[1] = v
+		case strings.HasSuffix(f[2], ":scriptCall") && r[2] == 0:
+			r[2] = v
+		}
+	}
+	if r[0] == 0 {
+		return zero, fmt.Errorf("no totals in the callgrind dump")
+	}
+	for i := range r {
+		r[i] /= float64(n)
+	}
+	return r, nil
+}
