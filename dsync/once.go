@@ -53,7 +53,10 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // and fencing token, and is cancelled with cause ErrLockLost if the run's
 // lease is lost; a storage system can use the token to reject a run that
 // lost its lease. Do returns f's error; if f panics, Do gives up the run
-// and panics with the same value. If the run's lease was lost and another
+// and panics with the same value. Once f has returned, its outcome is
+// recorded in Redis even if ctx ended meanwhile (Do gives Redis up to 2 s
+// for it), so a run that succeeded is not run again because its caller's
+// deadline passed while f ran. If the run's lease was lost and another
 // run took over, the result is not recorded: Do returns an error that
 // errors.Is ErrLockLost while that run has not succeeded, and nil once it
 // has (the Once is done; OnceValue then returns that run's value).

@@ -217,7 +217,7 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 		if !ok {
 			// f panicked: give the next caller its turn; the panic goes on.
 			h.beginRelease()
-			_, err := r.endRun(ctx, w.mark, "fail", "")
+			_, err := r.endRun(context.WithoutCancel(ctx), w.mark, "fail", "")
 			released(err)
 		}
 	}()
@@ -228,9 +228,12 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 		kind, msg = outcome(e.err)
 	}
 	// The hold ends after the outcome is recorded, so a lease lost during
-	// f still shows in its context.
+	// f still shows in its context. f has run: its outcome is recorded
+	// whatever ctx says now (within cleanupTimeout), so that a run that
+	// succeeded is not run again because its caller's deadline passed
+	// while f ran.
 	h.beginRelease()
-	res, err := r.endRun(ctx, w.mark, kind, msg)
+	res, err := r.endRun(context.WithoutCancel(ctx), w.mark, kind, msg)
 	released(err)
 	if err != nil {
 		e.endErr = err
