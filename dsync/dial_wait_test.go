@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -50,7 +49,9 @@ func waitBehindDial(t *testing.T, wait func(c *dsync.Client, ctx context.Context
 		PipelineMultiplex: -1}) // one connection: every call needs the one being opened
 	require.NoError(t, err)
 	t.Cleanup(rc.Close)
-	c := newClientOn(t, rc, dsync.WithKeyPrefix(testPrefix(t)), dsync.WithLease(time.Second))
+	// A lease longer than the held dial: the other call's acquisition,
+	// sent before the dial and answered after it, is not lost on arrival.
+	c := newClientOn(t, rc, dsync.WithKeyPrefix(testPrefix(t)), dsync.WithLease(3*time.Second))
 	lctx, err := c.NewMutex("warm").LockContext(ctxT(t))
 	require.NoError(t, err)
 	require.NoError(t, c.NewMutex("warm").UnlockContext(lctx))
@@ -83,6 +84,11 @@ func waitBehindDial(t *testing.T, wait func(c *dsync.Client, ctx context.Context
 	case <-time.After(5 * time.Second):
 		t.Fatal("no connection was opened again")
 	}
+	// The connection held may be the pub/sub one, opened again by rueidis
+	// itself: wait until the other call has failed on the cut connection
+	// (the case this test is about; a dial that follows no failed call is
+	// not covered, see Client.inDoubt).
+	waitFor(t, time.Second, "the other call's failure on the cut connection", func() bool { return dsync.InDoubt(c) })
 	// The wait, with 50 ms to wait, while the dial is held. (Under load
 	// it may first meet the broken connection itself and fail at once
 	// with its error: then it waits again.)
@@ -129,62 +135,38 @@ type stallProxy struct {
 }
 
 func newStallProxy(t *testing.T, target string) *stallProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &stallProxy{addr: l.Addr().String(), swallowed: make(chan struct{}), held: make(chan struct{})}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			until := p.until
-			p.mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
-			wg.Go(func() {
-				defer out.Close()
-				if d := time.Until(until); d > 0 {
-					p.hd.Do(func() { close(p.held) })
-					time.Sleep(d) // the handshake held
-				}
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := in.Read(buf)
-					if err != nil {
-						return
-					}
-					p.mu.Lock()
-					frozen := p.frozen
-					p.mu.Unlock()
-					if frozen {
-						if bytes.Contains(buf[:n], []byte("dialer")) {
-							p.sw.Do(func() { close(p.swallowed) })
-						}
-						continue
-					}
-					if _, err := out.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
+	p := &stallProxy{swallowed: make(chan struct{}), held: make(chan struct{})}
+	p.addr = serveProxy(t, target, func(in, out net.Conn) func() {
 		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
+		p.conns = append(p.conns, in, out)
+		until := p.until
 		p.mu.Unlock()
-		wg.Wait()
+		return func() {
+			defer out.Close()
+			if d := time.Until(until); d > 0 {
+				p.hd.Do(func() { close(p.held) })
+				time.Sleep(d) // the handshake held
+			}
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := in.Read(buf)
+				if err != nil {
+					return
+				}
+				p.mu.Lock()
+				frozen := p.frozen
+				p.mu.Unlock()
+				if frozen {
+					if bytes.Contains(buf[:n], []byte("dialer")) {
+						p.sw.Do(func() { close(p.swallowed) })
+					}
+					continue
+				}
+				if _, err := out.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}
 	})
 	return p
 }

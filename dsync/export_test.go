@@ -23,3 +23,7 @@ func Preloaded(c *Client) <-chan struct{} { return c.preloaded }
 // ErrReleased is the cause of a lock context cancelled by its release, for
 // the black-box contract table.
 var ErrReleased = errReleased
+
+// InDoubt reports whether a call of c has failed without a reply from
+// Redis, after which its waits run bounded for a while (Client.inDoubt).
+func InDoubt(c *Client) bool { return c.connDoubt.Load() != 0 }

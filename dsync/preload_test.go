@@ -51,19 +51,26 @@ type slowLoadProxy struct {
 }
 
 func newSlowLoadProxy(t *testing.T, target string, delay time.Duration) *slowLoadProxy {
+	p := &slowLoadProxy{loading: make(chan struct{})}
+	p.addr = serveProxy(t, target, func(in, out net.Conn) func() {
+		return func() { p.forward(out, in, delay) }
+	})
+	return p
+}
+
+// serveProxy listens on a loopback port and, for each connection it
+// accepts, dials target, calls accepted (in the accept loop) and runs the
+// forwarder it returns (client to server) and a copy from server to client
+// on goroutines of their own. The test's cleanup closes the listener and
+// every connection and waits for those goroutines. It returns the address.
+func serveProxy(t *testing.T, target string, accepted func(in, out net.Conn) (up func())) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &slowLoadProxy{addr: l.Addr().String(), loading: make(chan struct{})}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		conns []net.Conn
 	)
-	track := func(cs ...net.Conn) {
-		mu.Lock()
-		conns = append(conns, cs...)
-		mu.Unlock()
-	}
 	wg.Go(func() {
 		for {
 			in, err := l.Accept()
@@ -75,9 +82,12 @@ func newSlowLoadProxy(t *testing.T, target string, delay time.Duration) *slowLoa
 				in.Close()
 				continue
 			}
-			track(in, out)
-			wg.Go(func() { _, _ = io.Copy(in, out) })
-			wg.Go(func() { p.forward(out, in, delay) })
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			up := accepted(in, out)
+			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
+			wg.Go(up)
 		}
 	})
 	t.Cleanup(func() {
@@ -89,7 +99,7 @@ func newSlowLoadProxy(t *testing.T, target string, delay time.Duration) *slowLoa
 		mu.Unlock()
 		wg.Wait()
 	})
-	return p
+	return l.Addr().String()
 }
 
 // forward copies the commands (RESP arrays of bulk strings) from in to out,
