@@ -23,6 +23,8 @@ vet: $(STATICCHECK)
 
 test: redis vet
 	go test -race -count=1 -timeout 15m $(MODULES)
+	# Allocation bounds hold without the race detector's own allocations.
+	go test -count=1 -run 'Allocs' ./dsync/
 	cd faults && GOWORK=off go test -race -count=1 -timeout 15m ./...
 
 # chaos: scenario 1 of the fault suite at full size (4 processes x 16
