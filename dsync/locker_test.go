@@ -19,10 +19,6 @@ import (
 func TestSyncLockerContract(t *testing.T) {
 	c1 := newClient(t)
 	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c1)))
-	type tryLocker interface {
-		sync.Locker
-		TryLock() bool
-	}
 	for _, tc := range []struct {
 		what string
 		mk   func(c *dsync.Client) sync.Locker

@@ -264,8 +264,10 @@ func TestSemaphoreLockerMisuse(t *testing.T) {
 	l := s.Locker(1)
 	require.PanicsWithValue(t, want, l.Unlock, "Unlock of a Locker never locked")
 	l.Lock()
+	require.Equal(t, int64(2), inspectKind(t, c, "slots", dsync.KindSemaphore).Free, "free permits while locked")
 	l.Unlock()
 	require.PanicsWithValue(t, want, l.Unlock, "a second Unlock")
+	require.Equal(t, int64(3), inspectKind(t, c, "slots", dsync.KindSemaphore).Free, "free permits after Unlock and a panicked one")
 
 	for _, n := range []int64{0, -1, 4} {
 		bad := s.Locker(n)
