@@ -98,7 +98,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, b
 // Locker each hold permits of their own and never re-enter each other's;
 // Redis errors do not end the wait (Lock logs them and retries with
 // backoff); Lock panics only on errors waiting cannot cure: the Client is
-// closed, or the arguments are invalid. Unlock releases the permits of one
+// closed, or the arguments are invalid (ErrInvalidArgument, which includes
+// another size stored in Redis for the name). Unlock releases the permits of one
 // Lock, whichever goroutine calls it. It is a run-time error if the Locker
 // holds no permits taken by Lock or TryLock: Unlock then panics with
 // "dsync: unlock of unlocked Semaphore" and the semaphore's quoted name. A
