@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -19,23 +20,40 @@ import (
 //	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 //	c, err := dsync.NewClient(rc)
 func exampleClient(opts ...dsync.Option) (c *dsync.Client, stop func()) {
+	cs, stop := exampleClients(1, opts...)
+	return cs[0], stop
+}
+
+// exampleClients returns n Clients on one in-process miniredis, each with
+// a connection of its own, as n processes would have.
+func exampleClients(n int, opts ...dsync.Option) (cs []*dsync.Client, stop func()) {
 	mr, err := miniredis.Run()
 	if err != nil {
 		log.Fatal(err)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:  []string{mr.Addr()},
-		AlwaysRESP2:  true, // miniredis speaks RESP2
-		DisableCache: true,
-	})
-	if err != nil {
-		log.Fatal(err)
+	var rcs []rueidis.Client
+	for range n {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress:  []string{mr.Addr()},
+			AlwaysRESP2:  true, // miniredis speaks RESP2
+			DisableCache: true,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		c, err := dsync.NewClient(rc, opts...)
+		if err != nil {
+			log.Fatal(err)
+		}
+		rcs, cs = append(rcs, rc), append(cs, c)
 	}
-	c, err = dsync.NewClient(rc, opts...)
-	if err != nil {
-		log.Fatal(err)
+	return cs, func() {
+		for i, c := range cs {
+			c.Close()
+			rcs[i].Close()
+		}
+		mr.Close()
 	}
-	return c, func() { c.Close(); rc.Close(); mr.Close() }
 }
 
 // A dsync.Mutex is a sync.Locker: code written against sync.Locker works
@@ -202,6 +220,39 @@ func ExampleSemaphore() {
 	// 2 more of 3 while 2 held: false
 	// more than the size: true
 	// all 3 when free: true
+}
+
+// Semaphore.Locker makes a semaphore a sync.Locker: here a pool of 4 slots
+// shared by two Clients (two processes, in production), each running 4
+// workers that take a slot per job.
+func ExampleSemaphore_Locker() {
+	cs, stop := exampleClients(2)
+	defer stop()
+
+	var busy, most, jobs atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		var slot sync.Locker = c.NewSemaphore("workers", 4).Locker(1)
+		for range 4 {
+			wg.Go(func() {
+				for range 3 {
+					slot.Lock()
+					n := busy.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					jobs.Add(1) // the job
+					busy.Add(-1)
+					slot.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	fmt.Println("jobs done:", jobs.Load())
+	fmt.Println("at most 4 at once:", most.Load() <= 4)
+	// Output:
+	// jobs done: 24
+	// at most 4 at once: true
 }
 
 // Once runs f successfully at most once per name, in any process; a

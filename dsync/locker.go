@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 )
 
 // The sync.Locker side of every lock (Mutex, FairMutex, RWMutex and its
-// RLocker, RedLock, MultiLock) is this one adapter over the lock's context
-// methods, with one retry policy and one spelling of each failure:
+// RLocker, Semaphore.Locker, RedLock, MultiLock) is this one adapter over
+// the lock's context methods, with one retry policy and one spelling of
+// each failure:
 //
 //   - Lock makes a fresh owner for each attempt (so the undo of a failed
 //     attempt can never touch a later attempt's hold), retries Redis errors
@@ -19,7 +21,8 @@ import (
 //   - TryLock makes one attempt and reports false on any error;
 //   - Unlock releases the hold Lock or TryLock took, whichever goroutine
 //     calls it; a failed release is logged (the lock then expires with its
-//     lease), and Unlock without such a hold panics.
+//     lease), and Unlock without such a hold panics with a message naming
+//     the lock (dsync: unlock of unlocked Mutex "orders").
 
 // lockerOps is what the adapter needs of a lock.
 type lockerOps interface {
@@ -133,6 +136,9 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 	owner, ok := hs.pop()
 	what, name, log, _ := o.lockerEnv()
 	if !ok {
+		if name != "" {
+			what += " " + strconv.Quote(shortName(name))
+		}
 		panic("dsync: " + op + " of unlocked " + what)
 	}
 	if err := o.unlockFor(owner); err != nil {

@@ -15,14 +15,10 @@ import (
 // each. Two lockers of the same lock (two Clients, as two processes would)
 // exclude each other, TryLock fails while it is held, Unlock may come from
 // another goroutine, and an Unlock with nothing locked panics with one
-// message.
+// message, naming the lock. (A Semaphore's Locker(1) of size 1 is a mutex.)
 func TestSyncLockerContract(t *testing.T) {
 	c1 := newClient(t)
 	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c1)))
-	type tryLocker interface {
-		sync.Locker
-		TryLock() bool
-	}
 	for _, tc := range []struct {
 		what string
 		mk   func(c *dsync.Client) sync.Locker
@@ -31,6 +27,7 @@ func TestSyncLockerContract(t *testing.T) {
 		{"FairMutex", func(c *dsync.Client) sync.Locker { return c.NewFairMutex("l") }},
 		{"RWMutex", func(c *dsync.Client) sync.Locker { return c.NewRWMutex("l") }},
 		{"RedLock", func(c *dsync.Client) sync.Locker { return dsync.NewRedLock("l", []*dsync.Client{c}) }},
+		{"Semaphore", func(c *dsync.Client) sync.Locker { return c.NewSemaphore("l", 1).Locker(1) }},
 		{"MultiLock", func(c *dsync.Client) sync.Locker {
 			return dsync.NewMultiLock(c.NewMutex("ml-a"), c.NewMutex("ml-b"))
 		}},
@@ -60,7 +57,11 @@ func TestSyncLockerContract(t *testing.T) {
 				t.Fatal("the waiting Lock did not get the lock after Unlock")
 			}
 			b.Unlock()
-			assert.PanicsWithValue(t, fmt.Sprintf("dsync: unlock of unlocked %s", tc.what), b.Unlock, "Unlock of an unlocked %s", tc.what)
+			want := fmt.Sprintf(`dsync: unlock of unlocked %s "l"`, tc.what)
+			if tc.what == "MultiLock" { // a MultiLock has no name of its own
+				want = "dsync: unlock of unlocked MultiLock"
+			}
+			assert.PanicsWithValue(t, want, b.Unlock, "Unlock of an unlocked %s", tc.what)
 		})
 	}
 	t.Run("RLocker", func(t *testing.T) {
@@ -73,6 +74,6 @@ func TestSyncLockerContract(t *testing.T) {
 		rl.Unlock()
 		require.True(t, rw.TryLock(), "the write lock is not free after both RUnlocks")
 		rw.Unlock()
-		assert.PanicsWithValue(t, "dsync: RUnlock of unlocked RWMutex", rl.Unlock, "RUnlock with no read lock")
+		assert.PanicsWithValue(t, `dsync: RUnlock of unlocked RWMutex "r"`, rl.Unlock, "RUnlock with no read lock")
 	})
 }

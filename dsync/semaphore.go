@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -35,6 +37,10 @@ import (
 // The size is stored in Redis with the semaphore: using a name with another
 // size than the one in Redis fails with ErrInvalidArgument until the
 // semaphore has been idle (no holder, no waiter) for an hour.
+//
+// Locker(n) makes a Semaphore a sync.Locker for code written against one (a
+// worker pool that takes "a slot", a library that bounds its concurrency
+// with a sync.Locker): its Lock takes n permits, its Unlock gives them back.
 //
 // A Semaphore is safe for concurrent use. Its zero value is not usable;
 // create Semaphores with Client.NewSemaphore. A Semaphore may be copied only
@@ -84,6 +90,61 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, erro
 // leaves the semaphore unchanged.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, bool, error) {
 	return s.acquire(ctx, n, true)
+}
+
+// Locker returns a sync.Locker whose Lock acquires n permits of s and whose
+// Unlock releases them. Lock blocks until the permits are held, as
+// Mutex.Lock does: each Lock takes a fresh owner, so goroutines sharing one
+// Locker each hold permits of their own and never re-enter each other's;
+// Redis errors do not end the wait (Lock logs them and retries with
+// backoff); Lock panics only on errors waiting cannot cure: the Client is
+// closed, or the arguments are invalid (ErrInvalidArgument, which includes
+// another size stored in Redis for the name). Unlock releases the permits of one
+// Lock, whichever goroutine calls it. It is a run-time error if the Locker
+// holds no permits taken by Lock or TryLock: Unlock then panics with
+// "dsync: unlock of unlocked Semaphore" and the semaphore's quoted name. A
+// release that fails is logged, and the permits then come back when their
+// lease lapses. The Locker also has a method TryLock() bool, which takes
+// the permits only if they are free at once and no waiter is ahead, and
+// reports whether it did (false on any error).
+//
+// Locker itself never fails: an n outside 1..size (or a Semaphore with an
+// invalid name or size) gives a Locker whose Lock panics with an error
+// matching ErrInvalidArgument and whose TryLock reports false, as a Mutex
+// with an invalid name does.
+func (s *Semaphore) Locker(n int64) sync.Locker {
+	l := &semLocker{s: s, n: n}
+	if s.err == nil && (n <= 0 || n > s.size) { // (else Lock reports s.err)
+		l.err = fmt.Errorf("%w: Locker(%d) of semaphore %q: n must be between 1 and the size, %d",
+			ErrInvalidArgument, n, shortName(s.name), s.size)
+	}
+	return l
+}
+
+// semLocker is Semaphore.Locker's sync.Locker, through the adapter in
+// locker.go.
+type semLocker struct {
+	s   *Semaphore
+	n   int64
+	err error       // an n outside 1..size
+	lk  lockerHolds // the owners of the permits taken by Lock or TryLock
+}
+
+func (l *semLocker) Lock()         { lockerLock(l, &l.lk) }
+func (l *semLocker) TryLock() bool { return lockerTryLock(l, &l.lk) }
+func (l *semLocker) Unlock()       { lockerUnlock(l, &l.lk, "unlock") }
+
+func (l *semLocker) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
+	if l.err != nil {
+		return nil, false, l.err
+	}
+	return l.s.acquire(ctx, l.n, try)
+}
+
+func (l *semLocker) unlockFor(owner string) error { return l.s.Release(ownerOnly(owner), l.n) }
+
+func (l *semLocker) lockerEnv() (string, string, *slog.Logger, *Client) {
+	return "Semaphore", l.s.name, l.s.c.cfg.logger, l.s.c
 }
 
 // Release releases n permits of the owner ctx carries (the lock context of
