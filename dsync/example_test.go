@@ -8,34 +8,25 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dsync/dsync/dsync"
-	"github.com/redis/rueidis"
+	"github.com/dsync/dsync/dsynctest"
 )
 
-// exampleClient returns a Client on an in-process miniredis, so that the
-// examples run anywhere. A program would connect to its Redis instead:
+// exampleClient returns a Client on an in-process server (dsynctest), so
+// that the examples run anywhere. A program would connect to its Redis
+// instead:
 //
-//	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
-//	c, err := dsync.NewClient(rc)
+//	c, err := dsync.Dial(ctx, "redis://127.0.0.1:6379")
 func exampleClient(opts ...dsync.Option) (c *dsync.Client, stop func()) {
-	mr, err := miniredis.Run()
+	srv, err := dsynctest.StartEmbedded()
 	if err != nil {
 		log.Fatal(err)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:  []string{mr.Addr()},
-		AlwaysRESP2:  true, // miniredis speaks RESP2
-		DisableCache: true,
-	})
+	c, err = srv.Dial(context.Background(), opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err = dsync.NewClient(rc, opts...)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return c, func() { c.Close(); rc.Close(); mr.Close() }
+	return c, func() { c.Close(); srv.Close() }
 }
 
 // A dsync.Mutex is a sync.Locker: code written against sync.Locker works
