@@ -29,8 +29,7 @@ func withdraw(ctx context.Context, c *dsync.Client, balances map[string]int, acc
 }
 
 // TestWithdraw is how a package's unit test gets a Client: one line, with
-// or without Redis on the machine (go test -run TestWithdraw -v ./dsynctest/
-// says which server it used).
+// or without Redis on the machine.
 func TestWithdraw(t *testing.T) {
 	c := dsynctest.NewClient(t) // closed, with its server, when the test ends
 
