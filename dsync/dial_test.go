@@ -40,6 +40,7 @@ func TestDialURLs(t *testing.T) {
 		{url: "redis-sentinel://:pw@s1:26379/mymaster/1", addrs: []string{"s1:26379"}, master: "mymaster", db: 1, pw: "pw"},
 		{url: "redis+sentinel://s1?master_set=m", addrs: []string{"s1:26379"}, master: "m"},
 		{url: "rediss-sentinel://s1:26379#m", addrs: []string{"s1:26379"}, master: "m", tls: true},
+		{url: "unix:///run/redis.sock?db=4", addrs: []string{"/run/redis.sock"}, db: 4},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			o, err := dsync.ParseDialURL(tc.url)
@@ -113,6 +114,11 @@ func TestDialStandalone(t *testing.T) {
 			require.ErrorIs(t, err, rueidis.ErrClosing, "Close closes the rueidis client Dial made")
 		})
 	}
+	t.Run("unix", func(t *testing.T) {
+		sock := t.TempDir() + "/redis.sock"
+		redistest.Start(t, "--unixsocket", sock)
+		lockOnce(t, dialT(t, "unix://"+sock))
+	})
 	t.Run("NewClient", func(t *testing.T) {
 		rc := newRueidis(t)
 		c, err := dsync.NewClient(rc)
