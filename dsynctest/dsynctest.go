@@ -63,8 +63,10 @@ func NewServer(tb testing.TB) *Server {
 }
 
 // Start starts a redis-server on a free loopback port when one is on
-// PATH, and an in-process server otherwise. The caller must Close it.
-// It is meant for TestMain and programs; tests use NewServer.
+// PATH, and an in-process server otherwise. A redis-server that is on PATH
+// but does not start is an error, not a reason to fall back. The caller
+// must Close the Server. Start is meant for TestMain and programs; tests
+// use NewServer.
 func Start() (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return StartEmbedded()
