@@ -21,11 +21,13 @@ vet: $(STATICCHECK)
 	$(STATICCHECK) $(MODULES)
 	cd faults && GOWORK=off go vet ./...
 
+# The fault suite runs for minutes: internal/testprogress prints a line as
+# each of its tests starts and ends, and what plain go test prints.
 test: redis vet
 	go test -race -count=1 -timeout 15m $(MODULES)
 	# Allocation bounds hold without the race detector's own allocations.
 	go test -count=1 -run 'Allocs' ./dsync/
-	cd faults && GOWORK=off go test -race -count=1 -timeout 15m ./...
+	cd faults && GOWORK=off go test -json -race -count=1 -timeout 15m ./... | (cd .. && go run ./internal/testprogress)
 
 # chaos: scenario 1 of the fault suite at full size (4 processes x 16
 # goroutines x 60 s per primitive) and the network faults of the queued

@@ -21,9 +21,11 @@ import (
 // for a lock without each talking to Redis.
 //
 // A Client is safe for concurrent use. Create one per process and prefix,
-// and Close it when done; Close does not close the rueidis client.
+// and Close it when done. Close does not close a rueidis client passed to
+// NewClient; it closes the one Dial made.
 type Client struct {
-	rc rueidis.Client
+	rc    rueidis.Client
+	owned rueidis.Client // made by Dial, closed by Close; nil from NewClient
 	// connDoubt is when a call last failed without a reply from Redis (unix
 	// ns; see sharedDial and boundedIfDoubt).
 	connDoubt atomic.Int64
@@ -86,20 +88,9 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidArgument)
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
-	}
-	if cfg.name == "" {
-		cfg.name = processName()
 	}
 	c := &Client{
 		cfg:       cfg,
@@ -124,6 +115,26 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	go c.renew.loop()
 	go c.renew.preload()
 	return c, nil
+}
+
+// newConfig applies opts to the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	if cfg.name == "" {
+		cfg.name = processName()
+	}
+	return cfg, nil
 }
 
 // Close stops the renewal loop and the wakeup subscription, ends every wait
@@ -154,6 +165,9 @@ func (c *Client) Close() error {
 	c.loops.Wait()
 	c.bg.Wait()
 	c.timers.Wait()
+	if c.owned != nil {
+		c.owned.Close() // the Client is done with it: Dial made it
+	}
 	return nil
 }
 

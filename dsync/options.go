@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Defaults, applied by NewClient and the New... constructors.
@@ -35,7 +37,8 @@ type config struct {
 	observer Observer
 	logger   *slog.Logger
 	handoffs int
-	name     string // owners' readable prefix; processName() if empty
+	name     string                        // owners' readable prefix; processName() if empty
+	dial     []func(*rueidis.ClientOption) // WithDialOption (Dial only)
 }
 
 func defaultConfig() config {
