@@ -260,4 +260,4 @@ func (w mutexWait) waiting() { w.a.m.c.blocked(w.a.ctx, w.a.m.lockInfo(), w.a.m.
 
 func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis
 
-func (mutexWait) granted(uint64) bool { return false } // no grants: it looks again
+func (mutexWait) granted(uint64, uint64) bool { return false } // no grants: it looks again
