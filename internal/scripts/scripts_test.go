@@ -84,7 +84,9 @@ func TestMutexScripts(t *testing.T) {
 	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
-	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b").Build()).ToString()), "the waiting count of client-b")
+	// The entry is the wait's: "<client> <wait>", the wait named by its
+	// attempt marker after the lock key.
+	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b x").Build()).ToString()), "the waiting count of client-b's wait x")
 	r = acq("B")
 	require.Equal(t, int64(0), r[0], "other owner = %v, want {0, pttl}", r)
 	require.Greater(t, r[1], int64(0), "other owner = %v, want {0, pttl}", r)
@@ -329,4 +331,50 @@ func TestMutexAcquireContinuesMarker(t *testing.T) {
 		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
 		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
 	}
+}
+
+// A wait's end (mutex_unwait.lua) removes its own entry from the waiting
+// count, never a newer wait's of the same Client, and the " w" mark only
+// with the last entry: sent in the background, it may come after a new
+// wait of that Client registered.
+func TestMutexUnwaitPerWait(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, wkey := "p:{u}:mutex", "p:{u}:mutex:waiting"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	wait := func(marker string) {
+		t.Helper()
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":" + marker, wkey}, []string{"B" + marker, "10000", "1", "set", "client-b", "1", "0"}))
+		require.Equal(t, int64(0), r[0], "wait %s = %v, want {0, pttl}", marker, r)
+	}
+	unwait := func(marker string) int64 {
+		return num(t, scripts.MutexUnwait.Exec(ctx, rc, []string{key, wkey}, []string{"client-b", marker}))
+	}
+	fields := func() []string {
+		v, err := rc.Do(ctx, rc.B().Hkeys().Key(wkey).Build()).AsStrSlice()
+		require.NoError(t, err)
+		return v
+	}
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1"}))
+	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
+	wait("a:1") // a wait that will give up
+	wait("a:2") // a newer wait of the same Client, registered before the first's end
+	require.ElementsMatch(t, []string{"client-b a:1", "client-b a:2"}, fields(), "one entry per wait")
+	require.Equal(t, int64(0), unwait("a:1"), "the first wait's end removed the mark")
+	require.Equal(t, []string{"client-b a:2"}, fields(), "the newer wait's entry after the first's end")
+	require.True(t, strings.HasSuffix(get(), " w"), "value %q: the mark went with a wait still registered", get())
+	require.Equal(t, int64(1), unwait("a:2"), "the last wait's end")
+	require.Empty(t, fields(), "entries after every wait ended")
+	require.False(t, strings.HasSuffix(get(), " w"), "value %q: marked with nobody waiting", get())
+	// A registered wait that acquires removes its own entry only.
+	wait("a:3")
+	wait("a:4")
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, key + ":ch"}, []string{"A", strconv.FormatInt(a[1], 10), "60000"})), "A's release")
+	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:4", wkey}, []string{"Ba:4", "10000", "1", "set", "client-b", "1", "1"}))
+	require.Equal(t, int64(1), r[0], "wait a:4's acquire = %v", r)
+	require.Equal(t, []string{"client-b a:3"}, fields(), "entries after wait a:4 acquired")
 }
