@@ -50,6 +50,7 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 				mu                   sync.Mutex
 				dead, errs, overlong int
 				first                []string
+				margin               = time.Hour // the least by which Redis's end came after the lock context's
 			)
 			note := func(format string, args ...any) {
 				mu.Lock()
@@ -74,8 +75,8 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 					type result struct {
 						lctx   context.Context
 						err    error
-						left   time.Duration // the lock context's lease left, just before redisLeft
-						inRdb  time.Duration // the lease left in Redis, read after
+						end    time.Time // the lock context's lease end (its Deadline)
+						inRdb  time.Time // the hold's end in Redis
 						rdbErr error
 					}
 					got := make(chan result, 1)
@@ -83,10 +84,8 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 						lctx, err := waiter.lock(ctx)
 						r := result{lctx: lctx, err: err}
 						if err == nil {
-							if d, ok := lctx.Deadline(); ok {
-								r.left = time.Until(d)
-							}
-							r.inRdb, r.rdbErr = redisLeaseLeft(ctx, rc, row.name, prefix, name, lctx)
+							r.end, _ = lctx.Deadline()
+							r.inRdb, r.rdbErr = redisLeaseEnd(ctx, rc, row.name, prefix, name, lctx)
 						}
 						got <- r
 					}()
@@ -121,15 +120,17 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 					case r.rdbErr != nil:
 						errs++
 						add("try %d: reading the lease in Redis: %v", i, r.rdbErr)
-					case r.left > r.inRdb+time.Millisecond:
+					case r.end.After(r.inRdb.Add(time.Millisecond)): // (Redis's end in whole ms)
 						overlong++
-						add("try %d: lease left %v on the lock context, %v in Redis", i, r.left, r.inRdb)
+						add("try %d: the lock context's lease ends %v after the hold's in Redis", i, r.end.Sub(r.inRdb))
+					default:
+						margin = min(margin, r.inRdb.Sub(r.end))
 					}
 					_ = waiter.unlock(r.lctx)
 				}()
 			}
 			wg.Wait()
-			t.Logf("%s: %d/%d fixed-lease acquisitions returned with a cancelled lock context, %d lease clocks past Redis's, %d errors", row.name, dead, tries, overlong, errs)
+			t.Logf("%s: %d/%d fixed-lease acquisitions returned with a cancelled lock context, %d lease clocks past Redis's (least margin %v), %d errors", row.name, dead, tries, overlong, margin, errs)
 			require.Zero(t, dead+overlong+errs, "first: %q", first)
 		})
 	}
@@ -161,27 +162,24 @@ func waitGrantQueued(ctx context.Context, rc rueidis.Client, kind, prefix, name 
 	return false
 }
 
-// redisLeaseLeft reads how long the hold of lctx has left in Redis.
-func redisLeaseLeft(ctx context.Context, rc rueidis.Client, kind, prefix, name string, lctx context.Context) (time.Duration, error) {
+// redisLeaseEnd reads when the hold of lctx ends in Redis, on the server's
+// clock (the machine's own: the test's server runs here).
+func redisLeaseEnd(ctx context.Context, rc rueidis.Client, kind, prefix, name string, lctx context.Context) (time.Time, error) {
 	owner, _ := dsync.OwnerOf(lctx)
 	var keys, args []string
 	var script string
 	switch kind {
 	case "Mutex":
-		keys, script = []string{prefix + ":{" + name + "}:mutex"}, `return redis.call('pttl', KEYS[1])`
+		keys, script = []string{prefix + ":{" + name + "}:mutex"}, `return redis.call('pexpiretime', KEYS[1])`
 	case "FairMutex":
-		keys, script = fairKeys(prefix, name)[:1], `return redis.call('pttl', KEYS[1])`
+		keys, script = fairKeys(prefix, name)[:1], `return redis.call('pexpiretime', KEYS[1])`
 	case "RWMutexWrite":
-		keys, script = rwKeys(prefix, name)[:1], `local t = redis.call('time')
-return tonumber(redis.call('hget', KEYS[1], 'wexp')) - (t[1] * 1000 + math.floor(t[2] / 1000))`
+		keys, script = rwKeys(prefix, name)[:1], `return tonumber(redis.call('hget', KEYS[1], 'wexp'))`
 	case "RWMutexRead":
-		keys, args, script = rwKeys(prefix, name)[1:2], []string{owner}, `local t = redis.call('time')
-return tonumber(redis.call('zscore', KEYS[1], ARGV[1])) - (t[1] * 1000 + math.floor(t[2] / 1000))`
+		keys, args, script = rwKeys(prefix, name)[1:2], []string{owner}, `return tonumber(redis.call('zscore', KEYS[1], ARGV[1]))`
 	case "Semaphore1":
-		keys, script = []string{prefix + ":{" + name + "}:sem:holders"}, `local t = redis.call('time')
-local h = redis.call('zrange', KEYS[1], -1, -1, 'withscores')
-return tonumber(h[2]) - (t[1] * 1000 + math.floor(t[2] / 1000))`
+		keys, script = []string{prefix + ":{" + name + "}:sem:holders"}, `return tonumber(redis.call('zrange', KEYS[1], -1, -1, 'withscores')[2])`
 	}
 	ms, err := rc.Do(ctx, rc.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsInt64()
-	return time.Duration(ms) * time.Millisecond, err
+	return time.UnixMilli(ms), err
 }
