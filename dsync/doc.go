@@ -125,10 +125,17 @@
 // grantee on a channel its Client subscribes once for the lock. A waiter
 // thus sends one script (the one that queues it) and receives its grant; a
 // lost message is found by its next look, at once when the subscription
-// broke. The grantee's lease is counted from the send time of its last
-// attempt, which Redis processed before the grant, so it ends no later
-// than Redis's. A wait that ends after its grant releases what it was
-// granted.
+// broke. The grant's lease runs in Redis from the grant, and the grantee
+// counts it from there too: the message carries the grant's server time,
+// which the grantee reads against its last attempt (sent before Redis ran
+// it, and whose reply carries the server time), so the local lease clock
+// starts no later than Redis's and the grantee keeps the rest of its
+// lease however long after that attempt the grant came. A grant seen with
+// less than half its lease left is claimed again with an attempt, which
+// restarts its lease in Redis if the grant is still there and otherwise
+// goes on waiting: an acquisition does not return a lock context whose
+// lease ran out while its grant was on the way (WithLeaseTime). A wait
+// that ends after its grant releases what it was granted.
 //
 // # Keys
 //
