@@ -67,7 +67,7 @@ func usedArg(token, used uint64) string {
 // call) registered, and leaves that wait's entry and the mark alone.
 func (m *Mutex) unregister(marker string) {
 	c := m.c
-	wait := marker[len(m.key)+1:] // as mutex_acquire.lua names the wait
+	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
 	c.background(func(ctx context.Context) {
 		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident, wait}).Error()
 	})

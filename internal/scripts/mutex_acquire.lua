@@ -29,8 +29,9 @@
 -- one entry per wait, ARGV[5] the waiting Client, ARGV[6] how many of its
 -- goroutines wait ("" not to register this time), ARGV[7] "1" if an
 -- earlier attempt of this wait registered it (absent or anything else:
--- not). <wait> is the wait's attempt marker's name after the lock key
--- (KEYS[2] starts with KEYS[1] and a colon). A failed attempt registers
+-- not). <wait> is the last 8 characters of the wait's attempt marker
+-- (KEYS[2]), which tell the waits of one Client apart (a sequence number,
+-- or 32 random bits) at little cost in memory. A failed attempt registers
 -- (until one lease from now: a waiter tries again at least every
 -- lease/3); an acquisition that registered before removes its entry. An
 -- entry per wait, not per Client: the end of a wait that gave up, sent in
@@ -76,7 +77,7 @@ elseif v then
           redis.call('hdel', KEYS[3], all[i])
         end
       end
-      redis.call('hset', KEYS[3], ARGV[5] .. ' ' .. string.sub(KEYS[2], #KEYS[1] + 2), ARGV[6] .. ' ' .. fmt(now + tonumber(ARGV[2])))
+      redis.call('hset', KEYS[3], ARGV[5] .. ' ' .. string.sub(KEYS[2], -8), ARGV[6] .. ' ' .. fmt(now + tonumber(ARGV[2])))
       if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[3], ARGV[2])
       end
@@ -113,6 +114,6 @@ if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end
 if ARGV[7] == '1' then
-  redis.call('hdel', KEYS[3], ARGV[5] .. ' ' .. string.sub(KEYS[2], #KEYS[1] + 2))
+  redis.call('hdel', KEYS[3], ARGV[5] .. ' ' .. string.sub(KEYS[2], -8))
 end
 return reply

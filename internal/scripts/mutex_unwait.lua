@@ -6,8 +6,8 @@
 -- same Client registered; that wait's entry stays, and so does the mark.
 --
 -- KEYS[1] lock key, KEYS[2] waiting hash
--- ARGV[1] the Client, ARGV[2] the wait (its attempt marker's name after
--- the lock key and a colon, as the acquire names it)
+-- ARGV[1] the Client, ARGV[2] the wait (the last 8 characters of its
+-- attempt marker, as the acquire names it)
 -- Reply: 1 when the mark was removed, 0 otherwise.
 redis.call('hdel', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
 if redis.call('exists', KEYS[2]) == 1 then

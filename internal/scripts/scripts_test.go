@@ -81,12 +81,12 @@ func TestMutexScripts(t *testing.T) {
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
 	// A waiting attempt (ARGV[5..7]: the waiting Client, its count, not
 	// registered yet) marks the value, so that the release publishes.
-	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
-	// The entry is the wait's: "<client> <wait>", the wait named by its
-	// attempt marker after the lock key.
-	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b x").Build()).ToString()), "the waiting count of client-b's wait x")
+	// The entry is the wait's: "<client> <wait>", the wait named by the
+	// last 8 characters of its attempt marker.
+	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b wait0001").Build()).ToString()), "the waiting count of client-b's wait")
 	r = acq("B")
 	require.Equal(t, int64(0), r[0], "other owner = %v, want {0, pttl}", r)
 	require.Greater(t, r[1], int64(0), "other owner = %v, want {0, pttl}", r)
@@ -348,7 +348,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	}
 	wait := func(marker string) {
 		t.Helper()
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":" + marker, wkey}, []string{"B" + marker, "10000", "1", "set", "client-b", "1", "0"}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker, wkey}, []string{"B" + marker, "10000", "1", "set", "client-b", "1", "0"}))
 		require.Equal(t, int64(0), r[0], "wait %s = %v, want {0, pttl}", marker, r)
 	}
 	unwait := func(marker string) int64 {
@@ -361,20 +361,20 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	}
 	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1"}))
 	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
-	wait("a:1") // a wait that will give up
-	wait("a:2") // a newer wait of the same Client, registered before the first's end
-	require.ElementsMatch(t, []string{"client-b a:1", "client-b a:2"}, fields(), "one entry per wait")
-	require.Equal(t, int64(0), unwait("a:1"), "the first wait's end removed the mark")
-	require.Equal(t, []string{"client-b a:2"}, fields(), "the newer wait's entry after the first's end")
+	wait("wait0001") // a wait that will give up
+	wait("wait0002") // a newer wait of the same Client, registered before the first's end
+	require.ElementsMatch(t, []string{"client-b wait0001", "client-b wait0002"}, fields(), "one entry per wait")
+	require.Equal(t, int64(0), unwait("wait0001"), "the first wait's end removed the mark")
+	require.Equal(t, []string{"client-b wait0002"}, fields(), "the newer wait's entry after the first's end")
 	require.True(t, strings.HasSuffix(get(), " w"), "value %q: the mark went with a wait still registered", get())
-	require.Equal(t, int64(1), unwait("a:2"), "the last wait's end")
+	require.Equal(t, int64(1), unwait("wait0002"), "the last wait's end")
 	require.Empty(t, fields(), "entries after every wait ended")
 	require.False(t, strings.HasSuffix(get(), " w"), "value %q: marked with nobody waiting", get())
 	// A registered wait that acquires removes its own entry only.
-	wait("a:3")
-	wait("a:4")
+	wait("wait0003")
+	wait("wait0004")
 	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, key + ":ch"}, []string{"A", strconv.FormatInt(a[1], 10), "60000"})), "A's release")
-	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:4", wkey}, []string{"Ba:4", "10000", "1", "set", "client-b", "1", "1"}))
-	require.Equal(t, int64(1), r[0], "wait a:4's acquire = %v", r)
-	require.Equal(t, []string{"client-b a:3"}, fields(), "entries after wait a:4 acquired")
+	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004", wkey}, []string{"Bwait0004", "10000", "1", "set", "client-b", "1", "1"}))
+	require.Equal(t, int64(1), r[0], "wait0004's acquire = %v", r)
+	require.Equal(t, []string{"client-b wait0003"}, fields(), "entries after wait0004 acquired")
 }
