@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -126,4 +127,19 @@ func grantStart(sentAt, now time.Time, srvAt, at uint64) time.Time {
 func grantLive(start, now time.Time, lease time.Duration) bool {
 	v := validity(lease)
 	return start.Add(v).Sub(now) >= v/2
+}
+
+// leaseSpent returns the error of an acquisition whose lease, counted from
+// sentAt (the attempt's send time, or a grant's start), has already run
+// out on the local clock: its reply came back later than the lease (a
+// lease shorter than the round trip, or a process paused meanwhile), so
+// its lock context would be cancelled on return. The caller releases what
+// the attempt acquired and returns the error (Lock retries it); nil when
+// the lease is still running.
+func leaseSpent(sentAt time.Time, lease time.Duration) error {
+	took := time.Since(sentAt)
+	if took < validity(lease) {
+		return nil
+	}
+	return fmt.Errorf("%w: the lease of %v ran out before the acquisition's reply came back (after %v), and the lock was released; use a longer lease", ErrLockLost, lease, took.Round(time.Millisecond))
 }

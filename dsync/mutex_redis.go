@@ -140,6 +140,14 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	if !a.fresh {
 		c.dropMarker(a.marker)
 	}
+	if err := leaseSpent(a.sentAt, m.lease()); err != nil {
+		tok, last := uint64(vals[1]), uint64(vals[1])
+		if vals[0] == 1 {
+			last += uint64(a.block) - 1
+		}
+		_, _ = m.release(ctx, owner, last, tok)
+		return nil, false, attempts, err
+	}
 	h = m.newHold(owner, uint64(vals[1]))
 	if vals[0] == 1 {
 		h.rToken = h.token + uint64(a.block) - 1

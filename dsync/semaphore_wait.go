@@ -32,6 +32,10 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	if err != nil || a.vals[0] != 1 {
 		return nil, attempts, err
 	}
+	if err := leaseSpent(a.sentAt, lease); err != nil {
+		s.undo(ctx, a.waiter)
+		return nil, attempts, err
+	}
 	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
 	if !h.track(a.sentAt, lease) {
 		s.undo(ctx, a.waiter)
