@@ -79,4 +79,3 @@ func newDelayProxy(t *testing.T, target string) *delayProxy {
 	})
 	return p
 }
-
