@@ -144,9 +144,11 @@ type lockConfig struct {
 // has already ended; what is left of d is the caller's. A grant seen with
 // less than half of that left (its message came late, or carried no time)
 // is claimed again by one more attempt, which restarts the lease in Redis
-// if the grant is still there and otherwise goes on waiting: an acquisition
-// never returns a lock context that is already cancelled because its lease
-// ran out while the grant was on its way.
+// if the grant is still there and otherwise goes on waiting. An
+// acquisition whose reply came back after its whole lease (d shorter than
+// the round trip, or the process paused meanwhile) releases the lock and
+// fails with ErrLockLost (Lock retries it): no acquisition returns a lock
+// context that is already cancelled.
 func WithLeaseTime(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if d > 0 {
