@@ -199,7 +199,7 @@ func (p condProto) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 
 // failed: the look changes nothing but the place, so a lost reply needs
 // no undo; Wait takes the waiter out.
-func (condProto) failed(error)        {}
-func (condProto) waiting()            {}
-func (condProto) gaveUp()             {}
-func (condProto) granted(uint64) bool { return false }
+func (condProto) failed(error)                {}
+func (condProto) waiting()                    {}
+func (condProto) gaveUp()                     {}
+func (condProto) granted(uint64, uint64) bool { return false }

@@ -173,10 +173,18 @@
 // grantee on a channel that its Client subscribes once for the lock. A
 // waiter thus sends one script, the one that queues it, and receives its
 // grant. A lost message is found by the waiter's next look, at once when
-// the subscription broke. The grantee's lease counts from the send time of
-// its last attempt, which Redis processed before the grant, so it ends no
-// later than Redis's. A wait that ends after its grant releases what it
-// was granted.
+// the subscription broke. The grant's lease runs in Redis from the grant,
+// and the grantee counts it from there too. The message carries the
+// grant's server time. The grantee reads it against its last attempt,
+// which was sent before Redis ran it and whose reply carries the server
+// time. So the local lease clock starts no later than Redis's, and the
+// grantee keeps the rest of its lease however long after that attempt the
+// grant came. A grant seen with less than half its lease left is claimed
+// again with an attempt. That attempt restarts the lease in Redis if the
+// grant is still there, and otherwise the wait goes on. So an acquisition
+// does not return a lock context whose lease ran out while its grant was
+// on the way (WithLeaseTime). A wait that ends after its grant releases
+// what it was granted.
 //
 // # Keys
 //

@@ -139,6 +139,12 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		c.putMutex(key, st)
 		return lctx, h, true, attempts, nil
 	}
+	if err := leaseSpent(sentAt, q.lease()); err != nil {
+		st.mu.Unlock()
+		_, _ = q.releaseRedis(ctx, owner, tok)
+		c.putMutex(key, st)
+		return nil, nil, false, attempts, err
+	}
 	h = q.newHold(owner, tok)
 	if !h.track(sentAt, q.lease()) {
 		st.mu.Unlock()

@@ -141,7 +141,7 @@ func (p recordProto) waiting() {
 
 func (recordProto) gaveUp() {}
 
-func (recordProto) granted(uint64) bool { return false } // no grants: it looks again
+func (recordProto) granted(uint64, uint64) bool { return false } // no grants: it looks again
 
 // undoCall takes back the call named call: its run, if its begin started
 // one, and any begin of it still on its way.
