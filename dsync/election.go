@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
 )
 
 // KindElection names an Election in events, Inspect and List. An
@@ -95,7 +96,7 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 		lease = lc.leaseTime
 	}
 	base := c.lockKey("election", ln)
-	return &Election{
+	e := &Election{
 		c:        c,
 		name:     name,
 		err:      checkName(name),
@@ -105,6 +106,13 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 		ttl:      leaseMS(2 * lease),
 		watchdog: lc.leaseTime == 0,
 	}
+	// Close ends a term as Resign does: the end is recorded and
+	// published before the lock's release (a hold whose term has not
+	// begun yet records nothing: see election_resign.lua).
+	fm.q.closing = func(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.ElectionResign, rueidis.LuaExec{Keys: e.keys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), e.ttl, e.ch}}
+	}
+	return e
 }
 
 func checkValue(v string) error {
@@ -133,6 +141,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err := c.checkCall(ctx, e.err); err != nil {
 		return nil, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.exit()
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
@@ -245,9 +257,10 @@ func (e *Election) Resign(lctx context.Context) error {
 	if e.err != nil {
 		return e.err
 	}
-	if err := e.c.checkOpen(); err != nil {
+	if err := e.c.enter(); err != nil {
 		return err
 	}
+	defer e.c.exit()
 	owner, ok := OwnerOf(lctx)
 	term, ok2 := FencingToken(lctx)
 	if !ok || !ok2 {
