@@ -205,7 +205,8 @@ func (c *Client) background(f func(ctx context.Context)) bool {
 
 // bounded runs call under ctx and returns its result, or ctx's error once
 // ctx has ended, or ErrClosed once the Client closes, whichever comes
-// first. rueidis makes a call that needs a connection another call is
+// first (once the Client closes it waits for the call's answer, which
+// Close bounds). rueidis makes a call that needs a connection another call is
 // opening wait for that dial and handshake whatever the waiting call's own
 // context (they are bounded by the dialing call's context and the dial
 // timeout), so under a network fault a wait inline could return well after
@@ -241,6 +242,15 @@ func bounded[T any](c *Client, ctx context.Context, call func(context.Context) (
 		return r.v, r.err
 	case <-ctx.Done():
 	case <-c.done:
+		// Closing: wait for the answer (Close cancels the call once the
+		// calls in progress have had closeTimeout), so that what the call
+		// did is taken back by the ordinary way out (a queue's leave, a
+		// hold's release), not by an undo that leaves its mark behind.
+		select {
+		case r := <-ch:
+			return r.v, r.err
+		case <-ctx.Done():
+		}
 	}
 	select {
 	case r := <-ch: // it answered as ctx ended: keep the answer

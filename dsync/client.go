@@ -200,13 +200,13 @@ func (c *Client) Close() error {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
+	// Their lock contexts end first, so that no holder here still believes
+	// in a lock that another Client can take as soon as it is released.
 	for _, h := range holds {
 		h.beginRelease() // a renewal in flight must not report them lost
-	}
-	c.releaseOnClose(holds)
-	for _, h := range holds {
 		h.end(ErrClosed, false)
 	}
+	c.releaseOnClose(holds)
 	c.clock.close()
 	// The cleanups run until done or closeTimeout; then no more start.
 	c.waitBackground(deadline.C)

@@ -62,15 +62,17 @@ func usedArg(token, used uint64) string {
 // unregister removes this Client's entry from m's waiting count when its
 // wait ends without the lock, unless another local waiter goes on waiting
 // (it registers at its next attempt, overwriting the entry), and with the
-// last entry the value's mark that someone waits.
+// last entry the value's mark that someone waits. Once the Client is
+// closed no local waiter goes on, so the entry goes (a cleanup that Close
+// waits for).
 func (m *Mutex) unregister(st *mutexState) {
+	c := m.c
 	st.mu.Lock()
 	others := len(st.queue) > 0
 	st.mu.Unlock()
-	if others {
+	if others && !c.closed.Load() {
 		return
 	}
-	c := m.c
 	c.background(func(ctx context.Context) {
 		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident}).Error()
 	})
