@@ -42,6 +42,14 @@ type Leader struct {
 // alive by the watchdog like any lock unless WithLeaseTime is given. A
 // leader that dies without resigning is replaced within one lease.
 //
+// Client.Close ends a term as Resign does, before it returns: the
+// leadership context is cancelled (cause ErrClosed), the end is recorded
+// ("no leader") and published, so observers on other Clients see Leader{}
+// at once, and the lock passes to the next candidate in line. A Campaign
+// waiting in line when its Client closes returns ErrClosed and leaves the
+// line (a grant that reached it meanwhile goes to the next candidate), and
+// the Client's Observe channels are closed.
+//
 // Beside the lock, the election keeps a leader record: the value, owner,
 // term and start of the current term, and its last few changes, each with
 // a version. Every change is published, and Observe delivers them.

@@ -211,7 +211,7 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	f func(context.Context) (string, error), outcome func(error) (string, string)) (e runEnd) {
 	h := w.h
 	if !h.track(w.sentAt, r.lease()) {
-		_, _ = r.endRun(ctx, w.mark, "fail", "")
+		_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
 		return runEnd{err: ErrClosed}
 	}
 	lctx := h.newCtx(context.WithValue(ctx, runKey, true))

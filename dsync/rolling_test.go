@@ -83,6 +83,7 @@ type rolling struct {
 	live    map[string][]*rollHold // per lock, holds not known ended
 	lastTok map[string]uint64
 	closed  []*rollClient
+	stopAt  time.Duration // when the workers were told to stop
 	// onClose, if set, runs just before a Client's Close begins.
 	onClose func(cl *rollClient)
 }
@@ -287,6 +288,7 @@ func runRolling(t *testing.T, start func(r *rolling, wg *sync.WaitGroup), setup 
 		break
 	}
 	tick.Stop()
+	r.stopAt = r.now()
 	cancel()
 	wg.Wait()
 	for _, rep := range r.reps {
@@ -308,10 +310,12 @@ func (r *rolling) check() {
 
 // maxFree is the longest time a lock sat free between two holds while the
 // run went on: from the end of a hold (its release, or its Client's Close
-// returning, which released it) to the next hold's start. Every replica
-// waits for the lock all the time, so a free lock is a waiter that has not
-// been given it.
-func (r *rolling) maxFree(what string) (time.Duration, *rollHold) {
+// returning, which released it) to the next hold's start, or to the end of
+// the run. Every replica waits for the lock all the time, so a free lock is
+// a waiter that has not been given it. With runs (a Once's or Group's
+// runs of f for one name), only a run that a Close cut leaves the name
+// for another to run.
+func (r *rolling) maxFree(what string, runs bool) (time.Duration, *rollHold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var hs []*rollHold
@@ -330,12 +334,15 @@ func (r *rolling) maxFree(what string) (time.Duration, *rollHold) {
 	var lastEnd time.Duration
 	var last *rollHold
 	for i, h := range hs {
-		if i > 0 && h.start-lastEnd > worst {
+		if i > 0 && h.start-lastEnd > worst && (!runs || last.closedBy != nil) {
 			worst, after = h.start-lastEnd, last
 		}
 		if h.end > lastEnd {
 			lastEnd, last = h.end, h
 		}
+	}
+	if last != nil && r.stopAt-lastEnd > worst && (!runs || last.closedBy != nil) {
+		worst, after = r.stopAt-lastEnd, last
 	}
 	return worst, after
 }
@@ -415,7 +422,7 @@ func TestRollingRestart(t *testing.T) {
 	for _, l := range rollLocks() {
 		t.Run(l.name, func(t *testing.T) {
 			r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) { r.lockWorkers(wg, l) })
-			worst, after := r.maxFree(l.name)
+			worst, after := r.maxFree(l.name, false)
 			if after != nil {
 				t.Logf("longest free: %v after the hold with token %d (ended by Close: %v)", worst, after.tok, after.closedBy != nil)
 			}
@@ -477,7 +484,7 @@ func rollRuns(t *testing.T, kind string) {
 	}
 	var worst time.Duration
 	for n := range names {
-		if d, _ := r.maxFree(n); d > worst {
+		if d, _ := r.maxFree(n, true); d > worst {
 			worst = d
 		}
 	}
