@@ -2,7 +2,9 @@ package dsync_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,4 +237,106 @@ func TestCrashedHolderTagExpires(t *testing.T) {
 	t.Logf("the crashed holder's tag was gone %v after the crash (lease %v)", time.Since(crashedAt), lease)
 	fields := tagFields(t, rc, prefix)
 	require.Len(t, fields, 1, "the live holder's tag: %v", fields)
+}
+
+// A Client that holds and waits for every primitive at once leaves nothing
+// in Redis once its Close has returned: no queue place (FairMutex, RWMutex
+// readers and writers, Semaphore, Election candidates, Cond and Group
+// waiters), no Mutex waiting registration, no hold (its own or handed on
+// between its goroutines), no tag. (Before the fix the places, the
+// waiting registration and the Group waiter were left.)
+func TestCloseLeavesNothing(t *testing.T) {
+	prefix := testPrefix(t)
+	opts := []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(6 * time.Second)}
+	h := newClientOn(t, newRueidis(t), opts...)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{server(t).Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer rc.Close()
+	a, err := dsync.NewClient(rc, append(opts, dsync.WithClientName("closing"), dsync.WithObserver(tagObserver("a")))...)
+	require.NoError(t, err)
+	defer a.Close()
+	cl := &rollClient{c: a, rc: rc, name: "closing", id: dsync.ClientID(a)}
+	r := &rolling{t: t, prefix: prefix, rc: newRueidis(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	block := make(chan struct{}) // the runs of H's f block until the test ends
+	defer close(block)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	bg := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- f()
+		}()
+	}
+	hold := func(l context.Context, err error) {
+		require.NoError(t, err)
+		_ = l
+	}
+	// Held by A: a Mutex with two goroutines of A queued behind it, a
+	// FairMutex, a Semaphore permit, an Election term.
+	hold(a.NewMutex("m1").LockContext(ctx))
+	for range 2 {
+		bg(func() error { _, err := a.NewMutex("m1").LockContext(ctx); return err })
+	}
+	hold(a.NewFairMutex("f1").LockContext(ctx))
+	hold(a.NewSemaphore("s1", 1).Acquire(ctx, 1))
+	hold(a.NewElection("e1").Campaign(ctx, "a"))
+	// Held by H, waited for by A.
+	hold(h.NewMutex("m2").LockContext(ctx))
+	for range 2 {
+		bg(func() error { _, err := a.NewMutex("m2").LockContext(ctx); return err })
+	}
+	hold(h.NewFairMutex("f2").LockContext(ctx))
+	bg(func() error { _, err := a.NewFairMutex("f2").LockContext(ctx); return err })
+	hold(h.NewRWMutex("rw").LockContext(ctx))
+	bg(func() error { _, err := a.NewRWMutex("rw").LockContext(ctx); return err })
+	bg(func() error { _, err := a.NewRWMutex("rw").RLockContext(ctx); return err })
+	hold(h.NewSemaphore("s2", 1).Acquire(ctx, 1))
+	bg(func() error { _, err := a.NewSemaphore("s2", 1).Acquire(ctx, 1); return err })
+	hold(h.NewElection("e2").Campaign(ctx, "h"))
+	bg(func() error { _, err := a.NewElection("e2").Campaign(ctx, "a"); return err })
+	bg(func() error {
+		m := a.NewMutex("cm")
+		l, err := m.LockContext(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = a.NewCond(m).Wait(l)
+		return err
+	})
+	running := make(chan struct{}, 2)
+	go func() {
+		_, _, _ = dsync.NewGroup[int](h, "g").Do(ctx, "k", func(context.Context) (int, error) { running <- struct{}{}; <-block; return 0, nil })
+	}()
+	go func() {
+		_ = h.NewOnce("o").Do(ctx, func(context.Context) error { running <- struct{}{}; <-block; return nil })
+	}()
+	<-running
+	<-running
+	bg(func() error { _, _, err := dsync.NewGroup[int](a, "g").Do(ctx, "k", func(context.Context) (int, error) { return 0, nil }); return err })
+	bg(func() error { return a.NewOnce("o").Do(ctx, func(context.Context) error { return nil }) })
+	// Every wait of A is in Redis.
+	want := []string{"{m1}:mutex", "{m1}:mutex:tags", "{f1}:fair", "{s1}:sem:holders", "{\x00election:e1}:fair",
+		"{m2}:mutex:waiting", "{f2}:fair:queue", "{rw}:rw:queue", "{rw}:rw:rwait", "{s2}:sem:waiters",
+		"{\x00election:e2}:fair:queue", "{cm}:cond", "{g}:group:w:k"}
+	waitFor(t, 5*time.Second, "every wait of A in Redis", func() bool {
+		left := strings.Join(r.leftBy(cl), "\n")
+		for _, k := range want {
+			if !strings.Contains(left, prefix+":"+k+`"`) && !strings.Contains(left, fmt.Sprintf("%q", prefix+":"+k)) {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, a.Close())
+	left := r.leftBy(cl)
+	require.Empty(t, left, "what the Client had in Redis after its Close returned")
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.ErrorIs(t, err, dsync.ErrClosed, "a wait Close ended")
+	}
 }
