@@ -315,7 +315,10 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}()
 	<-running
 	<-running
-	bg(func() error { _, _, err := dsync.NewGroup[int](a, "g").Do(ctx, "k", func(context.Context) (int, error) { return 0, nil }); return err })
+	bg(func() error {
+		_, _, err := dsync.NewGroup[int](a, "g").Do(ctx, "k", func(context.Context) (int, error) { return 0, nil })
+		return err
+	})
 	bg(func() error { return a.NewOnce("o").Do(ctx, func(context.Context) error { return nil }) })
 	// Every wait of A is in Redis.
 	want := []string{"{m1}:mutex", "{m1}:mutex:tags", "{f1}:fair", "{s1}:sem:holders", "{\x00election:e1}:fair",
