@@ -182,15 +182,19 @@ func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	deadline := time.NewTimer(closeTimeout)
-	defer deadline.Stop()
+	// One budget for all of it; cleanups run under cleanCtx, cancelled
+	// when it has run out.
+	dctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	stop := context.AfterFunc(dctx, c.cleanCancel)
+	defer stop()
 	close(c.done)
 	// The calls in progress return (their waits see done), handing what
 	// they must undo to the background, which still runs.
 	if c.ops.Load() != 0 {
 		select {
 		case <-c.opsIdle:
-		case <-deadline.C:
+		case <-dctx.Done():
 		}
 	}
 	c.cancel()
@@ -209,7 +213,7 @@ func (c *Client) Close() error {
 	c.releaseOnClose(holds)
 	c.clock.close()
 	// The cleanups run until done or closeTimeout; then no more start.
-	c.waitBackground(deadline.C)
+	c.waitBackground(dctx.Done())
 	c.cleanCancel()
 	c.mu.Lock()
 	c.sealed = true
@@ -240,7 +244,7 @@ func (c *Client) exit() {
 }
 
 // waitBackground waits until no cleanup runs in the background, or stop.
-func (c *Client) waitBackground(stop <-chan time.Time) {
+func (c *Client) waitBackground(stop <-chan struct{}) {
 	c.mu.Lock()
 	if c.nbg == 0 {
 		c.mu.Unlock()
@@ -269,8 +273,7 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	if len(holds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.cleanCtx, closeTimeout)
-	defer cancel()
+	ctx := c.cleanCtx // cancelled when closeTimeout has run out
 	first := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
