@@ -228,6 +228,9 @@ func (c *Client) Close() error {
 // ErrClosed (counting nothing) once the Client is closed. Every call that
 // can leave something in Redis runs between enter and exit.
 func (c *Client) enter() error {
+	if err := c.checkOpen(); err != nil { // a zero-value primitive panics there
+		return err
+	}
 	c.ops.Add(1)
 	if c.closed.Load() {
 		c.exit()
