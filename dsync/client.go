@@ -176,8 +176,12 @@ const closeTimeout = 2 * time.Second
 //     stop (Observe's channels are closed).
 //
 // All of it is bounded by closeTimeout (2 s): Redis that does not answer
-// by then leaves the rest to the leases. No goroutine of the Client
-// outlives Close. Close is idempotent.
+// by then leaves the rest to the leases. (So Close called from inside a
+// call of the same Client, such as an Observer hook, returns only after
+// closeTimeout: it waits for that call.) A Once's or Group's f running
+// when Close is called is not waited for: its run's hold is released as
+// failed (the next caller runs f) and its lock context cancelled. No
+// goroutine of the Client outlives Close. Close is idempotent.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
