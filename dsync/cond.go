@@ -72,6 +72,10 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	if err := c.checkCall(context.Background(), m.err); err != nil {
 		return nil, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.exit()
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}

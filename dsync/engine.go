@@ -60,6 +60,12 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 		w.register()
 	}
 	for n := 1; ; n++ {
+		if n > 1 && c.closed.Load() {
+			// Closing: no attempt after Close began; the wait leaves as
+			// one that gave up (Client.Close waits for it).
+			p.gaveUp()
+			return n - 1, ErrClosed
+		}
 		w.drain()
 		over, hint, err := p.attempt(ctx, n)
 		if err != nil {
