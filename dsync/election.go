@@ -148,10 +148,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 		if err == nil {
 			_ = e.fm.UnlockContext(lctx)
 		}
-		return nil, ctx.Err()
+		return nil, wrapErr(KindElection, e.name, ctx.Err())
 	}
 	if err != nil {
-		return nil, err
+		return nil, renameErr(KindElection, e.name, err)
 	}
 	owner, _ := OwnerOf(lctx)
 	term, _ := FencingToken(lctx)
@@ -251,7 +251,7 @@ func (e *Election) Resign(lctx context.Context) error {
 	owner, ok := OwnerOf(lctx)
 	term, ok2 := FencingToken(lctx)
 	if !ok || !ok2 {
-		return ErrNotHeld
+		return notHeld(lctx, KindElection, e.name, "Campaign", false)
 	}
 	return wrapErr(KindElection, e.name, e.resign(lctx, owner, term))
 }

@@ -24,14 +24,14 @@ func TestSyncLockerContract(t *testing.T) {
 		TryLock() bool
 	}
 	for _, tc := range []struct {
-		what string
-		mk   func(c *dsync.Client) sync.Locker
+		what, name string
+		mk         func(c *dsync.Client) sync.Locker
 	}{
-		{"Mutex", func(c *dsync.Client) sync.Locker { return c.NewMutex("l") }},
-		{"FairMutex", func(c *dsync.Client) sync.Locker { return c.NewFairMutex("l") }},
-		{"RWMutex", func(c *dsync.Client) sync.Locker { return c.NewRWMutex("l") }},
-		{"RedLock", func(c *dsync.Client) sync.Locker { return dsync.NewRedLock("l", []*dsync.Client{c}) }},
-		{"MultiLock", func(c *dsync.Client) sync.Locker {
+		{"Mutex", "l", func(c *dsync.Client) sync.Locker { return c.NewMutex("l") }},
+		{"FairMutex", "l", func(c *dsync.Client) sync.Locker { return c.NewFairMutex("l") }},
+		{"RWMutex", "l", func(c *dsync.Client) sync.Locker { return c.NewRWMutex("l") }},
+		{"RedLock", "l", func(c *dsync.Client) sync.Locker { return dsync.NewRedLock("l", []*dsync.Client{c}) }},
+		{"MultiLock", "ml-a,ml-b", func(c *dsync.Client) sync.Locker {
 			return dsync.NewMultiLock(c.NewMutex("ml-a"), c.NewMutex("ml-b"))
 		}},
 	} {
@@ -60,7 +60,7 @@ func TestSyncLockerContract(t *testing.T) {
 				t.Fatal("the waiting Lock did not get the lock after Unlock")
 			}
 			b.Unlock()
-			assert.PanicsWithValue(t, fmt.Sprintf("dsync: unlock of unlocked %s", tc.what), b.Unlock, "Unlock of an unlocked %s", tc.what)
+			assert.PanicsWithValue(t, fmt.Sprintf("dsync: unlock of unlocked %s %q", tc.what, tc.name), b.Unlock, "Unlock of an unlocked %s", tc.what)
 		})
 	}
 	t.Run("RLocker", func(t *testing.T) {
@@ -73,6 +73,6 @@ func TestSyncLockerContract(t *testing.T) {
 		rl.Unlock()
 		require.True(t, rw.TryLock(), "the write lock is not free after both RUnlocks")
 		rw.Unlock()
-		assert.PanicsWithValue(t, "dsync: RUnlock of unlocked RWMutex", rl.Unlock, "RUnlock with no read lock")
+		assert.PanicsWithValue(t, `dsync: RUnlock of unlocked RWMutex "r"`, rl.Unlock, "RUnlock with no read lock")
 	})
 }

@@ -159,7 +159,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	}
 	ctx = releaseCtx(ctx)
 	if !ok {
-		return ErrNotHeld
+		return notHeld(ctx, KindMutex, m.info.Name, "LockContext", false)
 	}
 	c := m.c
 	// Redis is told under ctx only if it bounds the release in time; else
@@ -186,7 +186,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 		// another Client, so ask Redis.
 		code, err := m.release(rctx, owner, 0, 0)
 		if err == nil && code == 0 {
-			err = ErrNotHeld
+			err = notHeld(ctx, KindMutex, m.info.Name, "LockContext", true)
 		}
 		return wrapErr(KindMutex, m.info.Name, err)
 	}

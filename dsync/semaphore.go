@@ -105,7 +105,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	}
 	owner, ok := OwnerOf(ctx)
 	if !ok {
-		return ErrNotHeld
+		return notHeld(ctx, KindSemaphore, s.name, "Acquire", false)
 	}
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
@@ -122,7 +122,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		return s.sizeMismatch(vals[1])
 	}
 	if err == nil && vals[0] == 0 {
-		return ErrNotHeld
+		return notHeld(ctx, KindSemaphore, s.name, "Acquire", true)
 	}
 	ended := s.take(owner, tok, n, err == nil && vals[1] == 0)
 	for _, h := range ended {

@@ -111,7 +111,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return wrapErr(KindWaitGroup, wg.name, ctx.Err())
 			}
 			if c.closed.Load() {
 				return ErrClosed
