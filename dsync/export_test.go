@@ -27,3 +27,7 @@ var ErrReleased = errReleased
 // InDoubt reports whether a call of c has failed without a reply from
 // Redis, after which its waits run bounded for a while (Client.inDoubt).
 func InDoubt(c *Client) bool { return c.connDoubt.Load() != 0 }
+
+// ForceSubscribed reports whether c is subscribed to its key prefix's
+// control channel, on which forced releases are told.
+func ForceSubscribed(c *Client) bool { return c.notify.isLive(c.forceChannel()) }
