@@ -202,3 +202,35 @@ func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 		})
 	}
 }
+
+// On a Redis 7 cluster (sharded pub/sub: the control channel is an
+// SSUBSCRIBE on the node that owns its slot, the notice an SPUBLISH), a
+// forced release through another Client tells the holder as fast, for
+// locks on every master.
+func TestClusterForceUnlockTellsHolder(t *testing.T) {
+	prefix := testPrefix(t)
+	holder := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithClientName("holder"))
+	other := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
+	waitFor(t, 10*time.Second, "the control subscriptions", func() bool {
+		return dsync.ForceSubscribed(holder) && dsync.ForceSubscribed(other)
+	})
+	ctx := ctxT(t)
+	for _, name := range namesOnMasters(t, prefix) {
+		for _, kind := range []string{"mutex", "semaphore"} {
+			lctx := holdFor(t, holder, kind, name)
+			ended := make(chan time.Time, 1)
+			context.AfterFunc(lctx, func() { ended <- time.Now() })
+			start := time.Now()
+			_, told, err := other.ForceUnlockTell(ctx, name)
+			require.NoError(t, err)
+			select {
+			case at := <-ended:
+				t.Logf("%s %q: lock context cancelled %v after the forced release began", kind, name, at.Sub(start))
+				assert.LessOrEqual(t, at.Sub(start), forceBound, "%s %q", kind, name)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s %q: the holder's lock context was not cancelled 5 s after the forced release", kind, name)
+			}
+			require.Len(t, told, 1, "%s %q: told %+v", kind, name, told)
+		}
+	}
+}
