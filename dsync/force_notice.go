@@ -51,6 +51,9 @@ func (c *Client) forceChannel() string { return c.cfg.prefix + ":force" }
 // control channel and reports how many Clients received it (in a cluster
 // without sharded pub/sub, those connected to the node that took it only).
 func (c *Client) tellForced(ctx context.Context, name, reply string) (int64, error) {
+	// Told even if ctx ended after the release: the holders must learn.
+	ctx, cancel := cleanupCtx(releaseCtx(ctx))
+	defer cancel()
 	ch, msg := c.forceChannel(), reply+" "+name
 	if c.sharded {
 		return c.rc.Do(ctx, c.rc.B().Spublish().Channel(ch).Message(msg).Build()).AsInt64()
@@ -73,9 +76,13 @@ func (c *Client) onForce(msg string) {
 // and answers on reply.
 func (c *Client) forced(ctx context.Context, reply, name string) {
 	var holds []*hold
+	election := ""
+	if !isElectionLock(name) {
+		election = electionLockName(name)
+	}
 	c.mu.Lock()
 	for h := range c.holds {
-		if n := h.lock.Name; n == name || (n == electionLockName(name) && !isElectionLock(name)) {
+		if n := h.lock.Name; n == name || n == election {
 			holds = append(holds, h)
 		}
 	}
@@ -86,6 +93,8 @@ func (c *Client) forced(ctx context.Context, reply, name string) {
 		select {
 		case c.renew.checks <- hc:
 		case <-ctx.Done():
+			return
+		case <-c.done:
 			return
 		}
 		select {
