@@ -151,7 +151,8 @@ func (ml *MultiLock) undo(mh *multiHold) error {
 
 // UnlockContext releases the innermost acquisition by the owner ctx carries,
 // every member, even if some fail (the errors are joined). It returns
-// ErrNotHeld if that owner holds no acquisition of ml through it.
+// ErrNotHeld if that owner holds no acquisition of ml through it
+// (ErrWrongContext, an ErrNotHeld, if ctx carries no owner at all).
 func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)

@@ -89,7 +89,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, b
 // Release releases n permits of the owner ctx carries (the lock context of
 // an Acquire, or any context with the same owner) and grants their permits
 // to the waiters that now fit, in queue order, in the same atomic step. If the owner holds fewer than n permits it
-// returns ErrNotHeld and changes nothing. The release runs even if ctx is
+// returns ErrNotHeld and changes nothing (ErrWrongContext, an ErrNotHeld,
+// if ctx carries no owner at all: pass the lock context Acquire returned). The release runs even if ctx is
 // already cancelled, since a lock context is cancelled when lost.
 //
 // The lock contexts cancelled are those of the acquisitions the release
