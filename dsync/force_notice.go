@@ -11,7 +11,7 @@ import (
 
 // A forced release (ForceUnlock, "dsync unlock --force") tells the holders
 // at once: it publishes the lock's name on the control channel of the key
-// prefix, "<prefix>:force", which every Client subscribes to for its whole
+// prefix (see forceChannel), which every Client subscribes to for its whole
 // life on the connection its wakeups use (a sharded subscription in a
 // Redis 7 cluster). A Client that holds a lock of that name checks its
 // holds in Redis at once, as a renewal would, and those found gone end as
@@ -44,8 +44,11 @@ type holdCheck struct {
 	done  chan struct{}
 }
 
-// forceChannel is the control channel of the Client's key prefix.
-func (c *Client) forceChannel() string { return c.cfg.prefix + ":force" }
+// forceChannel is the control channel of the Client's key prefix,
+// "{dsync.force}:<prefix>": a prefix has no braces, so no pattern over a
+// prefix's channels ("<prefix>:*") and no lock's channel
+// ("<prefix>:{<name>}:...") meets it.
+func (c *Client) forceChannel() string { return "{dsync.force}:" + c.cfg.prefix }
 
 // tellForced publishes the forced release of the locks called name on the
 // control channel and reports how many Clients received it (in a cluster
