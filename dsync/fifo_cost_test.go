@@ -109,7 +109,7 @@ func TestFIFOCostsUnderContention(t *testing.T) {
 			// subscribed now (they linger a while after the last wait) show
 			// whether each wait subscribed a channel of its own.
 			// The locks' channels ("<prefix>:{<name>}:..."), not the Clients'
-			// control channel ("{dsync.force}:<prefix>", see ForceUnlock),
+			// control channel ("<prefix>:force", see ForceUnlock),
 			// subscribed once for each Client's life.
 			chans, err := rc.Do(ctx, rc.B().PubsubChannels().Pattern("*:{*").Build()).AsStrSlice()
 			require.NoError(t, err)

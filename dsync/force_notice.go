@@ -45,10 +45,10 @@ type holdCheck struct {
 }
 
 // forceChannel is the control channel of the Client's key prefix,
-// "{dsync.force}:<prefix>": a prefix has no braces, so no pattern over a
-// prefix's channels ("<prefix>:*") and no lock's channel
-// ("<prefix>:{<name>}:...") meets it.
-func (c *Client) forceChannel() string { return "{dsync.force}:" + c.cfg.prefix }
+// "<prefix>:force": under the prefix, so that a Redis user restricted to
+// the prefix's channels (ACL &<prefix>:*) may subscribe to it; no lock's
+// channel ("<prefix>:{<name>}:...") is named so.
+func (c *Client) forceChannel() string { return c.cfg.prefix + ":force" }
 
 // tellForced publishes the forced release of the locks called name on the
 // control channel and reports how many Clients received it (in a cluster

@@ -225,7 +225,7 @@ func TestCLIUnlockForce(t *testing.T) {
 	// Both Clients listen for forced releases (subscribed in the background
 	// when made) before the command runs.
 	rc := srv.Client(t)
-	forceCh := "{dsync.force}:" + e.prefix
+	forceCh := e.prefix + ":force"
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m, err := rc.Do(ctx, rc.B().PubsubNumsub().Channel(forceCh).Build()).AsIntMap()
