@@ -131,7 +131,7 @@ func checkValue(v string) error {
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
 	c := e.c
 	if err := c.checkCall(ctx, e.err); err != nil {
-		return nil, err
+		return nil, wrapErr(KindElection, e.name, err)
 	}
 	if err := checkValue(value); err != nil {
 		return nil, err

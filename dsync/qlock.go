@@ -90,7 +90,7 @@ func (q *qlock) lockerEnv() (string, string, *slog.Logger, *Client) {
 func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, error) {
 	c := q.c
 	if err := c.checkCall(ctx, q.err); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(q.info.Kind, q.info.Name, err)
 	}
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	if q.rwRead != "" {

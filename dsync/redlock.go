@@ -150,7 +150,7 @@ func (rl *RedLock) check(ctx context.Context) error {
 	if rl.err != nil {
 		return rl.err
 	}
-	return ctx.Err()
+	return wrapErr(KindRedLock, rl.name, ctx.Err())
 }
 
 // round tries every node once, in parallel. It waits for the nodes at most

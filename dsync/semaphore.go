@@ -228,7 +228,7 @@ func (s *Semaphore) lease() time.Duration {
 func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Context, bool, error) {
 	c := s.c
 	if err := c.checkCall(ctx, s.err); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(KindSemaphore, s.name, err)
 	}
 	if err := s.check(n); err != nil {
 		return nil, false, err

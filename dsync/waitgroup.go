@@ -86,7 +86,7 @@ func (wg *WaitGroup) Done(ctx context.Context) error {
 func (wg *WaitGroup) Wait(ctx context.Context) error {
 	c := wg.c
 	if err := c.checkCall(ctx, wg.err); err != nil {
-		return err
+		return wrapErr(KindWaitGroup, wg.name, err)
 	}
 	w := wakeup{c: c, ch: wg.ch}
 	defer w.close()
@@ -132,7 +132,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 			return nil // the generation observed ended; this is another
 		}
 		if err := w.wait(ctx, 0, attempt); err != nil {
-			return err
+			return wrapErr(KindWaitGroup, wg.name, err)
 		}
 	}
 }
