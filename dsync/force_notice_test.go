@@ -45,16 +45,19 @@ func holdFor(t testing.TB, c *dsync.Client, kind, name string) context.Context {
 		lctx, err = c.NewSemaphore(name, 3).Acquire(ctx, 2)
 	case "election":
 		lctx, err = c.NewElection(name).Campaign(ctx, "v")
-	case "once", "group":
+	case "once", "oncevalue", "group":
 		got := make(chan context.Context, 1)
 		run := func(fctx context.Context) {
 			got <- fctx
 			<-fctx.Done()
 		}
 		go func() {
-			if kind == "once" {
+			switch kind {
+			case "once":
 				_ = c.NewOnce(name).Do(ctx, func(fctx context.Context) error { run(fctx); return fctx.Err() })
-			} else {
+			case "oncevalue":
+				_, _ = dsync.OnceValue(c, name, func(fctx context.Context) (int, error) { run(fctx); return 0, fctx.Err() })(ctx)
+			default:
 				_, _, _ = dsync.NewGroup[int](c, name).Do(ctx, "k", func(fctx context.Context) (int, error) { run(fctx); return 0, fctx.Err() })
 			}
 		}()
@@ -76,7 +79,7 @@ func holdFor(t testing.TB, c *dsync.Client, kind, name string) context.Context {
 	return lctx
 }
 
-var forcedKinds = []string{"mutex", "mutex-fixed", "fair", "fair-fixed", "rw", "rw-read", "semaphore", "election", "once", "group"}
+var forcedKinds = []string{"mutex", "mutex-fixed", "fair", "fair-fixed", "rw", "rw-read", "semaphore", "election", "once", "oncevalue", "group"}
 
 // A forced release, through the holder's own Client or another, cancels
 // the holder's lock context within forceBound (default lease: the next
