@@ -41,14 +41,19 @@ func (c *Client) checkCall(ctx context.Context, nameErr error) error {
 	return ctx.Err()
 }
 
-// wrapErr names the lock in a Redis error; context errors and the package's
-// own errors pass through unchanged so errors.Is keeps working.
+// wrapErr names the lock in an error: a Redis error, a wait ended by its
+// context, ErrNotHeld. errors.Is and errors.As see through it. ErrClosed
+// and ErrInvalidArgument pass unchanged (they are about the Client or the
+// call), and so does an error that names a lock already.
 func wrapErr(kind Kind, name string, err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, ErrClosed) || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrInvalidArgument) {
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
 		return err
 	}
-	return fmt.Errorf("dsync: %s %q: %w", kind, shortName(name), err)
+	var le *lockError
+	if errors.As(err, &le) {
+		return err
+	}
+	return &lockError{kind: kind, name: name, err: err}
 }
 
 func shortName(name string) string {

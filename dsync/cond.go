@@ -55,7 +55,8 @@ func (c *Client) NewCond(l *Mutex) *Cond {
 //
 // lctx must be the lock context of the Cond's Mutex (or a context derived
 // from it), held through the Mutex's Client and not re-entered; otherwise
-// Wait returns ErrNotHeld (ErrInvalidArgument if re-entered) and leaves
+// Wait returns ErrNotHeld (ErrWrongContext if lctx is no lock context of
+// the Mutex; ErrInvalidArgument if re-entered) and leaves
 // the lock as it was. After the release the wait runs under the context
 // the lock was acquired with, which ends the wait (and the re-acquisition)
 // with its error; a deadline lctx adds, if sooner, bounds the wait for a
@@ -80,11 +81,14 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
 	lc, _ := lctx.Value(lockCtxKey{}).(*lockCtx)
-	if lc == nil || lc.h.key != m.key || lc.h.c != c || lc.h.isEnded() {
-		return nil, ErrNotHeld
+	if lc == nil || lc.h.key != m.key || lc.h.c != c {
+		return nil, &lockError{kind: KindCond, name: cd.info.Name, err: fmt.Errorf("%w: pass the lock context that LockContext of the Cond's Mutex returned, through the Cond's Client", ErrWrongContext)}
+	}
+	if lc.h.isEnded() {
+		return nil, wrapErr(KindCond, cd.info.Name, ErrNotHeld)
 	}
 	if err := lctx.Err(); err != nil {
-		return nil, err // the lock is still held
+		return nil, wrapErr(KindCond, cd.info.Name, err) // the lock is still held
 	}
 	if lc.h.depth() > 1 {
 		return nil, fmt.Errorf("%w: Cond %q: Wait with a re-entered lock would keep it", ErrInvalidArgument, shortName(cd.info.Name))

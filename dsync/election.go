@@ -147,7 +147,7 @@ func checkValue(v string) error {
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
 	c := e.c
 	if err := c.checkCall(ctx, e.err); err != nil {
-		return nil, err
+		return nil, wrapErr(KindElection, e.name, err)
 	}
 	if err := c.enter(); err != nil {
 		return nil, err
@@ -168,10 +168,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 		if err == nil {
 			_ = e.fm.UnlockContext(lctx)
 		}
-		return nil, ctx.Err()
+		return nil, wrapErr(KindElection, e.name, ctx.Err())
 	}
 	if err != nil {
-		return nil, err
+		return nil, renameErr(KindElection, e.name, err)
 	}
 	owner, _ := OwnerOf(lctx)
 	term, _ := FencingToken(lctx)
@@ -272,7 +272,7 @@ func (e *Election) Resign(lctx context.Context) error {
 	owner, ok := OwnerOf(lctx)
 	term, ok2 := FencingToken(lctx)
 	if !ok || !ok2 {
-		return ErrNotHeld
+		return notHeld(lctx, KindElection, e.name, "Campaign", false)
 	}
 	return wrapErr(KindElection, e.name, e.resign(lctx, owner, term))
 }

@@ -62,7 +62,7 @@ func (c *Client) forceElection(ctx context.Context, name string) (bool, error) {
 			return false, wrapErr(KindElection, name, err)
 		}
 	}
-	refs, err := c.ForceUnlock(ctx, electionLockName(name))
+	refs, err := c.forceUnlock(ctx, electionLockName(name))
 	if err != nil {
 		return false, wrapErr(KindElection, name, err)
 	}

@@ -1,6 +1,11 @@
 package dsync
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
 
 var (
 	// ErrNotHeld is returned by a release when the owner in the context does
@@ -25,6 +30,67 @@ var (
 	// and no candidate has taken over yet.
 	ErrNoLeader = errors.New("dsync: election has no leader")
 
+	// ErrWrongContext is returned (wrapped, naming the lock) by a release
+	// whose context carries no hold of the lock: no owner at all (the
+	// parent context passed to LockContext instead of the lock context it
+	// returned, or an UnlockContext after Lock), or the lock context of
+	// another lock. The lock stays held: release it with the lock context
+	// its acquisition returned, or with Unlock if Lock took it. It matches
+	// ErrNotHeld too.
+	ErrWrongContext error = notHeldError("dsync: the context carries no hold of this lock")
+
 	// errReleased is the cause of a lock context cancelled by its release.
 	errReleased = errors.New("dsync: lock released")
 )
+
+// notHeldError is an error that matches ErrNotHeld.
+type notHeldError string
+
+func (e notHeldError) Error() string { return string(e) }
+func (e notHeldError) Unwrap() error { return ErrNotHeld }
+
+// A lockError names the lock an error is about; errors.Is and errors.As
+// see the error it wraps.
+type lockError struct {
+	kind Kind
+	name string
+	err  error
+}
+
+func (e *lockError) Error() string {
+	return "dsync: " + string(e.kind) + " " + fmt.Sprintf("%q", shortName(e.name)) + ": " + strings.TrimPrefix(e.err.Error(), "dsync: ")
+}
+
+func (e *lockError) Unwrap() error { return e.err }
+
+// notHeld is the error of a release through ctx that found no hold of the
+// lock (kind, name) for the owner ctx carries (hasOwner false: it carries
+// none). acquire names the call whose lock context the release takes.
+// A context that carries no owner, or that is the lock context of another
+// lock, is the wrong context (ErrWrongContext); otherwise the owner's hold
+// was released already, or lost, or never taken.
+func notHeld(ctx context.Context, kind Kind, name, acquire string, hasOwner bool) error {
+	if !hasOwner || otherLock(ctx, kind, name) {
+		return &lockError{kind: kind, name: name, err: fmt.Errorf("%w: pass the lock context that %s returned (a lock that Lock took is released by Unlock)", ErrWrongContext, acquire)}
+	}
+	return &lockError{kind: kind, name: name, err: fmt.Errorf("%w (released already, lost, or never acquired by it)", ErrNotHeld)}
+}
+
+// otherLock reports whether ctx derives from the lock context of a lock
+// other than (kind, name).
+func otherLock(ctx context.Context, kind Kind, name string) bool {
+	if ctx == nil {
+		return false
+	}
+	lc, ok := ctx.Value(lockCtxKey{}).(*lockCtx)
+	return ok && lc.h != nil && (lc.h.lock.Kind != kind || lc.h.lock.Name != name)
+}
+
+// renameErr is wrapErr naming the lock (kind, name) instead of the lock
+// err names, if any: an Election's error from its inner lock.
+func renameErr(kind Kind, name string, err error) error {
+	if le, ok := err.(*lockError); ok {
+		err = le.err
+	}
+	return wrapErr(kind, name, err)
+}

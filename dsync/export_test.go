@@ -32,3 +32,7 @@ func InDoubt(c *Client) bool { return c.connDoubt.Load() != 0 }
 // ids, its waiting registration), for tests that look for what a closed
 // Client left behind.
 func ClientID(c *Client) string { return c.id[:16] }
+
+// ForceSubscribed reports whether c is subscribed to its key prefix's
+// control channel, on which forced releases are told.
+func ForceSubscribed(c *Client) bool { return c.notify.isLive(c.forceChannel()) }

@@ -116,7 +116,9 @@ func (f *FairMutex) TryLockContext(ctx context.Context) (context.Context, bool, 
 
 // UnlockContext releases one acquisition by the owner ctx carries, and on
 // the last one grants the lock to the next waiter in the queue. It returns ErrNotHeld if
-// that owner does not hold f.
+// that owner does not hold f, and ErrWrongContext (which is an ErrNotHeld)
+// if ctx carries no hold of f at all: pass the lock context LockContext
+// returned, not its parent.
 func (f *FairMutex) UnlockContext(ctx context.Context) error { return f.q.unlock(ctx) }
 
 func flag(b bool) string {

@@ -2,6 +2,10 @@ package dsync
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
@@ -15,14 +19,100 @@ import (
 // resets a WaitGroup
 // counter to zero (every Wait returns). It is the operator's last resort for
 // a holder that is stuck but still renewing (a holder that died frees the
-// lock by itself when its lease runs out): the holder's next renewal finds
-// the hold gone and cancels its lock context with ErrLockLost, but until
-// then it may still act as the holder, so only fencing tokens protect the
-// data it writes. The fencing sequences continue after a forced release.
+// lock by itself when its lease runs out). It tells the holders at once:
+// every Client of the key prefix that holds a lock called name, this one
+// included, is told by a message on the connection its wakeups use,
+// checks its holds in Redis, and cancels the lock contexts of those that
+// are gone with ErrLockLost, within a round trip (milliseconds). A holder
+// that cannot be told then (its Client's subscription is broken, its
+// process stopped) finds out at its next renewal; meanwhile it may still
+// act as the holder, so only fencing tokens protect the data it writes. A
+// hold with a fixed lease (WithLeaseTime) that is not a Mutex's or a
+// FairMutex's is not told: it ends with its lease. The fencing sequences
+// continue after a forced release.
 //
 // ForceUnlock returns the primitives it released; none, and no error, when
-// nothing was held.
+// nothing was held. ForceUnlockTell also says which holders were told.
 func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error) {
+	out, err := c.forceUnlock(ctx, name)
+	if len(out) > 0 {
+		if _, perr := c.tellForced(ctx, name, "-"); perr != nil && err == nil {
+			err = wrapErr(out[0].Kind, name, perr)
+		}
+	}
+	return out, err
+}
+
+// ForceUnlockTell is ForceUnlock, and returns the holders it told at once:
+// those whose Client answered that it cancelled their lock contexts. It
+// waits for the answers of every Client that received the message (in a
+// cluster without sharded pub/sub, of those on the node that took it), up
+// to a second or until ctx ends. A holder released but not in told was not
+// reached: its process is gone (its lease has ended or will), stopped, or
+// cut off from Redis; it finds out at its next renewal, if any.
+func (c *Client) ForceUnlockTell(ctx context.Context, name string) (released []LockRef, told []ToldHolder, err error) {
+	out, err := c.forceUnlock(ctx, name)
+	if len(out) == 0 {
+		return out, nil, err
+	}
+	reply := c.cfg.prefix + ":force:" + c.attemptID()
+	n, perr := c.tellForced(ctx, name, reply)
+	if perr != nil {
+		if err == nil {
+			err = wrapErr(out[0].Kind, name, perr)
+		}
+		return out, nil, err
+	}
+	told, aerr := c.forceAnswers(ctx, reply, n)
+	if err == nil {
+		err = aerr
+	}
+	return out, told, err
+}
+
+// forceAnswers collects n answers on the list reply (see forced), until
+// forceAnswerWait has passed or ctx ends, and returns the holders they name.
+func (c *Client) forceAnswers(ctx context.Context, reply string, n int64) ([]ToldHolder, error) {
+	defer c.background(func(ctx context.Context) {
+		_ = c.rc.Do(ctx, c.rc.B().Del().Key(reply).Build()).Error()
+	})
+	var told []ToldHolder
+	deadline := time.Now().Add(forceAnswerWait)
+	for got := int64(0); got < n; got++ {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			break
+		}
+		kv, err := c.rc.Do(ctx, c.rc.B().Blpop().Key(reply).Timeout(left.Seconds()).Build()).AsStrSlice()
+		if rueidis.IsRedisNil(err) {
+			break // timed out
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return told, fmt.Errorf("dsync: waiting for the holders' answers to a forced release: %w", err)
+		}
+		if len(kv) != 2 {
+			continue
+		}
+		lines := strings.Split(kv[1], "\n")
+		for _, l := range lines[1:] {
+			kind, rest, _ := strings.Cut(l, " ")
+			qowner, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				continue
+			}
+			owner, _ := strconv.Unquote(qowner)
+			name, _ := strconv.Unquote(strings.TrimPrefix(rest[len(qowner):], " "))
+			told = append(told, ToldHolder{Kind: Kind(kind), Name: name, Owner: owner, Client: lines[0]})
+		}
+	}
+	return told, nil
+}
+
+// forceUnlock is ForceUnlock without telling the holders.
+func (c *Client) forceUnlock(ctx context.Context, name string) ([]LockRef, error) {
 	if err := c.checkCall(ctx, checkName(name)); err != nil {
 		return nil, err
 	}

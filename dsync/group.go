@@ -173,7 +173,7 @@ func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) 
 // check validates what every call needs.
 func (g *Group[V]) check(ctx context.Context, key string) error {
 	if err := g.c.checkCall(ctx, g.err); err != nil {
-		return err
+		return wrapErr(KindGroup, g.name, err)
 	}
 	if key == "" || len(key) > MaxNameLen {
 		return fmt.Errorf("%w: Group %q: key of %d bytes (1 to MaxNameLen)", ErrInvalidArgument, shortName(g.name), len(key))

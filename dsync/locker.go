@@ -3,8 +3,8 @@ package dsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -136,10 +136,7 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 	owner, ok := hs.pop()
 	what, name, log, _ := o.lockerEnv()
 	if !ok {
-		if name != "" {
-			what += " " + strconv.Quote(shortName(name))
-		}
-		panic("dsync: " + op + " of unlocked " + what)
+		panic(unlockPanic(o, op, what, name))
 	}
 	if err := o.unlockFor(owner); err != nil {
 		log.Warn("dsync: Unlock failed", "kind", what, "name", shortName(name), "err", err)
@@ -150,4 +147,56 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 // by owner.
 func ownerOnly(owner string) context.Context {
 	return withOwnerVal(context.Background(), ownerVal{id: owner})
+}
+
+// contextHeld is implemented by the locks that can tell whether this
+// process holds them through their context methods (for Unlock's panic).
+type contextHeld interface {
+	heldByContext() bool
+}
+
+// unlockPanic is the message of an Unlock (op: "unlock" or "RUnlock") of
+// the lock (what, name) that Lock did not lock: it names the lock, and, if
+// the lock is held through the context methods, the mistake.
+func unlockPanic(o lockerOps, op, what, name string) string {
+	lock, unlock := "LockContext", "UnlockContext"
+	if op == "RUnlock" {
+		lock, unlock = "RLockContext", "RUnlockContext"
+	}
+	desc := what
+	if name != "" {
+		desc += fmt.Sprintf(" %q", shortName(name))
+	}
+	if ch, ok := o.(contextHeld); ok && ch.heldByContext() {
+		return fmt.Sprintf("dsync: %s of %s, which Lock did not lock: it is held through %s; release it with %s(lctx), passing the lock context %s returned", op, desc, lock, unlock, lock)
+	}
+	return "dsync: " + op + " of unlocked " + desc
+}
+
+// holding reports whether the Client holds the lock l describes (through
+// any of its values).
+func (c *Client) holding(l Lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h := range c.holds {
+		if *h.lock == l && !h.isEnded() {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Mutex) heldByContext() bool { return m.c.holding(m.info) }
+func (q *qlock) heldByContext() bool { return q.c.holding(q.info) }
+
+func (ml *MultiLock) heldByContext() bool {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return len(ml.held) > 0
+}
+
+func (rl *RedLock) heldByContext() bool {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return len(rl.held) > 0
 }

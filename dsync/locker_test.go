@@ -20,15 +20,15 @@ func TestSyncLockerContract(t *testing.T) {
 	c1 := newClient(t)
 	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c1)))
 	for _, tc := range []struct {
-		what string
-		mk   func(c *dsync.Client) sync.Locker
+		what, name string
+		mk         func(c *dsync.Client) sync.Locker
 	}{
-		{"Mutex", func(c *dsync.Client) sync.Locker { return c.NewMutex("l") }},
-		{"FairMutex", func(c *dsync.Client) sync.Locker { return c.NewFairMutex("l") }},
-		{"RWMutex", func(c *dsync.Client) sync.Locker { return c.NewRWMutex("l") }},
-		{"RedLock", func(c *dsync.Client) sync.Locker { return dsync.NewRedLock("l", []*dsync.Client{c}) }},
-		{"Semaphore", func(c *dsync.Client) sync.Locker { return c.NewSemaphore("l", 1).Locker(1) }},
-		{"MultiLock", func(c *dsync.Client) sync.Locker {
+		{"Mutex", "l", func(c *dsync.Client) sync.Locker { return c.NewMutex("l") }},
+		{"FairMutex", "l", func(c *dsync.Client) sync.Locker { return c.NewFairMutex("l") }},
+		{"RWMutex", "l", func(c *dsync.Client) sync.Locker { return c.NewRWMutex("l") }},
+		{"RedLock", "l", func(c *dsync.Client) sync.Locker { return dsync.NewRedLock("l", []*dsync.Client{c}) }},
+		{"Semaphore", "l", func(c *dsync.Client) sync.Locker { return c.NewSemaphore("l", 1).Locker(1) }},
+		{"MultiLock", "ml-a,ml-b", func(c *dsync.Client) sync.Locker {
 			return dsync.NewMultiLock(c.NewMutex("ml-a"), c.NewMutex("ml-b"))
 		}},
 	} {
@@ -57,11 +57,7 @@ func TestSyncLockerContract(t *testing.T) {
 				t.Fatal("the waiting Lock did not get the lock after Unlock")
 			}
 			b.Unlock()
-			want := fmt.Sprintf(`dsync: unlock of unlocked %s "l"`, tc.what)
-			if tc.what == "MultiLock" { // a MultiLock has no name of its own
-				want = "dsync: unlock of unlocked MultiLock"
-			}
-			assert.PanicsWithValue(t, want, b.Unlock, "Unlock of an unlocked %s", tc.what)
+			assert.PanicsWithValue(t, fmt.Sprintf("dsync: unlock of unlocked %s %q", tc.what, tc.name), b.Unlock, "Unlock of an unlocked %s", tc.what)
 		})
 	}
 	t.Run("RLocker", func(t *testing.T) {

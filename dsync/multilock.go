@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -150,14 +151,15 @@ func (ml *MultiLock) undo(mh *multiHold) error {
 
 // UnlockContext releases the innermost acquisition by the owner ctx carries,
 // every member, even if some fail (the errors are joined). It returns
-// ErrNotHeld if that owner holds no acquisition of ml through it.
+// ErrNotHeld if that owner holds no acquisition of ml through it
+// (ErrWrongContext, an ErrNotHeld, if ctx carries no owner at all).
 func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	mh, _, err := ml.held.popFor(ctx, &ml.mu)
+	mh, owner, err := ml.held.popFor(ctx, &ml.mu)
 	if err != nil {
-		return err
+		return notHeld(ctx, kindMultiLock, ml.name(), "LockContext", owner != "")
 	}
 	err = ml.undo(mh)
 	mh.cancel(errReleased)
@@ -182,5 +184,23 @@ func (ml *MultiLock) lockFor(ctx context.Context, _ bool) (context.Context, bool
 func (ml *MultiLock) unlockFor(owner string) error { return ml.UnlockContext(ownerOnly(owner)) }
 
 func (ml *MultiLock) lockerEnv() (string, string, *slog.Logger, *Client) {
-	return "MultiLock", "", slog.Default(), nil
+	return "MultiLock", ml.name(), slog.Default(), nil
+}
+
+// kindMultiLock names a MultiLock in errors.
+const kindMultiLock Kind = "multilock"
+
+// name names ml in errors: its members' names, as far as they are dsync
+// locks.
+func (ml *MultiLock) name() string {
+	var b strings.Builder
+	for _, l := range ml.members {
+		if i, ok := l.(interface{ lockInfo() Lock }); ok {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(i.lockInfo().Name)
+		}
+	}
+	return b.String()
 }

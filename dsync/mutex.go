@@ -94,7 +94,8 @@ func (m *Mutex) Lock() { lockerLock(m, &m.lk) }
 func (m *Mutex) TryLock() bool { return lockerTryLock(m, &m.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
-// (a panic) if m was not locked by Lock or TryLock. A release that fails
+// (a panic) if m was not locked by Lock or TryLock; the panic says so when
+// m is held through LockContext (release that with UnlockContext). A release that fails
 // (the lock was lost, Redis is unreachable) is logged; the lock then
 // expires with its lease.
 func (m *Mutex) Unlock() { lockerUnlock(m, &m.lk, "unlock") }
@@ -131,8 +132,11 @@ func (m *Mutex) TryLockContext(ctx context.Context) (context.Context, bool, erro
 
 // UnlockContext releases one acquisition by the owner ctx carries (the lock
 // context, or any context with the same owner). It returns ErrNotHeld if
-// that owner does not hold m. The release runs even if ctx is already
-// cancelled, since a lost lock's context is.
+// that owner does not hold m, and ErrWrongContext (which is an ErrNotHeld)
+// if ctx carries no hold of m at all (the parent context passed instead of
+// the lock context, or m was locked by Lock): m then stays held. The
+// release runs even if ctx is already cancelled, since a lost lock's
+// context is.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	var owner string
 	var ok bool
@@ -161,7 +165,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	defer c.exit()
 	ctx = releaseCtx(ctx)
 	if !ok {
-		return ErrNotHeld
+		return notHeld(ctx, KindMutex, m.info.Name, "LockContext", false)
 	}
 	// Redis is told under ctx only if it bounds the release in time; else
 	// under the Client's context, whose Done channel exists already (a
@@ -187,7 +191,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 		// another Client, so ask Redis.
 		code, err := m.release(rctx, owner, 0, 0)
 		if err == nil && code == 0 {
-			err = ErrNotHeld
+			err = notHeld(ctx, KindMutex, m.info.Name, "LockContext", true)
 		}
 		return wrapErr(KindMutex, m.info.Name, err)
 	}
@@ -216,7 +220,7 @@ func (m *Mutex) lockInfo() Lock { return m.info }
 func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, error) {
 	c := m.c
 	if err := c.checkCall(ctx, m.err); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}
 	if err := c.enter(); err != nil {
 		return nil, false, err

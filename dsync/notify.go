@@ -53,6 +53,10 @@ type channelSubs struct {
 	stop   context.CancelFunc
 	ready  chan struct{}
 	broken bool
+
+	// fn, set on the Client's control channel (see forceChannel), takes
+	// its messages; the channel stays subscribed for the Client's life.
+	fn func(msg string)
 }
 
 // A subscription is one waiter's interest in one channel.
@@ -97,7 +101,9 @@ func (s *subscription) takeGrant() (tok, at uint64) {
 }
 
 func newNotifier(c *Client) *notifier {
-	return &notifier{c: c, sharded: c.sharded, subs: make(map[string]*channelSubs)}
+	n := &notifier{c: c, sharded: c.sharded, subs: make(map[string]*channelSubs)}
+	n.subs[c.forceChannel()] = &channelSubs{waiters: make(map[*subscription]struct{}), fn: c.onForce}
+	return n
 }
 
 // subscribe registers interest in ch. It reports whether the channel is
@@ -225,6 +231,10 @@ func signal(s *subscription) {
 // script of an older version sends "<id> <token>") or a call to look again
 // ("<id>") only the wait it names.
 func (n *notifier) deliver(cs *channelSubs, msg string) {
+	if cs.fn != nil {
+		cs.fn(msg)
+		return
+	}
 	id, rest, grant := strings.Cut(msg, " ")
 	tok, at := parseGrant(rest)
 	n.subsMu.RLock()
@@ -284,6 +294,10 @@ func (n *notifier) loop() {
 	sweep := time.NewTicker(subLinger)
 	defer sweep.Stop()
 	if n.sharded {
+		n.subsMu.Lock()
+		ch := c.forceChannel()
+		n.startReceive(ch, n.subs[ch])
+		n.subsMu.Unlock()
 		for {
 			select {
 			case <-c.done:
@@ -370,7 +384,7 @@ func (n *notifier) sweep() {
 	var idle []string
 	n.subsMu.Lock()
 	for ch, cs := range n.subs {
-		if len(cs.waiters) == 0 && time.Since(cs.idle) >= subLinger {
+		if len(cs.waiters) == 0 && cs.fn == nil && time.Since(cs.idle) >= subLinger {
 			delete(n.subs, ch)
 			if cs.stop != nil {
 				cs.stop() // its receive loop unsubscribes

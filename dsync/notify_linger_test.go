@@ -31,7 +31,9 @@ func TestCancelledWaitsLeaveNoSubscription(t *testing.T) {
 	}
 	rc := s.Client(t)
 	waitFor(t, 6*time.Second, "no channel subscribed", func() bool {
-		chans, err := rc.Do(ctx, rc.B().PubsubChannels().Pattern("linger*").Build()).AsStrSlice()
+		// The locks' channels ("linger:{<name>}:..."), not the Clients'
+		// control channel ("linger:force"), subscribed for their life.
+		chans, err := rc.Do(ctx, rc.B().PubsubChannels().Pattern("linger:{*").Build()).AsStrSlice()
 		require.NoError(t, err)
 		return len(chans) == 0
 	})

@@ -134,7 +134,7 @@ func OnceValue[T any](c *Client, name string, f func(context.Context) (T, error)
 func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) (string, error) {
 	c := o.c
 	if err := c.checkCall(ctx, o.err); err != nil {
-		return "", err
+		return "", wrapErr(KindOnce, o.name, err)
 	}
 	if ctx.Value(onceRunKey{o.state}) != nil {
 		return "", fmt.Errorf("%w: Once %q: Do called from inside its own f", ErrInvalidArgument, shortName(o.name))

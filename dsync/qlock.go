@@ -102,7 +102,7 @@ func (q *qlock) lockerEnv() (string, string, *slog.Logger, *Client) {
 func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, error) {
 	c := q.c
 	if err := c.checkCall(ctx, q.err); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(q.info.Kind, q.info.Name, err)
 	}
 	if err := c.enter(); err != nil {
 		return nil, false, err
@@ -241,7 +241,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 	ctx = releaseCtx(ctx)
 	owner, ok := OwnerOf(ctx)
 	if !ok {
-		return ErrNotHeld
+		return notHeld(ctx, q.info.Kind, q.info.Name, q.acquireName(), false)
 	}
 	key := q.slot(owner)
 	st := c.getMutex(key)
@@ -254,7 +254,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 		// another Client, so ask Redis.
 		code, err := q.releaseRedis(ctx, owner, 0)
 		if err == nil && code == 0 {
-			err = ErrNotHeld
+			err = notHeld(ctx, q.info.Kind, q.info.Name, q.acquireName(), true)
 		}
 		return wrapErr(q.info.Kind, q.info.Name, err)
 	}
@@ -299,4 +299,12 @@ func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (i
 		}
 	}
 	return code, err
+}
+
+// acquireName names the call whose lock context a release of q takes.
+func (q *qlock) acquireName() string {
+	if q.rwRead != "" {
+		return "RLockContext"
+	}
+	return "LockContext"
 }

@@ -128,7 +128,7 @@ func (rl *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return nil, wrapErr(KindRedLock, rl.name, ctx.Err())
 		}
 	}
 }
@@ -150,7 +150,7 @@ func (rl *RedLock) check(ctx context.Context) error {
 	if rl.err != nil {
 		return rl.err
 	}
-	return ctx.Err()
+	return wrapErr(KindRedLock, rl.name, ctx.Err())
 }
 
 // round tries every node once, in parallel. It waits for the nodes at most
@@ -230,7 +230,7 @@ func (rl *RedLock) round(ctx context.Context, owner string) (context.Context, bo
 	}
 	rl.release(ctx, owner, rh, errs)
 	if err := ctx.Err(); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(KindRedLock, rl.name, err)
 	}
 	if reached < rl.quorum {
 		return nil, false, wrapErr(KindRedLock, rl.name, fmt.Errorf("only %d of %d nodes answered: %w", reached, n, errors.Join(errs...)))
@@ -254,7 +254,7 @@ func (rl *RedLock) UnlockContext(ctx context.Context) error {
 	}
 	rh, owner, err := rl.held.popFor(ctx, &rl.mu)
 	if err != nil {
-		return err
+		return notHeld(ctx, KindRedLock, rl.name, "LockContext", owner != "")
 	}
 	err = rl.release(ctx, owner, rh, nil)
 	rh.cancel(errReleased)

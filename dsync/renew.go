@@ -27,9 +27,12 @@ var renewChunk = 16384 // a variable for tests
 // script.
 type renewer struct {
 	c *Client
+	// checks are holds to check in Redis now (see Client.forced), on the
+	// loop's goroutine, which alone touches a hold's renewTag.
+	checks chan holdCheck
 }
 
-func newRenewer(c *Client) *renewer { return &renewer{c: c} }
+func newRenewer(c *Client) *renewer { return &renewer{c: c, checks: make(chan holdCheck)} }
 
 func (r *renewer) loop() {
 	c := r.c
@@ -41,6 +44,10 @@ func (r *renewer) loop() {
 		select {
 		case <-c.done:
 			return
+		case hc := <-r.checks:
+			r.check(hc.holds)
+			close(hc.done)
+			continue
 		case <-t.C:
 		}
 		start := time.Now()

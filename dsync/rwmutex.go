@@ -182,9 +182,11 @@ func (rw *RWMutex) TryRLockContext(ctx context.Context) (context.Context, bool, 
 }
 
 // UnlockContext releases one write acquisition by the owner ctx carries. It
-// returns ErrNotHeld if that owner does not hold the write lock.
+// returns ErrNotHeld if that owner does not hold the write lock, and
+// ErrWrongContext (an ErrNotHeld) if ctx carries no hold of rw at all.
 func (rw *RWMutex) UnlockContext(ctx context.Context) error { return rw.w.unlock(ctx) }
 
 // RUnlockContext releases one read acquisition by the owner ctx carries. It
-// returns ErrNotHeld if that owner does not hold a read lock.
+// returns ErrNotHeld if that owner does not hold a read lock, and
+// ErrWrongContext (an ErrNotHeld) if ctx carries no hold of rw at all.
 func (rw *RWMutex) RUnlockContext(ctx context.Context) error { return rw.r.unlock(ctx) }

@@ -150,7 +150,8 @@ func (l *semLocker) lockerEnv() (string, string, *slog.Logger, *Client) {
 // Release releases n permits of the owner ctx carries (the lock context of
 // an Acquire, or any context with the same owner) and grants their permits
 // to the waiters that now fit, in queue order, in the same atomic step. If the owner holds fewer than n permits it
-// returns ErrNotHeld and changes nothing. The release runs even if ctx is
+// returns ErrNotHeld and changes nothing (ErrWrongContext, an ErrNotHeld,
+// if ctx carries no owner at all: pass the lock context Acquire returned). The release runs even if ctx is
 // already cancelled, since a lock context is cancelled when lost.
 //
 // The lock contexts cancelled are those of the acquisitions the release
@@ -170,7 +171,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	defer s.c.exit()
 	owner, ok := OwnerOf(ctx)
 	if !ok {
-		return ErrNotHeld
+		return notHeld(ctx, KindSemaphore, s.name, "Acquire", false)
 	}
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
@@ -187,7 +188,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		return s.sizeMismatch(vals[1])
 	}
 	if err == nil && vals[0] == 0 {
-		return ErrNotHeld
+		return notHeld(ctx, KindSemaphore, s.name, "Acquire", true)
 	}
 	ended := s.take(owner, tok, n, err == nil && vals[1] == 0)
 	for _, h := range ended {
@@ -292,7 +293,7 @@ func (s *Semaphore) lease() time.Duration {
 func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Context, bool, error) {
 	c := s.c
 	if err := c.checkCall(ctx, s.err); err != nil {
-		return nil, false, err
+		return nil, false, wrapErr(KindSemaphore, s.name, err)
 	}
 	if err := s.check(n); err != nil {
 		return nil, false, err

@@ -86,7 +86,7 @@ func (wg *WaitGroup) Done(ctx context.Context) error {
 func (wg *WaitGroup) Wait(ctx context.Context) error {
 	c := wg.c
 	if err := c.checkCall(ctx, wg.err); err != nil {
-		return err
+		return wrapErr(KindWaitGroup, wg.name, err)
 	}
 	w := wakeup{c: c, ch: wg.ch}
 	defer w.close()
@@ -111,7 +111,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return wrapErr(KindWaitGroup, wg.name, ctx.Err())
 			}
 			if c.closed.Load() {
 				return ErrClosed
@@ -132,7 +132,7 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 			return nil // the generation observed ended; this is another
 		}
 		if err := w.wait(ctx, 0, attempt); err != nil {
-			return err
+			return wrapErr(KindWaitGroup, wg.name, err)
 		}
 	}
 }

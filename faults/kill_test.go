@@ -75,7 +75,7 @@ func startPHolder(t *testing.T, srv *redisServer, prefix, name, kind string, lea
 func waitChannels(t *testing.T, srv *redisServer, prefix string, n int) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("%d subscribed channels", n), func() bool {
-		chans, _ := srv.do(t, "PUBSUB", "CHANNELS", prefix+":*").AsStrSlice()
+		chans, _ := srv.do(t, "PUBSUB", "CHANNELS", prefix+":{*").AsStrSlice() // the locks' channels
 		return len(chans) >= n
 	})
 }

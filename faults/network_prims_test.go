@@ -146,7 +146,7 @@ func networkPrim(t *testing.T, kind, fault string) {
 	var subs []string
 	const subsBound = 5 * time.Second
 	for sd := time.Now().Add(subsBound); ; time.Sleep(50 * time.Millisecond) {
-		subs, _ = srv.do(t, "PUBSUB", "CHANNELS", prefix+":*").AsStrSlice()
+		subs, _ = srv.do(t, "PUBSUB", "CHANNELS", prefix+":{*").AsStrSlice() // the locks' channels
 		if len(subs) == 0 || time.Now().After(sd) {
 			break
 		}

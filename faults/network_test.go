@@ -57,7 +57,7 @@ func TestFaultPubsubKill(t *testing.T) {
 	waitFor(t, 10*time.Second, "20 subscribed wakeup channels", func() bool {
 		v, _ := srv.do(t, "PUBSUB", "NUMPAT").AsInt64() // keep the server busy-free
 		_ = v
-		chans, _ := srv.do(t, "PUBSUB", "CHANNELS", prefix+":*").AsStrSlice()
+		chans, _ := srv.do(t, "PUBSUB", "CHANNELS", prefix+":{*").AsStrSlice() // the locks' channels
 		return len(chans) == n
 	})
 	killed, _ := srv.do(t, "CLIENT", "KILL", "TYPE", "pubsub").AsInt64()

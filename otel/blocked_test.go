@@ -115,7 +115,7 @@ func TestObserverBlockedByInProcess(t *testing.T) {
 				// The waiter reads the holders' tags after its first
 				// attempt fails, then subscribes to its wakeup channel.
 				waitFor(t, 5*time.Second, "the waiter waiting in Redis", func() bool {
-					chans, err := s.Do(t, "PUBSUB", "CHANNELS", prefix+"*").AsStrSlice()
+					chans, err := s.Do(t, "PUBSUB", "CHANNELS", prefix+":{*").AsStrSlice() // a lock's channel
 					return err == nil && len(chans) > 0
 				})
 				require.NoError(t, a.unlock(la))
@@ -178,7 +178,7 @@ func TestObserverBlockedByAcrossProcesses(t *testing.T) {
 	// the holder's tag, then subscribed to the release channel.
 	waitFor(t, 10*time.Second, "this process waiting in Redis", func() bool {
 		st, err := c.Inspect(ctx, "shared")
-		chans, err2 := s.Do(t, "PUBSUB", "CHANNELS", prefix+"*").AsStrSlice()
+		chans, err2 := s.Do(t, "PUBSUB", "CHANNELS", prefix+":{*").AsStrSlice() // a lock's channel
 		return err == nil && err2 == nil && len(st) == 1 && len(st[0].Waiters) == 1 && len(chans) > 0
 	})
 	_, err = io.WriteString(stdin, "release\n")

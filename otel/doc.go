@@ -28,11 +28,14 @@
 //
 // A new hold (not a re-entry) gets a second span, "dsync.<kind>.hold", a
 // sibling of the acquire span under the caller's span, that ends when the
-// hold is released or lost. It receives events for re-entries and partial
+// hold is released or lost. It carries dsync.lock.kind, dsync.lock.mode,
+// dsync.lock.permits, dsync.lock.fencing_token and dsync.lock.owner (the
+// holder: a waiter's blocked-by link lands here, so the span names who
+// held the lock). It receives events for re-entries and partial
 // releases ("dsync.lock.reentered", "dsync.lock.released"), for renewal
 // rounds that failed while it was held ("dsync.lock.renew_failed", with
-// error.type and exception.message) and for
-// its loss ("dsync.lock.lost", which also sets an error status).
+// error.type and exception.message) and for its loss ("dsync.lock.lost",
+// with dsync.lock.cause, which also sets an error status).
 //
 // An Election's campaign is an acquisition and its term a hold of kind
 // "election": "dsync.election.acquire" runs while the candidate waits in
@@ -78,6 +81,30 @@
 // `dsync inspect` and `dsync top` show the same owners, and for a Mutex
 // the Clients waiting for it.
 //
+// # Attributes
+//
+// Every attribute the observer records, and where:
+//
+//	dsync.lock.kind           string  acquire and hold spans, every metric but renewal.failures
+//	dsync.lock.mode           string  the same, for primitives with modes ("read", "write")
+//	dsync.lock.name           string  the same, only with WithLockNames(true)
+//	dsync.lock.permits        int     acquire and hold spans (1 but for a Semaphore)
+//	dsync.lock.try            bool    acquire spans
+//	dsync.lock.outcome        string  acquire spans, wait.duration, acquisitions
+//	dsync.lock.attempts       int     acquire spans
+//	dsync.lock.reentered      bool    acquire spans; the dsync.lock.released event
+//	dsync.lock.fencing_token  int     acquire spans (when acquired), hold spans
+//	dsync.lock.owner          string  acquire and hold spans (never metrics: unbounded)
+//	dsync.lock.end            string  hold.duration: "released" or "lost"
+//	dsync.lock.cause          string  the dsync.lock.lost event: why the hold was lost
+//	dsync.lock.blocked_by     bool    links from an acquire span to a blocking hold span
+//	error.type                string  failed acquisitions (spans, wait.duration,
+//	                                  acquisitions); the dsync.lock.renew_failed event
+//	exception.message         string  the dsync.lock.renew_failed event
+//
+// WithAttributeFilter decides on the attributes of spans and metrics; those
+// of span events and links are always recorded.
+//
 // # Metrics
 //
 // Instruments follow the OpenTelemetry naming conventions; durations are in
@@ -85,7 +112,7 @@
 // sub-millisecond, contended and long waits fall in buckets of their own.
 //
 //	dsync.lock.wait.duration      histogram, s   acquisition time, by outcome
-//	dsync.lock.hold.duration      histogram, s   time from acquire to release or loss
+//	dsync.lock.hold.duration      histogram, s   time from acquire to release or loss, by dsync.lock.end
 //	dsync.lock.acquisitions       counter        acquisitions, by outcome
 //	dsync.lock.losses             counter        holds lost
 //	dsync.lock.waiters            up-down counter acquisitions waiting now

@@ -24,8 +24,9 @@ const (
 	KeyAttempts     = attribute.Key("dsync.lock.attempts")
 	KeyReentered    = attribute.Key("dsync.lock.reentered")
 	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
-	KeyOwner        = attribute.Key("dsync.lock.owner") // "<client name>/<random>", on acquire spans
+	KeyOwner        = attribute.Key("dsync.lock.owner") // "<client name>/<random>", on acquire and hold spans
 	KeyEnd          = attribute.Key("dsync.lock.end")   // released or lost, on hold durations
+	KeyCause        = attribute.Key("dsync.lock.cause") // why a hold was lost, on the dsync.lock.lost event
 	// KeyLinkBlockedBy marks a link from an acquire span to the hold span
 	// of a holder it waited for.
 	KeyLinkBlockedBy = attribute.Key("dsync.lock.blocked_by")
@@ -204,6 +205,7 @@ func errorType(err error) string {
 		{dsync.ErrInvalidArgument, "dsync.ErrInvalidArgument"},
 		{dsync.ErrNotReplicated, "dsync.ErrNotReplicated"},
 		{dsync.ErrLockLost, "dsync.ErrLockLost"},
+		{dsync.ErrWrongContext, "dsync.ErrWrongContext"},
 		{dsync.ErrNotHeld, "dsync.ErrNotHeld"},
 	} {
 		if errors.Is(err, k.err) {
@@ -263,9 +265,14 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 	if parent == nil {
 		parent = ctx
 	}
+	hattrs := []attribute.KeyValue{KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token))}
+	if e.Owner != "" {
+		// The holder, on the span the waiters' blocked-by links reach.
+		hattrs = append(hattrs, KeyOwner.String(e.Owner))
+	}
 	_, hs := o.tracer.Start(parent, "dsync."+string(e.Kind)+".hold",
 		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(o.lockAttrs(e.Lock, KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token)))...),
+		trace.WithAttributes(o.lockAttrs(e.Lock, hattrs...)...),
 		trace.WithLinks(trace.Link{SpanContext: span.SpanContext()}))
 	o.holds[k] = hs
 }
@@ -350,7 +357,7 @@ func (o *observer) lost(e dsync.Lost) {
 		if e.Cause != nil {
 			cause = e.Cause.Error()
 		}
-		hs.AddEvent("dsync.lock.lost", trace.WithAttributes(attribute.String("dsync.lock.cause", cause)))
+		hs.AddEvent("dsync.lock.lost", trace.WithAttributes(KeyCause.String(cause)))
 		hs.SetStatus(codes.Error, cause)
 		hs.End()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -466,8 +467,9 @@ func TestObserverHistogramBucketsAndErrorType(t *testing.T) {
 	}
 }
 
-// The acquire span names the owner, "<client name>/<random>", so a trace
-// shows which Client waited or holds.
+// The acquire span and the hold span (where blocked-by links land) name
+// the owner, "<client name>/<random>", so a trace shows which Client
+// waited or holds.
 func TestObserverOwnerAttribute(t *testing.T) {
 	s := server(t)
 	tel := newTelemetry(t)
@@ -476,16 +478,35 @@ func TestObserverOwnerAttribute(t *testing.T) {
 	require.NoError(t, err)
 	owner, _ := dsync.OwnerOf(l)
 	require.NoError(t, c.NewMutex("o").UnlockContext(l))
-	found := false
-	for _, sp := range tel.spans.Ended() {
-		if sp.Name() != "dsync.mutex.acquire" {
-			continue
-		}
-		for _, kv := range sp.Attributes() {
-			if kv.Key == dsyncotel.KeyOwner && kv.Value.AsString() == owner && strings.HasPrefix(owner, "billing-7/") {
-				found = true
+	for _, name := range []string{"dsync.mutex.acquire", "dsync.mutex.hold"} {
+		found := false
+		for _, sp := range tel.spans.Ended() {
+			if sp.Name() != name {
+				continue
+			}
+			for _, kv := range sp.Attributes() {
+				if kv.Key == dsyncotel.KeyOwner && kv.Value.AsString() == owner && strings.HasPrefix(owner, "billing-7/") {
+					found = true
+				}
 			}
 		}
+		require.True(t, found, "no %s span with %s = %s", name, dsyncotel.KeyOwner, owner)
 	}
-	require.True(t, found, "no acquire span with %s = %s", dsyncotel.KeyOwner, owner)
+}
+
+// Every attribute key the observer records (the Key constants, and any
+// key written out in observer.go) is listed in doc.go's Attributes table.
+func TestDocListsEveryAttribute(t *testing.T) {
+	src, err := os.ReadFile("observer.go")
+	require.NoError(t, err)
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	_, table, ok := strings.Cut(string(doc), "// # Attributes")
+	require.True(t, ok, "doc.go has no Attributes section")
+	table, _, _ = strings.Cut(table, "// # ")
+	keys := regexp.MustCompile(`attribute\.(?:Key|String|Int|Int64|Bool|Float64)\("([^"]+)"`).FindAllStringSubmatch(string(src), -1)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		assert.Regexp(t, `(?m)^//\t`+regexp.QuoteMeta(k[1])+` `, table, "doc.go's Attributes table does not list %s", k[1])
+	}
 }

@@ -222,9 +222,33 @@ func TestCLIUnlockForce(t *testing.T) {
 	st, _ := c.Inspect(ctx, "stuck")
 	require.Len(t, st, 1, "refused unlock changed the lock: %+v", st)
 	require.Len(t, st[0].Holders, 1, "refused unlock changed the lock: %+v", st)
+	// Both Clients listen for forced releases (subscribed in the background
+	// when made) before the command runs.
+	rc := srv.Client(t)
+	forceCh := e.prefix + ":force"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := rc.Do(ctx, rc.B().PubsubNumsub().Channel(forceCh).Build()).AsIntMap()
+		require.NoError(t, err)
+		if m[forceCh] >= 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the Clients did not subscribe to %s within 10 s", forceCh)
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
 	code, out, errs := e.run(ctx, "unlock", "--force", "--yes", "stuck")
 	require.Equal(t, 0, code, "unlock: exit %d, out %q, err %q", code, out, errs)
 	require.Contains(t, out, fmt.Sprintf("released mutex stuck held by %s (token %d)", ownerOf(hctx), tok), "unlock: exit %d, out %q, err %q", code, out, errs)
+	// The holder was told at once, and the command says so.
+	require.Contains(t, out, "its holder was told at once (Client ", "unlock: out %q", out)
+	select {
+	case <-hctx.Done():
+		t.Logf("holder's lock context cancelled %v after the command began", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder's lock context was not cancelled by the forced release")
+	}
+	require.ErrorIs(t, context.Cause(hctx), dsync.ErrLockLost)
 	select {
 	case err := <-got:
 		require.NoError(t, err)

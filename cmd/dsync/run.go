@@ -105,9 +105,12 @@ Releases every primitive called NAME whoever holds it, and wakes its
 waiters: Mutex and FairMutex holders, every RWMutex hold (write and read),
 every Semaphore permit, a running Once (its result is not recorded; a
 waiter runs it next); a WaitGroup's counter is reset to zero, so its Waits
-return. A holder may still be working: it finds its lock context cancelled
-at its next renewal. Both flags are required. Exit status 3 if nothing was
-held.
+return. A holder may still be working: its Client is told at once and
+cancels its lock context within milliseconds, and each released hold's
+line says whether its holder was told (and by which Client); a holder
+that could not be told (its process gone, stopped or cut off from Redis)
+finds out at its next renewal. Both flags are required. Exit status 3 if
+nothing was held.
 `,
 }
 
@@ -542,7 +545,7 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	refs, err := c.ForceUnlock(ctx, name)
+	refs, told, err := c.ForceUnlockTell(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -554,7 +557,16 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 		return fmt.Errorf("%w: %s is not held (found: %s): nothing released", errNothing, quote(name), strings.Join(kinds, ", "))
 	}
 	if o.json {
-		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs))})
+		type toldJSON struct {
+			Kind   string `json:"kind"`
+			Owner  string `json:"owner"`
+			Client string `json:"client"`
+		}
+		tj := []toldJSON{}
+		for _, h := range told {
+			tj = append(tj, toldJSON{string(h.Kind), h.Owner, h.Client})
+		}
+		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs)), "told": tj})
 	}
 	for _, s := range heldOnly(before, refs) {
 		if s.Kind == dsync.KindWaitGroup {
@@ -566,7 +578,7 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 			if s.Kind == dsync.KindSemaphore {
 				what = fmt.Sprintf("%d permits held", h.Permits)
 			}
-			fmt.Fprintf(w, "released %s %s %s by %s (token %d); its waiters were woken\n", s.Kind, quote(name), what, h.Owner, h.Token)
+			fmt.Fprintf(w, "released %s %s %s by %s (token %d); its waiters were woken; %s\n", s.Kind, quote(name), what, h.Owner, h.Token, toldNote(told, h.Owner))
 		}
 	}
 	return nil
@@ -582,4 +594,15 @@ func heldOnly(states []dsync.LockState, refs []dsync.LockRef) []dsync.LockState 
 		}
 	}
 	return out
+}
+
+// toldNote says whether the holder owner was told of its forced release
+// at once (its Client cancelled its lock context), and by which Client.
+func toldNote(told []dsync.ToldHolder, owner string) string {
+	for _, t := range told {
+		if t.Owner == owner {
+			return "its holder was told at once (Client " + t.Client + " cancelled its lock context)"
+		}
+	}
+	return "its holder was not reached at once (process gone, stopped or cut off): it finds out at its next renewal, or its lease ends"
 }

@@ -1,7 +1,10 @@
-// Command contention runs workers that contend on a few locks with tracing
-// on, and then reads the trace to answer the questions one would otherwise
-// answer by hand in a trace viewer: which lock is contended, how long its
-// waiters wait (p50, p99, max, in total), and who waits most.
+// Command contention runs workers, in two Clients, that contend on a few
+// locks with tracing on, and then reads the trace to answer the questions
+// one would otherwise answer by hand in a trace viewer: which lock is
+// contended, how long its waiters waited, and who made them wait. It
+// follows the links dsyncotel records from each acquisition that waited
+// to the hold spans of the holders it waited for ("blocked by"), which
+// name the holder; a trace viewer shows the same links.
 //
 // Spans go to an in-memory exporter, which the report reads. When
 // OTEL_EXPORTER_OTLP_ENDPOINT is set (the standard variable, e.g.
@@ -95,7 +98,8 @@ func run(out io.Writer, workers, rounds int) ([]lockReport, error) {
 		// Lock names are off by default in the telemetry (they can be
 		// unbounded); these three are fixed, so record them.
 		obs := dsyncotel.NewObserver(dsyncotel.WithTracerProvider(tp), dsyncotel.WithLockNames(true))
-		clients[i], err = dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs))
+		// The Client's name is in the owners the hold spans carry.
+		clients[i], err = dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs), dsync.WithClientName(fmt.Sprintf("client-%d", i)))
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +117,7 @@ func run(out io.Writer, workers, rounds int) ([]lockReport, error) {
 			for range rounds {
 				l := pick()
 				// The worker's own span: the lock's spans become its children,
-				// which is how the report knows who waited.
+				// which is how the report knows who held.
 				ctx, span := tracer.Start(context.Background(), "work", trace.WithAttributes(workerKey.String(id)))
 				m := c.NewMutex(l.name)
 				lctx, err := m.LockContext(ctx)
@@ -162,30 +166,34 @@ func pick() lockSpec {
 
 // lockReport is what the trace says about one lock.
 type lockReport struct {
-	name          string
-	waits         []time.Duration // of every acquisition that got the lock, sorted
-	total         time.Duration
-	top           []waiter // most total waiting first
-	p50, p99, max time.Duration
+	name    string
+	acq     int           // acquisitions that got the lock
+	waited  int           // of which waited behind a holder (a blocked-by link)
+	total   time.Duration // their waiting, in all
+	max     time.Duration
+	blocker []blocker // who held the lock while they waited, most wait caused first
 }
 
-type waiter struct {
-	id   string
-	wait time.Duration
+// A blocker is a worker whose holds others waited for, and the wait it
+// caused.
+type blocker struct {
+	id     string // the worker, "worker-<n> (<its Client>)"
+	caused time.Duration
 }
 
-// analyse is the report's analysis, from the spans alone: each acquire span
-// is one wait, its lock is in dsync.lock.name and its waiter is the worker
-// of its parent span. Locks with the most total waiting come first.
+// analyse reads the report from the spans, following the observer's
+// blocked-by links: an acquire span that waited links to the hold span of
+// each holder it found (in this process or another), and a hold span
+// names its lock, its holder (dsync.lock.owner: the Client's name) and, by
+// its parent, the worker that held it. Each wait is charged to its
+// blockers, in equal parts. Locks with the most waiting come first.
 func analyse(spans tracetest.SpanStubs) []lockReport {
-	worker := map[trace.SpanID]string{}
+	byID := map[trace.SpanID]tracetest.SpanStub{}
 	for _, s := range spans {
-		if s.Name == "work" {
-			worker[s.SpanContext.SpanID()] = attr(s.Attributes, workerKey)
-		}
+		byID[s.SpanContext.SpanID()] = s
 	}
 	per := map[string]*lockReport{}
-	byWho := map[string]map[string]time.Duration{}
+	caused := map[string]map[string]time.Duration{}
 	for _, s := range spans {
 		if s.Name != "dsync.mutex.acquire" || attr(s.Attributes, dsyncotel.KeyOutcome) != dsyncotel.OutcomeAcquired {
 			continue
@@ -194,43 +202,52 @@ func analyse(spans tracetest.SpanStubs) []lockReport {
 		r := per[name]
 		if r == nil {
 			r = &lockReport{name: name}
-			per[name] = r
-			byWho[name] = map[string]time.Duration{}
+			per[name], caused[name] = r, map[string]time.Duration{}
+		}
+		r.acq++
+		var holds []tracetest.SpanStub
+		for _, l := range s.Links {
+			if h, ok := byID[l.SpanContext.SpanID()]; ok && attr(l.Attributes, dsyncotel.KeyLinkBlockedBy) == "true" {
+				holds = append(holds, h)
+			}
+		}
+		if len(holds) == 0 {
+			continue // did not wait for a holder
 		}
 		d := s.EndTime.Sub(s.StartTime)
-		r.waits = append(r.waits, d)
-		r.total += d
-		byWho[name][worker[s.Parent.SpanID()]] += d
+		r.waited, r.total, r.max = r.waited+1, r.total+d, max(r.max, d)
+		for _, h := range holds {
+			who := attr(byID[h.Parent.SpanID()].Attributes, workerKey) + " (" + client(attr(h.Attributes, dsyncotel.KeyOwner)) + ")"
+			caused[name][who] += d / time.Duration(len(holds))
+		}
 	}
 	var out []lockReport
 	for name, r := range per {
-		slices.Sort(r.waits)
-		r.p50, r.p99, r.max = pct(r.waits, 50), pct(r.waits, 99), r.waits[len(r.waits)-1]
-		for id, d := range byWho[name] {
-			r.top = append(r.top, waiter{id, d})
+		for id, d := range caused[name] {
+			r.blocker = append(r.blocker, blocker{id, d})
 		}
-		slices.SortFunc(r.top, func(a, b waiter) int { return cmp.Or(cmp.Compare(b.wait, a.wait), cmp.Compare(a.id, b.id)) })
+		slices.SortFunc(r.blocker, func(a, b blocker) int { return cmp.Or(cmp.Compare(b.caused, a.caused), cmp.Compare(a.id, b.id)) })
 		out = append(out, *r)
 	}
 	slices.SortFunc(out, func(a, b lockReport) int { return cmp.Or(cmp.Compare(b.total, a.total), cmp.Compare(a.name, b.name)) })
 	return out
 }
 
-func printReport(out io.Writer, reps []lockReport) {
-	fmt.Fprintf(out, "%-10s %6s %9s %9s %9s %10s  %s\n", "lock", "acq", "wait p50", "p99", "max", "total", "top waiters (total wait)")
-	for _, r := range reps {
-		var top []string
-		for _, w := range r.top[:min(3, len(r.top))] {
-			top = append(top, fmt.Sprintf("%s %v", w.id, ms(w.wait)))
-		}
-		fmt.Fprintf(out, "%-10s %6d %9v %9v %9v %10v  %s\n", r.name, len(r.waits), ms(r.p50), ms(r.p99), ms(r.max), ms(r.total), strings.Join(top, ", "))
-	}
+// client is the Client name in an owner, "<client name>/<random>".
+func client(owner string) string {
+	name, _, _ := strings.Cut(owner, "/")
+	return name
 }
 
-// pct is the p-th percentile by nearest rank; waits is sorted.
-func pct(waits []time.Duration, p int) time.Duration {
-	i := (p*len(waits)+99)/100 - 1
-	return waits[max(i, 0)]
+func printReport(out io.Writer, reps []lockReport) {
+	fmt.Fprintf(out, "%-10s %4s %7s %9s %10s  %s\n", "lock", "acq", "waited", "max wait", "total wait", "blocked by (wait caused)")
+	for _, r := range reps {
+		var top []string
+		for _, b := range r.blocker[:min(3, len(r.blocker))] {
+			top = append(top, fmt.Sprintf("%s %v", b.id, ms(b.caused)))
+		}
+		fmt.Fprintf(out, "%-10s %4d %7d %9v %10v  %s\n", r.name, r.acq, r.waited, ms(r.max), ms(r.total), strings.Join(top, ", "))
+	}
 }
 
 func ms(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }

@@ -1,0 +1,162 @@
+package dsync
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A forced release (ForceUnlock, "dsync unlock --force") tells the holders
+// at once: it publishes the lock's name on the control channel of the key
+// prefix (see forceChannel), which every Client subscribes to for its whole
+// life on the connection its wakeups use (a sharded subscription in a
+// Redis 7 cluster). A Client that holds a lock of that name checks its
+// holds in Redis at once, as a renewal would, and those found gone end as
+// lost: their lock contexts are cancelled with ErrLockLost within a round
+// trip of the forced release, not at the next renewal. An acquisition
+// pays nothing for this: the subscription is the Client's, made once.
+//
+// The message is "<reply> <name>": reply is "-", or a list key on which
+// each Client that received it pushes one answer, "<client>" followed by a
+// line "<kind> <owner>" for each hold it ended (ForceUnlockTell).
+
+// forceAnswerWait bounds how long ForceUnlockTell waits for the Clients'
+// answers.
+const forceAnswerWait = time.Second
+
+// A ToldHolder is a holder that a forced release reached at once: its
+// Client found its hold gone and cancelled its lock context.
+type ToldHolder struct {
+	Kind  Kind
+	Name  string
+	Owner string
+	// Client names the holder's Client: "<name>/<id>", the name being
+	// WithClientName's (the process's name by default).
+	Client string
+}
+
+// holdCheck asks the renewal loop to check holds in Redis now.
+type holdCheck struct {
+	holds []*hold
+	done  chan struct{}
+}
+
+// forceChannel is the control channel of the Client's key prefix,
+// "<prefix>:force": under the prefix, so that a Redis user restricted to
+// the prefix's channels (ACL &<prefix>:*) may subscribe to it; no lock's
+// channel ("<prefix>:{<name>}:...") is named so.
+func (c *Client) forceChannel() string { return c.cfg.prefix + ":force" }
+
+// tellForced publishes the forced release of the locks called name on the
+// control channel and reports how many Clients received it (in a cluster
+// without sharded pub/sub, those connected to the node that took it only).
+func (c *Client) tellForced(ctx context.Context, name, reply string) (int64, error) {
+	// Told even if ctx ended after the release: the holders must learn.
+	ctx, cancel := cleanupCtx(releaseCtx(ctx))
+	defer cancel()
+	ch, msg := c.forceChannel(), reply+" "+name
+	if c.sharded {
+		return c.rc.Do(ctx, c.rc.B().Spublish().Channel(ch).Message(msg).Build()).AsInt64()
+	}
+	return c.rc.Do(ctx, c.rc.B().Publish().Channel(ch).Message(msg).Build()).AsInt64()
+}
+
+// onForce handles a message on the control channel (on rueidis' reader:
+// it must not block).
+func (c *Client) onForce(msg string) {
+	reply, name, ok := strings.Cut(msg, " ")
+	if !ok {
+		return
+	}
+	c.background(func(ctx context.Context) { c.forced(ctx, reply, name) })
+}
+
+// forced checks in Redis every hold of the Client of a lock called name
+// (an Election's too), so that those a forced release ended are lost now,
+// and answers on reply.
+func (c *Client) forced(ctx context.Context, reply, name string) {
+	var holds []*hold
+	election := ""
+	if !isElectionLock(name) {
+		election = electionLockName(name)
+	}
+	c.mu.Lock()
+	for h := range c.holds {
+		if n := h.lock.Name; n == name || n == election {
+			holds = append(holds, h)
+		}
+	}
+	c.mu.Unlock()
+	var ended []*hold
+	if len(holds) > 0 {
+		hc := holdCheck{holds: holds, done: make(chan struct{})}
+		select {
+		case c.renew.checks <- hc:
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		}
+		select {
+		case <-hc.done:
+		case <-ctx.Done():
+			return
+		}
+		for _, h := range holds {
+			if h.isEnded() {
+				ended = append(ended, h)
+			}
+		}
+	}
+	if reply == "-" {
+		return
+	}
+	var b strings.Builder
+	b.WriteString(c.ident)
+	for _, h := range ended {
+		kind, n := h.lock.Kind, name
+		if isElectionLock(h.lock.Name) {
+			kind = KindElection
+		}
+		b.WriteString("\n" + string(kind) + " " + strconv.Quote(h.owner) + " " + strconv.Quote(n))
+	}
+	cmds := c.rc.B()
+	for _, r := range c.rc.DoMulti(ctx,
+		cmds.Rpush().Key(reply).Element(b.String()).Build(),
+		cmds.Pexpire().Key(reply).Milliseconds(int64(10*forceAnswerWait/time.Millisecond)).Build()) {
+		if err := r.Error(); err != nil {
+			c.cfg.logger.Debug("dsync: answering a forced release failed", "err", err)
+		}
+	}
+}
+
+// check checks holds in Redis now (on the renewal loop's goroutine): those
+// with a watchdog by renewing them, those with a fixed lease and the
+// mutex's layout by reading their key (a renewal would change the lease).
+// Those found gone end as lost, unless a release of theirs is on its way.
+func (r *renewer) check(holds []*hold) {
+	c := r.c
+	var watched []*hold
+	for _, h := range holds {
+		if h.watchdog {
+			watched = append(watched, h)
+			continue
+		}
+		key, prefix, ok := h.ops.renewKey(h)
+		if !ok {
+			continue // ends with its lease
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
+		v, err := c.rc.Do(ctx, c.rc.B().Get().Key(key).Build()).ToString()
+		cancel()
+		if (err == nil || rueidis.IsRedisNil(err)) && !strings.HasPrefix(v, prefix) {
+			h.renewReply(false, time.Time{}, 0)
+		}
+	}
+	if len(watched) > 0 {
+		_, _ = r.send(r.calls(watched))
+	}
+}
