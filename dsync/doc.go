@@ -23,10 +23,12 @@
 //
 // Lock and Unlock (sync.Locker) drop into code written for sync.Mutex.
 // Lock blocks until the lock is held, retrying through Redis errors, but
-// nothing stops your work if the lock is lost. Prefer LockContext. It waits only as long as its context allows,
-// and returns a lock context that ends when the lock is released or lost.
-// Run the work under the lock context, and pass it to UnlockContext.
-// TryLockContext does not wait.
+// nothing stops your work if the lock is lost. Prefer LockContext. It
+// waits only as long as its context allows, and returns a lock context
+// that ends when the lock is released or lost. Run the work under the lock
+// context, and pass it to UnlockContext. Passing another context (the
+// parent, say) returns ErrWrongContext, naming the lock, and the lock
+// stays held. TryLockContext does not wait.
 //
 // Use the fencing token (FencingToken) when a second holder would corrupt
 // data. A lock in Redis is a lease: a holder paused past it, or a Redis
