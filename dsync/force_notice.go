@@ -157,6 +157,6 @@ func (r *renewer) check(holds []*hold) {
 		}
 	}
 	if len(watched) > 0 {
-		_, _ = r.send(r.calls(watched))
+		_, _ = r.send(r.calls(watched, nil))
 	}
 }
