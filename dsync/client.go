@@ -75,6 +75,9 @@ type Client struct {
 	// that needs one: an uncontended cycle then allocates none.
 	spareStates []*mutexState
 	semHolds    map[string]map[string][]*hold
+	// terms are the Election terms with a watchdog whose record the
+	// renewer keeps, by their lock's hold (see Election.keep).
+	terms map[*hold]termRecord
 	// peaks of the maps above, for compact
 	holdsPeak, mutexesPeak int
 

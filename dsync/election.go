@@ -299,40 +299,30 @@ func (e *Election) resign(lctx context.Context, owner string, term uint64) error
 	return e.fm.UnlockContext(rctx)
 }
 
-// keep renews the record of a term every lease/3 while the term's hold
-// lives: the watchdog renews the lock alone, and the record must outlive it
-// (by a lease) so that the next term finds the last one and records its end
-// before its own start. A term with a fixed lease needs nothing: its record
-// lives twice that lease.
+// keep has the Client's renewer keep the record of a term, every lease/3
+// while the term's hold lives, with the holds it renews: the renewer
+// renews the lock alone, and the record must outlive it (by a lease) so
+// that the next term finds the last one and records its end before its own
+// start. A term with a fixed lease needs nothing: its record lives twice
+// that lease.
 func (e *Election) keep(lctx context.Context, owner string, term uint64) {
 	lc, ok := lctx.(*lockCtx)
 	if !e.watchdog || !ok {
 		return
 	}
-	h, c := lc.h, e.c
-	c.spawn(&c.loops, func() {
-		every := c.cfg.lease / 3
-		t := time.NewTicker(every)
-		defer t.Stop()
-		args := []string{owner, strconv.FormatUint(term, 10), e.ttl}
-		for {
-			select {
-			case <-c.done:
-				return
-			case <-t.C:
-			}
-			if h.isEnded() {
-				return
-			}
-			ctx, cancel := context.WithTimeout(c.ctx, every)
-			n, err := c.lua(scripts.ElectionTouch).Exec(ctx, c.rc, e.keys, args).AsInt64()
-			cancel()
-			if err == nil && n == 0 {
-				return
-			}
-		}
-	})
+	c := e.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.terms == nil {
+		c.terms = map[*hold]termRecord{}
+	}
+	c.terms[lc.h] = termRecord{keys: e.keys, args: []string{owner, strconv.FormatUint(term, 10), e.ttl}}
 }
+
+// A termRecord is what the renewer needs to keep an Election term's record
+// (election_touch_many.lua): the election's keys, and the term's owner,
+// token and record lifetime.
+type termRecord struct{ keys, args []string }
 
 // Leader returns the current leader, or ErrNoLeader when there is none:
 // nobody campaigned, the leader resigned, or it lost its lease and no

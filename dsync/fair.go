@@ -76,11 +76,7 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 			return scripts.FairRelease, rueidis.LuaExec{Keys: keys, Args: args}
 		},
 		retryRelease: true,
-		renew: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-			// The lock value has the mutex's format.
-			args := []string{owner + " " + strconv.FormatUint(token, 10) + " ", leaseMS(c.cfg.lease)}
-			return scripts.MutexRenew, rueidis.LuaExec{Keys: keys[:1], Args: args}
-		},
+		// renew nil: the lock value has the mutex's format.
 	}
 	return f
 }

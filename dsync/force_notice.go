@@ -146,8 +146,11 @@ func (r *renewer) check(holds []*hold) {
 			continue
 		}
 		key, prefix, ok := h.ops.renewKey(h)
-		if !ok {
-			continue // ends with its lease
+		if !ok || h.lock.Kind == KindElection || isElectionLock(h.lock.Name) {
+			// Ends with its lease. (An Election term's lock has the
+			// mutex's layout, but ForceUnlock's doc promises only Mutex
+			// and FairMutex holds with a fixed lease to be told.)
+			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
 		v, err := c.rc.Do(ctx, c.rc.B().Get().Key(key).Build()).ToString()
@@ -157,6 +160,6 @@ func (r *renewer) check(holds []*hold) {
 		}
 	}
 	if len(watched) > 0 {
-		_, _ = r.send(r.calls(watched))
+		_, _ = r.send(r.calls(watched, nil))
 	}
 }

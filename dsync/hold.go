@@ -71,10 +71,12 @@ type holdOps interface {
 	// "<owner> <token> <count>", the key and the value prefix "<owner>
 	// <token> " that proves the hold is still its owner's: the renewal
 	// loop then renews it in a batch (MutexRenewMany) with every such
-	// hold of the Client, whatever its primitive. ok false: renewExec.
+	// hold of the Client, whatever its primitive. ok false: renewIn.
 	renewKey(h *hold) (key, prefix string, ok bool)
-	// renewExec is the script that renews h alone.
-	renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+	// renewIn names the batch script that renews h with the other holds
+	// of its kind (one of the scripts' *RenewMany, whose ARGV[1] is the
+	// lease), and the keys and args h adds to a batch of it.
+	renewIn(h *hold) (s *rueidis.Lua, keys, args []string)
 	// releaseExec is the release Close sends for h.
 	releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
 	// ended is called (without locks held) when h ends, by release, loss

@@ -259,8 +259,8 @@ func (m *Mutex) newHold(owner string, token uint64) *hold {
 
 // A Mutex is the holdOps of its holds.
 
-func (m *Mutex) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRenew, rueidis.LuaExec{Keys: m.relKeys[:1], Args: []string{h.mutexPrefix(), leaseMS(m.c.cfg.lease)}}
+func (m *Mutex) renewIn(h *hold) (*rueidis.Lua, []string, []string) {
+	return scripts.MutexRenewMany, []string{m.key}, []string{h.mutexPrefix()}
 }
 
 func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {

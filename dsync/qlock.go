@@ -39,7 +39,11 @@ type qlock struct {
 	leave        func(ctx context.Context, owner, wid string) error
 	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
 	retryRelease bool // the release script makes a retried release a no-op
-	renew        func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+	// renew gives a hold's keys and args in a batch of renewMany; nil:
+	// the lock value has the mutex's layout (FairMutex, Election), renewed
+	// in the mutex holds' batches.
+	renew     func(owner string, token uint64) (keys, args []string)
+	renewMany *rueidis.Lua
 
 	// rwWrite and rwRead name the RWMutex (its key) this qlock is the
 	// write or the read lock of, for downgrades (see rwBase).
@@ -190,17 +194,21 @@ func (q *qlock) newHold(owner string, token uint64) *hold {
 	return h
 }
 
-// A qlock is the holdOps of its holds. A FairMutex's value has the mutex's
-// layout, so its holds are renewed in the mutex holds' batches.
+// A qlock is the holdOps of its holds. A FairMutex's (and an Election's)
+// value has the mutex's layout, so its holds are renewed in the mutex
+// holds' batches.
 
 func (q *qlock) renewKey(h *hold) (key, prefix string, ok bool) {
-	if q.info.Kind != KindFairMutex {
+	if q.renew != nil {
 		return "", "", false
 	}
 	return q.base, h.mutexPrefix(), true
 }
 
-func (q *qlock) renewExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) { return q.renew(h.owner, h.token) }
+func (q *qlock) renewIn(h *hold) (*rueidis.Lua, []string, []string) {
+	keys, args := q.renew(h.owner, h.token)
+	return q.renewMany, keys, args
+}
 
 func (q *qlock) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
 	return q.release(h.owner, h.token)

@@ -170,8 +170,8 @@ type runHold struct {
 
 func (rh *runHold) renewKey(*hold) (string, string, bool) { return "", "", false }
 
-func (rh *runHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.OnceRenew, rueidis.LuaExec{Keys: []string{rh.r.run}, Args: []string{rh.mark, leaseMS(rh.r.c.cfg.lease)}}
+func (rh *runHold) renewIn(*hold) (*rueidis.Lua, []string, []string) {
+	return scripts.OnceRenewMany, []string{rh.r.run}, []string{rh.mark}
 }
 
 // releaseExec ends the run as failed (Close: f's outcome is unknown).

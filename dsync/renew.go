@@ -23,8 +23,10 @@ var renewBatch = 256 // a variable for tests
 var renewChunk = 16384 // a variable for tests
 
 // The renewer is the Client's single watchdog: every lease/3 it renews all
-// watchdog holds of the Client (Client.holds), pipelined, one batch per
-// script.
+// watchdog holds of the Client (Client.holds), whatever their kind, and
+// keeps the records of its Election terms (Client.terms), pipelined, in
+// batch scripts per kind and cluster slot. No hold has a goroutine or
+// timer of its own.
 type renewer struct {
 	c *Client
 	// checks are holds to check in Redis now (see Client.forced), on the
@@ -62,12 +64,11 @@ func (r *renewer) loop() {
 	}
 }
 
-// round renews every watchdog hold once and reports false if any part of
-// it could not reach Redis. Holds whose lock value has the mutex's layout
-// (Mutex, FairMutex) go up to renewBatch to one script call: all together
-// off a cluster, per slot in one. The calls go out in pipelines of at most
-// renewChunk holds, all at once, each pipeline's lease clocks moved from
-// its own send time.
+// round renews every watchdog hold once, and keeps the record of every
+// Election term (Client.terms), and reports false if any part of it could
+// not reach Redis. The renewals go in batches (calls), in pipelines of at
+// most renewChunk holds, all at once, each pipeline's lease clocks moved
+// from its own send time.
 func (r *renewer) round() bool {
 	c := r.c
 	c.mu.Lock()
@@ -77,8 +78,16 @@ func (r *renewer) round() bool {
 			holds = append(holds, h)
 		}
 	}
+	terms := make([]*hold, 0, len(c.terms))
+	for h := range c.terms {
+		if h.isEnded() {
+			delete(c.terms, h)
+			continue
+		}
+		terms = append(terms, h)
+	}
 	c.mu.Unlock()
-	calls := r.calls(holds)
+	calls := r.calls(holds, terms)
 	var (
 		mu      sync.Mutex
 		failed  []*hold
@@ -123,40 +132,64 @@ func (r *renewer) round() bool {
 	return false
 }
 
-// calls groups the renewals of holds into script calls: a batch per slot
-// (one off a cluster) of holds with the mutex's layout, up to renewBatch
-// each, and one call for each other hold.
-func (r *renewer) calls(holds []*hold) []renewCall {
+// calls groups the renewals of holds, and the records of the Election
+// terms of terms, into batch script calls: per script (the hold kind's
+// renewIn; MutexRenewMany for every hold with the mutex's layout) and per
+// cluster slot (a script's keys must share one; off a cluster, one for
+// all), up to renewBatch holds each.
+func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	c := r.c
+	type batchOf struct {
+		s    *rueidis.Lua
+		slot uint16
+	}
 	var calls []renewCall
-	// One open batch per cluster slot (a script's keys must share one); off
-	// a cluster, one for all.
-	batches := map[uint16]*renewCall{}
+	batches := map[batchOf]*renewCall{}
+	add := func(h *hold, s *rueidis.Lua, term bool, key, arg string, keys, args []string) {
+		if key == "" {
+			key = keys[0]
+		}
+		var slot uint16
+		if c.cluster {
+			cmd := c.rc.B().Get().Key(key).Build()
+			slot = cmd.Slot()
+		}
+		batch := batches[batchOf{s, slot}]
+		if batch == nil || len(batch.holds) == renewBatch {
+			if batch != nil {
+				calls = append(calls, *batch)
+			}
+			batch = &renewCall{s: s, term: term, e: rueidis.LuaExec{
+				Keys: make([]string, 0, 1),
+				Args: append(make([]string, 0, 2), leaseMS(c.cfg.lease)),
+			}}
+			batches[batchOf{s, slot}] = batch
+		}
+		batch.holds = append(batch.holds, h)
+		if keys == nil {
+			batch.e.Keys = append(batch.e.Keys, key)
+			batch.e.Args = append(batch.e.Args, arg)
+			return
+		}
+		batch.e.Keys = append(batch.e.Keys, keys...)
+		batch.e.Args = append(batch.e.Args, args...)
+	}
 	for _, h := range holds {
 		if key, prefix, ok := h.ops.renewKey(h); ok {
-			var slot uint16
-			if c.cluster {
-				cmd := c.rc.B().Get().Key(key).Build()
-				slot = cmd.Slot()
-			}
-			batch := batches[slot]
-			if batch == nil || len(batch.holds) == renewBatch {
-				if batch != nil {
-					calls = append(calls, *batch)
-				}
-				batch = &renewCall{s: scripts.MutexRenewMany, many: true, e: rueidis.LuaExec{
-					Keys: make([]string, 0, 1),
-					Args: append(make([]string, 0, 2), leaseMS(c.cfg.lease)),
-				}}
-				batches[slot] = batch
-			}
-			batch.holds = append(batch.holds, h)
-			batch.e.Keys = append(batch.e.Keys, key)
-			batch.e.Args = append(batch.e.Args, prefix)
+			add(h, scripts.MutexRenewMany, false, key, prefix, nil, nil)
 			continue
 		}
-		s, e := h.ops.renewExec(h)
-		calls = append(calls, renewCall{s: s, e: e, holds: []*hold{h}})
+		s, keys, args := h.ops.renewIn(h)
+		add(h, s, false, "", "", keys, args)
+	}
+	if len(terms) > 0 {
+		c.mu.Lock()
+		for _, h := range terms {
+			if t, ok := c.terms[h]; ok {
+				add(h, scripts.ElectionTouchMany, true, "", "", t.keys, t.args)
+			}
+		}
+		c.mu.Unlock()
 	}
 	for _, batch := range batches {
 		calls = append(calls, *batch)
@@ -166,6 +199,9 @@ func (r *renewer) calls(holds []*hold) []renewCall {
 
 // send sends calls in one pipelined round trip, applies the replies, and
 // returns the holds it could not renew (Redis unreachable), with the error.
+// A term's record not kept (Redis unreachable) is kept at the next round,
+// as before its lock's lease runs out; one whose lock is no longer the
+// term's is not kept again.
 func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 	c := r.c
 	// c.ctx ends with Close, which must not wait for a slow round. A
@@ -177,30 +213,41 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 	sentAt := time.Now()
 	res := r.exec(ctx, calls)
 	for i, call := range calls {
-		var got []int64
-		var err error
-		if call.many {
-			got, err = res[i].AsIntSlice()
-			if err == nil && len(got) != len(call.holds) {
+		gone, err := res[i].AsIntSlice()
+		for _, k := range gone {
+			if k < 1 || int(k) > len(call.holds) {
 				err = errors.New("dsync: unexpected reply from the renewal script")
 			}
-		} else {
-			var n int64
-			n, err = res[i].AsInt64()
-			got = []int64{n}
 		}
 		if err != nil {
-			failed = append(failed, call.holds...)
-			failure = err
+			if !call.term {
+				failed = append(failed, call.holds...)
+				failure = err
+			}
 			continue
 		}
+		if call.term {
+			if len(gone) > 0 {
+				c.mu.Lock()
+				for _, k := range gone {
+					delete(c.terms, call.holds[k-1])
+				}
+				c.mu.Unlock()
+			}
+			continue
+		}
+		next := 0 // gone is in order
 		for k, h := range call.holds {
+			ok := next >= len(gone) || int(gone[next]) != k+1
+			if !ok {
+				next++
+			}
 			// A hold handed on inside the Client while the renewal was in
 			// flight is the same hold in Redis: the reply is its
 			// successor's, renewal or loss alike (renewReply).
-			h.renewReply(got[k] == 1, sentAt, c.cfg.lease)
+			h.renewReply(ok, sentAt, c.cfg.lease)
 			if f := renewReplied.Load(); f != nil {
-				(*f)(h, got[k] == 1, sentAt)
+				(*f)(h, ok, sentAt)
 			}
 		}
 	}
@@ -212,13 +259,13 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 // was sent. (Atomic: other tests' Clients may be renewing.)
 var renewReplied atomic.Pointer[func(h *hold, ok bool, sentAt time.Time)]
 
-// A renewCall is one script call of a renewal round, for one hold or, with
-// many, a batch of mutex holds.
+// A renewCall is one batch script call of a renewal round: the holds it
+// renews or, with term, the holds whose Election term's record it keeps.
 type renewCall struct {
 	s     *rueidis.Lua
 	e     rueidis.LuaExec
 	holds []*hold
-	many  bool
+	term  bool
 }
 
 // exec sends the calls in one pipeline as EVALSHA; the few the server did

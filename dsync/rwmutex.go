@@ -81,10 +81,10 @@ func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 				args := []string{mode, owner, strconv.FormatUint(token, 10), "", wch}
 				return scripts.RWRelease, rueidis.LuaExec{Keys: keys, Args: args}
 			},
-			renew: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-				args := []string{mode, owner, strconv.FormatUint(token, 10), leaseMS(c.cfg.lease)}
-				return scripts.RWRenew, rueidis.LuaExec{Keys: keys, Args: args}
+			renew: func(owner string, token uint64) ([]string, []string) {
+				return keys, []string{mode, owner, strconv.FormatUint(token, 10)}
 			},
+			renewMany: scripts.RWRenewMany,
 		}
 		lease := q.lease()
 		q.leave = func(ctx context.Context, owner, wid string) error {

@@ -141,9 +141,9 @@ type semHold struct {
 
 func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false }
 
-func (sh *semHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
+func (sh *semHold) renewIn(*hold) (*rueidis.Lua, []string, []string) {
 	s := sh.s
-	return scripts.SemRenew, rueidis.LuaExec{Keys: s.keys, Args: []string{sh.member, leaseMS(s.c.cfg.lease), s.chPfx}}
+	return scripts.SemRenewMany, s.keys, []string{sh.member, s.chPfx}
 }
 
 func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {

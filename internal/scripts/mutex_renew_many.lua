@@ -1,19 +1,26 @@
+-- uses: lib
 -- Extend the leases of many holds in one call, each only if it is still
 -- that owner's hold: the renewal loop's batch form of mutex_renew.lua. In a
 -- cluster the caller batches only keys of one slot.
 --
+-- The values are read with one MGET, the leases set with PEXPIREAT to one
+-- deadline spelled once (fmt): measured with callgrind (bench
+-- -instr-renew), a GET and a PEXPIRE per hold cost about a third more, and
+-- a Lua number given to redis.call is spelled with printf's %.17g.
+--
 -- KEYS[i] lock key of hold i
 -- ARGV[1] lease in ms, ARGV[i+1] "<owner> <token> " of hold i
--- Reply: an array, 1 renewed or 0 gone, per hold.
-local res = {}
+-- Reply: an array of the numbers (from 1) of the holds gone; every other
+-- hold was renewed.
+local now = server_now()
+local at = fmt(now + tonumber(ARGV[1]))
+local vs, gone, find = redis.call('mget', unpack(KEYS)), {}, string.find
 for i = 1, #KEYS do
-  local v = redis.call('get', KEYS[i])
-  local p = ARGV[i + 1]
-  if v and string.sub(v, 1, #p) == p then
-    redis.call('pexpire', KEYS[i], ARGV[1])
-    res[i] = 1
+  local v = vs[i]
+  if v and find(v, ARGV[i + 1], 1, true) == 1 then
+    redis.call('pexpireat', KEYS[i], at)
   else
-    res[i] = 0
+    gone[#gone + 1] = i
   end
 end
-return res
+return gone

@@ -368,3 +368,31 @@ local function rw_hand_on(now, us, wch, readers_first)
   end
   rw_set_mode(nil)
 end
+
+-- rw_renew extends the lease of one hold of owner (mode "read" or
+-- "write", token its token) to now + lease, only if that hold is still
+-- owner's: each reader renews its own lease and no other, so a dead
+-- reader's hold lapses even while live readers renew theirs. It returns 1
+-- renewed, 0 the hold is gone.
+local function rw_renew(now, mode, owner, token, lease)
+  if mode == 'read' then
+    rw_load(owner)
+    local r = rw_r
+    local s = tonumber(redis.call('zscore', KEYS[2], owner) or '0')
+    if not r or string.match(r, '^%d+ (%d+)') ~= token or s <= now then
+      return 0
+    end
+    local x = math.max(s, now + lease)
+    redis.call('zadd', KEYS[2], fmt(x), owner)
+    rw_keep(x)
+    return 1
+  end
+  rw_load()
+  if rw_w ~= owner or rw_wt ~= token or tonumber(rw_wexp) <= now then
+    return 0
+  end
+  local x = math.max(tonumber(rw_wexp), now + lease)
+  redis.call('hset', KEYS[1], 'wexp', fmt(x))
+  rw_keep(x)
+  return 1
+end

@@ -177,3 +177,39 @@ local function touch(now, created, upto, all, last)
     redis.call('pexpire', KEYS[i], ttl)
   end
 end
+
+-- sem_renew extends the lease of one acquisition (member, see KEYS[2]) to
+-- now + lease, if it is still held: each acquisition has its own lease. A
+-- lapsed holder's permits found on the way serve the queue (chprefix, the
+-- waiters' channel prefix). It returns 1 renewed, 0 the acquisition is gone
+-- (released, or its lease lapsed).
+local function sem_renew(now, now_us, member, lease, chprefix)
+  local exp = tonumber(redis.call('zscore', KEYS[2], member) or '0')
+  if exp <= now then
+    -- Gone, lapsed, or released in part (its member then names fewer
+    -- permits): look at every holder.
+    local live, inuse, dead = holders(now)
+    local prefix = string.match(member, '^(.* )%d+$') or member
+    exp = 0
+    for _, h in ipairs(live) do
+      if string.sub(h[1], 1, #prefix) == prefix then
+        member, exp = h[1], h[2]
+      end
+    end
+    if exp == 0 then
+      local stored = dead and read_meta()
+      if stored then
+        -- A lapsed holder's permits came back: serve the queue.
+        local _, upto, _, made = grant(chprefix, now, now_us, tonumber(stored) - inuse, #live > 0)
+        if upto > 0 then
+          touch(now, made, upto)
+        end
+      end
+      return 0
+    end
+  end
+  local expiry = math.max(exp, now + lease)
+  redis.call('zadd', KEYS[2], fmt(expiry), member)
+  touch(now, {}, expiry)
+  return 1
+end

@@ -20,12 +20,19 @@ var (
 	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in
 	// a cluster).
 	MutexRenewMany = script("mutex_renew_many.lua")
+	// The other holds' batch forms, for the renewal loop: RWRenewMany,
+	// SemRenewMany, OnceRenewMany (Once and Group runs), and
+	// ElectionTouchMany (the records of Election terms).
+	RWRenewMany       = script("rw_renew_many.lua")
+	SemRenewMany      = script("sem_renew_many.lua")
+	OnceRenewMany     = script("once_renew_many.lua")
+	ElectionTouchMany = script("election_touch_many.lua")
 	// MutexUnwait takes a Client that stopped waiting out of the waiting
 	// count.
 	MutexUnwait = script("mutex_unwait.lua")
 
 	// The fair mutex. Its lock value has the mutex's format, so it is
-	// renewed with MutexRenew.
+	// renewed with MutexRenewMany.
 	FairAcquire   = script("fair_acquire.lua")
 	FairRelease   = script("fair_release.lua")
 	FairLeave     = script("fair_leave.lua")

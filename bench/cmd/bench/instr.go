@@ -64,28 +64,11 @@ func runInstr(libNames []string, n int, valgrind, redisBin string) error {
 // scriptCall (inclusive counts).
 func instrOne(spec libSpec, n int, valgrind, redisBin string) ([3]float64, error) {
 	var zero [3]float64
-	dir, err := os.MkdirTemp("", "dsync-bench-instr")
+	srv, err := startCallgrind(valgrind, redisBin)
 	if err != nil {
 		return zero, err
 	}
-	defer os.RemoveAll(dir)
-	port, err := freePort()
-	if err != nil {
-		return zero, err
-	}
-	out := filepath.Join(dir, "callgrind.out")
-	cmd := exec.Command(valgrind, "--tool=callgrind", "--toggle-collect=processInputBuffer", "--callgrind-out-file="+out, redisBin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--daemonize", "no", "--loglevel", "warning")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return zero, err
-	}
-	srv := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd}
 	defer srv.stop()
-	if err := srv.waitReadyWithin(60 * time.Second); err != nil {
-		return zero, err
-	}
 	l, err := spec.open(srv.addr, new(atomic.Int64))
 	if err != nil {
 		return zero, err
@@ -111,19 +94,80 @@ func instrOne(spec libSpec, n int, valgrind, redisBin string) ([3]float64, error
 	if err := cycles(instrNames); err != nil {
 		return zero, err
 	}
-	pid := strconv.Itoa(cmd.Process.Pid)
-	if b, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
-		return zero, fmt.Errorf("callgrind_control -z: %v: %s", err, b)
+	if err := srv.zero(); err != nil {
+		return zero, err
 	}
 	if err := cycles(n); err != nil {
 		return zero, err
 	}
-	if b, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+	r, err := srv.dump()
+	if err != nil {
+		return zero, err
+	}
+	for i := range r {
+		r[i] /= float64(n)
+	}
+	return r, nil
+}
+
+// A callgrindServer is a private redis-server run under callgrind, counting
+// only what processInputBuffer runs.
+type callgrindServer struct {
+	*redisServer
+	pid string
+	out string
+}
+
+func startCallgrind(valgrind, redisBin string) (*callgrindServer, error) {
+	dir, err := os.MkdirTemp("", "dsync-bench-instr")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	out := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command(valgrind, "--tool=callgrind", "--toggle-collect=processInputBuffer", "--callgrind-out-file="+out, redisBin,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	srv := &callgrindServer{redisServer: &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd}, pid: strconv.Itoa(cmd.Process.Pid), out: out}
+	if err := srv.waitReadyWithin(60 * time.Second); err != nil {
+		srv.stop()
+		return nil, err
+	}
+	return srv, nil
+}
+
+func (s *callgrindServer) stop() {
+	s.redisServer.stop()
+	os.RemoveAll(s.dir)
+}
+
+// zero zeroes the counters.
+func (s *callgrindServer) zero() error {
+	if b, err := exec.Command("callgrind_control", "-z", s.pid).CombinedOutput(); err != nil {
+		return fmt.Errorf("callgrind_control -z: %v: %s", err, b)
+	}
+	return nil
+}
+
+// dump returns the instructions counted since zero: in all, inside
+// lua_pcall, inside scriptCall (inclusive counts).
+func (s *callgrindServer) dump() ([3]float64, error) {
+	var zero [3]float64
+	if b, err := exec.Command("callgrind_control", "-d", s.pid).CombinedOutput(); err != nil {
 		return zero, fmt.Errorf("callgrind_control -d: %v: %s", err, b)
 	}
-	dumps, _ := filepath.Glob(out + ".*")
+	dumps, _ := filepath.Glob(s.out + ".*")
 	if len(dumps) == 0 {
-		return zero, fmt.Errorf("no callgrind dump in %s", dir)
+		return zero, fmt.Errorf("no callgrind dump in %s", s.dir)
 	}
 	ann, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", dumps[len(dumps)-1]).Output()
 	if err != nil {
@@ -151,9 +195,6 @@ func instrOne(spec libSpec, n int, valgrind, redisBin string) ([3]float64, error
 	}
 	if r[0] == 0 {
 		return zero, fmt.Errorf("no totals in the callgrind dump")
-	}
-	for i := range r {
-		r[i] /= float64(n)
 	}
 	return r, nil
 }

@@ -76,6 +76,9 @@ func main() {
 		capClust  = flag.Bool("cap-cluster", true, "capacity: also run on a 3-master test cluster (needs redis-cli)")
 		capClN    = flag.Int("cap-cluster-held", 100000, "capacity: locks held on the cluster")
 		instr     = flag.Int("instr", 0, "instead of the scenarios: count the instructions redis-server runs per uncontended lock+unlock cycle of each of -libs (default dsync,raw) over this many cycles, under valgrind's callgrind (needs valgrind)")
+		instrRen  = flag.Int("instr-renew", 0, "instead of the scenarios: count the instructions redis-server runs per renewal of one hold, for each of -instr-kinds, with this many holds, under callgrind (needs valgrind)")
+		instrKind = flag.String("instr-kinds", "", "renewal kinds for -instr-renew (default all: mutex,fair,rw-read,rw-write,sem,once,group,election)")
+		instrRnds = flag.Int("instr-rounds", 3, "renewal rounds counted by -instr-renew")
 		valgrind  = flag.String("valgrind", "valgrind", "valgrind binary, for -instr")
 		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory")
 	)
@@ -95,6 +98,13 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", *childRole, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *instrRen > 0 {
+		if err := runInstrRenew(split(*instrKind), *instrRen, *instrRnds, *valgrind, *redisBin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
