@@ -129,6 +129,10 @@ func instrOne(spec libSpec, n int, valgrind, redisBin string) ([3]float64, error
 	if err != nil {
 		return zero, fmt.Errorf("callgrind_annotate: %w", err)
 	}
+	if d := os.Getenv("DSYNC_BENCH_ANNOTATE"); d != "" {
+		// The whole annotation, for a look at where the instructions go.
+		_ = os.WriteFile(filepath.Join(d, "instr-"+spec.name+".txt"), ann, 0o644)
+	}
 	var r [3]float64
 	sc := bufio.NewScanner(strings.NewReader(string(ann)))
 	for sc.Scan() {
