@@ -47,6 +47,25 @@ type mutexState struct {
 	// tokenDue), so no token is ever ahead of the server clock.
 	first uint64
 	at    time.Time
+
+	// att is the leader's acquisition in Redis (acquireRedis), in place.
+	att mutexAttempt
+	// tag is the value prefix "<owner> <token> " of the hold in Redis that
+	// tagOwner and tagToken name, when known without formatting it (a
+	// fresh owner's acquisition: ownerTag): the release takes the token
+	// from it.
+	tag      string
+	tagOwner string
+	tagToken uint64
+}
+
+// tagFor returns st.tag if it is the prefix of h's hold in Redis, else "".
+// st.mu must be held.
+func (st *mutexState) tagFor(h *hold) string {
+	if st.tag != "" && st.tagOwner == h.rOwner && st.tagToken == h.rToken {
+		return st.tag
+	}
+	return ""
 }
 
 // reserved records the block of tokens a Redis acquisition or handoff
@@ -169,8 +188,9 @@ func (st *mutexState) remove(w *mutexWaiter) {
 
 // acquire takes m for owner: by re-entry of this Client's hold, by a
 // handoff from a local holder, or in Redis. mark is the undo mark of a
-// fresh owner (see Mutex.lock), "" for an owner the caller supplied.
-func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+// fresh owner (see Mutex.lock), "" for an owner the caller supplied, and
+// buf its bytes, with room for the hold's value prefix (ownerTag).
+func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	st := c.getMutex(m.sk())
 	st.mu.Lock()
@@ -218,9 +238,14 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx
 				m.stepDown(st)
 				return nil, nil, false, attempts, err
 			}
+			var tag string
+			if buf != nil && !again {
+				tag = ownerTag(buf, len(mark)-len(owner), h.rToken)
+			}
 			st.mu.Lock()
 			st.busy = false
 			st.h = h
+			st.tag, st.tagOwner, st.tagToken = tag, h.rOwner, h.rToken
 			st.passes = 0
 			st.reserved(h)
 			lctx := h.newCtx(ctx)

@@ -19,7 +19,15 @@ import (
 // which the script makes safe, and completes even if ctx ends (see
 // idempotent).
 func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	args := m.releaseArgs(owner, token, used)
+	return m.releaseTagged(ctx, owner, token, used, "")
+}
+
+// releaseTagged is release with the hold's value prefix "<owner> <token> "
+// (hold.mutexPrefix) when the caller has it ("" otherwise): the token's
+// digits are then taken from it, and the common release allocates nothing.
+func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uint64, tag string) (code int64, err error) {
+	var buf [4]string
+	args := m.releaseArgsTo(buf[:0], owner, token, used, tag)
 	call := func(ctx context.Context) (err error) {
 		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
 		return err
@@ -41,11 +49,22 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 // ones when used is token (ARGV[3] is unused, ARGV[4] then "0"): every
 // argument is a string Redis makes for the script.
 func (m *Mutex) releaseArgs(owner string, token, used uint64) []string {
-	tok := strconv.FormatUint(token, 10)
-	if u := usedArg(token, used); u != "0" {
-		return []string{owner, tok, m.c.args.mark, u}
+	return m.releaseArgsTo(nil, owner, token, used, "")
+}
+
+// releaseArgsTo appends releaseArgs to dst, the token's digits taken from
+// tag, the hold's value prefix, if not "".
+func (m *Mutex) releaseArgsTo(dst []string, owner string, token, used uint64, tag string) []string {
+	var tok string
+	if tag != "" {
+		tok = tag[len(owner)+1 : len(tag)-1]
+	} else {
+		tok = strconv.FormatUint(token, 10)
 	}
-	return []string{owner, tok}
+	if u := usedArg(token, used); u != "0" {
+		return append(dst, owner, tok, m.c.args.mark, u)
+	}
+	return append(dst, owner, tok)
 }
 
 // usedArg is the release's argument for the last token issued under a
@@ -106,8 +125,11 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // for Inspect; the acquisition or the end of the wait removes the entry.
 func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	a := &mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
-	a.args = a.argBuf[:4] // 3 more for a wait (below)
+	// The attempt lives in st, which only the leader (st.busy) uses.
+	a := &st.att
+	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
+	defer func() { a.ctx, a.st = nil, nil }() // (st outlives the call)
+	a.args = a.argBuf[:4]                     // 3 more for a wait (below)
 	a.args[0], a.args[1], a.args[2], a.args[3] = owner, m.leaseArg, m.blockArg, "set"
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
