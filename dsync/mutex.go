@@ -273,7 +273,7 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {

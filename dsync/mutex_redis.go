@@ -29,7 +29,7 @@ func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uin
 	var buf [4]string
 	args := m.releaseArgsTo(buf[:0], owner, token, used, tag)
 	call := func(ctx context.Context) (err error) {
-		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
+		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys[:1], args).AsInt64()
 		return err
 	}
 	if token == 0 {
@@ -45,26 +45,27 @@ func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uin
 }
 
 // releaseArgs are the release script's arguments for a hold of token by
-// owner under which used was the last token issued: without the optional
-// ones when used is token (ARGV[3] is unused, ARGV[4] then "0"): every
-// argument is a string Redis makes for the script.
+// owner under which used was the last token issued (mutex_release.lua):
+// the hold as the value's prefix "<owner> <token> " (token 0: the owner
+// alone, any of its holds), and the last token used only when it is not
+// the token: every argument is a string Redis makes for the script.
 func (m *Mutex) releaseArgs(owner string, token, used uint64) []string {
 	return m.releaseArgsTo(nil, owner, token, used, "")
 }
 
-// releaseArgsTo appends releaseArgs to dst, the token's digits taken from
-// tag, the hold's value prefix, if not "".
+// releaseArgsTo appends releaseArgs to dst; tag, if not "", is the hold's
+// value prefix (hold.mutexPrefix), sent as it is.
 func (m *Mutex) releaseArgsTo(dst []string, owner string, token, used uint64, tag string) []string {
-	var tok string
-	if tag != "" {
-		tok = tag[len(owner)+1 : len(tag)-1]
-	} else {
-		tok = strconv.FormatUint(token, 10)
+	switch {
+	case token == 0:
+		return append(dst, owner)
+	case tag == "":
+		tag = owner + " " + strconv.FormatUint(token, 10) + " "
 	}
 	if u := usedArg(token, used); u != "0" {
-		return append(dst, owner, tok, m.c.args.mark, u)
+		return append(dst, tag, u)
 	}
-	return append(dst, owner, tok)
+	return append(dst, tag)
 }
 
 // usedArg is the release's argument for the last token issued under a
@@ -96,8 +97,8 @@ func (m *Mutex) unregister(marker string) {
 // marks the attempt undone, then releases what the owner holds. It can be
 // repeated.
 func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
-	keys := withMarker(m.relKeys, mark)
-	args := []string{owner, "0", m.c.args.mark, "0"}
+	keys := withMarker(m.relKeys[:1], mark)
+	args := []string{owner}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
 	})
@@ -106,8 +107,8 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
-	keys := withMarker(m.relKeys, marker)
-	args := []string{owner, "0", m.c.args.mark}
+	keys := withMarker(m.relKeys[:1], marker)
+	args := []string{owner}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
 	})
@@ -129,8 +130,8 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	a := &st.att
 	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
 	defer func() { a.ctx, a.st = nil, nil }() // (st outlives the call)
-	a.args = a.argBuf[:4]                     // 3 more for a wait (below)
-	a.args[0], a.args[1], a.args[2], a.args[3] = owner, m.leaseArg, m.blockArg, "set"
+	a.args = a.argBuf[:3] // more for a wait (below)
+	a.args[0], a.args[1], a.args[2] = owner, m.leaseArg, m.blockArg
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	a.fresh = mark != ""
@@ -138,16 +139,19 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		// An owner made for this call holds nothing else, so its undo
 		// releases whatever it holds; the mark only makes an acquire that
 		// arrives after the undo a no-op. The acquire checks it and never
-		// writes it: a successful acquisition leaves no key.
+		// writes it: a successful acquisition leaves no key. The script
+		// names it itself (the lock key, ":x:", the owner): no key
+		// argument.
 		a.marker = mark
-		a.args[3] = "check"
+		a.keyBuf = [2]string{m.key}
+		a.keys = a.keyBuf[:1]
 	} else {
 		a.marker = m.key + ":a:" + c.attemptID()
+		a.keyBuf = [2]string{m.key, a.marker}
+		a.keys = a.keyBuf[:]
 	}
-	a.keyBuf = [3]string{m.key, a.marker, m.wkey}
-	a.keys = a.keyBuf[:]
 	if !try {
-		a.args = append(a.args, c.ident, "") // ARGV[7] "1" once registered (attempt)
+		a.args = append(a.args, c.ident) // ARGV[5..6] as attempt says
 		defer func() {
 			if a.registered && h == nil {
 				m.unregister(a.marker)
@@ -184,8 +188,8 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 // mutexAttempt is the state of one Mutex acquisition in Redis, its
 // arguments and reply in place (one allocation).
 type mutexAttempt struct {
-	argBuf     [7]string
-	keyBuf     [3]string
+	argBuf     [6]string
+	keyBuf     [2]string
 	valBuf     [2]int64
 	m          *Mutex
 	st         *mutexState
@@ -203,6 +207,7 @@ type mutexAttempt struct {
 	registered bool
 	regCount   string
 	regAt      time.Time
+	regNow     string // the count the attempt in flight registers, or ""
 }
 
 // mutexWait is a Mutex acquisition's waitProto.
@@ -223,14 +228,24 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		a.block, a.args[2] = m.block, m.blockArg
 	}
 	if !a.try {
+		// ARGV[5], the count to register, is left out when it is the
+		// script's default, 1 (the first attempt of a lone waiter: the
+		// uncontended acquisition); "" not to register this time. ARGV[6]
+		// "1" once registered.
 		n := strconv.Itoa(1 + waiting)
-		a.args[5] = ""
+		a.regNow = ""
 		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
-			a.args[5] = n
+			a.regNow = n
 		}
-		if a.registered {
-			a.args = a.argBuf[:7]
-			a.args[6] = "1"
+		switch {
+		case a.registered:
+			a.args = a.argBuf[:6]
+			a.args[4], a.args[5] = a.regNow, "1"
+		case a.regNow != "1":
+			a.args = a.argBuf[:5]
+			a.args[4] = a.regNow
+		default:
+			a.args = a.argBuf[:4]
 		}
 	}
 	a.sentAt = time.Now()
@@ -254,8 +269,8 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 	if err != nil || vals[0] != 0 {
 		return true, 0, err
 	}
-	if !a.try && a.args[5] != "" {
-		a.registered, a.regCount, a.regAt = true, a.args[5], a.sentAt
+	if !a.try && a.regNow != "" {
+		a.registered, a.regCount, a.regAt = true, a.regNow, a.sentAt
 	}
 	return false, time.Duration(vals[1]) * time.Millisecond, nil // the holder's pttl
 }

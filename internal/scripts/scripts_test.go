@@ -67,7 +67,11 @@ func TestMutexScripts(t *testing.T) {
 		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
 	}
 	rel := func(owner string, tok int64) int64 {
-		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{owner, strconv.FormatInt(tok, 10), "60000"}))
+		hold := owner // token 0: any hold of the owner
+		if tok != 0 {
+			hold += " " + strconv.FormatInt(tok, 10) + " "
+		}
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{hold}))
 	}
 
 	before := time.Now().UnixMicro()
@@ -79,9 +83,9 @@ func TestMutexScripts(t *testing.T) {
 	r := acq("A")
 	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
-	// A waiting attempt (ARGV[5..7]: the waiting Client, its count, not
+	// A waiting attempt (ARGV[4..6]: the waiting Client, its count, not
 	// registered yet) marks the value, so that the release publishes.
-	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001"}, []string{"B", "10000", "1", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
 	// The entry is the wait's: "<client> <wait>", the wait named by the
@@ -210,7 +214,7 @@ func TestMutexUndo(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, ch := "p:{u}:mutex", "p:{u}:mutex:ch"
+	key := "p:{u}:mutex"
 	get := func() string {
 		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		return v
@@ -219,7 +223,7 @@ func TestMutexUndo(t *testing.T) {
 		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000", "1"}))
 	}
 	undo := func(marker string) int64 {
-		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, ch, marker}, []string{"O", "0", "60000"}))
+		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, marker}, []string{"O"}))
 	}
 	first := acq(key + ":a:1") // the owner's hold through some Client
 	require.Equal(t, int64(1), first[0], "acquire = %v", first)
@@ -244,7 +248,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, ch := "p:{u}:mutex", "p:{u}:mutex:ch"
+	key := "p:{u}:mutex"
 	get := func() string {
 		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		return v
@@ -254,13 +258,13 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	require.Equal(t, "A "+end+" 1 b", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
 	rel := func() int64 {
-		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", end, "60000", used}))
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + end + " ", used}))
 	}
 	require.Equal(t, int64(1), rel(), "release")
 	v := get()
 	require.Equal(t, "- "+used+" 0", v, "free marker %q, want the last token used %s", v, used)
 	require.Equal(t, int64(1), rel(), "a retried release")
-	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", "0", "60000", "0"})), "an owner-only release of a free lock")
+	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A"})), "an owner-only release of a free lock")
 	b := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
 	require.Greater(t, b[1], a[1]+2, "next token and from the clock, not past the block's end")
 	require.Less(t, b[1], a[1]+1000000-1, "next token and from the clock, not past the block's end")
@@ -274,12 +278,13 @@ func TestMutexUndoFresh(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, ch := "p:{f}:mutex", "p:{f}:mutex:ch"
+	key := "p:{f}:mutex"
 	acq := func(owner string) []int64 {
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner, "10000", "1", "check"}))
+		// No attempt marker: a fresh owner, whose mark the script names.
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
 	}
 	undo := func(owner string) {
-		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, ch, key + ":x:" + owner}, []string{owner, "0", "60000", "0"}).Error())
+		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner}).Error())
 	}
 	exists := func(k string) bool {
 		n, err := rc.Do(ctx, rc.B().Exists().Key(k).Build()).AsInt64()
@@ -296,7 +301,7 @@ func TestMutexUndoFresh(t *testing.T) {
 	// The undo first (B still holds), then the late acquire: a no-op, even
 	// once the lock is free.
 	undo("C")
-	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"B", "0", "60000", "0"})), "B's release")
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"B"})), "B's release")
 	r = acq("C")
 	require.Equal(t, int64(0), r[0], "a late acquire after its undo = %v, want a no-op", r)
 	v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
@@ -327,7 +332,7 @@ func TestMutexAcquireContinuesMarker(t *testing.T) {
 		{"4", "O 9000000000000004 1 b"},
 	} {
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value("- "+strconv.FormatInt(ahead, 10)+" 0").Build()).Error())
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:O"}, []string{"O", "10000", tc.block, "check"}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"O", "10000", tc.block}))
 		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
 		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
 	}
@@ -348,7 +353,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	}
 	wait := func(marker string) {
 		t.Helper()
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker, wkey}, []string{"B" + marker, "10000", "1", "set", "client-b", "1", "0"}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker}, []string{"B" + marker, "10000", "1", "client-b", "1", "0"}))
 		require.Equal(t, int64(0), r[0], "wait %s = %v, want {0, pttl}", marker, r)
 	}
 	unwait := func(marker string) int64 {
@@ -373,8 +378,8 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	// A registered wait that acquires removes its own entry only.
 	wait("wait0003")
 	wait("wait0004")
-	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, key + ":ch"}, []string{"A", strconv.FormatInt(a[1], 10), "60000"})), "A's release")
-	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004", wkey}, []string{"Bwait0004", "10000", "1", "set", "client-b", "1", "1"}))
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + strconv.FormatInt(a[1], 10) + " "})), "A's release")
+	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004"}, []string{"Bwait0004", "10000", "1", "client-b", "1", "1"}))
 	require.Equal(t, int64(1), r[0], "wait0004's acquire = %v", r)
 	require.Equal(t, []string{"client-b wait0003"}, fields(), "entries after wait0004 acquired")
 }
