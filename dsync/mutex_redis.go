@@ -130,7 +130,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	a := &st.att
 	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
 	defer func() { a.ctx, a.st = nil, nil }() // (st outlives the call)
-	a.args = a.argBuf[:3] // more for a wait (below)
+	a.args = a.argBuf[:3]                     // more for a wait (below)
 	a.args[0], a.args[1], a.args[2] = owner, m.leaseArg, m.blockArg
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
