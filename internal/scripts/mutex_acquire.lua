@@ -61,9 +61,9 @@ if v and string.sub(v, 1, 2) == '- ' and owner ~= '-' then
   -- pattern's captures): continue from its token.
   prev = tonumber(string.sub(v, 3, string.find(v, ' ', 3, true) - 1))
 elseif v then
-  local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
+  local o, t, c, w = lock_parse(v)
   if o == owner and not string.find(w, 'b', 1, true) then
-    redis.call('set', key, o .. ' ' .. t .. ' ' .. (tonumber(c) + 1) .. w, 'px', ARGV[2])
+    redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', ARGV[2])
     reply = {2, tonumber(t)}
   elseif o ~= '-' then
     if ARGV[4] and not string.find(w, 'w', 1, true) then

@@ -1,3 +1,4 @@
+-- uses: lib
 -- Release one hold of the reentrant mutex.
 --
 -- KEYS[1] lock key (its wakeup channel is "<lock key>:ch")
@@ -19,6 +20,9 @@
 -- mutex_acquire.lua for the flags).
 -- Reply: 1 released (the lock is free), 2 count decremented (the owner still
 -- holds it), 0 not held by this owner.
+--
+-- The library (lib.lua) comes after the common case, which needs none of
+-- it: its functions are made only when the script gets that far.
 local key, p = KEYS[1], ARGV[1]
 local owner, tok, used, v = p, nil, nil, nil
 if string.byte(p, -1) == 32 then
@@ -40,7 +44,8 @@ end
 if not v then
   return 0
 end
-local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
+-- (lib.lua here)
+local o, t, c, w = lock_parse(v)
 if o == '-' and tok and (t == tok or t == used) then
   -- Our own earlier release whose reply was lost: retrying is a no-op.
   if t ~= used then
@@ -49,9 +54,7 @@ if o == '-' and tok and (t == tok or t == used) then
   return 1
 end
 local mine = o == owner and (not tok or t == tok)
-c = tonumber(c)
-if mine and c > 1 then
-  redis.call('set', key, o .. ' ' .. t .. ' ' .. (c - 1) .. w, 'keepttl')
+if mine and lock_release_one(key, o, t, c, w) then
   return 2
 end
 if not mine then
