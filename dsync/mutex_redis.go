@@ -129,9 +129,8 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	// The attempt lives in st, which only the leader (st.busy) uses.
 	a := &st.att
 	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
-	defer func() { a.ctx, a.st = nil, nil }() // (st outlives the call)
-	a.args = a.argBuf[:3]                     // more for a wait (below)
-	a.args[0], a.args[1], a.args[2] = owner, m.leaseArg, m.blockArg
+	defer func() { a.ctx, a.st = nil, nil }()    // (st outlives the call)
+	a.argBuf[0], a.argBuf[1] = owner, m.leaseArg // the rest: attempt
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	a.fresh = mark != ""
@@ -151,7 +150,6 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		a.keys = a.keyBuf[:]
 	}
 	if !try {
-		a.args = append(a.args, c.ident) // ARGV[5..6] as attempt says
 		defer func() {
 			if a.registered && h == nil {
 				m.unregister(a.marker)
@@ -223,31 +221,44 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 	a.st.mu.Lock()
 	waiting := len(a.st.queue)
 	a.st.mu.Unlock()
-	a.block, a.args[2] = 1, "1"
+	a.block = 1
 	if waiting > 0 {
-		a.block, a.args[2] = m.block, m.blockArg
+		a.block = m.block
 	}
+	// The arguments (mutex_acquire.lua) after owner and lease: for a wait
+	// the Client (ARGV[3]), the count to register (ARGV[4]: left out when
+	// it is the script's default, 1, as on the first attempt of a lone
+	// waiter; "" not to register this time) and "1" once registered
+	// (ARGV[5]); then the block (ARGV[6]), left out when 1. So the
+	// uncontended acquisition sends three.
+	args := a.argBuf[:2]
+	a.regNow = ""
 	if !a.try {
-		// ARGV[5], the count to register, is left out when it is the
-		// script's default, 1 (the first attempt of a lone waiter: the
-		// uncontended acquisition); "" not to register this time. ARGV[6]
-		// "1" once registered.
 		n := strconv.Itoa(1 + waiting)
-		a.regNow = ""
 		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
 			a.regNow = n
 		}
+		args = append(args, c.ident)
 		switch {
 		case a.registered:
-			a.args = a.argBuf[:6]
-			a.args[4], a.args[5] = a.regNow, "1"
+			args = append(args, a.regNow, "1")
 		case a.regNow != "1":
-			a.args = a.argBuf[:5]
-			a.args[4] = a.regNow
-		default:
-			a.args = a.argBuf[:4]
+			args = append(args, a.regNow)
 		}
 	}
+	if a.block > 1 {
+		if len(args) == 2 {
+			args = append(args, "") // a try
+		}
+		if len(args) == 3 {
+			args = append(args, a.regNow)
+		}
+		if len(args) == 4 {
+			args = append(args, "0")
+		}
+		args = append(args, m.blockArg)
+	}
+	a.args = args
 	a.sentAt = time.Now()
 	var vals []int64
 	var err error

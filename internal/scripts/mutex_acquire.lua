@@ -20,17 +20,17 @@
 -- (mutex_undo_fresh.lua) releases whatever the owner holds and needs no
 -- record of the grant, so its mark "<lock key>:x:<owner>" (the lock's hash
 -- tag: same slot) is only checked, never set, and needs no argument.
--- ARGV[1] owner, ARGV[2] lease in ms, ARGV[3] tokens to reserve (>= 1): the
--- value records the last of them, so the acquiring Client can hand the lock
--- on inside its process with the others, without a round trip.
--- ARGV[4..6], only for an attempt that waits if the lock is held (not a
--- try): it marks the value " w" then. And the waiting count, so that
--- Inspect sees a Mutex's waiters (they queue inside their process, not in
--- Redis): "<lock key>:waiting" is a hash "<client> <wait>" -> "<waiters>
--- <expiry ms>", one entry per wait, ARGV[4] the waiting Client, ARGV[5]
--- how many of its goroutines wait (absent: 1; "" not to register this
--- time), ARGV[6] "1" if an earlier attempt of this wait registered it
--- (absent or anything else: not). <wait> is the last 8 characters of the
+-- ARGV[1] owner, ARGV[2] lease in ms; ARGV[3..5] only for an attempt that
+-- waits if the lock is held (absent or "": a try): it marks the value " w"
+-- then. And the waiting count, so that Inspect sees a Mutex's waiters
+-- (they queue inside their process, not in Redis): "<lock key>:waiting" is
+-- a hash "<client> <wait>" -> "<waiters> <expiry ms>", one entry per wait,
+-- ARGV[3] the waiting Client, ARGV[4] how many of its goroutines wait
+-- (absent: 1; "" not to register this time), ARGV[5] "1" if an earlier
+-- attempt of this wait registered it (absent or anything else: not).
+-- ARGV[6] (absent: 1) the tokens to reserve: the value records the last of
+-- them, so the acquiring Client can hand the lock on inside its process
+-- with the others, without a round trip. <wait> is the last 8 characters of the
 -- wait's attempt marker (KEYS[2], or the fresh owner's mark), which tell
 -- the waits of one Client apart (a sequence number, or 32 random bits) at
 -- little cost in memory. A failed attempt registers (until one lease from
@@ -40,7 +40,7 @@
 -- (mutex_unwait.lua), removes its own entry only, never the one a newer
 -- wait of the same Client has just made, nor, while that one is there,
 -- the " w" mark. The first attempt of an uncontended acquisition touches
--- nothing but the lock: one key and four arguments.
+-- nothing but the lock: one key and three arguments (two for a try).
 -- Reply: token, an integer, acquired (token is the first reserved; a bare
 -- integer, not {1, token}: the common reply is the cheapest to build and
 -- to read); {2, token} re-entered (the owner already held it through
@@ -66,11 +66,15 @@ elseif v then
     redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', ARGV[2])
     reply = {2, tonumber(t)}
   elseif o ~= '-' then
-    if ARGV[4] and not string.find(w, 'w', 1, true) then
+    local client = ARGV[3]
+    if client == '' then
+      client = nil
+    end
+    if client and not string.find(w, 'w', 1, true) then
       redis.call('set', key, v .. ' w', 'keepttl')
     end
-    local n = ARGV[5] or '1'
-    if ARGV[4] and n ~= '' then
+    local n = ARGV[4] or '1'
+    if client and n ~= '' then
       local wkey = key .. ':waiting'
       local now = server_now()
       local all = redis.call('hgetall', wkey)
@@ -80,7 +84,7 @@ elseif v then
           redis.call('hdel', wkey, all[i])
         end
       end
-      redis.call('hset', wkey, ARGV[4] .. ' ' .. string.sub(marker, -8), n .. ' ' .. fmt(now + tonumber(ARGV[2])))
+      redis.call('hset', wkey, client .. ' ' .. string.sub(marker, -8), n .. ' ' .. fmt(now + tonumber(ARGV[2])))
       if redis.call('pttl', wkey) < tonumber(ARGV[2]) then
         redis.call('pexpire', wkey, ARGV[2])
       end
@@ -100,8 +104,10 @@ end
 if not reply then
   local us, digits = server_us()
   local tok = next_token(prev, us)
-  local last = tok + tonumber(ARGV[3]) - 1
-  local flags = ''
+  local last, flags = tok, ''
+  if ARGV[6] then
+    last = tok + tonumber(ARGV[6]) - 1
+  end
   if last > tok then
     flags = ' b'
   end
@@ -116,7 +122,7 @@ end
 if KEYS[2] then
   redis.call('set', marker, '1', 'px', ARGV[2])
 end
-if ARGV[6] == '1' then
-  redis.call('hdel', key .. ':waiting', ARGV[4] .. ' ' .. string.sub(marker, -8))
+if ARGV[5] == '1' then
+  redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
 end
 return reply

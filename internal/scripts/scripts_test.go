@@ -64,7 +64,7 @@ func TestMutexScripts(t *testing.T) {
 		return v
 	}
 	acq := func(owner string) []int64 {
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000"}))
 	}
 	rel := func(owner string, tok int64) int64 {
 		hold := owner // token 0: any hold of the owner
@@ -83,9 +83,9 @@ func TestMutexScripts(t *testing.T) {
 	r := acq("A")
 	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
-	// A waiting attempt (ARGV[4..6]: the waiting Client, its count, not
+	// A waiting attempt (ARGV[3..5]: the waiting Client, its count, not
 	// registered yet) marks the value, so that the release publishes.
-	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001"}, []string{"B", "10000", "1", "client-b", "1", "0"}))
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001"}, []string{"B", "10000", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
 	// The entry is the wait's: "<client> <wait>", the wait named by the
@@ -159,12 +159,12 @@ func TestMutexScripts(t *testing.T) {
 	// subscription (or none) is on the channel, and yields to other
 	// subscribers: the lock becomes free and they are told.
 	rel("C", 0)                                                                                       // back to count 1
-	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000", "1"})) // {0, pttl}: held by C
+	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000"})) // {0, pttl}: held by C
 	require.Equal(t, int64(0), cur[0], "C lost the lock: %v", cur)
 	tokC := strconv.FormatInt(h[1], 10)
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"}))
 	require.Equal(t, int64(1), r[0], "checked handoff with only the own subscriber (1) = %v, want handed over", r)
-	tokD := strconv.FormatInt(acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000", "1"}))[1], 10)
+	tokD := strconv.FormatInt(acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000"}))[1], 10)
 	rel("D", 0) // undo the re-entry just made to read the token
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
 	require.Equal(t, int64(2), r[0], "checked handoff with a foreign subscriber = %v, want a yield", r)
@@ -183,12 +183,12 @@ func TestMutexScripts(t *testing.T) {
 	// the next acquisition anywhere starts above it; a handoff reserves too.
 	rc.Do(ctx, rc.B().Del().Key("p:{r}:mutex").Build())
 	rk := []string{"p:{r}:mutex"}
-	r1 := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
+	r1 := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "", "", "0", "4"}))
 	v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString()
 	require.Equal(t, "R "+strconv.FormatInt(r1[1]+3, 10)+" 1 b", v, "reserving acquire: %v, value (\" b\": a block)", r1)
 	// With a block, the owner does not re-enter through another Client:
 	// its Client may have handed the lock to another owner of its own.
-	re := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "1"}))
+	re := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000"}))
 	require.Equal(t, int64(0), re[0], "re-entry through another Client into a block = %v, want {0, pttl}", re)
 	last := strconv.FormatInt(r1[1]+3, 10)
 	h4 := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
@@ -220,7 +220,7 @@ func TestMutexUndo(t *testing.T) {
 		return v
 	}
 	acq := func(marker string) []int64 {
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000"}))
 	}
 	undo := func(marker string) int64 {
 		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, marker}, []string{"O"}))
@@ -253,7 +253,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		return v
 	}
-	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "", "", "0", "1000000"}))
 	end := strconv.FormatInt(a[1]+1000000-1, 10)
 	require.Equal(t, "A "+end+" 1 b", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
@@ -265,7 +265,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	require.Equal(t, "- "+used+" 0", v, "free marker %q, want the last token used %s", v, used)
 	require.Equal(t, int64(1), rel(), "a retried release")
 	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A"})), "an owner-only release of a free lock")
-	b := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
+	b := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000"}))
 	require.Greater(t, b[1], a[1]+2, "next token and from the clock, not past the block's end")
 	require.Less(t, b[1], a[1]+1000000-1, "next token and from the clock, not past the block's end")
 }
@@ -281,7 +281,7 @@ func TestMutexUndoFresh(t *testing.T) {
 	key := "p:{f}:mutex"
 	acq := func(owner string) []int64 {
 		// No attempt marker: a fresh owner, whose mark the script names.
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000"}))
 	}
 	undo := func(owner string) {
 		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner}).Error())
@@ -332,7 +332,7 @@ func TestMutexAcquireContinuesMarker(t *testing.T) {
 		{"4", "O 9000000000000004 1 b"},
 	} {
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value("- "+strconv.FormatInt(ahead, 10)+" 0").Build()).Error())
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"O", "10000", tc.block}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"O", "10000", "", "", "0", tc.block}))
 		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
 		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
 	}
@@ -353,7 +353,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	}
 	wait := func(marker string) {
 		t.Helper()
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker}, []string{"B" + marker, "10000", "1", "client-b", "1", "0"}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker}, []string{"B" + marker, "10000", "client-b", "1", "0"}))
 		require.Equal(t, int64(0), r[0], "wait %s = %v, want {0, pttl}", marker, r)
 	}
 	unwait := func(marker string) int64 {
@@ -364,7 +364,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1"}))
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000"}))
 	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
 	wait("wait0001") // a wait that will give up
 	wait("wait0002") // a newer wait of the same Client, registered before the first's end
@@ -379,7 +379,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	wait("wait0003")
 	wait("wait0004")
 	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + strconv.FormatInt(a[1], 10) + " "})), "A's release")
-	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004"}, []string{"Bwait0004", "10000", "1", "client-b", "1", "1"}))
+	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004"}, []string{"Bwait0004", "10000", "client-b", "1", "1"}))
 	require.Equal(t, int64(1), r[0], "wait0004's acquire = %v", r)
 	require.Equal(t, []string{"client-b wait0003"}, fields(), "entries after wait0004 acquired")
 }
