@@ -1,10 +1,16 @@
 package dsync_test
 
 import (
+	"context"
+	"maps"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -95,4 +101,65 @@ func lockUnlock(m *dsync.Mutex) func() {
 		//lint:ignore SA2001 the lock's own cost is what is measured
 		m.Unlock()
 	}
+}
+
+// The arguments of one uncontended cycle's scripts (issue 27: each key or
+// argument costs Redis 1.2-1.5k instructions): the acquire sends the lock
+// key, the owner, the lease and the waiting Client (the fresh owner's undo
+// mark, the waiting hash and the count 1 are named or defaulted by the
+// script); the release the lock key and the hold ("<owner> <token> ").
+func TestMutexArgsPerCycle(t *testing.T) {
+	s := redistest.Start(t)
+	rec := &evalRecorder{Client: s.Client(t), sizes: map[string][]int{}}
+	c := newClientOn(t, rec)
+	ctx := ctxT(t)
+	m := c.NewMutex("args")
+	acq, _ := scripts.SHA1(scripts.MutexAcquire)
+	rel, _ := scripts.SHA1(scripts.MutexRelease)
+	for _, tc := range []struct {
+		name  string
+		cycle func()
+	}{
+		{"LockContext", func() {
+			l, err := m.LockContext(ctx)
+			require.NoError(t, err)
+			require.NoError(t, m.UnlockContext(l))
+		}},
+		{"Lock", lockUnlock(m)},
+	} {
+		rec.reset()
+		tc.cycle()
+		got := rec.get()
+		assert.Equal(t, []int{4}, got[acq], "%s: keys and arguments of the acquire", tc.name)
+		assert.Equal(t, []int{2}, got[rel], "%s: keys and arguments of the release", tc.name)
+	}
+}
+
+// evalRecorder records, per script SHA-1, how many keys and arguments each
+// EVALSHA sent through it carried.
+type evalRecorder struct {
+	rueidis.Client
+	mu    sync.Mutex
+	sizes map[string][]int
+}
+
+func (r *evalRecorder) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if cs := cmd.Commands(); len(cs) >= 3 && strings.EqualFold(cs[0], "EVALSHA") {
+		r.mu.Lock()
+		r.sizes[cs[1]] = append(r.sizes[cs[1]], len(cs)-3) // EVALSHA sha numkeys
+		r.mu.Unlock()
+	}
+	return r.Client.Do(ctx, cmd)
+}
+
+func (r *evalRecorder) reset() {
+	r.mu.Lock()
+	clear(r.sizes)
+	r.mu.Unlock()
+}
+
+func (r *evalRecorder) get() map[string][]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.sizes)
 }
