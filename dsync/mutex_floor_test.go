@@ -64,8 +64,8 @@ func TestMutexCommandsPerCycle(t *testing.T) {
 // bytes, with room for the hold's value prefix, which the release sends:
 // ownerTag), the hold (the first lock context and its cancel inside), the
 // cancelCtx and its cancel func. The attempt (arguments and reply in
-// place) lives in the per-Client lock state, which is reused, as are the
-// release's arguments; the acquire script's reply is a bare integer:
+// place) comes from a pool, the per-Client lock state is reused and the
+// release's arguments are on the stack; the acquire script's reply is a bare integer:
 // rueidis reads it into no array. Unlock needs no context. The bounds are
 // today's counts, so that a change that adds one is seen.
 func TestMutexAllocsPerCycle(t *testing.T) {

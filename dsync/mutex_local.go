@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -48,24 +49,24 @@ type mutexState struct {
 	first uint64
 	at    time.Time
 
-	// att is the leader's acquisition in Redis (acquireRedis), in place.
-	att mutexAttempt
-	// tag is the value prefix "<owner> <token> " of the hold in Redis that
-	// tagOwner and tagToken name, when known without formatting it (a
-	// fresh owner's acquisition: ownerTag): the release takes the token
-	// from it.
-	tag      string
-	tagOwner string
-	tagToken uint64
+	// tag is the value prefix "<owner> <token> " of the last hold this
+	// Client acquired in Redis, when known without formatting it (a fresh
+	// owner's acquisition: ownerTag): its release sends it (tagFor).
+	tag string
 }
 
-// tagFor returns st.tag if it is the prefix of h's hold in Redis, else "".
-// st.mu must be held.
+// tagFor returns st.tag if it is the value prefix of h's hold in Redis
+// (h.rOwner, h.rToken), else "". st.mu must be held.
 func (st *mutexState) tagFor(h *hold) string {
-	if st.tag != "" && st.tagOwner == h.rOwner && st.tagToken == h.rToken {
-		return st.tag
+	t, o := st.tag, h.rOwner
+	if len(t) < len(o)+3 || t[:len(o)] != o || t[len(o)] != ' ' {
+		return ""
 	}
-	return ""
+	var b [20]byte
+	if t[len(o)+1:len(t)-1] != string(strconv.AppendUint(b[:0], h.rToken, 10)) {
+		return ""
+	}
+	return t
 }
 
 // reserved records the block of tokens a Redis acquisition or handoff
@@ -245,7 +246,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			st.mu.Lock()
 			st.busy = false
 			st.h = h
-			st.tag, st.tagOwner, st.tagToken = tag, h.rOwner, h.rToken
+			st.tag = tag
 			st.passes = 0
 			st.reserved(h)
 			lctx := h.newCtx(ctx)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -126,10 +127,14 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // for Inspect; the acquisition or the end of the wait removes the entry.
 func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	// The attempt lives in st, which only the leader (st.busy) uses.
-	a := &st.att
+	// The attempt (arguments and reply in place) comes from a pool: a
+	// held lock's state keeps none.
+	a := attemptPool.Get().(*mutexAttempt)
 	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
-	defer func() { a.ctx, a.st = nil, nil }()    // (st outlives the call)
+	defer func() {
+		*a = mutexAttempt{}
+		attemptPool.Put(a)
+	}()
 	a.argBuf[0], a.argBuf[1] = owner, m.leaseArg // the rest: attempt
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
@@ -208,6 +213,8 @@ type mutexAttempt struct {
 	regNow     string // the count the attempt in flight registers, or ""
 }
 
+var attemptPool = sync.Pool{New: func() any { return new(mutexAttempt) }}
+
 // mutexWait is a Mutex acquisition's waitProto.
 type mutexWait struct{ a *mutexAttempt }
 
@@ -268,7 +275,7 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		// A connection may be being opened: bounded (its reply, if it
 		// comes after the caller left, is lost and undone as any other;
 		// the call may outlive the wait, so it gets its own arguments).
-		keys, args := a.keys, slices.Clone(a.args)
+		keys, args := slices.Clone(a.keys), slices.Clone(a.args)
 		vals, err = bounded(c, ctx, func(ctx context.Context) ([]int64, error) {
 			return c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, keys, args, nil)
 		})
