@@ -158,7 +158,7 @@ func TestMutexScripts(t *testing.T) {
 	// With a check, a handoff hands over while only the caller's own
 	// subscription (or none) is on the channel, and yields to other
 	// subscribers: the lock becomes free and they are told.
-	rel("C", 0)                                                                                       // back to count 1
+	rel("C", 0)                                                                                  // back to count 1
 	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000"})) // {0, pttl}: held by C
 	require.Equal(t, int64(0), cur[0], "C lost the lock: %v", cur)
 	tokC := strconv.FormatInt(h[1], 10)
