@@ -114,9 +114,7 @@ if not reply then
   if last ~= us then
     digits = fmt(last)
   end
-  -- PXAT, the clock already read, not PX: Redis would rewrite a PX
-  -- into a PXAT for propagation (a vector of arguments made anew).
-  redis.call('set', key, owner .. ' ' .. digits .. ' 1' .. flags, 'pxat', math.floor(us / 1000) + ARGV[2])
+  redis.call('set', key, owner .. ' ' .. digits .. ' 1' .. flags, 'px', ARGV[2])
   reply = tok
 end
 -- Acquired or re-entered: the attempt's marker records it, and a waiter
