@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+	"unsafe"
 
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
@@ -230,14 +231,18 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	// knows it, so the acquisition needs no attempt marker of its own (see
 	// acquireRedis). Its undo mark's key ends with it: both are one string.
 	// ctx itself need not carry it: the lock context does.
+	// Its bytes have room for the hold's value prefix (ownerTag), which
+	// the release sends.
 	owner, ok := OwnerOf(ctx)
 	var mark string
+	var buf []byte
 	if !ok {
-		mark = newOwnerIDAfter(m.key, ":x:", c.cfg.name)
+		buf = newOwnerBuf(m.key, ":x:", c.cfg.name, ownerTagRoom)
+		mark = unsafe.String(unsafe.SliceData(buf), len(buf))
 		owner = mark[len(m.key)+len(":x:"):]
 	}
 	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
-	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, try)
+	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, buf, try)
 	ob.done(h, reentered, attempts, err)
 	return lctx, h != nil, wrapErr(KindMutex, m.info.Name, err)
 }
@@ -268,7 +273,7 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys, Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {

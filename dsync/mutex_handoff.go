@@ -138,8 +138,9 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	st.busy = true
 	st.yielded = len(st.queue) > 0 && st.passes > 0
 	st.passes = 0
+	tag := st.tagFor(h)
 	st.mu.Unlock()
-	code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
+	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag)
 	var ended bool
 	if err == nil && code == 0 {
 		ended = h.end(ErrLockLost, true) // gone from Redis: lost, not released

@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -47,6 +48,25 @@ type mutexState struct {
 	// tokenDue), so no token is ever ahead of the server clock.
 	first uint64
 	at    time.Time
+
+	// tag is the value prefix "<owner> <token> " of the last hold this
+	// Client acquired in Redis, when known without formatting it (a fresh
+	// owner's acquisition: ownerTag): its release sends it (tagFor).
+	tag string
+}
+
+// tagFor returns st.tag if it is the value prefix of h's hold in Redis
+// (h.rOwner, h.rToken), else "". st.mu must be held.
+func (st *mutexState) tagFor(h *hold) string {
+	t, o := st.tag, h.rOwner
+	if len(t) < len(o)+3 || t[:len(o)] != o || t[len(o)] != ' ' {
+		return ""
+	}
+	var b [20]byte
+	if t[len(o)+1:len(t)-1] != string(strconv.AppendUint(b[:0], h.rToken, 10)) {
+		return ""
+	}
+	return t
 }
 
 // reserved records the block of tokens a Redis acquisition or handoff
@@ -169,8 +189,9 @@ func (st *mutexState) remove(w *mutexWaiter) {
 
 // acquire takes m for owner: by re-entry of this Client's hold, by a
 // handoff from a local holder, or in Redis. mark is the undo mark of a
-// fresh owner (see Mutex.lock), "" for an owner the caller supplied.
-func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+// fresh owner (see Mutex.lock), "" for an owner the caller supplied, and
+// buf its bytes, with room for the hold's value prefix (ownerTag).
+func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	st := c.getMutex(m.sk())
 	st.mu.Lock()
@@ -218,9 +239,14 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx
 				m.stepDown(st)
 				return nil, nil, false, attempts, err
 			}
+			var tag string
+			if buf != nil && !again {
+				tag = ownerTag(buf, len(mark)-len(owner), h.rToken)
+			}
 			st.mu.Lock()
 			st.busy = false
 			st.h = h
+			st.tag = tag
 			st.passes = 0
 			st.reserved(h)
 			lctx := h.newCtx(ctx)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -19,9 +20,17 @@ import (
 // which the script makes safe, and completes even if ctx ends (see
 // idempotent).
 func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	args := m.releaseArgs(owner, token, used)
+	return m.releaseTagged(ctx, owner, token, used, "")
+}
+
+// releaseTagged is release with the hold's value prefix "<owner> <token> "
+// (hold.mutexPrefix) when the caller has it ("" otherwise): the token's
+// digits are then taken from it, and the common release allocates nothing.
+func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uint64, tag string) (code int64, err error) {
+	var buf [4]string
+	args := m.releaseArgsTo(buf[:0], owner, token, used, tag)
 	call := func(ctx context.Context) (err error) {
-		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys, args).AsInt64()
+		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys[:1], args).AsInt64()
 		return err
 	}
 	if token == 0 {
@@ -37,15 +46,27 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 }
 
 // releaseArgs are the release script's arguments for a hold of token by
-// owner under which used was the last token issued: without the optional
-// ones when used is token (ARGV[3] is unused, ARGV[4] then "0"): every
-// argument is a string Redis makes for the script.
+// owner under which used was the last token issued (mutex_release.lua):
+// the hold as the value's prefix "<owner> <token> " (token 0: the owner
+// alone, any of its holds), and the last token used only when it is not
+// the token: every argument is a string Redis makes for the script.
 func (m *Mutex) releaseArgs(owner string, token, used uint64) []string {
-	tok := strconv.FormatUint(token, 10)
-	if u := usedArg(token, used); u != "0" {
-		return []string{owner, tok, m.c.args.mark, u}
+	return m.releaseArgsTo(nil, owner, token, used, "")
+}
+
+// releaseArgsTo appends releaseArgs to dst; tag, if not "", is the hold's
+// value prefix (hold.mutexPrefix), sent as it is.
+func (m *Mutex) releaseArgsTo(dst []string, owner string, token, used uint64, tag string) []string {
+	switch {
+	case token == 0:
+		return append(dst, owner)
+	case tag == "":
+		tag = owner + " " + strconv.FormatUint(token, 10) + " "
 	}
-	return []string{owner, tok}
+	if u := usedArg(token, used); u != "0" {
+		return append(dst, tag, u)
+	}
+	return append(dst, tag)
 }
 
 // usedArg is the release's argument for the last token issued under a
@@ -77,8 +98,8 @@ func (m *Mutex) unregister(marker string) {
 // marks the attempt undone, then releases what the owner holds. It can be
 // repeated.
 func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
-	keys := withMarker(m.relKeys, mark)
-	args := []string{owner, "0", m.c.args.mark, "0"}
+	keys := withMarker(m.relKeys[:1], mark)
+	args := []string{owner}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
 	})
@@ -87,8 +108,8 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
-	keys := withMarker(m.relKeys, marker)
-	args := []string{owner, "0", m.c.args.mark}
+	keys := withMarker(m.relKeys[:1], marker)
+	args := []string{owner}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
 	})
@@ -106,9 +127,15 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // for Inspect; the acquisition or the end of the wait removes the entry.
 func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
-	a := &mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
-	a.args = a.argBuf[:4] // 3 more for a wait (below)
-	a.args[0], a.args[1], a.args[2], a.args[3] = owner, m.leaseArg, m.blockArg, "set"
+	// The attempt (arguments and reply in place) comes from a pool: a
+	// held lock's state keeps none.
+	a := attemptPool.Get().(*mutexAttempt)
+	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
+	defer func() {
+		*a = mutexAttempt{}
+		attemptPool.Put(a)
+	}()
+	a.argBuf[0], a.argBuf[1] = owner, m.leaseArg // the rest: attempt
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	a.fresh = mark != ""
@@ -116,16 +143,18 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		// An owner made for this call holds nothing else, so its undo
 		// releases whatever it holds; the mark only makes an acquire that
 		// arrives after the undo a no-op. The acquire checks it and never
-		// writes it: a successful acquisition leaves no key.
+		// writes it: a successful acquisition leaves no key. The script
+		// names it itself (the lock key, ":x:", the owner): no key
+		// argument.
 		a.marker = mark
-		a.args[3] = "check"
+		a.keyBuf = [2]string{m.key}
+		a.keys = a.keyBuf[:1]
 	} else {
 		a.marker = m.key + ":a:" + c.attemptID()
+		a.keyBuf = [2]string{m.key, a.marker}
+		a.keys = a.keyBuf[:]
 	}
-	a.keyBuf = [3]string{m.key, a.marker, m.wkey}
-	a.keys = a.keyBuf[:]
 	if !try {
-		a.args = append(a.args, c.ident, "") // ARGV[7] "1" once registered (attempt)
 		defer func() {
 			if a.registered && h == nil {
 				m.unregister(a.marker)
@@ -162,8 +191,8 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 // mutexAttempt is the state of one Mutex acquisition in Redis, its
 // arguments and reply in place (one allocation).
 type mutexAttempt struct {
-	argBuf     [7]string
-	keyBuf     [3]string
+	argBuf     [6]string
+	keyBuf     [2]string
 	valBuf     [2]int64
 	m          *Mutex
 	st         *mutexState
@@ -181,7 +210,10 @@ type mutexAttempt struct {
 	registered bool
 	regCount   string
 	regAt      time.Time
+	regNow     string // the count the attempt in flight registers, or ""
 }
+
+var attemptPool = sync.Pool{New: func() any { return new(mutexAttempt) }}
 
 // mutexWait is a Mutex acquisition's waitProto.
 type mutexWait struct{ a *mutexAttempt }
@@ -196,21 +228,44 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 	a.st.mu.Lock()
 	waiting := len(a.st.queue)
 	a.st.mu.Unlock()
-	a.block, a.args[2] = 1, "1"
+	a.block = 1
 	if waiting > 0 {
-		a.block, a.args[2] = m.block, m.blockArg
+		a.block = m.block
 	}
+	// The arguments (mutex_acquire.lua) after owner and lease: for a wait
+	// the Client (ARGV[3]), the count to register (ARGV[4]: left out when
+	// it is the script's default, 1, as on the first attempt of a lone
+	// waiter; "" not to register this time) and "1" once registered
+	// (ARGV[5]); then the block (ARGV[6]), left out when 1. So the
+	// uncontended acquisition sends three.
+	args := a.argBuf[:2]
+	a.regNow = ""
 	if !a.try {
 		n := strconv.Itoa(1 + waiting)
-		a.args[5] = ""
 		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
-			a.args[5] = n
+			a.regNow = n
 		}
-		if a.registered {
-			a.args = a.argBuf[:7]
-			a.args[6] = "1"
+		args = append(args, c.ident)
+		switch {
+		case a.registered:
+			args = append(args, a.regNow, "1")
+		case a.regNow != "1":
+			args = append(args, a.regNow)
 		}
 	}
+	if a.block > 1 {
+		if len(args) == 2 {
+			args = append(args, "") // a try
+		}
+		if len(args) == 3 {
+			args = append(args, a.regNow)
+		}
+		if len(args) == 4 {
+			args = append(args, "0")
+		}
+		args = append(args, m.blockArg)
+	}
+	a.args = args
 	a.sentAt = time.Now()
 	var vals []int64
 	var err error
@@ -220,7 +275,7 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		// A connection may be being opened: bounded (its reply, if it
 		// comes after the caller left, is lost and undone as any other;
 		// the call may outlive the wait, so it gets its own arguments).
-		keys, args := a.keys, slices.Clone(a.args)
+		keys, args := slices.Clone(a.keys), slices.Clone(a.args)
 		vals, err = bounded(c, ctx, func(ctx context.Context) ([]int64, error) {
 			return c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, keys, args, nil)
 		})
@@ -232,8 +287,8 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 	if err != nil || vals[0] != 0 {
 		return true, 0, err
 	}
-	if !a.try && a.args[5] != "" {
-		a.registered, a.regCount, a.regAt = true, a.args[5], a.sentAt
+	if !a.try && a.regNow != "" {
+		a.registered, a.regCount, a.regAt = true, a.regNow, a.sentAt
 	}
 	return false, time.Duration(vals[1]) * time.Millisecond, nil // the holder's pttl
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unsafe"
 )
 
 type ownerKey struct{}
@@ -108,18 +109,43 @@ func newOwnerID(name string) string { return newOwnerIDAfter("", "", name) }
 // so that a key naming an owner (key + sep being the rest of the key) and
 // the owner, its suffix, share it.
 func newOwnerIDAfter(key, sep, name string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var sb strings.Builder
-	sb.Grow(len(key) + len(sep) + len(name) + 1 + hex.EncodedLen(len(b)))
-	sb.WriteString(key)
-	sb.WriteString(sep)
-	sb.WriteString(name)
-	sb.WriteByte('/')
-	var h [32]byte
-	hex.Encode(h[:], b[:])
-	sb.Write(h[:])
-	return sb.String()
+	b := newOwnerBuf(key, sep, name, 0)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// newOwnerBuf returns the bytes of newOwnerIDAfter(key, sep, name) with
+// room for spare more bytes after them: a string made of the bytes returned
+// stays as it is when appends fill that room (see ownerTag).
+func newOwnerBuf(key, sep, name string, spare int) []byte {
+	var r [16]byte
+	_, _ = rand.Read(r[:])
+	b := make([]byte, 0, len(key)+len(sep)+len(name)+1+hex.EncodedLen(len(r))+spare)
+	b = append(b, key...)
+	b = append(b, sep...)
+	b = append(b, name...)
+	b = append(b, '/')
+	return hex.AppendEncode(b, r[:])
+}
+
+// ownerTagRoom is the room newOwnerBuf leaves for ownerTag: a space, a
+// token's digits and a space.
+const ownerTagRoom = 2 + 20
+
+// ownerTag appends " <token> " to b, the bytes of a fresh owner made by
+// newOwnerBuf with ownerTagRoom to spare after the owner, which starts at
+// b[from:], and returns the hold's value prefix "<owner> <token> " (see
+// hold.mutexPrefix) without an allocation: its bytes follow the owner's in
+// the same array, written only now and never again.
+//
+// Each buffer takes one ownerTag: a second would overwrite the first's.
+func ownerTag(b []byte, from int, token uint64) string {
+	if cap(b)-len(b) < ownerTagRoom {
+		return string(b[from:]) + " " + strconv.FormatUint(token, 10) + " "
+	}
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, token, 10) // at most 20 digits: in place
+	b = append(b, ' ')
+	return unsafe.String(&b[from], len(b)-from)
 }
 
 // processName is the default name of owners: "<host>:<pid>".

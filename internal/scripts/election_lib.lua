@@ -21,7 +21,7 @@ local function holder(k)
   if not v then
     return nil
   end
-  local o, t = string.match(v, '^(%S+) (%d+) ')
+  local o, t = lock_parse(v)
   if o == '-' then
     return nil
   end

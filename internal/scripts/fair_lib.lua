@@ -45,9 +45,9 @@ end
 -- parse_value splits a lock value: owner, token, count, the rest (" <wid>
 -- <last>" after a grant, else ""), the wid of a grant (or "") and last.
 local function parse_value(v)
-  local o, t, c, rest = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
+  local o, t, c, rest = lock_parse(v)
   local g, last = string.match(rest, '^ (%S+) (%d+)$')
-  return o, t, tonumber(c), rest, g or '', last
+  return o, t, c, rest, g or '', last
 end
 
 -- live_head drops dead members from the head of queue q (their place in z
@@ -111,8 +111,7 @@ end
 -- the free marker "- <token> 0" for free_ms. It returns 1 released, 2
 -- still held.
 local function release_one(k, q, z, o, t, c, rest, free_ms, wch)
-  if c > 1 then
-    redis.call('set', k, o .. ' ' .. t .. ' ' .. (c - 1) .. rest, 'keepttl')
+  if lock_release_one(k, o, t, c, rest) then
     return 2
   end
   local now, us = server_now()

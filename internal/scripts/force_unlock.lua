@@ -12,7 +12,7 @@ local v = redis.call('get', KEYS[1])
 if not v then
   return ''
 end
-local o, t = string.match(v, '^(%S+) (%d+) %d+')
+local o, t = lock_parse(v)
 if not o or o == '-' then
   return ''
 end

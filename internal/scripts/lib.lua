@@ -43,3 +43,24 @@ end
 local function next_token(last, us)
   return math.max(last + 1, us)
 end
+
+-- lock_parse splits the value of a Mutex or FairMutex lock, "<owner>
+-- <token> <count><rest>" (rest: a Mutex's flags " b" and " w", or a
+-- FairMutex grant's " <wid> <last>"): the owner, the token (its digits),
+-- the count (a number) and the rest; nils for a value of another layout.
+local function lock_parse(v)
+  local o, t, c, rest = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
+  return o, t, tonumber(c), rest
+end
+
+-- lock_release_one takes one count off the hold (o, t, c, rest: lock_parse)
+-- of lock k, keeping its TTL, and returns 2 (still held) if it has more
+-- than one; with one count it does nothing and returns nil: the caller
+-- frees the lock its own way.
+local function lock_release_one(k, o, t, c, rest)
+  if c > 1 then
+    redis.call('set', k, o .. ' ' .. t .. ' ' .. (c - 1) .. rest, 'keepttl')
+    return 2
+  end
+  return nil
+end

@@ -19,12 +19,12 @@ local v = redis.call('get', KEYS[1])
 if not v then
   return {0}
 end
-local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
+local o, t, c, w = lock_parse(v)
 local used = ARGV[8]
 if not used or used == '0' then
   used = ARGV[2]
 end
-if o == ARGV[3] and c == '1' and t ~= ARGV[2] then
+if o == ARGV[3] and c == 1 and t ~= ARGV[2] then
   -- A retry of a handoff that was applied.
   return {1, tonumber(t) - tonumber(ARGV[7]) + 1}
 end
@@ -32,7 +32,7 @@ if o == '-' and (t == ARGV[2] or t == used) then
   -- A retry of a yield that was applied.
   return {2}
 end
-if o ~= ARGV[1] or t ~= ARGV[2] or c ~= '1' then
+if o ~= ARGV[1] or t ~= ARGV[2] or c ~= 1 then
   return {0}
 end
 local own = tonumber(ARGV[5])

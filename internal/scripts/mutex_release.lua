@@ -1,13 +1,15 @@
+-- uses: lib
 -- Release one hold of the reentrant mutex.
 --
--- KEYS[1] lock key, KEYS[2] wakeup channel
--- ARGV[1] owner, ARGV[2] token of the hold or "0" when unknown,
--- ARGV[3] unused (kept for the callers' argument layout),
--- ARGV[4] (optional, "0": the token of the hold) the last fencing token
--- actually issued under this hold, which the free marker records: the value
--- records the last token reserved, which may be ahead of the server clock,
--- and the next acquisition must continue from the last one used, so that
--- tokens never run ahead of the clock (mutex_acquire.lua).
+-- KEYS[1] lock key (its wakeup channel is "<lock key>:ch")
+-- ARGV[1] the hold: "<owner> <token> ", the value's prefix that the
+-- renewal checks too (mutex_renew.lua), or "<owner>" (no space) for any
+-- hold of the owner, its token unknown; ARGV[2] (optional, for a known
+-- hold: the token itself) the last fencing token actually issued under
+-- the hold, which the free marker records: the value records the last
+-- token reserved, which may be ahead of the server clock, and the next
+-- acquisition must continue from the last one used, so that tokens never
+-- run ahead of the clock (mutex_acquire.lua).
 --
 -- The common case, the holder's last release, is one command: the free
 -- marker "- <used> 0" replaces the value in one SET ... GET, keeping the
@@ -18,50 +20,53 @@
 -- mutex_acquire.lua for the flags).
 -- Reply: 1 released (the lock is free), 2 count decremented (the owner still
 -- holds it), 0 not held by this owner.
-local used = ARGV[4]
-if not used or used == '0' then
-  used = ARGV[2]
-end
-local v
-if used ~= '0' then
-  v = redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'xx', 'keepttl', 'get')
+--
+-- The library (lib.lua) comes after the common case, which needs none of
+-- it: its functions are made only when the script gets that far.
+local key, p = KEYS[1], ARGV[1]
+local owner, tok, used, v = p, nil, nil, nil
+if string.byte(p, -1) == 32 then
+  local i = string.find(p, ' ', 1, true)
+  tok = string.sub(p, i + 1, -2)
+  used = ARGV[2] or tok
+  v = redis.call('set', key, '- ' .. used .. ' 0', 'xx', 'keepttl', 'get')
+  if v == p .. '1' and used == tok then
+    -- The common case, told without a pattern's captures (owners have no
+    -- spaces, tokens are digits: the parse below would read the same): the
+    -- owner's only hold, of this token, no block and no waiter's mark; the
+    -- marker written above is the release.
+    return 1
+  end
+  owner = string.sub(p, 1, i - 1)
 else
-  v = redis.call('get', KEYS[1])
+  v = redis.call('get', key)
 end
 if not v then
   return 0
 end
-if used == ARGV[2] and used ~= '0' and ARGV[1] ~= '-' and v == ARGV[1] .. ' ' .. used .. ' 1' then
-  -- The common case, told without a pattern's captures (owners have no
-  -- spaces, tokens are digits: the parse below would read the same): the
-  -- owner's only hold, of this token, no block and no waiter's mark; the
-  -- marker written above is the release.
-  return 1
-end
-local o, t, c, w = string.match(v, '^(%S+) (%d+) (%d+)(.*)$')
-if o == '-' and ARGV[2] ~= '0' and (t == ARGV[2] or t == used) then
+-- (lib.lua here)
+local o, t, c, w = lock_parse(v)
+if o == '-' and tok and (t == tok or t == used) then
   -- Our own earlier release whose reply was lost: retrying is a no-op.
-  if t ~= used and used ~= '0' then
-    redis.call('set', KEYS[1], v, 'keepttl')
+  if t ~= used then
+    redis.call('set', key, v, 'keepttl')
   end
   return 1
 end
-local mine = o == ARGV[1] and (ARGV[2] == '0' or t == ARGV[2])
-c = tonumber(c)
-if mine and c > 1 then
-  redis.call('set', KEYS[1], o .. ' ' .. t .. ' ' .. (c - 1) .. w, 'keepttl')
+local mine = o == owner and (not tok or t == tok)
+if mine and lock_release_one(key, o, t, c, w) then
   return 2
 end
 if not mine then
-  if used ~= '0' then
-    redis.call('set', KEYS[1], v, 'keepttl')
+  if used then
+    redis.call('set', key, v, 'keepttl')
   end
   return 0
 end
-if used == '0' then
-  redis.call('set', KEYS[1], '- ' .. t .. ' 0', 'keepttl')
+if not used then
+  redis.call('set', key, '- ' .. t .. ' 0', 'keepttl')
 end
 if string.find(w, 'w', 1, true) then
-  redis.call('publish', KEYS[2], used == '0' and t or used)
+  redis.call('publish', key .. ':ch', used or t)
 end
 return 1

@@ -8,6 +8,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -91,16 +92,25 @@ var files embed.FS
 
 // script composes bodies (file names, in order) into one script: first the
 // preludes they name on their first line ("-- uses: lib fair_lib"), each
-// once, with the preludes those name before them, then the bodies.
+// once, with the preludes those name before them, then the bodies. Of
+// lib.lua, only the functions the rest of the script calls are kept (see
+// libFor): a local function costs its closure on every call that gets to
+// its definition. They come first, or in place of a body's line "-- (lib.lua
+// here)".
 func script(bodies ...string) *rueidis.Lua {
 	var b strings.Builder
 	seen := map[string]bool{}
+	lib := false
 	var prelude func(name string)
 	prelude = func(name string) {
 		for _, u := range uses(read(name)) {
 			if !seen[u] {
 				seen[u] = true
 				prelude(u + ".lua")
+				if u == "lib" {
+					lib = true
+					continue
+				}
 				b.WriteString(read(u + ".lua"))
 			}
 		}
@@ -111,7 +121,88 @@ func script(bodies ...string) *rueidis.Lua {
 	for _, f := range bodies {
 		b.WriteString(read(f))
 	}
-	return newScript(b.String())
+	rest := b.String()
+	if lib {
+		// At the top, or where a body says (after a common case that
+		// needs none of it).
+		if before, after, ok := strings.Cut(rest, libHere); ok {
+			rest = before + libHere + libFor(rest) + after
+		} else {
+			rest = libFor(rest) + rest
+		}
+	}
+	return newScript(rest)
+}
+
+// libHere is the line by which a body places lib.lua's functions.
+const libHere = "\n-- (lib.lua here)\n"
+
+// libFunc matches the start of a function definition in lib.lua.
+var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
+
+// libFor returns lib.lua with only the functions that src calls, directly
+// or through each other, in lib.lua's order (a function is defined before
+// those that call it). A function's part of lib.lua is its definition and
+// the comment lines right above it; the file's head comes first.
+func libFor(src string) string {
+	lib := read("lib.lua")
+	defs := libFunc.FindAllStringSubmatchIndex(lib, -1)
+	type part struct{ name, text string }
+	var parts []part
+	head := len(lib)
+	for i, d := range defs {
+		from := commentStart(lib, d[0])
+		if i == 0 {
+			head = from
+		}
+		to := len(lib)
+		if i+1 < len(defs) {
+			to = commentStart(lib, defs[i+1][0])
+		}
+		parts = append(parts, part{lib[d[2]:d[3]], lib[from:to]})
+	}
+	calls := func(text, name string) bool {
+		return regexp.MustCompile(`(^|[^\w.:])` + name + `\(`).MatchString(text)
+	}
+	need := map[string]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, p := range parts {
+			if need[p.name] {
+				continue
+			}
+			used := calls(src, p.name)
+			for _, q := range parts {
+				if need[q.name] && q.name != p.name && calls(q.text[strings.Index(q.text, "local function"):], p.name) {
+					used = true
+				}
+			}
+			if used {
+				need[p.name], changed = true, true
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString(lib[:head])
+	for _, p := range parts {
+		if need[p.name] {
+			b.WriteString(p.text)
+		}
+	}
+	return b.String()
+}
+
+// commentStart returns where the comment lines right above offset i of s
+// (the start of a line) begin, or i if there are none.
+func commentStart(s string, i int) int {
+	for i > 0 {
+		j := strings.LastIndexByte(s[:i-1], '\n') + 1
+		if !strings.HasPrefix(s[j:i], "--") {
+			break
+		}
+		i = j
+	}
+	return i
 }
 
 // uses returns the preludes src names on its first line.

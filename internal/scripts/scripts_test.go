@@ -64,10 +64,14 @@ func TestMutexScripts(t *testing.T) {
 		return v
 	}
 	acq := func(owner string) []int64 {
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000"}))
 	}
 	rel := func(owner string, tok int64) int64 {
-		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{owner, strconv.FormatInt(tok, 10), "60000"}))
+		hold := owner // token 0: any hold of the owner
+		if tok != 0 {
+			hold += " " + strconv.FormatInt(tok, 10) + " "
+		}
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{hold}))
 	}
 
 	before := time.Now().UnixMicro()
@@ -79,9 +83,9 @@ func TestMutexScripts(t *testing.T) {
 	r := acq("A")
 	require.Equal(t, int64(2), r[0], "re-entry = %v", r)
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
-	// A waiting attempt (ARGV[5..7]: the waiting Client, its count, not
+	// A waiting attempt (ARGV[3..5]: the waiting Client, its count, not
 	// registered yet) marks the value, so that the release publishes.
-	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001"}, []string{"B", "10000", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
 	// The entry is the wait's: "<client> <wait>", the wait named by the
@@ -154,13 +158,13 @@ func TestMutexScripts(t *testing.T) {
 	// With a check, a handoff hands over while only the caller's own
 	// subscription (or none) is on the channel, and yields to other
 	// subscribers: the lock becomes free and they are told.
-	rel("C", 0)                                                                                       // back to count 1
-	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000", "1"})) // {0, pttl}: held by C
+	rel("C", 0)                                                                                  // back to count 1
+	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000"})) // {0, pttl}: held by C
 	require.Equal(t, int64(0), cur[0], "C lost the lock: %v", cur)
 	tokC := strconv.FormatInt(h[1], 10)
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"}))
 	require.Equal(t, int64(1), r[0], "checked handoff with only the own subscriber (1) = %v, want handed over", r)
-	tokD := strconv.FormatInt(acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000", "1"}))[1], 10)
+	tokD := strconv.FormatInt(acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000"}))[1], 10)
 	rel("D", 0) // undo the re-entry just made to read the token
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
 	require.Equal(t, int64(2), r[0], "checked handoff with a foreign subscriber = %v, want a yield", r)
@@ -179,12 +183,12 @@ func TestMutexScripts(t *testing.T) {
 	// the next acquisition anywhere starts above it; a handoff reserves too.
 	rc.Do(ctx, rc.B().Del().Key("p:{r}:mutex").Build())
 	rk := []string{"p:{r}:mutex"}
-	r1 := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "4"}))
+	r1 := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "", "", "0", "4"}))
 	v, _ := rc.Do(ctx, rc.B().Get().Key(rk[0]).Build()).ToString()
 	require.Equal(t, "R "+strconv.FormatInt(r1[1]+3, 10)+" 1 b", v, "reserving acquire: %v, value (\" b\": a block)", r1)
 	// With a block, the owner does not re-enter through another Client:
 	// its Client may have handed the lock to another owner of its own.
-	re := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000", "1"}))
+	re := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, rk, []string{"R", "10000"}))
 	require.Equal(t, int64(0), re[0], "re-entry through another Client into a block = %v, want {0, pttl}", re)
 	last := strconv.FormatInt(r1[1]+3, 10)
 	h4 := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{rk[0], "p:{r}:mutex:ch"}, []string{"R", last, "S", "5000", "-1", "60000", "4"}))
@@ -210,16 +214,16 @@ func TestMutexUndo(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, ch := "p:{u}:mutex", "p:{u}:mutex:ch"
+	key := "p:{u}:mutex"
 	get := func() string {
 		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		return v
 	}
 	acq := func(marker string) []int64 {
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000", "1"}))
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, marker}, []string{"O", "10000"}))
 	}
 	undo := func(marker string) int64 {
-		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, ch, marker}, []string{"O", "0", "60000"}))
+		return num(t, scripts.MutexUndo.Exec(ctx, rc, []string{key, marker}, []string{"O"}))
 	}
 	first := acq(key + ":a:1") // the owner's hold through some Client
 	require.Equal(t, int64(1), first[0], "acquire = %v", first)
@@ -244,24 +248,24 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, ch := "p:{u}:mutex", "p:{u}:mutex:ch"
+	key := "p:{u}:mutex"
 	get := func() string {
 		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		return v
 	}
-	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1000000"}))
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "", "", "0", "1000000"}))
 	end := strconv.FormatInt(a[1]+1000000-1, 10)
 	require.Equal(t, "A "+end+" 1 b", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
 	rel := func() int64 {
-		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", end, "60000", used}))
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + end + " ", used}))
 	}
 	require.Equal(t, int64(1), rel(), "release")
 	v := get()
 	require.Equal(t, "- "+used+" 0", v, "free marker %q, want the last token used %s", v, used)
 	require.Equal(t, int64(1), rel(), "a retried release")
-	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"A", "0", "60000", "0"})), "an owner-only release of a free lock")
-	b := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000", "1"}))
+	require.Equal(t, int64(0), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A"})), "an owner-only release of a free lock")
+	b := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"B", "10000"}))
 	require.Greater(t, b[1], a[1]+2, "next token and from the clock, not past the block's end")
 	require.Less(t, b[1], a[1]+1000000-1, "next token and from the clock, not past the block's end")
 }
@@ -274,12 +278,13 @@ func TestMutexUndoFresh(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, ch := "p:{f}:mutex", "p:{f}:mutex:ch"
+	key := "p:{f}:mutex"
 	acq := func(owner string) []int64 {
-		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner, "10000", "1", "check"}))
+		// No attempt marker: a fresh owner, whose mark the script names.
+		return acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000"}))
 	}
 	undo := func(owner string) {
-		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, ch, key + ":x:" + owner}, []string{owner, "0", "60000", "0"}).Error())
+		require.NoError(t, scripts.MutexUndoFresh.Exec(ctx, rc, []string{key, key + ":x:" + owner}, []string{owner}).Error())
 	}
 	exists := func(k string) bool {
 		n, err := rc.Do(ctx, rc.B().Exists().Key(k).Build()).AsInt64()
@@ -296,7 +301,7 @@ func TestMutexUndoFresh(t *testing.T) {
 	// The undo first (B still holds), then the late acquire: a no-op, even
 	// once the lock is free.
 	undo("C")
-	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, ch}, []string{"B", "0", "60000", "0"})), "B's release")
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"B"})), "B's release")
 	r = acq("C")
 	require.Equal(t, int64(0), r[0], "a late acquire after its undo = %v, want a no-op", r)
 	v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
@@ -327,7 +332,7 @@ func TestMutexAcquireContinuesMarker(t *testing.T) {
 		{"4", "O 9000000000000004 1 b"},
 	} {
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value("- "+strconv.FormatInt(ahead, 10)+" 0").Build()).Error())
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x:O"}, []string{"O", "10000", tc.block, "check"}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"O", "10000", "", "", "0", tc.block}))
 		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
 		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
 	}
@@ -348,7 +353,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	}
 	wait := func(marker string) {
 		t.Helper()
-		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker, wkey}, []string{"B" + marker, "10000", "1", "set", "client-b", "1", "0"}))
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker}, []string{"B" + marker, "10000", "client-b", "1", "0"}))
 		require.Equal(t, int64(0), r[0], "wait %s = %v, want {0, pttl}", marker, r)
 	}
 	unwait := func(marker string) int64 {
@@ -359,7 +364,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1"}))
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000"}))
 	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
 	wait("wait0001") // a wait that will give up
 	wait("wait0002") // a newer wait of the same Client, registered before the first's end
@@ -373,8 +378,8 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	// A registered wait that acquires removes its own entry only.
 	wait("wait0003")
 	wait("wait0004")
-	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, key + ":ch"}, []string{"A", strconv.FormatInt(a[1], 10), "60000"})), "A's release")
-	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004", wkey}, []string{"Bwait0004", "10000", "1", "set", "client-b", "1", "1"}))
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + strconv.FormatInt(a[1], 10) + " "})), "A's release")
+	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004"}, []string{"Bwait0004", "10000", "client-b", "1", "1"}))
 	require.Equal(t, int64(1), r[0], "wait0004's acquire = %v", r)
 	require.Equal(t, []string{"client-b wait0003"}, fields(), "entries after wait0004 acquired")
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/dsync/dsync/dsync"
 )
 
 // The instr mode (-instr): the instructions redis-server executes per
@@ -40,7 +42,7 @@ func runInstr(libNames []string, n int, valgrind, redisBin string) error {
 	}
 	var raw float64
 	for _, name := range libNames {
-		spec, err := specByName(name)
+		spec, err := instrSpecByName(name)
 		if err != nil {
 			return err
 		}
@@ -173,6 +175,10 @@ func (s *callgrindServer) dump() ([3]float64, error) {
 	if err != nil {
 		return zero, fmt.Errorf("callgrind_annotate: %w", err)
 	}
+	if d := os.Getenv("DSYNC_BENCH_ANNOTATE"); d != "" {
+		// The whole annotation, for a look at where the instructions go.
+		_ = os.WriteFile(filepath.Join(d, "instr-"+spec.name+".txt"), ann, 0o644)
+	}
 	var r [3]float64
 	sc := bufio.NewScanner(strings.NewReader(string(ann)))
 	for sc.Scan() {
@@ -198,3 +204,63 @@ func (s *callgrindServer) dump() ([3]float64, error) {
 	}
 	return r, nil
 }
+
+// instrSpecs are the other primitives' uncontended cycles, for -instr only
+// (by name, beside the libs): the FairMutex (dsync-fair), an RWMutex
+// writer, a Semaphore of size 1 taken 1 at a time, and a Once, each cycle
+// a Once of its own name (its Do runs f, which does nothing; the record
+// stays, as a Once's does).
+var instrSpecs = []libSpec{
+	{name: "dsync-rw", note: "dsync RWMutex, LockContext/UnlockContext (a writer)", lock: true, open: openDsyncWith(func(c *dsync.Client, key string) handle {
+		return &rwHandle{l: c.NewRWMutex(key)}
+	})},
+	{name: "dsync-sem", note: "dsync Semaphore size 1, Acquire/Release 1", lock: true, open: openDsyncWith(func(c *dsync.Client, key string) handle {
+		return &semHandle{s: c.NewSemaphore(key, 1)}
+	})},
+	{name: "dsync-once", note: "dsync Once, one Do per cycle on a name of its own", open: openDsyncWith(func(c *dsync.Client, key string) handle {
+		return &onceHandle{c: c, key: key}
+	})},
+}
+
+// instrSpecByName finds name among instrSpecs, then the libs.
+func instrSpecByName(name string) (libSpec, error) {
+	for _, s := range instrSpecs {
+		if s.name == name {
+			return s, nil
+		}
+	}
+	return specByName(name)
+}
+
+// dsyncWith is a default-options dsync Client whose handles mk makes.
+type dsyncWith struct {
+	*dsyncLib
+	mk func(c *dsync.Client, key string) handle
+}
+
+func (l dsyncWith) handle(key string) handle { return l.mk(l.c, key) }
+
+func openDsyncWith(mk func(c *dsync.Client, key string) handle) func(string, *atomic.Int64) (lib, error) {
+	return func(addr string, rt *atomic.Int64) (lib, error) {
+		l, err := newDsync(addr, rt, false, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs))
+		if err != nil {
+			return nil, err
+		}
+		return dsyncWith{dsyncLib: l, mk: mk}, nil
+	}
+}
+
+// onceHandle's Lock runs one Once to completion, a new name each time;
+// Unlock does nothing.
+type onceHandle struct {
+	c   *dsync.Client
+	key string
+	n   int
+}
+
+func (h *onceHandle) Lock(ctx context.Context) error {
+	h.n++
+	return h.c.NewOnce(h.key+"-"+strconv.Itoa(h.n)).Do(ctx, func(context.Context) error { return nil })
+}
+
+func (h *onceHandle) Unlock(context.Context) error { return nil }
