@@ -21,19 +21,23 @@ vet: $(STATICCHECK)
 	$(STATICCHECK) $(MODULES)
 	cd faults && GOWORK=off go vet ./...
 
+# The fault suite runs for minutes: internal/testprogress prints a line as
+# each of its tests starts and ends, and what plain go test prints.
 test: redis vet
 	go test -race -count=1 -timeout 15m $(MODULES)
 	# Allocation bounds hold without the race detector's own allocations.
 	go test -count=1 -run 'Allocs' ./dsync/
-	cd faults && GOWORK=off go test -race -count=1 -timeout 15m ./...
+	cd faults && GOWORK=off go test -json -race -count=1 -timeout 15m ./... | (cd .. && go run ./internal/testprogress)
 
-# chaos: scenario 1 of the fault suite at full size (4 processes x 16
-# goroutines x 60 s per primitive) and the network faults of the queued
-# primitives, ~13 min; writes docs/reliability.md. CHAOSFLAGS adds flags:
+# chaos: the rolling restart at 10 s per primitive (each of 4 replicas
+# restarting every 0.5 s; make test runs 3 s), scenario 1 of the fault
+# suite at full size (4 processes x 16 goroutines x 60 s per primitive)
+# and the network faults of the queued primitives, ~15 min; writes docs/reliability.md. CHAOSFLAGS adds flags:
 # -chaos.stopmax 2.5s for SIGSTOPs past the lease (-dsyncbugs asserts
 # nothing more today: faults/margin_test.go).
 .PHONY: chaos
 chaos: redis
+	go test -race -count=1 -timeout 20m -run '^TestRollingRestart$$' ./dsync/ -rolling.dur 10s -rolling.every 125ms
 	cd faults && GOWORK=off go test -race -count=1 -timeout 60m -v . \
 		-run 'TestFaultChaos|TestFaultNetworkPrimitives|TestFaultServerRestartRenewalInterval' \
 		-chaos.procs 4 -chaos.g 16 -chaos.dur 60s -reliability ../docs/reliability.md $(CHAOSFLAGS)

@@ -149,12 +149,24 @@ func (c *Client) cleanupNow(ctx context.Context, f func(ctx context.Context) err
 	}
 }
 
-// spawn runs f on a goroutine of its own, counted in wg (c.loops or c.bg),
-// which Close waits for. It reports false, running nothing, once the
-// Client is closed.
+// spawn runs f on a goroutine of its own, counted in wg (c.loops), which
+// Close waits for, or, with wg nil, as a cleanup (see background). It
+// reports false, running nothing, once the Client is closed (a cleanup:
+// once Close has drained the cleanups).
 func (c *Client) spawn(wg *sync.WaitGroup, f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if wg == nil {
+		if c.sealed {
+			return false
+		}
+		c.nbg++
+		go func() {
+			defer c.bgDone()
+			f()
+		}()
+		return true
+	}
 	if c.closed.Load() {
 		return false
 	}
@@ -166,13 +178,26 @@ func (c *Client) spawn(wg *sync.WaitGroup, f func()) bool {
 	return true
 }
 
-// background runs a cleanup on its own goroutine, under a context that
-// Close cancels (what is left undone then expires with its lease), so that
-// the caller can return by its deadline. Close waits for it. It reports
-// false, running nothing, once the Client is closed.
+// bgDone ends a cleanup started by spawn.
+func (c *Client) bgDone() {
+	c.mu.Lock()
+	if c.nbg--; c.nbg == 0 && c.bgIdle != nil {
+		close(c.bgIdle)
+		c.bgIdle = nil
+	}
+	c.mu.Unlock()
+}
+
+// background runs a cleanup on its own goroutine, within cleanupTimeout,
+// so that the caller can return by its deadline. It is the one way out of
+// everything a call leaves in Redis (a queue place, a grant, an attempt,
+// a tag): it still runs while the Client closes, and Close waits for it,
+// up to closeTimeout (then its context is cancelled and what is left
+// undone expires with its lease). It reports false, running nothing, once
+// Close has drained the cleanups.
 func (c *Client) background(f func(ctx context.Context)) bool {
-	return c.spawn(&c.bg, func() {
-		ctx, cancel := context.WithTimeout(c.ctx, cleanupTimeout)
+	return c.spawn(nil, func() {
+		ctx, cancel := context.WithTimeout(c.cleanCtx, cleanupTimeout)
 		defer cancel()
 		f(ctx)
 	})
@@ -180,7 +205,8 @@ func (c *Client) background(f func(ctx context.Context)) bool {
 
 // bounded runs call under ctx and returns its result, or ctx's error once
 // ctx has ended, or ErrClosed once the Client closes, whichever comes
-// first. rueidis makes a call that needs a connection another call is
+// first (once the Client closes it waits for the call's answer, which
+// Close bounds). rueidis makes a call that needs a connection another call is
 // opening wait for that dial and handshake whatever the waiting call's own
 // context (they are bounded by the dialing call's context and the dial
 // timeout), so under a network fault a wait inline could return well after
@@ -197,8 +223,11 @@ func bounded[T any](c *Client, ctx context.Context, call func(context.Context) (
 		err error
 	}
 	var zero T
+	if c.closed.Load() {
+		return zero, ErrClosed // no attempt starts once Close has begun
+	}
 	ch := make(chan result, 1)
-	if !c.spawn(&c.bg, func() {
+	if !c.spawn(nil, func() {
 		cctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(c.ctx, cancel)
 		v, err := call(cctx)
@@ -213,6 +242,15 @@ func bounded[T any](c *Client, ctx context.Context, call func(context.Context) (
 		return r.v, r.err
 	case <-ctx.Done():
 	case <-c.done:
+		// Closing: wait for the answer (Close cancels the call once the
+		// calls in progress have had closeTimeout), so that what the call
+		// did is taken back by the ordinary way out (a queue's leave, a
+		// hold's release), not by an undo that leaves its mark behind.
+		select {
+		case r := <-ch:
+			return r.v, r.err
+		case <-ctx.Done():
+		}
 	}
 	select {
 	case r := <-ch: // it answered as ctx ended: keep the answer

@@ -21,9 +21,11 @@ import (
 // for a lock without each talking to Redis.
 //
 // A Client is safe for concurrent use. Create one per process and prefix,
-// and Close it when done; Close does not close the rueidis client.
+// and Close it when done. Close does not close a rueidis client passed to
+// NewClient; it closes the one Dial made.
 type Client struct {
-	rc rueidis.Client
+	rc    rueidis.Client
+	owned rueidis.Client // made by Dial, closed by Close; nil from NewClient
 	// connDoubt is when a call last failed without a reply from Redis (unix
 	// ns; see sharedDial and boundedIfDoubt).
 	connDoubt atomic.Int64
@@ -35,12 +37,29 @@ type Client struct {
 	done   chan struct{}
 	ctx    context.Context // cancelled by Close, for the Client's own calls
 	cancel context.CancelFunc
-	loops  sync.WaitGroup // the renewal loop and the notifier
+	// cleanCtx is the context of cleanups (background): it outlives ctx,
+	// so that the cleanups of waits that Close ended still run while the
+	// Client closes, and is cancelled when closeTimeout has passed.
+	cleanCtx    context.Context
+	cleanCancel context.CancelFunc
+	loops       sync.WaitGroup // the renewal loop and the notifier
 	// preloaded is closed when the preload of the scripts has ended (tests
 	// that count commands wait for it).
 	preloaded chan struct{}
-	bg        sync.WaitGroup // cleanups handed to the background
 	timers    sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.arm)
+
+	// ops counts the calls in progress (see enter); opsIdle is closed by
+	// the last one to leave once the Client is closed, so that Close knows
+	// that every wait it ended has handed its cleanup to the background.
+	ops     atomic.Int64
+	opsIdle chan struct{}
+	opsOnce sync.Once
+	// nbg counts the cleanups running in the background (guarded by mu);
+	// bgIdle, when set, is closed when nbg drops to 0 (Close waits on it).
+	// sealed: Close has drained them, and no cleanup starts any more.
+	nbg    int
+	bgIdle chan struct{}
+	sealed bool
 
 	notify *notifier
 	renew  *renewer
@@ -86,25 +105,15 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidArgument)
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
-	}
-	if cfg.name == "" {
-		cfg.name = processName()
 	}
 	c := &Client{
 		cfg:       cfg,
 		cluster:   rc.Mode() == rueidis.ClientModeCluster,
 		done:      make(chan struct{}),
+		opsIdle:   make(chan struct{}),
 		preloaded: make(chan struct{}),
 		holds:     make(map[*hold]struct{}),
 		mutexes:   make(map[stateKey]*mutexState),
@@ -116,6 +125,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c.args.handoffs = strconv.Itoa(cfg.handoffs)
 	c.clock.c = c
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.cleanCtx, c.cleanCancel = context.WithCancel(context.Background())
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
 	c.renew = newRenewer(c)
@@ -126,54 +136,185 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close stops the renewal loop and the wakeup subscription, ends every wait
-// in progress with ErrClosed, and releases the locks still held through the
-// Client (best effort, within a second), cancelling their lock contexts with
-// cause ErrClosed. No goroutine of the Client outlives Close. Calls after
-// Close return ErrClosed. Close is idempotent.
+// newConfig applies opts to the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	if cfg.name == "" {
+		cfg.name = processName()
+	}
+	return cfg, nil
+}
+
+// closeTimeout bounds Close: the waits it ends returning, the releases
+// of what the Client holds and the cleanups in the background (leaving
+// queues, handing on grants, removing tags); what is left undone then
+// expires with its lease.
+const closeTimeout = 2 * time.Second
+
+// Close takes back everything the Client has in Redis and stops it. In
+// order:
+//
+//   - Calls after Close (and Close's own start) return ErrClosed; every
+//     wait in progress ends with ErrClosed: a Mutex, FairMutex, RWMutex or
+//     Semaphore acquisition, an Election's Campaign, a Cond's Wait, a
+//     WaitGroup's Wait, a Once's or Group's wait for another run.
+//   - Close waits for those calls to return, and each wait, as any wait
+//     that ends without the lock, takes back its place: it leaves its
+//     queue (FairMutex, RWMutex readers and writers, Semaphore, Election
+//     candidates, Cond and Group waiters), removes a Mutex's waiting
+//     registration, and a grant a release published to it meanwhile is
+//     handed on to the next waiter in the same script.
+//   - Every hold still held through the Client is released with its
+//     primitive's own release (a Mutex's by the owner and token Redis
+//     names, whichever goroutine of the Client holds it after local
+//     handoffs), waking the waiters of other Clients as a release does; an
+//     Election's term is first ended as Resign ends it (recorded "no
+//     leader" and published to observers). Their lock contexts are
+//     cancelled with cause ErrClosed, and their hold tags
+//     (Observer.HoldTag) are removed.
+//   - The renewal loop, the wakeup subscription and Election observers
+//     stop (Observe's channels are closed).
+//
+// All of it is bounded by closeTimeout (2 s): Redis that does not answer
+// by then leaves the rest to the leases. (So Close called from inside a
+// call of the same Client, such as an Observer hook, returns only after
+// closeTimeout: it waits for that call.) A Once's or Group's f running
+// when Close is called is not waited for: its run's hold is released as
+// failed (the next caller runs f) and its lock context cancelled. No
+// goroutine of the Client outlives Close. A Client made by Dial closes
+// its rueidis client last. Close is idempotent.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	// One budget for all of it; cleanups run under cleanCtx, cancelled
+	// when it has run out.
+	dctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	stop := context.AfterFunc(dctx, c.cleanCancel)
+	defer stop()
 	close(c.done)
+	// The calls in progress return (their waits see done), handing what
+	// they must undo to the background, which still runs.
+	if c.ops.Load() != 0 {
+		select {
+		case <-c.opsIdle:
+		case <-dctx.Done():
+		}
+	}
+	c.cancel()
 	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.holds))
 	for h := range c.holds {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
+	// Their lock contexts end first, so that no holder here still believes
+	// in a lock that another Client can take as soon as it is released.
 	for _, h := range holds {
 		h.beginRelease() // a renewal in flight must not report them lost
-	}
-	c.releaseOnClose(holds)
-	for _, h := range holds {
 		h.end(ErrClosed, false)
 	}
+	c.releaseOnClose(holds)
 	c.clock.close()
-	c.cancel()
+	// The cleanups run until done or closeTimeout; then no more start.
+	c.waitBackground(dctx.Done())
+	c.cleanCancel()
+	c.mu.Lock()
+	c.sealed = true
+	c.mu.Unlock()
+	c.waitBackground(nil)
 	c.loops.Wait()
-	c.bg.Wait()
 	c.timers.Wait()
+	if c.owned != nil {
+		c.owned.Close() // the Client is done with it: Dial made it
+	}
 	return nil
 }
 
-// releaseOnClose releases holds in Redis in one pipelined round per script.
+// enter counts a call in progress, which Close waits for; it returns
+// ErrClosed (counting nothing) once the Client is closed. Every call that
+// can leave something in Redis runs between enter and exit.
+func (c *Client) enter() error {
+	if err := c.checkOpen(); err != nil { // a zero-value primitive panics there
+		return err
+	}
+	c.ops.Add(1)
+	if c.closed.Load() {
+		c.exit()
+		return ErrClosed
+	}
+	return nil
+}
+
+// exit ends a call counted by enter.
+func (c *Client) exit() {
+	if c.ops.Add(-1) == 0 && c.closed.Load() {
+		c.opsOnce.Do(func() { close(c.opsIdle) })
+	}
+}
+
+// waitBackground waits until no cleanup runs in the background, or stop.
+func (c *Client) waitBackground(stop <-chan struct{}) {
+	c.mu.Lock()
+	if c.nbg == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.bgIdle == nil {
+		c.bgIdle = make(chan struct{})
+	}
+	idle := c.bgIdle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+	case <-stop:
+	}
+}
+
+// holdCloser is a holdOps that must run a script of its own before the
+// hold's release at Close (an Election's term: the record of its end).
+type holdCloser interface {
+	closeExec(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool)
+}
+
+// releaseOnClose releases holds in Redis in one pipelined round per script
+// (after a round for the holds that end otherwise first: holdCloser).
 func (c *Client) releaseOnClose(holds []*hold) {
 	if len(holds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
+	ctx := c.cleanCtx // cancelled when closeTimeout has run out
+	first := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	for _, h := range holds {
+		if hc, ok := h.ops.(holdCloser); ok {
+			if s, e, ok := hc.closeExec(h); ok {
+				s = c.lua(s)
+				first[s] = append(first[s], e)
+			}
+		}
 		s, e := h.ops.releaseExec(h)
 		s = c.lua(s)
 		groups[s] = append(groups[s], e)
 	}
-	for s, execs := range groups {
-		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
-			if err := r.Error(); err != nil {
-				c.cfg.logger.Warn("dsync: release on close failed", "err", err)
+	for _, round := range []map[*rueidis.Lua][]rueidis.LuaExec{first, groups} {
+		for s, execs := range round {
+			for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
+				if err := r.Error(); err != nil {
+					c.cfg.logger.Warn("dsync: release on close failed", "err", err)
+				}
 			}
 		}
 	}

@@ -72,6 +72,10 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	if err := c.checkCall(context.Background(), m.err); err != nil {
 		return nil, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.exit()
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
@@ -199,7 +203,7 @@ func (p condProto) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 
 // failed: the look changes nothing but the place, so a lost reply needs
 // no undo; Wait takes the waiter out.
-func (condProto) failed(error)        {}
-func (condProto) waiting()            {}
-func (condProto) gaveUp()             {}
-func (condProto) granted(uint64) bool { return false }
+func (condProto) failed(error)                {}
+func (condProto) waiting()                    {}
+func (condProto) gaveUp()                     {}
+func (condProto) granted(uint64, uint64) bool { return false }

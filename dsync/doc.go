@@ -4,6 +4,42 @@
 // same Redis, a leader Election built on them, and Group, singleflight
 // across processes.
 //
+// # Which primitive, which API
+//
+// Pick the primitive as you would in package sync:
+//
+//   - Mutex: one holder at a time; the fastest under contention, since
+//     goroutines of one process pass it on without Redis. FairMutex: one
+//     holder, in arrival order across processes. RWMutex: many readers or
+//     one writer. Semaphore: at most n weighted units in use.
+//   - Once, OnceValue: run f once across all processes (a migration, a
+//     cache fill). Group: one run for all concurrent callers of a key.
+//     WaitGroup: wait for work spread over processes. Cond: sleep until
+//     another process changes what a Mutex guards. Election: one leader,
+//     with a value others read and watch.
+//   - MultiLock: several names, all or none. RedLock: a quorum of
+//     independent Redis servers, for a lock one server's failover must not
+//     hand out twice.
+//
+// Lock and Unlock (sync.Locker) drop into code written for sync.Mutex.
+// Lock blocks until the lock is held, retrying through Redis errors, but
+// nothing stops your work if the lock is lost. Prefer LockContext. It waits only as long as its context allows,
+// and returns a lock context that ends when the lock is released or lost.
+// Run the work under the lock context, and pass it to UnlockContext.
+// TryLockContext does not wait.
+//
+// Use the fencing token (FencingToken) when a second holder would corrupt
+// data. A lock in Redis is a lease: a holder paused past it, or a Redis
+// failover, can let two holders act at once. Send the token with each
+// write, and have the store reject a token lower than the highest it has
+// seen. Without a fence, the lock makes overlap rare, not impossible.
+//
+// Connect with Dial (a URL or host:port) or NewClient (a rueidis client
+// you have): one Client per process. To test code that takes locks, use
+// package dsynctest: dsynctest.NewClient(t) returns a Client on a real
+// redis-server when one is installed, and on an in-process server
+// otherwise.
+//
 // # Owners and lock contexts
 //
 // An owner is the identity that holds a lock; it travels in a context
@@ -80,55 +116,75 @@
 //
 // # Waiting
 //
-// Waits are bounded by the context, never by a timeout argument. A wait
-// ended by its context returns an error for which errors.Is(err, ctx.Err())
-// holds, by the deadline plus a few tens of milliseconds (a cancellation
-// of a context that also has a deadline is seen between Redis calls: a
+// A wait is bounded by its context, never by a timeout argument. When the
+// context ends, the wait returns an error for which errors.Is(err,
+// ctx.Err()) holds, within a few tens of milliseconds of the deadline.
+//
+// Two cases can take longer. First, when a context that has a deadline is
+// cancelled before it, the cancellation is seen between Redis calls. A
 // call in flight on a connection rueidis uses synchronously runs until its
-// reply or the deadline, so against a stalled Redis such a wait can return
-// later than its cancellation; and rueidis makes a call that needs a
-// connection another call is opening wait for that dial whatever its
-// context: the FairMutex, RWMutex and Semaphore run their attempts apart
-// from the caller whenever the context can end, the other primitives for
-// 10 s after a call failed without a reply, so a wait can outlast its
-// context only behind a dial that follows a connection lost silently,
-// while no call was in flight), and leaves nothing
-// behind in Redis: an acquisition whose reply the wait gave up on is undone
-// in the background, exactly. For an owner made for the call, the undo
-// first marks the attempt undone (a key kept a minute), so that an acquire
-// still on its way to Redis (rueidis may send it on another connection)
-// does nothing when it arrives, then releases whatever that owner holds;
-// the acquire only checks the mark, so a successful acquisition writes no
-// extra key. For an owner the caller supplied, the acquire records its
-// grant in a marker key (deleted once the reply arrives), and the undo takes
-// back exactly that attempt, leaving the owner's holds through other
-// Clients untouched. A Semaphore's Acquire is undone by its waiter id in the
-// same way. Only if Redis cannot
-// be reached then does it stay, until its lease runs out. Waiters do not poll: a release
-// publishes a message and waiters wake on it; if a message is lost, a waiter
-// looks again after at most the holder's remaining lease or lease/3,
-// whichever is sooner. A Mutex's release publishes only when a waiter of
-// another Client marked the lock at a failed attempt, so an uncontended
-// cycle costs no PUBLISH; a waiting Client is also counted, with its
-// waiting goroutines, in the lock's waiting count that Inspect reports. Goroutines of one Client waiting for the same lock
-// wait in a local queue, and one of them talks to Redis; on unlock the lock
-// is handed to the next local waiter with the next fencing token of a block
-// that the acquisition reserved in Redis, without a round trip. When the
-// block (WithMaxLocalHandoffs tokens) runs out, one script reserves the next
-// and asks whether waiters of other processes are subscribed to the lock's
-// channel; if so the lock is released to them instead.
+// reply or the deadline. So against a stalled Redis, such a wait can
+// return later than its cancellation. Second, rueidis makes a call that
+// needs a connection wait for another call's dial of it, whatever the
+// call's own context. So FairMutex, RWMutex and Semaphore run their
+// attempts apart from the caller whenever the context can end. The other
+// primitives do so for 10 s after a call failed without a reply. A wait
+// can thus outlast its context only behind a dial that follows a
+// connection lost silently, while no call was in flight.
+//
+// A wait leaves nothing behind in Redis. If it gave up on the reply to an
+// acquisition, the acquisition is undone in the background, exactly:
+//
+//   - For an owner made for the call, the undo first marks the attempt
+//     undone, in a key kept for a minute. An acquire still on its way to
+//     Redis (rueidis may send it on another connection) then does nothing
+//     when it arrives. The undo then releases whatever that owner holds.
+//     The acquire only reads the mark, so a successful one writes no extra
+//     key.
+//   - For an owner the caller supplied, the acquire records its grant in a
+//     marker key, deleted once the reply arrives. The undo takes back
+//     exactly that attempt. The owner's holds through other Clients stay.
+//   - A Semaphore's Acquire is undone by its waiter id in the same way.
+//
+// Only if Redis cannot be reached then does the acquisition stay, until
+// its lease runs out.
+//
+// Waiters do not poll. A release publishes a message, and waiters wake on
+// it. If a message is lost, a waiter looks again after at most the
+// holder's remaining lease or lease/3, whichever is sooner. A Mutex's
+// release publishes only when a waiter of another Client marked the lock
+// at a failed attempt, so an uncontended cycle costs no PUBLISH. A waiting
+// Client is counted, with its waiting goroutines, in the waiting count
+// that Inspect reports.
+//
+// Goroutines of one Client that wait for the same lock wait in a local
+// queue, and one of them talks to Redis. A Mutex's unlock hands the lock
+// to the next local waiter without a round trip. The new holder's fencing
+// token is the next of a block that the acquisition reserved in Redis.
+// When the block (WithMaxLocalHandoffs tokens) runs out, one script
+// reserves the next block and asks whether waiters of other processes are
+// subscribed to the lock's channel. If so, the lock is released to them
+// instead.
 //
 // The FIFO locks (FairMutex, RWMutex, Semaphore) are granted by the
-// release: the script that frees the lock makes the head of the queue
-// its holder (for a Semaphore, every waiter at the head whose permits fit;
-// after an RWMutex write release, every reader that waited) and tells each
-// grantee on a channel its Client subscribes once for the lock. A waiter
-// thus sends one script (the one that queues it) and receives its grant; a
-// lost message is found by its next look, at once when the subscription
-// broke. The grantee's lease is counted from the send time of its last
-// attempt, which Redis processed before the grant, so it ends no later
-// than Redis's. A wait that ends after its grant releases what it was
-// granted.
+// release. The script that frees the lock makes the head of the queue its
+// holder: for a Semaphore, every waiter at the head whose permits fit;
+// after an RWMutex write release, every reader that waited. It tells each
+// grantee on a channel that its Client subscribes once for the lock. A
+// waiter thus sends one script, the one that queues it, and receives its
+// grant. A lost message is found by the waiter's next look, at once when
+// the subscription broke. The grant's lease runs in Redis from the grant,
+// and the grantee counts it from there too. The message carries the
+// grant's server time. The grantee reads it against its last attempt,
+// which was sent before Redis ran it and whose reply carries the server
+// time. So the local lease clock starts no later than Redis's, and the
+// grantee keeps the rest of its lease however long after that attempt the
+// grant came. A grant seen with less than half its lease left is claimed
+// again with an attempt. That attempt restarts the lease in Redis if the
+// grant is still there, and otherwise the wait goes on. So an acquisition
+// does not return a lock context whose lease ran out while its grant was
+// on the way (WithLeaseTime). A wait that ends after its grant releases
+// what it was granted.
 //
 // # Keys
 //
@@ -141,7 +197,8 @@
 //
 // # Cluster, Sentinel, replicas
 //
-// NewClient takes a rueidis standalone, sentinel or cluster client. In a
+// NewClient takes a rueidis standalone, sentinel or cluster client; Dial
+// makes one from the addresses or URL of any of the three. In a
 // Redis 7 cluster, wakeups use sharded pub/sub: scripts publish with
 // SPUBLISH and waiters subscribe with SSUBSCRIBE on the master that owns the
 // lock's slot, following the slot when it moves. WithReplicaSync makes an

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
 )
 
 // KindElection names an Election in events, Inspect and List. An
@@ -40,6 +41,14 @@ type Leader struct {
 // the leadership ends (resigned, lost, or the Client closed), and kept
 // alive by the watchdog like any lock unless WithLeaseTime is given. A
 // leader that dies without resigning is replaced within one lease.
+//
+// Client.Close ends a term as Resign does, before it returns: the
+// leadership context is cancelled (cause ErrClosed), the end is recorded
+// ("no leader") and published, so observers on other Clients see Leader{}
+// at once, and the lock passes to the next candidate in line. A Campaign
+// waiting in line when its Client closes returns ErrClosed and leaves the
+// line (a grant that reached it meanwhile goes to the next candidate), and
+// the Client's Observe channels are closed.
 //
 // Beside the lock, the election keeps a leader record: the value, owner,
 // term and start of the current term, and its last few changes, each with
@@ -95,7 +104,7 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 		lease = lc.leaseTime
 	}
 	base := c.lockKey("election", ln)
-	return &Election{
+	e := &Election{
 		c:        c,
 		name:     name,
 		err:      checkName(name),
@@ -105,6 +114,13 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 		ttl:      leaseMS(2 * lease),
 		watchdog: lc.leaseTime == 0,
 	}
+	// Close ends a term as Resign does: the end is recorded and
+	// published before the lock's release (a hold whose term has not
+	// begun yet records nothing: see election_resign.lua).
+	fm.q.closing = func(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
+		return scripts.ElectionResign, rueidis.LuaExec{Keys: e.keys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), e.ttl, e.ch}}
+	}
+	return e
 }
 
 func checkValue(v string) error {
@@ -133,6 +149,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err := c.checkCall(ctx, e.err); err != nil {
 		return nil, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.exit()
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
@@ -245,9 +265,10 @@ func (e *Election) Resign(lctx context.Context) error {
 	if e.err != nil {
 		return e.err
 	}
-	if err := e.c.checkOpen(); err != nil {
+	if err := e.c.enter(); err != nil {
 		return err
 	}
+	defer e.c.exit()
 	owner, ok := OwnerOf(lctx)
 	term, ok2 := FencingToken(lctx)
 	if !ok || !ok2 {

@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -30,9 +31,13 @@ type waitProto interface {
 	// gaveUp is called when ctx or Close ends a wait between attempts.
 	gaveUp()
 	// granted is called when a release granted the lock to this wait
-	// (a message for its id carried the token): it reports whether the
-	// wait is over.
-	granted(token uint64) bool
+	// (a message for its id carried the token, and at, the grant's
+	// server time in µs, or 0 when the message did not say): it reports
+	// whether the wait is over. It is not over when the grant's lease
+	// may have run out, or nearly, by the time it was seen: then the loop
+	// attempts again at once, and that attempt claims the grant if Redis
+	// still has it (restarting its lease) or goes on waiting.
+	granted(token, at uint64) bool
 }
 
 // waitLoop runs p until an attempt ends the wait, ctx is done, the Client
@@ -55,6 +60,12 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 		w.register()
 	}
 	for n := 1; ; n++ {
+		if n > 1 && c.closed.Load() {
+			// Closing: no attempt after Close began; the wait leaves as
+			// one that gave up (Client.Close waits for it).
+			p.gaveUp()
+			return n - 1, ErrClosed
+		}
 		w.drain()
 		over, hint, err := p.attempt(ctx, n)
 		if err != nil {
@@ -72,7 +83,7 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 			p.gaveUp()
 			return n, err
 		}
-		if tok := w.granted(); tok != 0 && p.granted(tok) {
+		if tok, at := w.granted(); tok != 0 && p.granted(tok, at) {
 			return n, nil
 		}
 	}
@@ -89,4 +100,52 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 		return ErrClosed
 	}
 	return ownErr(err)
+}
+
+// grantStart returns when the lease clock of a grant seen now may start:
+// a local time no later than the grant, when the lease began in Redis.
+// sentAt is when the wait's last attempt was sent and srvAt that attempt's
+// server time in µs (from its reply; 0: unknown); at is the grant's (0:
+// unknown). The attempt ran on the server after sentAt, so the grant came
+// at least at-srvAt of server time after sentAt; 1/100 of that gap is
+// taken off for the two clocks' rates, as validity does for the lease,
+// and the start is never after now, when the grant was seen. Without both
+// times it is sentAt, which came before the grant (the attempt that
+// queued the wait ran before any release could grant it).
+func grantStart(sentAt, now time.Time, srvAt, at uint64) time.Time {
+	if srvAt == 0 || at <= srvAt {
+		return sentAt
+	}
+	gap := time.Duration(at-srvAt) * time.Microsecond
+	start := sentAt.Add(gap - gap/100)
+	if start.After(now) {
+		return now
+	}
+	return start
+}
+
+// grantLive reports whether a grant whose lease clock starts at start is
+// worth returning as it is at now: at least half the lease's validity is
+// left. If not, the wait claims it again with an attempt, which restarts
+// its lease in Redis if it is still there (a lease that has run out on
+// the local clock may not have in Redis) and goes on waiting if not: no
+// acquisition returns a lock context whose lease is already over.
+func grantLive(start, now time.Time, lease time.Duration) bool {
+	v := validity(lease)
+	return start.Add(v).Sub(now) >= v/2
+}
+
+// leaseSpent returns the error of an acquisition whose lease, counted from
+// sentAt (the attempt's send time, or a grant's start), has already run
+// out on the local clock: its reply came back later than the lease (a
+// lease shorter than the round trip, or a process paused meanwhile), so
+// its lock context would be cancelled on return. The caller releases what
+// the attempt acquired and returns the error (Lock retries it); nil when
+// the lease is still running.
+func leaseSpent(sentAt time.Time, lease time.Duration) error {
+	took := time.Since(sentAt)
+	if took < validity(lease) {
+		return nil
+	}
+	return fmt.Errorf("%w: the lease of %v ran out before the acquisition's reply came back (after %v), and the lock was released; use a longer lease", ErrLockLost, lease, took.Round(time.Millisecond))
 }

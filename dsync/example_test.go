@@ -9,50 +9,39 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dsync/dsync/dsync"
-	"github.com/redis/rueidis"
+	"github.com/dsync/dsync/dsynctest"
 )
 
-// exampleClient returns a Client on an in-process miniredis, so that the
-// examples run anywhere. A program would connect to its Redis instead:
+// exampleClient returns a Client on an in-process server (dsynctest), so
+// that the examples run anywhere. A program would connect to its Redis
+// instead:
 //
-//	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
-//	c, err := dsync.NewClient(rc)
+//	c, err := dsync.Dial(ctx, "redis://127.0.0.1:6379")
 func exampleClient(opts ...dsync.Option) (c *dsync.Client, stop func()) {
 	cs, stop := exampleClients(1, opts...)
 	return cs[0], stop
 }
 
-// exampleClients returns n Clients on one in-process miniredis, each with
-// a connection of its own, as n processes would have.
+// exampleClients returns n Clients on one in-process server, each with
+// connections of its own, as n processes would have.
 func exampleClients(n int, opts ...dsync.Option) (cs []*dsync.Client, stop func()) {
-	mr, err := miniredis.Run()
+	srv, err := dsynctest.StartEmbedded()
 	if err != nil {
 		log.Fatal(err)
 	}
-	var rcs []rueidis.Client
 	for range n {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress:  []string{mr.Addr()},
-			AlwaysRESP2:  true, // miniredis speaks RESP2
-			DisableCache: true,
-		})
+		c, err := srv.Dial(context.Background(), opts...)
 		if err != nil {
 			log.Fatal(err)
 		}
-		c, err := dsync.NewClient(rc, opts...)
-		if err != nil {
-			log.Fatal(err)
-		}
-		rcs, cs = append(rcs, rc), append(cs, c)
+		cs = append(cs, c)
 	}
 	return cs, func() {
-		for i, c := range cs {
+		for _, c := range cs {
 			c.Close()
-			rcs[i].Close()
 		}
-		mr.Close()
+		srv.Close()
 	}
 }
 

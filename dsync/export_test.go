@@ -27,3 +27,8 @@ var ErrReleased = errReleased
 // InDoubt reports whether a call of c has failed without a reply from
 // Redis, after which its waits run bounded for a while (Client.inDoubt).
 func InDoubt(c *Client) bool { return c.connDoubt.Load() != 0 }
+
+// ClientID is the random part of c's names in Redis (queue members, wait
+// ids, its waiting registration), for tests that look for what a closed
+// Client left behind.
+func ClientID(c *Client) string { return c.id[:16] }

@@ -53,9 +53,9 @@ func TestRWMutexScripts(t *testing.T) {
 		t.Helper()
 		select {
 		case m := <-msgs:
-			tok, ok := strings.CutPrefix(m, wch+client+"|"+n+" ")
+			rest, ok := strings.CutPrefix(m, wch+client+"|"+n+" ")
 			require.True(t, ok, "%s: got %q, want a grant to %s.%s", what, m, client, n)
-			v, err := strconv.ParseInt(tok, 10, 64)
+			v, err := strconv.ParseInt(grantToken(t, rest), 10, 64)
 			require.NoError(t, err, what)
 			return v
 		case <-time.After(2 * time.Second):
@@ -217,8 +217,9 @@ func TestFairMutexScripts(t *testing.T) {
 	require.Equal(t, int64(1), release("a", tok), "release")
 	// The release granted the lock to b, the head, and told b's wait.
 	m := next("the release's grant")
-	btok, ok := strings.CutPrefix(m, wch+"cb|1 ")
+	rest, ok := strings.CutPrefix(m, wch+"cb|1 ")
 	require.True(t, ok, "release published %q, want a grant to b's wait 1 on b's Client's channel", m)
+	btok := grantToken(t, rest)
 	require.Equal(t, "b "+btok+" 1 cb.1 "+tok, getStr(t, rc, keys[0]), "granted lock value")
 	b, _ := strconv.ParseInt(btok, 10, 64)
 	require.Greater(t, b, a[1], "granted token")
@@ -249,8 +250,9 @@ func TestFairMutexScripts(t *testing.T) {
 	acquire("c", false)
 	require.Equal(t, int64(1), release("b", btok), "b's release")
 	m = next("the grant to c")
-	ctok, ok := strings.CutPrefix(m, wch+"cc|1 ")
+	rest, ok = strings.CutPrefix(m, wch+"cc|1 ")
 	require.True(t, ok, "release published %q, want a grant to c", m)
+	ctok := grantToken(t, rest)
 	require.Equal(t, int64(2), leave("c"), "c's leave after its grant")
 	require.Equal(t, "- "+ctok+" 0", getStr(t, rc, keys[0]), "c's leave left the lock held")
 	require.Equal(t, int64(0), leave("c"), "second leave")
@@ -295,4 +297,20 @@ func TestFairMutexScripts(t *testing.T) {
 		t.Fatalf("unexpected message %q", m)
 	default:
 	}
+}
+
+// grantToken checks the rest of a grant message, "<token> <µs>" (µs: the
+// grant's server time, which the token is never below), and returns the
+// token.
+func grantToken(t *testing.T, rest string) string {
+	t.Helper()
+	tok, at, ok := strings.Cut(rest, " ")
+	require.True(t, ok, "grant %q: want <token> <server µs>", rest)
+	tv, err := strconv.ParseUint(tok, 10, 64)
+	require.NoError(t, err, "grant %q", rest)
+	av, err := strconv.ParseUint(at, 10, 64)
+	require.NoError(t, err, "grant %q", rest)
+	require.LessOrEqual(t, av, tv, "grant %q: the token is below the grant's server time", rest)
+	require.Greater(t, av, uint64(1e15), "grant %q: not a server time in µs", rest)
+	return tok
 }

@@ -119,6 +119,18 @@ func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) 
 	if ctx.Value(groupRunKey{g.base, key}) != nil {
 		return v, false, fmt.Errorf("%w: Group %q: Do called from inside fn of the same key", ErrInvalidArgument, shortName(g.name))
 	}
+	// A caller that waits for this process's leader is a call Close waits
+	// for (it leaves the wait in Redis as it returns); the leader's part
+	// counts its own wait (redisDo).
+	if err := g.c.enter(); err != nil {
+		return v, false, err
+	}
+	entered := true
+	defer func() {
+		if entered {
+			g.c.exit()
+		}
+	}()
 	g.mu.Lock()
 	gc := g.calls[key]
 	if gc == nil {
@@ -135,6 +147,8 @@ func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) 
 		if !gc.leading {
 			gc.leading = true
 			g.mu.Unlock()
+			entered = false
+			g.c.exit()
 			return g.lead(ctx, key, gc, fn)
 		}
 		ch := gc.changed
@@ -253,12 +267,19 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	ctx, ob := c.observe(ctx, g.info, owner, false)
 	gc.tried = true
+	// The wait is a call Close waits for (fn, which may run long, is not).
+	if err := c.enter(); err != nil {
+		ob.done(nil, false, 0, err)
+		return v, false, err, true
+	}
 	w, err := gc.rec.wait(ctx, owner, gc.call)
 	ob.done(w.h, false, w.attempts, err)
 	if err != nil {
 		g.unwait(gc)
+		c.exit()
 		return v, false, wrapErr(KindGroup, g.name, err), ctxErr(ctx) == nil
 	}
+	c.exit()
 	if w.h == nil {
 		if w.failed {
 			return v, true, errors.New(w.val), true

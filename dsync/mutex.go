@@ -154,14 +154,15 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	if m.err != nil {
 		return m.err
 	}
-	if err := m.c.checkOpen(); err != nil {
+	c := m.c
+	if err := c.enter(); err != nil {
 		return err
 	}
+	defer c.exit()
 	ctx = releaseCtx(ctx)
 	if !ok {
 		return ErrNotHeld
 	}
-	c := m.c
 	// Redis is told under ctx only if it bounds the release in time; else
 	// under the Client's context, whose Done channel exists already (a
 	// lock context's would be made for this call alone).
@@ -217,6 +218,10 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	if err := c.checkCall(ctx, m.err); err != nil {
 		return nil, false, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, false, err
+	}
+	defer c.exit()
 	// An owner made for this call (ctx brings none) is fresh: nobody else
 	// knows it, so the acquisition needs no attempt marker of its own (see
 	// acquireRedis). Its undo mark's key ends with it: both are one string.

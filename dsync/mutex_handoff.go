@@ -44,6 +44,12 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	defer c.putMutex(m.sk(), st) // the hold's reference
 	h.beginRelease()
 	bound := c.cfg.handoffs
+	if c.closed.Load() {
+		// Closing: no new hold can start here (track refuses), so the lock
+		// goes back to Redis with the release script (the owner and token
+		// Redis names), which wakes the other processes' waiters.
+		bound = 0
+	}
 	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && h.confirmedWithin(m.lease()) {
 		// A token from the block reserved in Redis: no round trip. The new
 		// hold is the same hold in Redis, so it takes over its lease clock.
@@ -78,6 +84,10 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 			h.end(ErrLockLost, true)
 			return ErrNotHeld
 		}
+		// Closed meanwhile: nh never started, so the hold in Redis is still
+		// h's, which nobody else releases now (Close may have taken its
+		// list of holds already): release it, as Close would have.
+		_, _ = m.release(ctx, h.rOwner, h.rToken, nh.token)
 		h.end(errReleased, false)
 		return ErrClosed
 	}

@@ -197,6 +197,10 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, try bool) (lctx
 	st.mu.Unlock()
 	for {
 		if lead {
+			if c.closed.Load() {
+				m.stepDown(st)
+				return nil, nil, false, attempts, ErrClosed
+			}
 			st.mu.Lock()
 			yielded := st.yielded
 			st.yielded = false

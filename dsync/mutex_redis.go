@@ -59,20 +59,17 @@ func usedArg(token, used uint64) string {
 	return strconv.FormatUint(used, 10)
 }
 
-// unregister removes this Client's entry from m's waiting count when its
-// wait ends without the lock, unless another local waiter goes on waiting
-// (it registers at its next attempt, overwriting the entry), and with the
-// last entry the value's mark that someone waits.
-func (m *Mutex) unregister(st *mutexState) {
-	st.mu.Lock()
-	others := len(st.queue) > 0
-	st.mu.Unlock()
-	if others {
-		return
-	}
+// unregister removes the entry of the wait with attempt marker marker
+// from m's waiting count when the wait ends without the lock, and with
+// the last entry the value's mark that someone waits. Entries are per
+// wait (mutex_acquire.lua): sent in the background, the removal may come
+// after a newer wait of this Client (a goroutine queued here, or a new
+// call) registered, and leaves that wait's entry and the mark alone.
+func (m *Mutex) unregister(marker string) {
 	c := m.c
+	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
 	c.background(func(ctx context.Context) {
-		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident}).Error()
+		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident, wait}).Error()
 	})
 }
 
@@ -131,7 +128,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		a.args = append(a.args, c.ident, "") // ARGV[7] "1" once registered (attempt)
 		defer func() {
 			if a.registered && h == nil {
-				m.unregister(st)
+				m.unregister(a.marker)
 			}
 		}()
 	}
@@ -142,6 +139,14 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	}
 	if !a.fresh {
 		c.dropMarker(a.marker)
+	}
+	if err := leaseSpent(a.sentAt, m.lease()); err != nil {
+		tok, last := uint64(vals[1]), uint64(vals[1])
+		if vals[0] == 1 {
+			last += uint64(a.block) - 1
+		}
+		_, _ = m.release(ctx, owner, last, tok)
+		return nil, false, attempts, err
 	}
 	h = m.newHold(owner, uint64(vals[1]))
 	if vals[0] == 1 {
@@ -260,4 +265,4 @@ func (w mutexWait) waiting() { w.a.m.c.blocked(w.a.ctx, w.a.m.lockInfo(), w.a.m.
 
 func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis
 
-func (mutexWait) granted(uint64) bool { return false } // no grants: it looks again
+func (mutexWait) granted(uint64, uint64) bool { return false } // no grants: it looks again

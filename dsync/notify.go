@@ -62,10 +62,38 @@ type subscription struct {
 	// C receives a value when the waiter should look again.
 	C chan struct{}
 	// id, when set, names the wait on a channel that carries grants
-	// ("<id> <token>", see fair_lib.lua): only the message for id signals
-	// it, and stores the token in tok.
-	id  string
-	tok atomic.Uint64
+	// ("<id> <token> <µs>", see fair_lib.lua): only the message for id
+	// signals it, and stores the grant (see takeGrant).
+	id string
+	// tok is the token of a grant not yet taken; at its server time in µs
+	// (0 if the message had none). tok is written after at, under gmu, so
+	// a reader that sees tok set reads the pair under gmu.
+	gmu     sync.Mutex
+	tok, at uint64
+	pending atomic.Bool // a grant is stored: the waiter's fast check
+}
+
+// setGrant stores a grant for the waiter.
+func (s *subscription) setGrant(tok, at uint64) {
+	s.gmu.Lock()
+	s.tok, s.at = tok, at
+	s.gmu.Unlock()
+	s.pending.Store(true)
+}
+
+// takeGrant returns the grant delivered to the waiter (token 0: none) and
+// forgets it, so that a grant the waiter found dead and claimed again with
+// an attempt is not looked at twice.
+func (s *subscription) takeGrant() (tok, at uint64) {
+	if !s.pending.Load() {
+		return 0, 0
+	}
+	s.gmu.Lock()
+	tok, at = s.tok, s.at
+	s.tok, s.at = 0, 0
+	s.pending.Store(false)
+	s.gmu.Unlock()
+	return tok, at
 }
 
 func newNotifier(c *Client) *notifier {
@@ -193,22 +221,38 @@ func signal(s *subscription) {
 }
 
 // deliver signals the waiters of cs for message msg: the waiters without
-// an id all, a grant ("<id> <token>") or a call to look again ("<id>")
-// only the wait it names.
+// an id all, a grant ("<id> <token> <µs>", the grant's server time; a
+// script of an older version sends "<id> <token>") or a call to look again
+// ("<id>") only the wait it names.
 func (n *notifier) deliver(cs *channelSubs, msg string) {
-	id, tok, grant := strings.Cut(msg, " ")
+	id, rest, grant := strings.Cut(msg, " ")
+	tok, at := parseGrant(rest)
 	n.subsMu.RLock()
 	for s := range cs.waiters {
 		if s.id == "" {
 			signal(s)
 		} else if s.id == id {
-			if t, err := strconv.ParseUint(tok, 10, 64); grant && err == nil {
-				s.tok.Store(t)
+			if grant && tok != 0 {
+				s.setGrant(tok, at)
 			}
 			signal(s)
 		}
 	}
 	n.subsMu.RUnlock()
+}
+
+// parseGrant reads "<token> <µs>" or "<token>" (at 0: the grant's time is
+// unknown); token 0 when it is neither.
+func parseGrant(s string) (tok, at uint64) {
+	t, u, _ := strings.Cut(s, " ")
+	tok, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return 0, 0
+	}
+	if u != "" {
+		at, _ = strconv.ParseUint(u, 10, 64)
+	}
+	return tok, at
 }
 
 func (n *notifier) onMessage(m rueidis.PubSubMessage) {

@@ -2,15 +2,14 @@ package dsync
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
 )
-
-// tagTTL bounds how long a hold's tag outlives a holder that died without
-// releasing; every hold rewrites it.
-const tagTTL = time.Hour
 
 // observation is one acquisition seen through the Client's Observer: the
 // AcquireStart and AcquireDone hooks around it and, when the observer tags
@@ -112,18 +111,37 @@ func (n *blockNote) firstAsk() bool {
 func tagKey(key string) string { return key + ":tags" }
 
 // tag records tag as hold h's: in the hold, for local waiters, and with
-// the lock in Redis (one command), for waiters in other processes.
+// the lock in Redis (one script), for waiters in other processes. A tag
+// lives in Redis as long as its hold: the release (or Close) removes it
+// (untag); a watchdog hold's tag is written to live one lease and renewed
+// with the hold (renewTags), a fixed-lease hold's lives until its lease
+// ends; so a tag whose holder died is gone within one lease of its hold's
+// end (tag_set.lua prunes it).
 func (c *Client) tag(h *hold, tag string) {
 	h.tag.Store(&tag)
 	ctx, cancel := context.WithTimeout(c.ctx, cleanupTimeout)
 	defer cancel()
-	k := tagKey(h.key)
-	_ = c.rc.DoMulti(ctx,
-		c.rc.B().Hset().Key(k).FieldValue().FieldValue(h.rOwner, tag).Build(),
-		c.rc.B().Pexpire().Key(k).Milliseconds(tagTTL.Milliseconds()).Build())
+	_ = c.lua(scripts.TagSet).Exec(ctx, c.rc, []string{tagKey(h.key)}, []string{h.rOwner, tag, leaseMS(c.tagLife(h)), "set"}).Error()
+	if h.isEnded() {
+		// Ended while the tag was written (its untag found no tag yet).
+		c.untag(h)
+	}
 }
 
-// untag removes the ended hold h's tag from Redis, in the background.
+// tagLife is how long a write of h's tag lives: a lease for a watchdog
+// hold (renewed with it), the rest of its lease for a fixed-lease one.
+func (c *Client) tagLife(h *hold) time.Duration {
+	if h.watchdog {
+		return c.cfg.lease
+	}
+	h.mu.Lock()
+	d := time.Until(h.deadline)
+	h.mu.Unlock()
+	return max(d+timerLateness, time.Millisecond)
+}
+
+// untag removes the ended hold h's tag from Redis, in the background (a
+// cleanup, which runs while the Client closes too).
 func (c *Client) untag(h *hold) {
 	t := h.tag.Load()
 	if t == nil {
@@ -132,6 +150,34 @@ func (c *Client) untag(h *hold) {
 	c.background(func(ctx context.Context) {
 		_ = c.lua(scripts.TagClear).Exec(ctx, c.rc, []string{tagKey(h.key)}, []string{h.rOwner, *t}).Error()
 	})
+}
+
+// renewTags renews the tags of the tagged holds among holds (a renewal
+// round's), pipelined; a tag found gone stays gone.
+func (c *Client) renewTags(ctx context.Context, holds []*hold) {
+	var execs []rueidis.LuaExec
+	for _, h := range holds {
+		if t := h.tag.Load(); t != nil && !h.isEnded() {
+			execs = append(execs, rueidis.LuaExec{Keys: []string{tagKey(h.key)}, Args: []string{h.rOwner, *t, c.args.lease, "renew"}})
+		}
+	}
+	if len(execs) > 0 {
+		c.lua(scripts.TagSet).ExecMulti(ctx, c.rc, execs...)
+	}
+}
+
+// tagOf returns the tag in a tag hash value ("<expiry ms> <tag>", see
+// tag_set.lua), or "" if it has expired.
+func tagOf(v string, nowMS int64) string {
+	sp := strings.IndexByte(v, ' ')
+	if sp < 0 {
+		return ""
+	}
+	exp, err := strconv.ParseInt(v[:sp], 10, 64)
+	if err != nil || exp <= nowMS {
+		return ""
+	}
+	return v[sp+1:]
 }
 
 // blocked notes, for an acquisition under ctx that found the lock held,
@@ -159,7 +205,7 @@ func (c *Client) blocked(ctx context.Context, l Lock, key string) {
 			continue
 		}
 		for _, h := range st.Holders {
-			if t := tags[h.Owner]; t != "" {
+			if t := tagOf(tags[h.Owner], time.Now().UnixMilli()); t != "" {
 				n.add(t)
 			}
 		}

@@ -141,9 +141,15 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	}
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	ctx, ob := c.observe(ctx, o.info, owner, false)
-	// The call id names this Do call's run, for its exact undo.
+	// The call id names this Do call's run, for its exact undo. The wait
+	// is a call Close waits for; f, which may run long, is not.
+	if err := c.enter(); err != nil {
+		ob.done(nil, false, 0, err)
+		return "", err
+	}
 	w, err := o.wait(ctx, owner, c.attemptID())
 	ob.done(w.h, false, w.attempts, err)
+	c.exit()
 	if w.h == nil {
 		return w.val, wrapErr(KindOnce, o.name, err)
 	}

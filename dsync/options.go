@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Defaults, applied by NewClient and the New... constructors.
@@ -35,7 +37,8 @@ type config struct {
 	observer Observer
 	logger   *slog.Logger
 	handoffs int
-	name     string // owners' readable prefix; processName() if empty
+	name     string                        // owners' readable prefix; processName() if empty
+	dial     []func(*rueidis.ClientOption) // WithDialOption (Dial only)
 }
 
 func defaultConfig() config {
@@ -133,6 +136,22 @@ type lockConfig struct {
 // WithLeaseTime gives each acquisition a fixed lease of d and no watchdog:
 // the lock expires d after it was acquired unless released before, and its
 // lock context is then cancelled with ErrLockLost. d <= 0 keeps the watchdog.
+//
+// The lease runs in Redis from the moment the lock became the caller's: the
+// acquire script's run, or, for a FairMutex, RWMutex or Semaphore waiter,
+// the release that granted it the lock, however long after the waiter's
+// last look that came. The lock context's lease clock (and its Deadline)
+// starts no later than that moment on the local clock, read through the
+// server time the grant and the waiter's last attempt carry, and ends
+// d/100 plus a few ms early, so the caller never believes in a lease Redis
+// has already ended; what is left of d is the caller's. A grant seen with
+// less than half of that left (its message came late, or carried no time)
+// is claimed again by one more attempt, which restarts the lease in Redis
+// if the grant is still there and otherwise goes on waiting. An
+// acquisition whose reply came back after its whole lease (d shorter than
+// the round trip, or the process paused meanwhile) releases the lock and
+// fails with ErrLockLost (Lock retries it): no acquisition returns a lock
+// context that is already cancelled.
 func WithLeaseTime(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if d > 0 {

@@ -44,6 +44,18 @@ type qlock struct {
 	// rwWrite and rwRead name the RWMutex (its key) this qlock is the
 	// write or the read lock of, for downgrades (see rwBase).
 	rwWrite, rwRead string
+
+	// closing, if set, is the script Close runs for a hold before its
+	// release (an Election's: the end of the term; see holdCloser).
+	closing func(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+}
+
+func (q *qlock) closeExec(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
+	if q.closing == nil {
+		return nil, rueidis.LuaExec{}, false
+	}
+	s, e := q.closing(h)
+	return s, e, true
 }
 
 // rwBase is the context value by which a write lock context of an RWMutex
@@ -92,6 +104,10 @@ func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	if err := c.checkCall(ctx, q.err); err != nil {
 		return nil, false, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, false, err
+	}
+	defer c.exit()
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	if q.rwRead != "" {
 		if base, ok := ctx.Value(rwBase{q.rwRead}).(context.Context); ok {
@@ -138,6 +154,12 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		}
 		c.putMutex(key, st)
 		return lctx, h, true, attempts, nil
+	}
+	if err := leaseSpent(sentAt, q.lease()); err != nil {
+		st.mu.Unlock()
+		_, _ = q.releaseRedis(ctx, owner, tok)
+		c.putMutex(key, st)
+		return nil, nil, false, attempts, err
 	}
 	h = q.newHold(owner, tok)
 	if !h.track(sentAt, q.lease()) {
@@ -212,9 +234,10 @@ func (q *qlock) unlock(ctx context.Context) error {
 		return q.err
 	}
 	c := q.c
-	if err := c.checkOpen(); err != nil {
+	if err := c.enter(); err != nil {
 		return err
 	}
+	defer c.exit()
 	ctx = releaseCtx(ctx)
 	owner, ok := OwnerOf(ctx)
 	if !ok {

@@ -63,7 +63,8 @@ type qAttempt struct {
 	marker     string
 	wid        string    // the wait's name in the queue, if the lock grants
 	vals       []int64   // the last attempt's reply
-	sentAt     time.Time // when it was sent
+	sentAt     time.Time // when it was sent (a grant: when its lease clock starts)
+	srvAt      uint64    // the server time of a waiting reply, in µs (0: unknown)
 	queued     bool      // an attempt may have queued the owner
 }
 
@@ -78,11 +79,15 @@ func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) 
 		return q.step(ctx, owner, wid, try, marker, fresh)
 	})
 	a.vals = v
-	if err == nil && len(v) != 2 {
+	if err == nil && len(v) != 2 && len(v) != 3 {
 		err = errors.New("dsync: unexpected reply from the acquire script")
 	}
 	if err != nil || v[0] != 0 {
 		return true, 0, err
+	}
+	a.srvAt = 0
+	if len(v) == 3 {
+		a.srvAt = uint64(max(v[2], 0))
 	}
 	return false, time.Duration(v[1]) * time.Millisecond, nil
 }
@@ -102,7 +107,7 @@ func (w qWait) failed(err error) {
 	}
 	owner, wid, marker, v := a.owner, a.wid, a.marker, a.vals
 	switch {
-	case notSynced && len(v) == 2 && (v[0] == 1 || v[0] == 3):
+	case notSynced && len(v) >= 2 && (v[0] == 1 || v[0] == 3):
 		_, _ = q.releaseRedis(a.ctx, owner, uint64(v[1]))
 	case notSynced:
 		q.undoAttempt(a.ctx, undo, owner, marker)
@@ -129,11 +134,19 @@ func (w qWait) waiting() {
 
 func (qWait) gaveUp() {} // leaving the queue is wait's
 
-// granted ends the wait with the lock a release granted it: the reply an
-// attempt that found the grant would have had. The lease clock stays the
-// last attempt's send time, which came before the grant.
-func (w qWait) granted(tok uint64) bool {
-	w.a.vals = []int64{3, int64(tok)}
+// granted ends the wait with the lock a release granted it, as the reply
+// of an attempt that found the grant would have; its lease clock starts
+// at the grant (grantStart). A grant with less than half its lease left
+// by now is claimed again by the next attempt instead (grantLive).
+func (w qWait) granted(tok, at uint64) bool {
+	a := w.a
+	now := time.Now()
+	start := grantStart(a.sentAt, now, a.srvAt, at)
+	if !grantLive(start, now, a.q.lease()) {
+		return false
+	}
+	a.vals = []int64{3, int64(tok)}
+	a.sentAt = start
 	return true
 }
 

@@ -141,7 +141,7 @@ func (p recordProto) waiting() {
 
 func (recordProto) gaveUp() {}
 
-func (recordProto) granted(uint64) bool { return false } // no grants: it looks again
+func (recordProto) granted(uint64, uint64) bool { return false } // no grants: it looks again
 
 // undoCall takes back the call named call: its run, if its begin started
 // one, and any begin of it still on its way.
@@ -177,7 +177,16 @@ func (rh *runHold) renewExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
 // releaseExec ends the run as failed (Close: f's outcome is unknown).
 func (rh *runHold) releaseExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
 	r := rh.r
-	return r.end, rueidis.LuaExec{Keys: r.endKeys, Args: append([]string{rh.mark, "fail", ""}, r.endArgs...)}
+	return r.end, rueidis.LuaExec{Keys: r.endKeys, Args: append([]string{rh.mark, r.closeEnd(), ""}, r.endArgs...)}
+}
+
+// closeEnd is the outcome of a run its Client's Close ended: failed, and
+// for a Group the caller does not wait on (see group_end.lua).
+func (r *runRecord) closeEnd() string {
+	if r.info.Kind == KindGroup {
+		return "gone"
+	}
+	return "fail"
 }
 
 func (rh *runHold) ended(*hold, bool) {}
@@ -202,7 +211,7 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	f func(context.Context) (string, error), outcome func(error) (string, string)) (e runEnd) {
 	h := w.h
 	if !h.track(w.sentAt, r.lease()) {
-		_, _ = r.endRun(ctx, w.mark, "fail", "")
+		_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
 		return runEnd{err: ErrClosed}
 	}
 	lctx := h.newCtx(context.WithValue(ctx, runKey, true))
@@ -226,6 +235,11 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	kind, msg := "ok", e.val
 	if e.err != nil {
 		kind, msg = outcome(e.err)
+		if errors.Is(context.Cause(lctx), ErrClosed) {
+			// The Client closed under f: an end of this caller's own, as
+			// if its process had died; the next caller runs f.
+			kind, msg = r.closeEnd(), ""
+		}
 	}
 	// The hold ends after the outcome is recorded, so a lease lost during
 	// f still shows in its context. f has run: its outcome is recorded

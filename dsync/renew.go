@@ -96,6 +96,11 @@ func (r *renewer) round() bool {
 			}
 		}()
 	}
+	if c.cfg.observer.HoldTag != nil {
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
+		c.renewTags(ctx, holds)
+		cancel()
+	}
 	wg.Wait()
 	if len(failed) == 0 {
 		return true

@@ -164,6 +164,10 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if err := s.check(n); err != nil {
 		return err
 	}
+	if err := s.c.enter(); err != nil {
+		return err
+	}
+	defer s.c.exit()
 	owner, ok := OwnerOf(ctx)
 	if !ok {
 		return ErrNotHeld
@@ -293,6 +297,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Con
 	if err := s.check(n); err != nil {
 		return nil, false, err
 	}
+	if err := c.enter(); err != nil {
+		return nil, false, err
+	}
+	defer c.exit()
 	ctx, owner := ownerFrom(ctx, c.cfg.name)
 	info := Lock{Kind: KindSemaphore, Name: s.name, N: n}
 	ctx, ob := c.observe(ctx, info, owner, try)

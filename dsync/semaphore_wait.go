@@ -32,6 +32,10 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	if err != nil || a.vals[0] != 1 {
 		return nil, attempts, err
 	}
+	if err := leaseSpent(a.sentAt, lease); err != nil {
+		s.undo(ctx, a.waiter)
+		return nil, attempts, err
+	}
 	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
 	if !h.track(a.sentAt, lease) {
 		s.undo(ctx, a.waiter)
@@ -49,7 +53,8 @@ type semAttempt struct {
 	waiter string // names this acquisition in the queue and in its grant
 	args   []string
 	vals   []int64
-	sentAt time.Time
+	sentAt time.Time // when the last attempt was sent (a grant: when its lease clock starts)
+	srvAt  uint64    // the server time of a waiting reply, in µs (0: unknown)
 }
 
 // semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
@@ -68,7 +73,7 @@ func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error
 		return s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
 	})
 	a.vals = vals
-	if err == nil && len(vals) != 2 {
+	if err == nil && len(vals) != 2 && len(vals) != 3 {
 		err = errors.New("dsync: unexpected reply from the acquire script")
 	}
 	if err != nil {
@@ -80,6 +85,10 @@ func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error
 	case 1:
 		return true, 0, nil
 	}
+	a.srvAt = 0
+	if len(vals) == 3 {
+		a.srvAt = uint64(max(vals[2], 0))
+	}
 	return false, time.Duration(max(vals[1], 1)) * time.Millisecond, nil
 }
 
@@ -90,7 +99,7 @@ func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error
 func (w semWait) failed(err error) {
 	a := w.a
 	switch {
-	case len(a.vals) == 2 && a.vals[0] == -1:
+	case len(a.vals) >= 2 && a.vals[0] == -1:
 	case errors.Is(err, ErrNotReplicated):
 		a.s.undo(a.ctx, a.waiter)
 	default:
@@ -178,9 +187,17 @@ func (s *Semaphore) releaseArgs(owner string, n int64) []string {
 }
 
 // granted ends the wait with the permits a release granted it, as the
-// reply of an attempt that found the grant; the lease clock stays the last
-// attempt's send time, which came before the grant.
-func (w semWait) granted(tok uint64) bool {
-	w.a.vals = []int64{1, int64(tok)}
+// reply of an attempt that found the grant; the lease clock starts at the
+// grant (grantStart). A grant with less than half its lease left by now is
+// claimed again by the next attempt instead (grantLive).
+func (w semWait) granted(tok, at uint64) bool {
+	a := w.a
+	now := time.Now()
+	start := grantStart(a.sentAt, now, a.srvAt, at)
+	if !grantLive(start, now, a.s.lease()) {
+		return false
+	}
+	a.vals = []int64{1, int64(tok)}
+	a.sentAt = start
 	return true
 }

@@ -26,12 +26,13 @@ func (w *wakeup) register() {
 	w.live = true // the caller saw it subscribed; subscribe checks again
 }
 
-// granted returns the token of a grant delivered to this wait, or 0.
-func (w *wakeup) granted() uint64 {
+// granted returns the token of a grant delivered to this wait (0: none)
+// and the grant's server time in µs (0: unknown), once.
+func (w *wakeup) granted() (tok, at uint64) {
 	if w.sub == nil {
-		return 0
+		return 0, 0
 	}
-	return w.sub.tok.Load()
+	return w.sub.takeGrant()
 }
 
 // subscribe makes sure the waiter is subscribed to ch. It reports true when

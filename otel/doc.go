@@ -47,12 +47,14 @@
 // dsync.lock.blocked_by=true. It works through the dsync.Observer hook
 // HoldTag: when a hold starts, the observer returns its hold span's
 // context as a W3C traceparent, which dsync keeps with the lock in Redis
-// (a hash "<lock key>:tags", one field per holder, removed at release)
-// while the hold lasts; a waiter reads it once, just after its first
-// attempt fails, and the observer turns it into the link. Only sampled
-// hold spans are stored. The price, with the observer installed: one
-// Redis command per hold and one per release, and two per acquisition
-// that waits (none for one that does not).
+// (a hash "<lock key>:tags", one field per holder, removed at release and
+// at Client.Close, and gone within one lease of the hold's end if its
+// holder died) while the hold lasts; a waiter reads it once, just after
+// its first attempt fails, and the observer turns it into the link. Only
+// sampled hold spans are stored. The price, with the observer installed:
+// one Redis command per hold and one per release, one per tagged hold per
+// renewal round (in the round's pipeline), and two per acquisition that
+// waits (none for one that does not).
 //
 // A walkthrough, with two services A and B and the lock "orders":
 //

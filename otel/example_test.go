@@ -6,32 +6,26 @@ import (
 	"log"
 	"strings"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/dsynctest"
 	dsyncotel "github.com/dsync/dsync/otel"
-	"github.com/redis/rueidis"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // Install the observer when creating the Client; every lock of the Client
 // then records spans and metrics. Here the spans go to an in-memory
-// exporter, and Redis is an in-process miniredis.
+// exporter, and Redis is an in-process server (dsynctest).
 func ExampleNewObserver() {
-	mr, err := miniredis.Run()
+	srv, err := dsynctest.StartEmbedded()
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer mr.Close()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()}, AlwaysRESP2: true, DisableCache: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer rc.Close()
+	defer srv.Close()
 
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	c, err := dsync.NewClient(rc, dsync.WithObserver(dsyncotel.NewObserver(
+	c, err := srv.Dial(context.Background(), dsync.WithObserver(dsyncotel.NewObserver(
 		dsyncotel.WithTracerProvider(tp), // default: the global provider
 		dsyncotel.WithLockNames(true),    // default: off, names can be unbounded
 	)))

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -95,11 +96,27 @@ func (s *Server) start() error {
 	argv := []string{
 		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--enable-debug-command", "local", "--loglevel", "warning",
+		"--loglevel", "warning",
+	}
+	if debugFlag() {
+		argv = append(argv, "--enable-debug-command", "local")
 	}
 	argv = append(argv, s.args...)
 	return s.run(argv...)
 }
+
+// debugFlag reports whether redis-server knows --enable-debug-command
+// (Redis 7; DEBUG is always on before it, and the flag would stop an older
+// server from starting, such as a user's Redis 6 under dsynctest).
+var debugFlag = sync.OnceValue(func() bool {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return true
+	}
+	_, v, ok := strings.Cut(string(out), " v=")
+	major, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	return !ok || err != nil || major >= 7
+})
 
 // Stop kills the server and removes its directory. It is idempotent.
 func (s *Server) Stop() {

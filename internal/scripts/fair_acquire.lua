@@ -15,7 +15,9 @@
 -- ARGV[6] the wait's wid
 -- Reply: {1, token} acquired; {2, token} re-entered (the owner held it
 -- through another wait); {3, token} granted to this wait by a release
--- whose message it has not seen; {0, ms} not granted: call again within ms.
+-- whose message it has not seen; {0, ms, µs} not granted: call again within
+-- ms; µs is the server time now, against which the caller reads the time
+-- of a grant's message (fair_lib.lua).
 if undone(KEYS[4]) then
   return {0, 0} -- the undo of this attempt ran first: do nothing
 end
@@ -66,4 +68,4 @@ end
 if ARGV[4] ~= '1' then
   queue_member(KEYS[2], KEYS[3], m, now, tonumber(ARGV[3]))
 end
-return {0, wait}
+return {0, wait, us}

@@ -28,8 +28,12 @@ end
 -- on the channel prefix .. client id, a channel the Client subscribes once
 -- for all its waits on the lock. A release does not wake the head to try
 -- again: it makes the head the holder, "<owner> <token> 1 <wid> <last>",
--- with the head's lease, and publishes "<n> <token>". The wid stays in the
--- value so that the waiter can claim its grant with an attempt if the
+-- with the head's lease, and publishes "<n> <token> <µs>", µs the server
+-- time of the grant: the lease runs from then, and the grantee maps it to
+-- its own clock through the server time of its last attempt's reply (the
+-- third value of {0, ms, µs}), so that its lease clock starts no later
+-- than the lease did in Redis, however late the message came after that
+-- attempt. The wid stays in the value so that the waiter can claim its grant with an attempt if the
 -- message was lost, and so that a wait that ends leaves nothing
 -- (fair_leave.lua); last, the token before, makes a retried release of
 -- that token a no-op as the free marker does.
@@ -77,7 +81,7 @@ local function grant_next(k, q, z, last, now, us, wch)
         local o, wid, cid, n, ls = parse_member(m)
         local tok = next_token(last, us)
         redis.call('set', k, o .. ' ' .. fmt(tok) .. ' 1 ' .. wid .. ' ' .. fmt(last), 'px', ls)
-        redis.call('publish', wch .. cid, n .. ' ' .. fmt(tok))
+        redis.call('publish', wch .. cid, n .. ' ' .. fmt(tok) .. ' ' .. fmt(us))
         return tok
       end
     end

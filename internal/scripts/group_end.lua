@@ -3,7 +3,8 @@
 -- callers waiting for it, or, after a failure (panic, the leader's own
 -- context ended), let a waiter run fn. Either way the waiters are woken.
 --
--- ARGV[1] "<owner> <token> <call>", ARGV[2] "ok", "err" or "fail", ARGV[3]
+-- ARGV[1] "<owner> <token> <call>", ARGV[2] "ok", "err", "fail" or "gone"
+-- (a failure whose process is closing: its call does not wait on), ARGV[3]
 -- the result or the error message, ARGV[4] the key, ARGV[5] WithResultTTL
 -- ms, ARGV[6] lease ms (how long a waiter may take to look)
 -- Reply: {1} recorded; {0} the run had lost its marker (lease lapsed, or
@@ -12,13 +13,15 @@ if redis.call('get', KEYS[2]) ~= ARGV[1] then
   return {0}
 end
 redis.call('del', KEYS[2])
-if ARGV[2] == 'fail' then
+if ARGV[2] == 'fail' or ARGV[2] == 'gone' then
   -- The runner's process waits on (its other callers take over; its
   -- leave, if it has none, takes the place back), so a run that another
-  -- process starts now keeps its result for them.
-  local lease = tonumber(ARGV[6])
-  redis.call('zadd', KEYS[5], now + lease, string.match(ARGV[1], ' (%S+)$'))
-  keep(KEYS[5], lease)
+  -- process starts now keeps its result for them; unless it is closing.
+  if ARGV[2] == 'fail' then
+    local lease = tonumber(ARGV[6])
+    redis.call('zadd', KEYS[5], now + lease, string.match(ARGV[1], ' (%S+)$'))
+    keep(KEYS[5], lease)
+  end
   redis.call('publish', KEYS[4], 'fail')
   return {1}
 end

@@ -4,7 +4,10 @@
 -- KEYS[1] lock key ("<owner> <token> <count>", or "- <token> 0" when free);
 -- for a fair mutex (ARGV[2] "queue") KEYS[2] the queue list and KEYS[3] the
 -- queue places zset; for a mutex (ARGV[2] "waiting") KEYS[2] the waiting
--- hash "<client> -> <goroutines> <expiry ms>" (see mutex_acquire.lua)
+-- hash "<client> <wait>" -> "<goroutines> <expiry ms>" (see
+-- mutex_acquire.lua), reported per Client (the latest expiry and the
+-- largest count among its waits' entries: an older wait's entry lasts
+-- only until its end is recorded)
 -- ARGV[1] the most waiters to report
 -- Reply: {value or "", pttl, waiter, ms left of its place, count, ...}:
 -- only waiters whose place has not lapsed, in queue order; a mutex's
@@ -27,12 +30,21 @@ if ARGV[2] == 'queue' then
   return out
 end
 local all = redis.call('hgetall', KEYS[2])
+local at = {} -- Client -> its index in out
 for i = 1, #all, 2 do
   local n, e = string.match(all[i + 1], '^(%d+) (%d+)$')
-  if n and tonumber(e) > now and #out < 2 + 3 * max then
-    out[#out + 1] = all[i]
-    out[#out + 1] = tonumber(e) - now
-    out[#out + 1] = tonumber(n)
+  if n and tonumber(e) > now then
+    local cl = string.match(all[i], '^%S+')
+    local j = at[cl]
+    if j then
+      out[j + 1] = math.max(out[j + 1], tonumber(e) - now)
+      out[j + 2] = math.max(out[j + 2], tonumber(n))
+    elseif #out < 2 + 3 * max then
+      at[cl] = #out + 1
+      out[#out + 1] = cl
+      out[#out + 1] = tonumber(e) - now
+      out[#out + 1] = tonumber(n)
+    end
   end
 end
 return out

@@ -25,13 +25,20 @@
 -- KEYS[3], ARGV[5..7], only for an attempt that waits if the lock is held
 -- (not a try): it marks the value " w" then. And the waiting count, so that
 -- Inspect sees a Mutex's waiters (they queue inside their process, not in
--- Redis): KEYS[3] is a hash "<client> -> <waiters> <expiry ms>", ARGV[5]
--- the waiting Client, ARGV[6] how many of its goroutines wait ("" not to
--- register this time), ARGV[7] "1" if an earlier attempt of this wait
--- registered it (absent or anything else: not). A failed attempt registers (until one lease from now: a
--- waiter tries again at least every lease/3); an acquisition that
--- registered before removes its entry. The first attempt of an
--- uncontended acquisition touches nothing but the lock.
+-- Redis): KEYS[3] is a hash "<client> <wait>" -> "<waiters> <expiry ms>",
+-- one entry per wait, ARGV[5] the waiting Client, ARGV[6] how many of its
+-- goroutines wait ("" not to register this time), ARGV[7] "1" if an
+-- earlier attempt of this wait registered it (absent or anything else:
+-- not). <wait> is the last 8 characters of the wait's attempt marker
+-- (KEYS[2]), which tell the waits of one Client apart (a sequence number,
+-- or 32 random bits) at little cost in memory. A failed attempt registers
+-- (until one lease from now: a waiter tries again at least every
+-- lease/3); an acquisition that registered before removes its entry. An
+-- entry per wait, not per Client: the end of a wait that gave up, sent in
+-- the background (mutex_unwait.lua), removes its own entry only, never
+-- the one a newer wait of the same Client has just made, nor, while that
+-- one is there, the " w" mark. The first attempt of an uncontended
+-- acquisition touches nothing but the lock.
 -- Reply: token, an integer, acquired (token is the first reserved; a bare
 -- integer, not {1, token}: the common reply is the cheapest to build and
 -- to read); {2, token} re-entered (the owner already held it through
@@ -70,7 +77,7 @@ elseif v then
           redis.call('hdel', KEYS[3], all[i])
         end
       end
-      redis.call('hset', KEYS[3], ARGV[5], ARGV[6] .. ' ' .. fmt(now + tonumber(ARGV[2])))
+      redis.call('hset', KEYS[3], ARGV[5] .. ' ' .. string.sub(KEYS[2], -8), ARGV[6] .. ' ' .. fmt(now + tonumber(ARGV[2])))
       if redis.call('pttl', KEYS[3]) < tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[3], ARGV[2])
       end
@@ -107,6 +114,6 @@ if KEYS[2] and ARGV[4] ~= 'check' then
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
 end
 if ARGV[7] == '1' then
-  redis.call('hdel', KEYS[3], ARGV[5])
+  redis.call('hdel', KEYS[3], ARGV[5] .. ' ' .. string.sub(KEYS[2], -8))
 end
 return reply

@@ -8,8 +8,9 @@
 -- ARGV[4] queue-place lease in ms, ARGV[5] "1" for a try, ARGV[6] waiter
 -- channel prefix, ARGV[7] the wait's wid
 -- Reply: {1, token} acquired; {2, token} re-entered; {3, token} granted to
--- this wait by a release whose message it has not seen; {0, ms} not
--- granted: call again within ms.
+-- this wait by a release whose message it has not seen; {0, ms, µs} not
+-- granted: call again within ms (µs: the server time now, as for the fair
+-- mutex).
 if undone(KEYS[7]) then
   return {0, 0} -- the undo of this attempt ran first: do nothing
 end
@@ -57,7 +58,7 @@ if ARGV[1] == 'read' then
     if w then
       wait = tonumber(wexp) - now
     end
-    return {0, math.max(math.min(wait, place), 1)}
+    return {0, math.max(math.min(wait, place), 1), us}
   end
   rw_prune_readers(now)
   local tok = rw_token(us)
@@ -120,4 +121,4 @@ end
 if ARGV[5] ~= '1' then
   rw_queue(m, now + place)
 end
-return {0, math.max(math.min(wait, place), 1)}
+return {0, math.max(math.min(wait, place), 1), us}

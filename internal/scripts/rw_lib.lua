@@ -6,7 +6,8 @@
 -- KEYS[5] waiting readers zset (member -> place end), KEYS[6] unused.
 -- Queue members are "<owner> <wid> <lease ms>", as for the fair mutex
 -- (fair_lib.lua): wid names one wait of one Client, told of its grant on
--- the channel prefix .. client id by "<n> <token>".
+-- the channel prefix .. client id by "<n> <token> <µs>" (µs: the grant's
+-- server time, from which its lease runs).
 --
 -- The rules (the RWMutex type doc says them for users):
 --  - Readers share; a writer excludes everyone. Writers queue in arrival
@@ -204,7 +205,7 @@ local function rw_take_write(owner, lease, now, us, wid, wch)
   rw_keep(x)
   if wid then
     local cid, n = string.match(wid, '^([^%s%.]+)%.(%S+)$')
-    redis.call('publish', wch .. cid, n .. ' ' .. tok)
+    redis.call('publish', wch .. cid, n .. ' ' .. tok .. ' ' .. fmt(us))
   end
   return tok
 end
@@ -284,7 +285,7 @@ local function rw_grant_readers(now, us, wch)
     else
       tok = rw_token(us)
       rw_add_reader(o, '1 ' .. tok .. ' ' .. wid, now + tonumber(ls))
-      redis.call('publish', wch .. cid, n .. ' ' .. tok)
+      redis.call('publish', wch .. cid, n .. ' ' .. tok .. ' ' .. fmt(us))
     end
   end
   local f = {}

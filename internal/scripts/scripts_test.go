@@ -81,10 +81,12 @@ func TestMutexScripts(t *testing.T) {
 	require.Equal(t, tok, r[1], "re-entry = %v", r)
 	// A waiting attempt (ARGV[5..7]: the waiting Client, its count, not
 	// registered yet) marks the value, so that the release publishes.
-	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":x", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0001", key + ":waiting"}, []string{"B", "10000", "1", "set", "client-b", "1", "0"}))
 	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
 	require.Equal(t, "A "+strconv.FormatInt(tok, 10)+" 2 w", get(), "value marked by a waiter")
-	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b").Build()).ToString()), "the waiting count of client-b")
+	// The entry is the wait's: "<client> <wait>", the wait named by the
+	// last 8 characters of its attempt marker.
+	require.Equal(t, "1 ", firstN(rc.Do(ctx, rc.B().Hget().Key(key+":waiting").Field("client-b wait0001").Build()).ToString()), "the waiting count of client-b's wait")
 	r = acq("B")
 	require.Equal(t, int64(0), r[0], "other owner = %v, want {0, pttl}", r)
 	require.Greater(t, r[1], int64(0), "other owner = %v, want {0, pttl}", r)
@@ -329,4 +331,50 @@ func TestMutexAcquireContinuesMarker(t *testing.T) {
 		require.Equal(t, []int64{1, ahead + 1}, r, "acquire after a marker ahead of the clock, block %s", tc.block)
 		require.Equal(t, tc.value, get(), "value, block %s", tc.block)
 	}
+}
+
+// A wait's end (mutex_unwait.lua) removes its own entry from the waiting
+// count, never a newer wait's of the same Client, and the " w" mark only
+// with the last entry: sent in the background, it may come after a new
+// wait of that Client registered.
+func TestMutexUnwaitPerWait(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, wkey := "p:{u}:mutex", "p:{u}:mutex:waiting"
+	get := func() string {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return v
+	}
+	wait := func(marker string) {
+		t.Helper()
+		r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-" + marker, wkey}, []string{"B" + marker, "10000", "1", "set", "client-b", "1", "0"}))
+		require.Equal(t, int64(0), r[0], "wait %s = %v, want {0, pttl}", marker, r)
+	}
+	unwait := func(marker string) int64 {
+		return num(t, scripts.MutexUnwait.Exec(ctx, rc, []string{key, wkey}, []string{"client-b", marker}))
+	}
+	fields := func() []string {
+		v, err := rc.Do(ctx, rc.B().Hkeys().Key(wkey).Build()).AsStrSlice()
+		require.NoError(t, err)
+		return v
+	}
+	a := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"A", "10000", "1"}))
+	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
+	wait("wait0001") // a wait that will give up
+	wait("wait0002") // a newer wait of the same Client, registered before the first's end
+	require.ElementsMatch(t, []string{"client-b wait0001", "client-b wait0002"}, fields(), "one entry per wait")
+	require.Equal(t, int64(0), unwait("wait0001"), "the first wait's end removed the mark")
+	require.Equal(t, []string{"client-b wait0002"}, fields(), "the newer wait's entry after the first's end")
+	require.True(t, strings.HasSuffix(get(), " w"), "value %q: the mark went with a wait still registered", get())
+	require.Equal(t, int64(1), unwait("wait0002"), "the last wait's end")
+	require.Empty(t, fields(), "entries after every wait ended")
+	require.False(t, strings.HasSuffix(get(), " w"), "value %q: marked with nobody waiting", get())
+	// A registered wait that acquires removes its own entry only.
+	wait("wait0003")
+	wait("wait0004")
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key, key + ":ch"}, []string{"A", strconv.FormatInt(a[1], 10), "60000"})), "A's release")
+	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004", wkey}, []string{"Bwait0004", "10000", "1", "set", "client-b", "1", "1"}))
+	require.Equal(t, int64(1), r[0], "wait0004's acquire = %v", r)
+	require.Equal(t, []string{"client-b wait0003"}, fields(), "entries after wait0004 acquired")
 }

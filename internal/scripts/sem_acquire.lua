@@ -7,8 +7,9 @@
 -- attempt
 -- Reply: {1, token} acquired (the acquisition is "<owner> <token> <waiter>
 -- <n>"), or granted to this waiter by a release whose message it has not
--- seen; {0, ms} not acquired (queued unless "try"), ms is when to look
--- again at the latest (a holder's lease may lapse then); {-1, size} the
+-- seen; {0, ms, µs} not acquired (queued unless "try"), ms is when to look
+-- again at the latest (a holder's lease may lapse then), µs the server
+-- time now, against which a grant's time is read (fair_lib.lua); {-1, size} the
 -- semaphore exists with another size.
 local now, now_us = server_now()
 local stored = read_meta()
@@ -90,6 +91,6 @@ end
 touch(now, created, upto, not stored, live[#live] and live[#live][2])
 -- The earliest lease to lapse may free permits without anyone publishing.
 if live[1] then
-  return {0, math.max(live[1][2] - now + 1, 1)}
+  return {0, math.max(live[1][2] - now + 1, 1), now_us}
 end
-return {0, tonumber(ARGV[8])}
+return {0, tonumber(ARGV[8]), now_us}

@@ -19,7 +19,8 @@
 -- permits, or finds them free with the queue's head not served, makes the
 -- waiters at the head of the queue whose permits fit holders, and tells
 -- each on its Client's channel (prefix .. client id, subscribed once by
--- the Client) with "<n> <token>". The grantee runs no acquire script; if
+-- the Client) with "<n> <token> <µs>", µs the server time of the grant,
+-- from which its lease runs (see fair_lib.lua). The grantee runs no acquire script; if
 -- the message is lost, its next attempt finds its acquisition among the
 -- holders.
 -- Every script that counts permits reads the holders and drops the ones
@@ -115,7 +116,7 @@ local function grant(chprefix, now, now_us, free, exists, me)
         if w ~= me then
           local cid, id = string.match(w, '^([^%.]+)%.(.+)$')
           if cid then
-            redis.call('publish', chprefix .. cid, id .. ' ' .. tok)
+            redis.call('publish', chprefix .. cid, id .. ' ' .. tok .. ' ' .. fmt(now_us))
           end
         end
         free = free - want

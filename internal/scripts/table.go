@@ -66,6 +66,9 @@ var (
 	// TagClear removes a hold's tag (see dsync's Observer.HoldTag) if it is
 	// still the one the hold wrote.
 	TagClear = script("tag_clear.lua")
+	// TagSet writes or renews a hold's tag, each with its own expiry, and
+	// prunes expired ones.
+	TagSet = script("tag_set.lua")
 
 	// The Election, on its lock (a fair mutex, whose own scripts queue,
 	// grant, renew and release it) and its leader record.

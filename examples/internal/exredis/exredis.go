@@ -8,46 +8,30 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/dsync/dsync/dsynctest"
 	"github.com/redis/rueidis"
 )
 
-// Server is where the examples' clients connect.
-type Server struct {
-	Addr     string
-	Embedded bool // an in-process miniredis, not a real Redis
-	mini     *miniredis.Miniredis
-}
+// Server is where the examples' clients connect: dsynctest's in-process
+// server, or REDIS_ADDR.
+type Server struct{ *dsynctest.Server }
 
 // Start returns REDIS_ADDR, or starts an embedded server.
 func Start() (*Server, error) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		return &Server{Addr: addr}, nil
+		return &Server{&dsynctest.Server{Addr: addr}}, nil
 	}
-	m, err := miniredis.Run()
+	s, err := dsynctest.StartEmbedded()
 	if err != nil {
-		return nil, fmt.Errorf("starting the embedded server: %w", err)
+		return nil, err
 	}
-	return &Server{Addr: m.Addr(), Embedded: true, mini: m}, nil
+	return &Server{s}, nil
 }
 
-// Client returns a new rueidis client for the server. The embedded server
-// speaks RESP2 only, has no client-side caching, and is one node: it
-// answers CLUSTER SLOTS, which would make rueidis treat it as a cluster.
+// Client returns a new rueidis client for the server, with the options
+// the embedded server needs (dsynctest.Server.ClientOption).
 func (s *Server) Client() (rueidis.Client, error) {
-	return rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{s.Addr},
-		AlwaysRESP2:       s.Embedded,
-		DisableCache:      true,
-		ForceSingleClient: s.Embedded,
-	})
-}
-
-// Close stops the embedded server, if any.
-func (s *Server) Close() {
-	if s.mini != nil {
-		s.mini.Close()
-	}
+	return rueidis.NewClient(s.ClientOption())
 }
 
 // Describe says which server is in use.

@@ -1,0 +1,345 @@
+package dsync_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+)
+
+// Close takes back everything a Client has in Redis (issue 24, "one way
+// out"): these are the regression tests of its cases.
+
+// queuedKind is a lock whose waiters queue in Redis, as the tests below
+// take it through one Client.
+type queuedKind struct {
+	name   string
+	lock   func(c *dsync.Client, ctx context.Context) (context.Context, error)
+	unlock func(c *dsync.Client, lctx context.Context) error
+}
+
+func queuedKinds() []queuedKind {
+	return []queuedKind{
+		{"FairMutex",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewFairMutex("q").LockContext(ctx)
+			},
+			func(c *dsync.Client, l context.Context) error { return c.NewFairMutex("q").UnlockContext(l) }},
+		{"RWMutex/write",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewRWMutex("q").LockContext(ctx)
+			},
+			func(c *dsync.Client, l context.Context) error { return c.NewRWMutex("q").UnlockContext(l) }},
+		{"Semaphore",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewSemaphore("q", 1).Acquire(ctx, 1)
+			},
+			func(c *dsync.Client, l context.Context) error { return c.NewSemaphore("q", 1).Release(l, 1) }},
+	}
+}
+
+// waiters returns how many waiters Inspect reports for name.
+func waiters(t *testing.T, c *dsync.Client, name string) int {
+	st, err := c.Inspect(context.Background(), name)
+	require.NoError(t, err)
+	n := 0
+	for _, s := range st {
+		n += len(s.Waiters)
+	}
+	return n
+}
+
+// H holds; A, on its own Client, queues; B queues behind A. A's Client is
+// closed; when H releases, B has the lock at once: A's place left the
+// queue at Close (before the fix B waited for A's grant to lapse, a full
+// lease: 6 s).
+func TestCloseWaiterLeavesQueue(t *testing.T) {
+	const lease = 6 * time.Second
+	for _, k := range queuedKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			prefix := testPrefix(t)
+			opts := []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(lease)}
+			h := newClientOn(t, newRueidis(t), opts...)
+			a := newClientOn(t, newRueidis(t), opts...)
+			b := newClientOn(t, newRueidis(t), opts...)
+			ctx := ctxT(t)
+			hl, err := k.lock(h, ctx)
+			require.NoError(t, err)
+			aErr := make(chan error, 1)
+			go func() {
+				_, err := k.lock(a, ctx)
+				aErr <- err
+			}()
+			waitFor(t, 5*time.Second, "A to queue", func() bool { return waiters(t, h, "q") == 1 })
+			type got struct {
+				at  time.Time
+				err error
+			}
+			bGot := make(chan got, 1)
+			go func() {
+				l, err := k.lock(b, ctx)
+				bGot <- got{time.Now(), err}
+				if err == nil {
+					_ = k.unlock(b, l)
+				}
+			}()
+			waitFor(t, 5*time.Second, "B to queue", func() bool { return waiters(t, h, "q") == 2 })
+			require.NoError(t, a.Close())
+			require.ErrorIs(t, <-aErr, dsync.ErrClosed, "A's wait")
+			require.Equal(t, 1, waiters(t, h, "q"), "A's place still queued after its Client's Close returned")
+			released := time.Now()
+			require.NoError(t, k.unlock(h, hl))
+			g := <-bGot
+			require.NoError(t, g.err)
+			wait := g.at.Sub(released)
+			t.Logf("B waited %v after H's release", wait)
+			require.LessOrEqual(t, wait, 100*time.Millisecond, "B's wait after the release, A's Client closed while queued")
+		})
+	}
+}
+
+// An observer on another Client learns of a leader's Close at once: Close
+// ends the term as Resign does (before the fix, by the record's expiry
+// timer: 2.79 s at a 3 s lease).
+func TestCloseLeaderObserved(t *testing.T) {
+	const lease = 3 * time.Second
+	prefix := testPrefix(t)
+	opts := []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(lease)}
+	a := newClientOn(t, newRueidis(t), opts...)
+	b := newClientOn(t, newRueidis(t), opts...)
+	ctx := ctxT(t)
+	lctx, err := b.NewElection("e").Campaign(ctx, "b")
+	require.NoError(t, err)
+	obs := a.NewElection("e").Observe(ctx)
+	select {
+	case l := <-obs:
+		require.Equal(t, "b", l.Value)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the observer did not see the leader")
+	}
+	start := time.Now()
+	require.NoError(t, b.Close())
+	require.ErrorIs(t, context.Cause(lctx), dsync.ErrClosed)
+	select {
+	case l := <-obs:
+		d := time.Since(start)
+		t.Logf("Observe delivered %+v %v after Close began", l, d)
+		require.Equal(t, dsync.Leader{}, l, "the change after the leader's Close")
+		require.LessOrEqual(t, d, 100*time.Millisecond, "Observe after the leader's Close")
+	case <-time.After(2 * lease):
+		t.Fatal("the observer never saw the term end")
+	}
+	_, err = a.NewElection("e").Leader(ctx)
+	require.ErrorIs(t, err, dsync.ErrNoLeader)
+}
+
+// tagFields returns every field of every tag hash under prefix.
+func tagFields(t *testing.T, rc rueidis.Client, prefix string) map[string]string {
+	ctx := context.Background()
+	keys, err := rc.Do(ctx, rc.B().Keys().Pattern(prefix+":*:tags").Build()).AsStrSlice()
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, k := range keys {
+		m, err := rc.Do(ctx, rc.B().Hgetall().Key(k).Build()).AsStrMap()
+		require.NoError(t, err)
+		for f, v := range m {
+			out[k+" "+f] = v
+		}
+	}
+	return out
+}
+
+func tagObserver(tag string) dsync.Observer {
+	return dsync.Observer{HoldTag: func(context.Context, dsync.AcquireDone) string { return tag }}
+}
+
+// 30 holders with a HoldTag, each closed while holding, leave no tag
+// (before the fix: 30 fields with a TTL of an hour that every tagged
+// acquisition pushed back).
+func TestCloseRemovesHoldTags(t *testing.T) {
+	for _, kind := range []string{"Mutex", "FairMutex", "Semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			prefix := testPrefix(t)
+			rc := newRueidis(t)
+			ctx := ctxT(t)
+			for i := range 30 {
+				c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithObserver(tagObserver("holder")))
+				var err error
+				switch kind {
+				case "Mutex":
+					_, err = c.NewMutex("tagged").LockContext(ctx)
+				case "FairMutex":
+					_, err = c.NewFairMutex("tagged").LockContext(ctx)
+				case "Semaphore":
+					_, err = c.NewSemaphore("tagged", 30).Acquire(ctx, 1)
+				}
+				require.NoError(t, err, "holder %d", i)
+				require.Len(t, tagFields(t, rc, prefix), 1, "tags with holder %d (its own only)", i)
+				require.NoError(t, c.Close())
+			}
+			require.Empty(t, tagFields(t, rc, prefix), "tags left by holders closed while holding")
+		})
+	}
+}
+
+// A holder that dies without releasing (its connection cut: neither the
+// release nor the untag reaches Redis) leaves its tag for at most one lease
+// after its hold's end, although another holder of the same lock keeps
+// writing its own tag (before the fix it stayed an hour, pushed back by
+// every tagged acquisition).
+func TestCrashedHolderTagExpires(t *testing.T) {
+	const lease = time.Second
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	opts := func(tag string) []dsync.Option {
+		return []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(lease), dsync.WithObserver(tagObserver(tag))}
+	}
+	live := newClientOn(t, newRueidis(t), opts("live")...)
+	_, err := live.NewSemaphore("s", 2).Acquire(ctx, 1)
+	require.NoError(t, err)
+	crc := newRueidis(t)
+	crashed := newClientOn(t, crc, opts("crashed")...)
+	_, err = crashed.NewSemaphore("s", 2).Acquire(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, tagFields(t, rc, prefix), 2)
+	crc.Close() // the crash: nothing of this Client reaches Redis any more
+	crashedAt := time.Now()
+	crashed.Close()
+	// Later tagged holds keep writing the hash: a third Client takes and
+	// releases the free permit every 100 ms.
+	other := newClientOn(t, newRueidis(t), opts("other")...)
+	gone := func() bool {
+		for _, v := range tagFields(t, rc, prefix) {
+			if v == "crashed" || strings.HasSuffix(v, " crashed") {
+				return false
+			}
+		}
+		return true
+	}
+	for !gone() {
+		// The hold ends at most a lease after the crash (its last
+		// renewal came before it); its tag at most a lease after that.
+		require.Less(t, time.Since(crashedAt), 2*lease+100*time.Millisecond, "the crashed holder's tag outlived its hold by more than a lease")
+		l, ok, err := other.NewSemaphore("s", 2).TryAcquire(ctx, 1)
+		require.NoError(t, err)
+		if ok {
+			require.NoError(t, other.NewSemaphore("s", 2).Release(l, 1))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the crashed holder's tag was gone %v after the crash (lease %v)", time.Since(crashedAt), lease)
+	fields := tagFields(t, rc, prefix)
+	require.Len(t, fields, 1, "the live holder's tag: %v", fields)
+}
+
+// A Client that holds and waits for every primitive at once leaves nothing
+// in Redis once its Close has returned: no queue place (FairMutex, RWMutex
+// readers and writers, Semaphore, Election candidates, Cond and Group
+// waiters), no Mutex waiting registration, no hold (its own or handed on
+// between its goroutines), no tag. (Before the fix the places, the
+// waiting registration and the Group waiter were left.)
+func TestCloseLeavesNothing(t *testing.T) {
+	prefix := testPrefix(t)
+	opts := []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(6 * time.Second)}
+	h := newClientOn(t, newRueidis(t), opts...)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{server(t).Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer rc.Close()
+	a, err := dsync.NewClient(rc, append(opts, dsync.WithClientName("closing"), dsync.WithObserver(tagObserver("a")))...)
+	require.NoError(t, err)
+	defer a.Close()
+	cl := &rollClient{c: a, rc: rc, name: "closing", id: dsync.ClientID(a)}
+	r := &rolling{t: t, prefix: prefix, rc: newRueidis(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	block := make(chan struct{}) // the runs of H's f block until the test ends
+	defer close(block)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	bg := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- f()
+		}()
+	}
+	hold := func(l context.Context, err error) {
+		require.NoError(t, err)
+		_ = l
+	}
+	// Held by A: a Mutex with two goroutines of A queued behind it, a
+	// FairMutex, a Semaphore permit, an Election term.
+	hold(a.NewMutex("m1").LockContext(ctx))
+	for range 2 {
+		bg(func() error { _, err := a.NewMutex("m1").LockContext(ctx); return err })
+	}
+	hold(a.NewFairMutex("f1").LockContext(ctx))
+	hold(a.NewSemaphore("s1", 1).Acquire(ctx, 1))
+	hold(a.NewElection("e1").Campaign(ctx, "a"))
+	// Held by H, waited for by A.
+	hold(h.NewMutex("m2").LockContext(ctx))
+	for range 2 {
+		bg(func() error { _, err := a.NewMutex("m2").LockContext(ctx); return err })
+	}
+	hold(h.NewFairMutex("f2").LockContext(ctx))
+	bg(func() error { _, err := a.NewFairMutex("f2").LockContext(ctx); return err })
+	hold(h.NewRWMutex("rw").LockContext(ctx))
+	bg(func() error { _, err := a.NewRWMutex("rw").LockContext(ctx); return err })
+	bg(func() error { _, err := a.NewRWMutex("rw").RLockContext(ctx); return err })
+	hold(h.NewSemaphore("s2", 1).Acquire(ctx, 1))
+	bg(func() error { _, err := a.NewSemaphore("s2", 1).Acquire(ctx, 1); return err })
+	hold(h.NewElection("e2").Campaign(ctx, "h"))
+	bg(func() error { _, err := a.NewElection("e2").Campaign(ctx, "a"); return err })
+	bg(func() error {
+		m := a.NewMutex("cm")
+		l, err := m.LockContext(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = a.NewCond(m).Wait(l)
+		return err
+	})
+	running := make(chan struct{}, 2)
+	go func() {
+		_, _, _ = dsync.NewGroup[int](h, "g").Do(ctx, "k", func(context.Context) (int, error) { running <- struct{}{}; <-block; return 0, nil })
+	}()
+	go func() {
+		_ = h.NewOnce("o").Do(ctx, func(context.Context) error { running <- struct{}{}; <-block; return nil })
+	}()
+	<-running
+	<-running
+	bg(func() error {
+		_, _, err := dsync.NewGroup[int](a, "g").Do(ctx, "k", func(context.Context) (int, error) { return 0, nil })
+		return err
+	})
+	bg(func() error { return a.NewOnce("o").Do(ctx, func(context.Context) error { return nil }) })
+	// Every wait of A is in Redis.
+	want := []string{"{m1}:mutex", "{m1}:mutex:tags", "{f1}:fair", "{s1}:sem:holders", "{\x00election:e1}:fair",
+		"{m2}:mutex:waiting", "{f2}:fair:queue", "{rw}:rw:queue", "{rw}:rw:rwait", "{s2}:sem:waiters",
+		"{\x00election:e2}:fair:queue", "{cm}:cond", "{g}:group:w:k"}
+	waitFor(t, 5*time.Second, "every wait of A in Redis", func() bool {
+		left := strings.Join(r.leftBy(cl), "\n")
+		for _, k := range want {
+			if !strings.Contains(left, prefix+":"+k+`"`) && !strings.Contains(left, fmt.Sprintf("%q", prefix+":"+k)) {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, a.Close())
+	left := r.leftBy(cl)
+	require.Empty(t, left, "what the Client had in Redis after its Close returned")
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.ErrorIs(t, err, dsync.ErrClosed, "a wait Close ended")
+	}
+}

@@ -1,0 +1,333 @@
+package dsync
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/rueidis"
+)
+
+// Dial connects to Redis and returns a Client that owns the connection: its
+// Close closes it. url is one of
+//
+//	127.0.0.1:6379                      one server, no scheme (port 6379 if left out)
+//	10.0.0.1:7000,10.0.0.2:7000         several: the seeds of a Redis Cluster
+//	redis://user:pass@host:6379/0       one server; rediss:// for TLS, unix:///path/to/sock
+//	redis://h1:7000?addr=h2:7000        a cluster (also redis://h1:7000,h2:7000)
+//	redis-sentinel://s1:26379,s2:26379/0#mymaster
+//	                                    through Sentinel (rediss-sentinel:// for TLS;
+//	                                    the master may also be ?master_set=mymaster or
+//	                                    the path /mymaster/0); sentinels default to port 26379
+//
+// URLs are read by rueidis.ParseURL, with its query parameters (db,
+// dial_timeout, write_timeout, protocol, skip_verify, client_name,
+// master_set, addr); parameters it does not know are ignored. Whether a
+// server is one node or a cluster is asked of the server, as rueidis does.
+// The credentials of a redis-sentinel URL are the master's; the sentinels
+// are reached without. Client-side caching is off (dsync does not use it);
+// WithDialOption changes anything else rueidis offers.
+//
+// ctx bounds the connection: Dial returns, with an error that errors.Is
+// ctx.Err(), when ctx ends first. An address or URL that cannot be used
+// returns ErrInvalidArgument, naming what is wrong; errors never show the
+// URL's password. Use NewClient instead to share a rueidis client you
+// already have.
+func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: Dial needs a context: pass context.Background() or one with a deadline", ErrInvalidArgument)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	ro, err := parseDialURL(url)
+	if err != nil {
+		return nil, err
+	}
+	ro.DisableCache = true
+	for _, f := range cfg.dial {
+		f(&ro)
+	}
+	b := &dialBound{ctx: ctx}
+	ro.DialCtxFn = b.wrap(ro)
+	rc, err := rueidis.NewClient(ro)
+	b.done()
+	if err == nil && ctx.Err() != nil {
+		rc.Close()
+		err = ctx.Err()
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			return nil, fmt.Errorf("dsync: dial %s: %w (%v)", redactURL(url), cerr, err)
+		}
+		return nil, fmt.Errorf("dsync: dial %s: %w", redactURL(url), err)
+	}
+	c, err := NewClient(rc, opts...)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	c.owned = rc
+	return c, nil
+}
+
+// WithDialOption lets f change the rueidis options Dial builds from its URL
+// (a TLS configuration with your CA, timeouts, ...) before it connects.
+// NewClient ignores it.
+func WithDialOption(f func(*rueidis.ClientOption)) Option {
+	return func(c *config) {
+		if f != nil {
+			c.dial = append(c.dial, f)
+		}
+	}
+}
+
+// sentinelPort is where sentinels listen unless a redis-sentinel URL says.
+const sentinelPort = "26379"
+
+// parseDialURL turns Dial's argument into rueidis options.
+func parseDialURL(raw string) (rueidis.ClientOption, error) {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial needs an address: pass host:port or a URL such as redis://127.0.0.1:6379", ErrInvalidArgument)
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		addrs, err := splitHosts(s, "6379")
+		if err != nil {
+			return rueidis.ClientOption{}, fmt.Errorf("%w: Dial address %q: %v", ErrInvalidArgument, s, err)
+		}
+		return rueidis.ClientOption{InitAddress: addrs}, nil
+	}
+	// The authority may list several hosts (h1:p1,h2:p2), which net/url
+	// does not read: keep the first in the URL and the others apart.
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	user, hosts := "", rest[:end]
+	if at := strings.LastIndex(hosts, "@"); at >= 0 {
+		user, hosts = hosts[:at+1], hosts[at+1:]
+	}
+	first, others, _ := strings.Cut(hosts, ",")
+	u, err := url.Parse(scheme + "://" + user + first + rest[end:])
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message would show the password
+		}
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(raw), err)
+	}
+	sentinel, port := false, "6379"
+	switch strings.ToLower(u.Scheme) {
+	case "redis-sentinel", "rediss-sentinel", "redis+sentinel", "rediss+sentinel":
+		sentinel, port = true, sentinelPort
+	case "redis", "rediss", "valkey", "valkeys", "unix":
+	default:
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: unknown scheme %q: use redis://, rediss://, redis-sentinel://, rediss-sentinel://, unix:// or host:port", ErrInvalidArgument, redactURL(raw), u.Scheme)
+	}
+	// The other hosts, and addr= parameters (rueidis and go-redis spell a
+	// cluster's seeds so), get their port here: rueidis would give an
+	// addr= without one the first host's name.
+	q := u.Query()
+	var extra []string
+	for _, list := range append([]string{others}, q["addr"]...) {
+		if list == "" {
+			continue
+		}
+		addrs, err := splitHosts(list, port)
+		if err != nil {
+			return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(raw), err)
+		}
+		extra = append(extra, addrs...)
+	}
+	q.Del("addr")
+	if sentinel {
+		return sentinelURL(raw, u, q, extra)
+	}
+	for _, a := range extra {
+		q.Add("addr", a)
+	}
+	u.RawQuery = q.Encode()
+	o, err := rueidis.ParseURL(u.String())
+	if err != nil {
+		return o, fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(raw), err)
+	}
+	return o, nil
+}
+
+// sentinelURL reads redis-sentinel://[user:pass@]s1[:port][,s2[:port]...][/master][/db][?query][#master],
+// the spelling of Lettuce (master in the fragment) and of redis-py's
+// sentinel URLs (master in the path), through rueidis.ParseURL.
+func sentinelURL(raw string, u *url.URL, q url.Values, extra []string) (rueidis.ClientOption, error) {
+	bad := func(format string, a ...any) (rueidis.ClientOption, error) {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: "+format, append([]any{ErrInvalidArgument, redactURL(raw)}, a...)...)
+	}
+	master, db := u.Fragment, ""
+	for _, p := range strings.Split(strings.Trim(u.Path, "/"), "/") {
+		switch _, err := strconv.Atoi(p); {
+		case p == "":
+		case err == nil && db == "":
+			db = p
+		case err != nil && master == "" && db == "":
+			master = p
+		case err != nil && p == master && db == "":
+		default:
+			return bad("path %q: want /<db>, /<master> or /<master>/<db>", u.Path)
+		}
+	}
+	for _, k := range []string{"master_set", "master_name", "sentinelMasterId"} {
+		if m := q.Get(k); m != "" && master == "" {
+			master = m
+		}
+		q.Del(k)
+	}
+	if master == "" {
+		return bad("no master name: add it as #mymaster (or ?master_set=mymaster)")
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(orLocalhost(u.Hostname()), sentinelPort)
+	}
+	for _, a := range extra {
+		q.Add("addr", a)
+	}
+	q.Set("master_set", master)
+	if db != "" {
+		q.Set("db", db)
+	}
+	scheme := "redis"
+	if strings.HasPrefix(strings.ToLower(u.Scheme), "rediss") {
+		scheme = "rediss"
+	}
+	v := url.URL{Scheme: scheme, User: u.User, Host: host, RawQuery: q.Encode()}
+	o, err := rueidis.ParseURL(v.String())
+	if err != nil {
+		return bad("%v", err)
+	}
+	if o.TLSConfig != nil {
+		o.Sentinel.TLSConfig = o.TLSConfig.Clone()
+	}
+	o.Sentinel.Dialer = o.Dialer
+	return o, nil
+}
+
+// splitHosts splits "h1:p1,h2,h3:p3" into addresses, giving those without
+// a port defPort.
+func splitHosts(s, defPort string) ([]string, error) {
+	var addrs []string
+	for _, h := range strings.Split(s, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, errors.New("empty host in the list")
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			host, port = strings.Trim(h, "[]"), defPort
+			if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+				return nil, fmt.Errorf("host %q: %v", h, err)
+			}
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return nil, fmt.Errorf("host %q: bad port %q", h, port)
+		}
+		addrs = append(addrs, net.JoinHostPort(orLocalhost(host), port))
+	}
+	return addrs, nil
+}
+
+func orLocalhost(h string) string {
+	if h == "" {
+		return "localhost"
+	}
+	return h
+}
+
+// redactURL returns raw with any password replaced by xxxxx.
+func redactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// dialBound makes Dial's context bound the connections rueidis opens while
+// Dial runs (rueidis.NewClient takes no context): their dials end with it,
+// and those made are closed if it ends before Dial returns.
+type dialBound struct {
+	mu    sync.Mutex
+	ctx   context.Context // nil once Dial has returned
+	stops []func() bool
+}
+
+// wrap returns a DialCtxFn that dials as o says (o's own dial function, or
+// rueidis's default), bounded by b.
+func (b *dialBound) wrap(o rueidis.ClientOption) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	dial := o.DialCtxFn
+	if dial == nil && o.DialFn != nil {
+		dial = func(_ context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+			return o.DialFn(dst, d, tc)
+		}
+	}
+	if dial == nil { // as rueidis dials without one
+		dial = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+			if tc != nil {
+				return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+			}
+			return d.DialContext(ctx, "tcp", dst)
+		}
+	}
+	return func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		b.mu.Lock()
+		bound := b.ctx
+		b.mu.Unlock()
+		if bound == nil {
+			return dial(ctx, dst, d, tc)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(bound, cancel)
+		conn, err := dial(ctx, dst, d, tc)
+		stop()
+		if err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if b.ctx != nil { // the handshake that follows ends with it too
+			b.stops = append(b.stops, context.AfterFunc(b.ctx, func() { conn.Close() }))
+		}
+		b.mu.Unlock()
+		return conn, nil
+	}
+}
+
+// done ends the bound: connections made from now on live on their own.
+func (b *dialBound) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ctx = nil
+	for _, stop := range b.stops {
+		stop()
+	}
+	b.stops = nil
+}
