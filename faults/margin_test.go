@@ -142,4 +142,8 @@ func TestFaultStopMargin(t *testing.T) {
 	}
 	t.Logf("SIGSTOP 2x lease, %d rounds: smallest margin between the frozen holder's last valid check and the grant to another process: %v (must be > 0)", rounds, worst)
 	assert.Positive(t, worst, "the smallest margin: a thawed holder's lock context reported its hold valid %v after another process was granted the lock", -worst)
+	addRow(reportRow{Scenario: "2 SIGSTOP margin", Primitive: "Mutex", Size: fmt.Sprintf("%d rounds, lease %v", rounds, lease),
+		Faults: fmt.Sprintf("the holder SIGSTOPped %v while another process waits", 2*lease), NoCounts: true, Leaked: -1, RecoveryNote: "—", Failed: t.Failed(),
+		Check:   fmt.Sprintf("smallest margin between the frozen holder's last valid check and the grant to the other process: %v (must be > 0)", worst.Round(time.Millisecond)),
+		Command: "cd faults && GOWORK=off go test -race -count=1 -run TestFaultStopMargin ."})
 }
