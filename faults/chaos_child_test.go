@@ -580,20 +580,24 @@ func (w *chaosWorker) onceLoop(value bool) {
 				// other run took over): then Do returned nil.
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
-			} else if fctxSaved.Err() != nil {
+			}
+			ended := false
+			if !rel.Lost && fctxSaved.Err() != nil {
 				// f's context ended otherwise (Do's own context, whose
 				// deadline may have passed while the process was frozen
 				// past the run's lease, and ended f's context first): the
 				// run's lease may have lapsed too, after the run last knew
-				// it valid.
-				rel.Call = lastValid
+				// it valid, and another run may have taken over.
+				rel.Call, ended = lastValid, true
 			}
 			// Whether another run may have taken over before this one's
-			// result reached Redis: its lease was seen lost, or the value
-			// Do returned is not f's. (A run whose recording outlasted its
-			// lease unseen is not covered: marking every slow one unknown
-			// made porcupine's search time out on 35-operation histories.)
-			superseded := rel.Lost || (value && val != fval)
+			// result reached Redis: its lease was seen lost or may have
+			// been, or the value Do returned is not f's (a Once's Do
+			// returns nil when another run's success is stored). (A run
+			// whose recording outlasted its lease unseen, its context
+			// valid, is not covered: marking every slow one unknown made
+			// porcupine's search time out on 35-operation histories.)
+			superseded := rel.Lost || ended || (value && val != fval)
 			var done *cev
 			switch {
 			case err == nil && superseded:
