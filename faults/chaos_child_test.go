@@ -43,7 +43,8 @@ type cev struct {
 	Out   string    `json:"out,omitempty"`
 	Val   string    `json:"val,omitempty"`
 	Seq   int64     `json:"seq,omitempty"`
-	Slot  int       `json:"-"` // the process, set by the parent
+	Frz   int64     `json:"frz,omitempty"` // a run's rel: f's context ended early; its last valid check (frozenRuns)
+	Slot  int       `json:"-"`             // the process, set by the parent
 	epoch int       // the stretch between server data losses (applyWipes)
 }
 
@@ -581,23 +582,22 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
 			}
-			ended := false
 			if !rel.Lost && fctxSaved.Err() != nil {
-				// f's context ended otherwise (Do's own context, whose
-				// deadline may have passed while the process was frozen
-				// past the run's lease, and ended f's context first): the
-				// run's lease may have lapsed too, after the run last knew
-				// it valid, and another run may have taken over.
-				rel.Call, ended = lastValid, true
+				// f's context ended otherwise (Do's own context): if that
+				// was while the process was frozen past the run's lease
+				// (its deadline passed meanwhile and ended f's context
+				// before the lease clock did), the lease lapsed after the
+				// run last knew it valid and another run may have taken
+				// over. The parent, which knows the stops, decides
+				// (frozenRuns).
+				rel.Frz = lastValid
 			}
 			// Whether another run may have taken over before this one's
-			// result reached Redis: its lease was seen lost or may have
-			// been, or the value Do returned is not f's (a Once's Do
-			// returns nil when another run's success is stored). (A run
-			// whose recording outlasted its lease unseen, its context
-			// valid, is not covered: marking every slow one unknown made
-			// porcupine's search time out on 35-operation histories.)
-			superseded := rel.Lost || ended || (value && val != fval)
+			// result reached Redis: its lease was seen lost, or the value
+			// Do returned is not f's. (A run whose recording outlasted its
+			// lease unseen is not covered: marking every slow one unknown
+			// made porcupine's search time out on 35-operation histories.)
+			superseded := rel.Lost || (value && val != fval)
 			var done *cev
 			switch {
 			case err == nil && superseded:
@@ -705,7 +705,7 @@ func (w *chaosWorker) groupLoop() {
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
 			} else if fctxSaved.Err() != nil {
-				rel.Call = lastValid // as in onceLoop
+				rel.Frz = lastValid // as in onceLoop
 			}
 			if got == fval && !rel.Lost {
 				rel.Out = "ok" // the flight's result, as its leader's Do returned it

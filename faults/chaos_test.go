@@ -627,6 +627,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 		closed = append(closed, cev{Op: "add", Who: a.Who, K: a.K, N: a.N, Call: a.Call, Ret: lapse, Out: "err", Slot: a.Slot})
 	}
 	all := append(slices.Clone(ev), closed...)
+	all = frozenRuns(kind, all, run.stops)
 	all = applyWipes(kind, all, run.wipes)
 
 	// Partition by name: each name is its own object.
@@ -758,6 +759,40 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 		}
 	}
 	return chaosFig{acquisitions: nacq, ops: ops, verdict: verdict}
+}
+
+// frozenRuns: a Once run whose f context ended early for a reason other
+// than a lost lease (Do's own context, cev.Frz) while a stop past half a
+// lease overlapped it in its process may have lost its lease unseen (the
+// deadline timer ran before the lease clock's at the thaw), and another
+// run may have taken over: the run ended in Redis after its last valid
+// check, and a nil from Do may be another run's success (Once.Do returns
+// nil when one is stored): its outcome is unknown, and the Once was done
+// by the return. (A Group leader's Do returns its own fn's value, recorded
+// or not: its run is only made unknown.)
+func frozenRuns(kind string, all []cev, stops []fault) []cev {
+	for i, e := range all {
+		if e.Op != "rel" || e.Frz == 0 {
+			continue
+		}
+		frozen := false
+		for _, s := range stops {
+			if s.slot == e.Slot && time.Duration(s.till-s.at) > chaosLease/2 && s.till > e.Frz && s.at < e.Ret {
+				frozen = true
+			}
+		}
+		if !frozen {
+			continue
+		}
+		all[i].Call = e.Frz
+		if e.Out == "ok" {
+			all[i].Out = "unknown"
+		}
+		if e.Out == "ok" && kind != "group" {
+			all = append(all, cev{Op: "obs", Who: e.Who, K: e.K, Call: e.Frz, Ret: e.Ret, Out: "ok", Val: e.Val, Slot: e.Slot})
+		}
+	}
+	return all
 }
 
 // coalesceObs keeps, of a Once history's observations (Do returned nil
