@@ -30,16 +30,17 @@ test: redis vet
 	cd faults && GOWORK=off go test -json -race -count=1 -timeout 15m ./... | (cd .. && go run ./internal/testprogress)
 
 # chaos: the rolling restart at 60 s per primitive (each of 4 replicas
-# restarting every 0.5 s; make test runs 10 s, every 1 s), scenario 1 of the fault
-# suite at full size (4 processes x 16 goroutines x 60 s per primitive)
-# and the network faults of the queued primitives, ~15 min; writes docs/reliability.md. CHAOSFLAGS adds flags:
-# -chaos.stopmax 2.5s for SIGSTOPs past the lease (-dsyncbugs asserts
-# nothing more today: faults/margin_test.go).
+# restarting every 0.5 s; make test runs 10 s, each every 1 s), scenario 1
+# of the fault suite at full size (4 processes x 16 goroutines x 60 s per
+# primitive; stops within and past the lease), the network faults of the
+# queued primitives, the SIGSTOP margin, the ACL check and the fuzz seed
+# corpus; writes docs/reliability.md. CHAOSFLAGS adds flags
+# (-chaos.longstop, -chaos.longshare, -chaos.prims).
 .PHONY: chaos
 chaos: redis
 	go test -race -count=1 -timeout 30m -run '^TestRollingRestart$$' ./dsync/ -rolling.dur 60s -rolling.every 125ms
 	cd faults && GOWORK=off go test -race -count=1 -timeout 60m -v . \
-		-run 'TestFaultChaos|TestFaultNetworkPrimitives|TestFaultServerRestartRenewalInterval' \
+		-run 'TestFaultChaos|TestFaultNetworkPrimitives|TestFaultServerRestartRenewalInterval|TestFaultStopMargin|TestFaultSecurityACLAllPrimitives|FuzzOperations' \
 		-chaos.procs 4 -chaos.g 16 -chaos.dur 60s -reliability ../docs/reliability.md $(CHAOSFLAGS)
 
 # soak: the 30-minute soak (every primitive, every fault class); adds its

@@ -64,6 +64,13 @@ func newSlowLoadProxy(t *testing.T, target string, delay time.Duration) *slowLoa
 // on goroutines of their own. The test's cleanup closes the listener and
 // every connection and waits for those goroutines. It returns the address.
 func serveProxy(t *testing.T, target string, accepted func(in, out net.Conn) (up func())) string {
+	return serveProxyBoth(t, target, func(in, out net.Conn) (func(), func()) { return accepted(in, out), nil })
+}
+
+// serveProxyBoth is serveProxy with a forwarder for each direction: down
+// (server to client, closing in when done) replaces the plain copy unless
+// nil.
+func serveProxyBoth(t *testing.T, target string, accepted func(in, out net.Conn) (up, down func())) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var (
@@ -85,8 +92,11 @@ func serveProxy(t *testing.T, target string, accepted func(in, out net.Conn) (up
 			mu.Lock()
 			conns = append(conns, in, out)
 			mu.Unlock()
-			up := accepted(in, out)
-			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
+			up, down := accepted(in, out)
+			if down == nil {
+				down = func() { _, _ = io.Copy(in, out); in.Close() }
+			}
+			wg.Go(down)
 			wg.Go(up)
 		}
 	})

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -196,6 +197,11 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		}
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "outsider's %s waited out its context instead of failing", what)
 	}
+	addRow(reportRow{Scenario: "j security: ACL", Primitive: "Mutex, FairMutex, MultiLock, RWMutex, Semaphore, Once, OnceValue, WaitGroup, Inspect, List",
+		Size:   fmt.Sprintf("a user limited to ~dsync:* &dsync:* and %d commands; an outsider", len(strings.Fields(dsyncAllCommands))),
+		Faults: "another user's keys and channels", NoCounts: true, Leaked: -1, RecoveryNote: "—", Failed: t.Failed(),
+		Check:   fmt.Sprintf("the restricted user ran every primitive with contention, wakeups and renewals (Inspect saw %d kinds, List %d names); the outsider got NOPERM naming the primitive from %d calls", len(kinds), len(names), len(checks)),
+		Command: "cd faults && GOWORK=off go test -race -count=1 -run TestFaultSecurityACLAllPrimitives ."})
 }
 
 // The ACL list names every command a script calls: a script that starts

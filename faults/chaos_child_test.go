@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,21 +43,24 @@ type cev struct {
 	Out   string    `json:"out,omitempty"`
 	Val   string    `json:"val,omitempty"`
 	Seq   int64     `json:"seq,omitempty"`
-	Slot  int       `json:"-"` // the process, set by the parent
+	Frz   int64     `json:"frz,omitempty"` // a run's rel: f's context ended early; its last valid check (frozenRuns)
+	Slot  int       `json:"-"`             // the process, set by the parent
 	epoch int       // the stretch between server data losses (applyWipes)
 }
 
 // chaosTally is what one child counted.
 type chaosTally struct {
-	Acq       int64  `json:"acq"`             // acquisitions (runs, for a Once)
-	Cancelled int64  `json:"cancelled"`       // waits ended by their context
-	Errs      int64  `json:"errs"`            // other errors
-	Lost      int64  `json:"lost"`            // holds that ended lost
-	Late      int64  `json:"late"`            // waits that returned > 100 ms after their context ended (waitEnd.end)
-	MaxLate   int64  `json:"maxLate"`         // ns
-	TimerLate int64  `json:"timerLate"`       // waits whose context's timer ran > 100 ms after it was due
-	MaxTimer  int64  `json:"maxTimer"`        // ns: the latest such timer
-	Stray     int64  `json:"stray"`           // unexpected errors, text in stderr
+	Acq       int64  `json:"acq"`       // acquisitions (runs, for a Once)
+	Cancelled int64  `json:"cancelled"` // waits ended by their context
+	Errs      int64  `json:"errs"`      // other errors
+	Lost      int64  `json:"lost"`      // holds that ended lost
+	Late      int64  `json:"late"`      // waits that returned > 100 ms after their context ended (waitEnd.end)
+	MaxLate   int64  `json:"maxLate"`   // ns
+	TimerLate int64  `json:"timerLate"` // waits whose context's timer ran > 100 ms after it was due
+	MaxTimer  int64  `json:"maxTimer"`  // ns: the latest such timer
+	Stray     int64  `json:"stray"`     // unexpected errors, text in stderr
+	ObsStale  int64  `json:"obsStale"`  // Election observers that did not end on the current state
+	ObsNote   string `json:"obsNote,omitempty"`
 	Worst     string `json:"worst,omitempty"` // the latest return's error
 }
 
@@ -72,6 +76,10 @@ type waitEnd struct {
 	due      int64        // when the context was due to end
 	fired    atomic.Int64 // when its timer ended it (0: not yet)
 	released int64        // when the caller cancelled it, after the call returned
+	// woke is when a goroutine started at the context's end ran (a
+	// context.AfterFunc): how soon the runtime ran anything woken by it,
+	// reported beside a late wait to tell the runtime's delay from dsync's.
+	woke atomic.Int64
 }
 
 // end is when the context ended, 0 if it had not when the caller
@@ -123,6 +131,7 @@ func endAfter(parent context.Context, d time.Duration, deadline bool) (context.C
 		ctx.dl = t0.Add(d)
 	}
 	tm := time.AfterFunc(d, func() { e.fired.Store(now()); cancel(context.DeadlineExceeded) })
+	context.AfterFunc(cctx, func() { e.woke.Store(now()) })
 	return ctx, func() {
 		e.released = now()
 		tm.Stop()
@@ -138,6 +147,7 @@ type wend struct {
 	Ret   int64 `json:"ret"`
 	End   int64 `json:"end"`   // waitEnd.end (0: after Ret)
 	Timer int64 `json:"timer"` // waitEnd.timerLate
+	Woke  int64 `json:"woke"`  // waitEnd.woke (0: not by the return)
 	Slot  int   `json:"-"`     // the process, set by the parent
 }
 
@@ -208,7 +218,7 @@ func (w *chaosWorker) failed(err error, call, ret int64, e *waitEnd) {
 			t.MaxTimer = max(t.MaxTimer, timer)
 		})
 		if w.rec == nil {
-			say("wend", wend{Call: call, Ret: ret, End: end, Timer: timer})
+			say("wend", wend{Call: call, Ret: ret, End: end, Timer: timer, Woke: e.woke.Load()})
 		}
 		return
 	}
@@ -310,11 +320,15 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 			acq.Toks = ops.toks()
 		}
 		w.emit(acq)
-		lastValid := ret
+		// The hold existed at some moment of the acquire call; it is
+		// known valid later only where a check of its context says so
+		// (a process frozen between the grant and the return gets a hold
+		// whose lease has lapsed: its first check sees it lost).
+		lastValid := call
 		switch {
 		case kind == "sem":
-			if lctx.Err() == nil {
-				lastValid = now()
+			if t0 := now(); lctx.Err() == nil {
+				lastValid = t0
 				w.res.do("sin", 0, 0, n)
 				pause()
 				w.res.do("sout", 0, 0, n)
@@ -442,8 +456,68 @@ func (w *chaosWorker) lockKind(kind string) lockOps {
 				return t
 			},
 		}
+	case "election":
+		// Leadership of election c0: Campaign with the value "who/seq",
+		// the term's fenced writes (the term is the token), Resign. The
+		// model is the Mutex's: one leader at a time, so at most one per
+		// term; terms follow real time (checkTokensFast).
+		e := c.NewElection("c0")
+		var seq int
+		return lockOps{
+			acquire: func(ctx context.Context, _ bool, _ int64) (context.Context, error) {
+				seq++
+				return e.Campaign(ctx, fmt.Sprintf("%d/%d", w.who, seq))
+			},
+			release: func(lctx context.Context, _ bool, _ int64) error { return e.Resign(lctx) },
+			pick:    one,
+		}
 	}
 	panic("unknown kind " + kind)
+}
+
+// observeElection follows election c0 with Observe until the workers are
+// done (stop closed), then checks that the observer ends on the current
+// state: within 3 leases of the end its latest delivery and Leader agree
+// (the same term and owner, or no leader). It reports what it found.
+func observeElection(c *dsync.Client, stop <-chan struct{}) (ok bool, note string) {
+	e := c.NewElection("c0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := e.Observe(ctx)
+	var last dsync.Leader
+	n := 0
+	for {
+		select {
+		case l, open := <-ch:
+			if !open {
+				return false, "the observer's channel closed early"
+			}
+			last, n = l, n+1
+			continue
+		case <-stop:
+		}
+		break
+	}
+	deadline := time.After(3 * chaosLease)
+	for {
+		cur, err := e.Leader(context.Background())
+		if errors.Is(err, dsync.ErrNoLeader) {
+			cur, err = dsync.Leader{}, nil
+		}
+		if err == nil && cur.Term == last.Term && cur.Owner == last.Owner && cur.Value == last.Value {
+			return true, fmt.Sprintf("%d deliveries, ends on term %d", n, last.Term)
+		}
+		select {
+		case l, open := <-ch:
+			if !open {
+				return false, "the observer's channel closed early"
+			}
+			last, n = l, n+1
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			return false, fmt.Sprintf("3 leases after the end the observer's latest is term %d owner %q value %q, Leader says term %d owner %q value %q (%v)", last.Term, last.Owner, last.Value, cur.Term, cur.Owner, cur.Value, err)
+		}
+	}
 }
 
 var errChaosFail = errors.New("f failed on purpose")
@@ -470,7 +544,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok}
 			w.emit(acq)
 			w.count(func(t *chaosTally) { t.Acq++ })
-			lastValid = acq.Ret
+			lastValid = call // as in lockLoop: valid from a check on
 			w.exclusive(fctx, k, tok, &lastValid)
 			val := fmt.Sprintf("%d/%d", w.who, tok)
 			fval = val
@@ -507,6 +581,16 @@ func (w *chaosWorker) onceLoop(value bool) {
 				// other run took over): then Do returned nil.
 				rel.Call, rel.Lost = lastValid, true
 				w.count(func(t *chaosTally) { t.Lost++ })
+			}
+			if !rel.Lost && fctxSaved.Err() != nil {
+				// f's context ended otherwise (Do's own context): if that
+				// was while the process was frozen past the run's lease
+				// (its deadline passed meanwhile and ended f's context
+				// before the lease clock did), the lease lapsed after the
+				// run last knew it valid and another run may have taken
+				// over. The parent, which knows the stops, decides
+				// (frozenRuns).
+				rel.Frz = lastValid
 			}
 			// Whether another run may have taken over before this one's
 			// result reached Redis: its lease was seen lost, or the value
@@ -550,6 +634,89 @@ func (w *chaosWorker) onceLoop(value bool) {
 		case err == nil:
 			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: val})
 			k++
+		default:
+			w.failed(err, call, ret, ended)
+		}
+	}
+}
+
+// chaosGroupKeyEvery is how long the Group workers stay on one key: the
+// key is the wall clock in such periods, the same in every process, so
+// that each key's history (its flights) stays short for porcupine.
+const chaosGroupKeyEvery = 250 * time.Millisecond
+
+// groupLoop calls Do of Group g0 on the key of the moment; fn, when this
+// call runs it, writes the fenced counter of the key with the run's token
+// and returns "who/seq", or fails one time in three with an error that
+// names it. A run is an acq and a rel (Out ok: its result, or unknown: the
+// run ended by its context, its lease or a Redis error, so its result may
+// or may not be the flight's); a call that got a flight's result without
+// running fn is an obs with that result (an error as "err who/seq").
+func (w *chaosWorker) groupLoop() {
+	g := dsync.NewGroup[string](w.c, "g0")
+	seq := 0
+	for time.Now().Before(w.until) {
+		seq++
+		k := int(time.Now().UnixNano() / int64(chaosGroupKeyEvery) % 1_000_000)
+		id := fmt.Sprintf("%d/%d", w.who, seq)
+		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
+		var (
+			ran       bool
+			acq       cev
+			fret      int64
+			fval      string
+			lastValid int64
+			fctxSaved context.Context
+		)
+		call := now()
+		f := func(fctx context.Context) (string, error) {
+			ran, fctxSaved = true, fctx
+			tok, _ := dsync.FencingToken(fctx)
+			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok}
+			w.emit(acq)
+			w.count(func(t *chaosTally) { t.Acq++ })
+			lastValid = call
+			w.exclusive(fctx, k, tok, &lastValid)
+			fret = now()
+			if rand.IntN(3) == 0 {
+				fval = "err " + id
+				w.emit(cev{Op: "fret", K: k, Call: fret, Ret: fret, Out: "ok", Val: fval})
+				return "", fmt.Errorf("%w %s", errChaosFail, id)
+			}
+			fval = id
+			w.emit(cev{Op: "fret", K: k, Call: fret, Ret: fret, Out: "ok", Val: fval})
+			return id, nil
+		}
+		v, _, err := g.Do(actx, "k"+strconv.Itoa(k), f)
+		ret := now()
+		cancel()
+		got := v // the result this call got: a value, or "err who/seq"
+		if err != nil {
+			if msg, i := err.Error(), strings.Index(err.Error(), errChaosFail.Error()+" "); i >= 0 {
+				got = "err " + msg[i+len(errChaosFail.Error())+1:]
+			} else {
+				got = ""
+			}
+		}
+		switch {
+		case ran:
+			rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: fret, Ret: ret, Out: "unknown", Val: fval}
+			if errors.Is(err, dsync.ErrLockLost) || errors.Is(context.Cause(fctxSaved), dsync.ErrLockLost) {
+				rel.Call, rel.Lost = lastValid, true
+				w.count(func(t *chaosTally) { t.Lost++ })
+			} else if fctxSaved.Err() != nil {
+				rel.Frz = lastValid // as in onceLoop
+			}
+			if got == fval && !rel.Lost {
+				rel.Out = "ok" // the flight's result, as its leader's Do returned it
+			}
+			if got != "" && got != fval {
+				w.count(func(t *chaosTally) { t.Errs++ })
+				fmt.Fprintf(os.Stderr, "chaos group: the leader's Do returned %q, its fn %q\n", got, fval)
+			}
+			w.emit(rel)
+		case got != "":
+			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: got})
 		default:
 			w.failed(err, call, ret, ended)
 		}
@@ -658,10 +825,31 @@ func childChaos(c *dsync.Client, res remote) int {
 				w.onceLoop(true)
 			case "wg":
 				w.wgLoop()
+			case "group":
+				w.groupLoop()
 			default:
 				w.lockLoop(kind, w.lockKind(kind))
 			}
 		}()
+	}
+	if kind == "election" {
+		stop := make(chan struct{})
+		obs := make(chan struct{})
+		go func() {
+			defer close(obs)
+			ok, note := observeElection(c, stop)
+			mu.Lock()
+			if !ok {
+				tl.ObsStale++
+			}
+			tl.ObsNote = note
+			mu.Unlock()
+		}()
+		wg.Wait()
+		close(stop)
+		<-obs
+		say("done", tl)
+		return 0
 	}
 	wg.Wait()
 	say("done", tl)

@@ -60,16 +60,85 @@ func TestFaultChaosModelsCatchViolations(t *testing.T) {
 			op(chIn{op: "add", n: 1, out: "ok"}, 0, 1), op(chIn{op: "add", n: -1, out: "inval"}, 2, 3)}, false},
 		{"wg", "unknown add, then refused", []porcupine.Operation{
 			op(chIn{op: "add", n: 1, out: "err"}, 0, 1), op(chIn{op: "add", n: -1, out: "ok"}, 2, 3), op(chIn{op: "add", n: -1, out: "inval"}, 4, 5)}, true},
+		{"election", "two leaders at once", cat(hold(0, false, 0, 10), hold(1, false, 5, 20)), false},
+		{"sem", "a lost hold never seen valid (released at its acquire's call)", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0, n: 3}, 0, 1), op(chIn{op: "rel", who: 0, n: 3}, 5, 20),
+			op(chIn{op: "acq", who: 1, n: 1}, 2, 30), op(chIn{op: "rel", who: 1, n: 1}, 2, 31)}, true},
+		{"group", "flights one after another, callers of each", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0}, 0, 1), op(chIn{op: "obs", who: 2, val: "a"}, 0, 4), op(chIn{op: "rel", who: 0, out: "ok", val: "a"}, 2, 3),
+			op(chIn{op: "acq", who: 1}, 5, 6), op(chIn{op: "rel", who: 1, out: "ok", val: "b"}, 7, 8), op(chIn{op: "obs", who: 2, val: "b"}, 7, 9)}, true},
+		{"group", "two runs at once", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0}, 0, 1), op(chIn{op: "acq", who: 1}, 2, 3),
+			op(chIn{op: "rel", who: 0, out: "ok", val: "a"}, 4, 5), op(chIn{op: "rel", who: 1, out: "ok", val: "b"}, 6, 7)}, false},
+		{"group", "a caller gets a result before its flight ended", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0}, 0, 1), op(chIn{op: "obs", who: 2, val: "a"}, 1, 2), op(chIn{op: "rel", who: 0, out: "ok", val: "a"}, 3, 4)}, false},
+		{"group", "a caller gets an older flight's result after a new run began", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0}, 0, 1), op(chIn{op: "rel", who: 0, out: "ok", val: "a"}, 2, 3),
+			op(chIn{op: "acq", who: 1}, 4, 5), op(chIn{op: "obs", who: 2, val: "a"}, 6, 7), op(chIn{op: "rel", who: 1, out: "ok", val: "b"}, 8, 9)}, false},
+		{"group", "a caller gets a result no run produced", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0}, 0, 1), op(chIn{op: "rel", who: 0, out: "ok", val: "a"}, 2, 3), op(chIn{op: "obs", who: 2, val: "c"}, 4, 5)}, false},
+		{"group", "a leader's unknown end: its result or none", []porcupine.Operation{
+			op(chIn{op: "acq", who: 0}, 0, 1), op(chIn{op: "rel", who: 0, out: "unknown", val: "a"}, 2, 3), op(chIn{op: "obs", who: 2, val: "a"}, 4, 5),
+			op(chIn{op: "acq", who: 1}, 6, 7), op(chIn{op: "rel", who: 1, out: "ok", val: "b"}, 8, 9)}, true},
 	}
 	for _, c := range cases {
 		got := porcupine.CheckOperations(chaosModel(c.kind), c.ops)
 		if got != c.ok {
 			t.Errorf("%s model, %s: linearizable %v, want %v", c.kind, c.name, got, c.ok)
 		}
+		if co := porcupine.CheckOperations(chaosModel(c.kind), coalesceObs(c.ops)); co != got {
+			t.Errorf("%s model, %s: linearizable %v with the observations coalesced, %v without", c.kind, c.name, co, got)
+		}
 		if c.kind == "rw" || c.kind == "sem" {
 			if sw := sweepRW(c.ops, c.kind == "sem") == 0; sw != c.ok {
 				t.Errorf("%s sweep, %s: linearizable %v, want %v", c.kind, c.name, sw, c.ok)
 			}
+		}
+	}
+}
+
+// TestFaultCoalesceObsExact: coalescing a Once's or a Group's
+// observations decides what the whole history decides, on random
+// histories of flights with many callers each, valid or broken.
+func TestFaultCoalesceObsExact(t *testing.T) {
+	op := func(in chIn, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: in.who, Input: in, Output: in.out, Call: call, Return: ret}
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, kind := range []string{"group", "oncevalue"} {
+		seen := map[bool]int{}
+		for n := range 300 {
+			var ops []porcupine.Operation
+			at := int64(0)
+			vals := []string{}
+			flights := 1 + r.IntN(3)
+			if kind == "oncevalue" {
+				flights = 1
+			}
+			for f := range flights {
+				v := string(rune('a' + f))
+				vals = append(vals, v)
+				ops = append(ops, op(chIn{op: "acq", who: 100 + f}, at, at+1), op(chIn{op: "rel", who: 100 + f, out: "ok", val: v}, at+10, at+11))
+				for c := range 3 + r.IntN(5) {
+					call := at - 5 + r.Int64N(30)
+					ops = append(ops, op(chIn{op: "obs", who: 200 + 10*f + c, val: v}, call, call+1+r.Int64N(15)))
+				}
+				at += 20
+			}
+			if n%3 == 0 { // a caller with a wrong or stale result
+				call := r.Int64N(at)
+				ops = append(ops, op(chIn{op: "obs", who: 999, val: vals[r.IntN(len(vals))]}, call, call+1+r.Int64N(5)))
+			}
+			m := chaosModel(kind)
+			whole := porcupine.CheckOperations(m, ops)
+			if co := porcupine.CheckOperations(m, coalesceObs(slices.Clone(ops))); co != whole {
+				t.Fatalf("%s history %d: coalesced %v, whole %v", kind, n, co, whole)
+			}
+			seen[whole]++
+		}
+		t.Logf("%s: %d linearizable, %d not", kind, seen[true], seen[false])
+		if seen[true] == 0 || seen[false] == 0 {
+			t.Errorf("%s: the random histories were all %v", kind, seen[true] > 0)
 		}
 	}
 }

@@ -25,6 +25,57 @@ type chaosStore struct {
 	semM int64 // most permits inside at once
 	semO int64 // entries that took the gauge above the size
 	size int64
+	trap *stopTrap // armed: the next fenced read stops its process (armStop)
+}
+
+// A stopTrap catches a holder inside its critical section: the next
+// writer's fenced read ("fr") to arrive, from a live process, hands that
+// process's slot to the monkey and is answered only once the monkey has
+// frozen the process (closed frozen). The holder has checked its lock
+// context and had its read accepted; thawed after its lease has lapsed, it
+// writes with its token, which the fence must reject once another holder
+// has been in.
+type stopTrap struct {
+	slot   chan int // buffered 1
+	frozen chan struct{}
+}
+
+// armStop sets a trap; disarm takes it back if no request has sprung it
+// (false: one has, its slot is on the way).
+func (s *chaosStore) armStop() *stopTrap {
+	tr := &stopTrap{slot: make(chan int, 1), frozen: make(chan struct{})}
+	s.mu.Lock()
+	s.trap = tr
+	s.mu.Unlock()
+	return tr
+}
+
+func (s *chaosStore) disarm(tr *stopTrap) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.trap != tr {
+		return false
+	}
+	s.trap = nil
+	return true
+}
+
+// spring: a fenced read of a live process springs an armed trap and waits
+// until the process is frozen.
+func (s *chaosStore) spring(slot int, op string) {
+	if op != "fr" {
+		return
+	}
+	s.mu.Lock()
+	tr := s.trap
+	if tr == nil || s.dead[slot] {
+		s.mu.Unlock()
+		return
+	}
+	s.trap = nil
+	s.mu.Unlock()
+	tr.slot <- slot
+	<-tr.frozen
 }
 
 type fencedCounter struct {
@@ -67,6 +118,14 @@ func (s *chaosStore) inside(slot int, what string, d int64) {
 		s.in[slot] = map[string]int64{}
 	}
 	s.in[slot][what] += d
+}
+
+// clear drops the resources and the gauge once their figures are taken
+// (the soak measures its heap without them).
+func (s *chaosStore) clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.f, s.r, s.in, s.dead = map[int]*fencedCounter{}, map[int]*register{}, map[int]map[string]int64{}, map[int]bool{}
 }
 
 // forget takes a killed process out of the registers and the gauge: it
@@ -181,6 +240,7 @@ func (s *chaosStore) serve(t testing.TB) string {
 		tok, _ := strconv.ParseUint(r.FormValue("tok"), 10, 64)
 		v, _ := strconv.ParseInt(r.FormValue("v"), 10, 64)
 		slot, _ := strconv.Atoi(r.FormValue("s"))
+		s.spring(slot, r.FormValue("op"))
 		fmt.Fprint(w, s.op(slot, r.FormValue("op"), k, tok, v))
 	})
 	srv := httptest.NewServer(mux)

@@ -620,7 +620,21 @@ func FuzzOperations(f *testing.F) {
 	prefix := testPrefix()
 	const lease = 5 * time.Second
 	cs := [2]*dsync.Client{newDsync(f, srv.Addr, prefix, lease), newDsync(f, srv.Addr, prefix, lease)}
+	var inputs, steps, failed atomic.Int64
+	f.Cleanup(func() {
+		addRow(reportRow{Scenario: "k fuzz: operations against a model", Primitive: "Mutex, FairMutex, RWMutex, Semaphore, Once, OnceValue, WaitGroup, MultiLock",
+			Size:   fmt.Sprintf("%d inputs (the seed corpus), %d steps", inputs.Load(), steps.Load()),
+			Faults: "random owners, counts, cancelled contexts, invalid arguments, odd names", NoCounts: true, Leaked: -1, RecoveryNote: "—", Failed: failed.Load() > 0,
+			Check:   fmt.Sprintf("after every step Inspect equals the model and every call returns what the model says: %d inputs failed", failed.Load()),
+			Command: "cd faults && GOWORK=off go test -race -count=1 -run FuzzOperations . (explore: -run '^$' -fuzz FuzzOperations -fuzztime 60s)"})
+	})
 	f.Fuzz(func(t *testing.T, names, ops []byte) {
+		inputs.Add(1)
+		t.Cleanup(func() {
+			if t.Failed() {
+				failed.Add(1)
+			}
+		})
 		if len(ops) > 3*200 {
 			ops = ops[:3*200]
 		}
@@ -651,6 +665,7 @@ func FuzzOperations(f *testing.F) {
 		}
 		for i := 0; i+2 < len(ops); i += 3 {
 			e.step(ops[i], ops[i+1], ops[i+2])
+			steps.Add(1)
 		}
 		e.cleanup()
 	})

@@ -74,7 +74,9 @@ func TestFaultSoak(t *testing.T) {
 	}
 	hc := newHTTPClient(t)
 	var runs []*kindRun
-	for _, kind := range chaosKinds {
+	// The soak's primitives: scenario 1's but Election and Group, whose
+	// histories are not yet checked across the soak's wipes (applyWipes).
+	for _, kind := range chaosKinds[:8] {
 		kr := &kindRun{kind: kind, store: newChaosStore(chaosSemSize), run: &chaosRun{open: map[int]int{}, killed: map[int]bool{}}}
 		kr.url = kr.store.serve(t)
 		for range 2 {
@@ -361,6 +363,13 @@ func TestFaultSoak(t *testing.T) {
 		addRow(row)
 		kr.ev = nil // histories out of the heap before it is measured
 	}
+	// Nor the harness's other records (the waits' lateness, the faults),
+	// nor the stores' resources (one per Once name): the heap measured is
+	// what the Clients keep.
+	for _, kr := range runs {
+		kr.run = nil
+		kr.store.clear()
+	}
 	if len(left) > 0 {
 		t.Errorf("%v after the soak Redis still shows %v", took, left)
 	}
@@ -441,9 +450,10 @@ func writeHeapProfile(t *testing.T, what string, failed bool) {
 // timer's, a connection being closed).
 const goroutineSlack = 10
 
-// heapBound is the most heap that counts as back to a baseline of b: twice
-// it, at least b + 4 MiB (the collector's own slack).
-func heapBound(b uint64) uint64 { return max(2*b, b+4<<20) }
+// heapBound is the most heap that counts as back to a baseline of b:
+// 10% more (the histories, the harness's records and the stores' resources
+// are dropped before it is measured).
+func heapBound(b uint64) uint64 { return b + b/10 }
 
 func dialer() (d net.Dialer) {
 	d.Timeout = 500 * time.Millisecond
