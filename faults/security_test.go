@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ import (
 // owner, EXISTS checks an attempt's, DEL drops a caller-supplied owner's
 // attempt marker, HGETALL/HSET/HDEL keep the waiting count), and pub/sub
 // for wakeups.
-const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +mget +exists +del +pexpire +pttl +time +hgetall +hset +hdel +publish +subscribe +unsubscribe"
+const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +mget +exists +del +pexpire +pexpireat +pttl +time +hgetall +hset +hdel +publish +subscribe +unsubscribe"
 
 // Security: a user restricted to the prefix's keys and channels runs the
 // Mutex (acquire, renewal, contention with wakeups, release); a user
@@ -144,21 +145,19 @@ func TestFaultSecurityGuessedOwner(t *testing.T) {
 	}
 	// A client that bypasses the API and runs dsync's own release and
 	// renew scripts with near misses of the real owner gets nothing.
-	rel, err1 := os.ReadFile("../internal/scripts/mutex_release.lua")
-	ren, err2 := os.ReadFile("../internal/scripts/mutex_renew.lua")
-	require.NoError(t, err1, "reading the scripts")
-	require.NoError(t, err2, "reading the scripts")
-	key, ch := prefix+":{g}:mutex", prefix+":{g}:mutex:ch"
+	// The scripts as dsync sends them (lib.lua composed in).
+	rel, ren := scripts.Source(scripts.MutexRelease), scripts.Source(scripts.MutexRenew)
+	key := prefix + ":{g}:mutex"
 	tok := strconv.FormatUint(tokenOf(l), 10)
 	last := len(owner) - 1
 	for _, g := range []string{owner[:last] + flip(owner[last]), owner[:slash+17], owner[slash+1:], owner + " ", "-", "", ".*"} {
-		n, err := srv.do(t, "EVAL", string(rel), "2", key, ch, g, tok, "1000").AsInt64()
+		n, err := srv.do(t, "EVAL", rel, "1", key, g+" "+tok+" ").AsInt64()
 		require.NoError(t, err, "release script as owner %q", g)
 		require.Equal(t, int64(0), n, "release script as owner %q", g)
-		n, err = srv.do(t, "EVAL", string(rel), "2", key, ch, g, "0", "1000").AsInt64()
+		n, err = srv.do(t, "EVAL", rel, "1", key, g).AsInt64()
 		require.NoError(t, err, "release script as owner %q, any token", g)
 		require.Equal(t, int64(0), n, "release script as owner %q, any token", g)
-		n, err = srv.do(t, "EVAL", string(ren), "1", key, g+" "+tok+" ", "100000").AsInt64()
+		n, err = srv.do(t, "EVAL", ren, "1", key, g+" "+tok+" ", "100000").AsInt64()
 		require.NoError(t, err, "renew script as owner %q", g)
 		require.Equal(t, int64(0), n, "renew script as owner %q", g)
 	}
