@@ -124,6 +124,15 @@ func grantStart(sentAt, now time.Time, srvAt, at uint64) time.Time {
 	return start
 }
 
+// grantClock is what a wait that a release granted does with the grant:
+// the start of its lease clock (grantStart) and whether the grant is
+// returned as it is (grantLive) or claimed again by the next attempt.
+func grantClock(sentAt time.Time, srvAt, at uint64, lease time.Duration) (time.Time, bool) {
+	now := time.Now()
+	start := grantStart(sentAt, now, srvAt, at)
+	return start, grantLive(start, now, lease)
+}
+
 // grantLive reports whether a grant whose lease clock starts at start is
 // worth returning as it is at now: at least half the lease's validity is
 // left. If not, the wait claims it again with an attempt, which restarts

@@ -140,9 +140,8 @@ func (qWait) gaveUp() {} // leaving the queue is wait's
 // by now is claimed again by the next attempt instead (grantLive).
 func (w qWait) granted(tok, at uint64) bool {
 	a := w.a
-	now := time.Now()
-	start := grantStart(a.sentAt, now, a.srvAt, at)
-	if !grantLive(start, now, a.q.lease()) {
+	start, live := grantClock(a.sentAt, a.srvAt, at, a.q.lease())
+	if !live {
 		return false
 	}
 	a.vals = []int64{3, int64(tok)}

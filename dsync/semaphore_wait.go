@@ -192,9 +192,8 @@ func (s *Semaphore) releaseArgs(owner string, n int64) []string {
 // claimed again by the next attempt instead (grantLive).
 func (w semWait) granted(tok, at uint64) bool {
 	a := w.a
-	now := time.Now()
-	start := grantStart(a.sentAt, now, a.srvAt, at)
-	if !grantLive(start, now, a.s.lease()) {
+	start, live := grantClock(a.sentAt, a.srvAt, at, a.s.lease())
+	if !live {
 		return false
 	}
 	a.vals = []int64{1, int64(tok)}
