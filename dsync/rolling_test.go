@@ -27,7 +27,7 @@ import (
 // its Close returned, no two holders, tokens strictly increasing.
 
 var (
-	rollingDur   = flag.Duration("rolling.dur", 10*time.Second, "how long TestRollingRestart runs per primitive")
+	rollingDur   = flag.Duration("rolling.dur", 3*time.Second, "how long TestRollingRestart runs per primitive")
 	rollingEvery = flag.Duration("rolling.every", 250*time.Millisecond, "time between two restarts in TestRollingRestart (4 replicas restart in turn: each every 4x this)")
 )
 
