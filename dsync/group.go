@@ -279,8 +279,8 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 		c.exit()
 		return v, false, wrapErr(KindGroup, g.name, err), ctxErr(ctx) == nil
 	}
-	c.exit()
 	if w.h == nil {
+		c.exit()
 		if w.failed {
 			return v, true, errors.New(w.val), true
 		}
@@ -288,6 +288,11 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 			return v, true, fmt.Errorf("dsync: Group %q: decoding the result: %w", shortName(g.name), err), true
 		}
 		return v, true, nil, true
+	}
+	claimed := gc.rec.claim(ctx, w)
+	c.exit()
+	if !claimed {
+		return v, false, wrapErr(KindGroup, g.name, ErrClosed), true
 	}
 	e := gc.rec.runF(ctx, w, groupRunKey{g.base, key}, func(ctx context.Context) (string, error) {
 		r, err := fn(ctx)

@@ -191,6 +191,20 @@ func (r *runRecord) closeEnd() string {
 
 func (rh *runHold) ended(*hold, bool) {}
 
+// claim starts the lease clock of the run the wait w was given (w.h),
+// while the call is still one that Close waits for (between enter and
+// exit): then either the hold is the Client's, and Close releases it, or
+// Close has begun, and the run ends here as Close would end it, before
+// Close returns. (Started after exit, it could end after Close returned,
+// on a Redis client closed meanwhile, and leave its marker a lease.)
+func (r *runRecord) claim(ctx context.Context, w recordWait) bool {
+	if w.h.track(w.sentAt, r.lease()) {
+		return true
+	}
+	_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
+	return false
+}
+
 // runEnd is what runF reports: f's result and error, and how the end
 // script took it (code and stored value, see runRecord) or why it could
 // not.
@@ -202,7 +216,7 @@ type runEnd struct {
 	endErr error
 }
 
-// runF runs f under the run's hold w.h (marker w.mark) and records the
+// runF runs f under the run's hold w.h (marker w.mark, claimed) and records the
 // outcome: "ok" with f's result, or what outcome says of f's error
 // ("fail": the next caller runs f; "err": the message is the result).
 // runKey marks the context f gets (see onceRunKey). If f panics, the run
@@ -210,10 +224,6 @@ type runEnd struct {
 func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	f func(context.Context) (string, error), outcome func(error) (string, string)) (e runEnd) {
 	h := w.h
-	if !h.track(w.sentAt, r.lease()) {
-		_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
-		return runEnd{err: ErrClosed}
-	}
 	lctx := h.newCtx(context.WithValue(ctx, runKey, true))
 	released := func(err error) {
 		h.end(errReleased, false)
