@@ -27,7 +27,7 @@ import (
 // its Close returned, no two holders, tokens strictly increasing.
 
 var (
-	rollingDur   = flag.Duration("rolling.dur", 3*time.Second, "how long TestRollingRestart runs per primitive")
+	rollingDur   = flag.Duration("rolling.dur", 10*time.Second, "how long TestRollingRestart runs per primitive")
 	rollingEvery = flag.Duration("rolling.every", 250*time.Millisecond, "time between two restarts in TestRollingRestart (4 replicas restart in turn: each every 4x this)")
 )
 
@@ -590,12 +590,17 @@ func rollElection(t *testing.T) {
 }
 
 // rollCond: a waiter per replica waits on a Cond of a Mutex; a Client that
-// is not restarted signals every 5 ms. Waits that a Close ended return
-// ErrClosed, the waiters' places go with their Client (leftBy), and the
-// waiters keep being woken.
+// is not restarted signals, 5 ms after the last signal's wake. Waits that
+// a Close ended return ErrClosed, the waiters' places go with their Client
+// (leftBy), and a Signal given while at least two waiters were registered
+// (so that one Close cannot leave none) wakes a waiter within rollBound,
+// even when it was given to the waiter of a Client that was closing: the
+// signal passes on.
 func rollCond(t *testing.T) {
 	var wakes atomic.Int64
 	var sig *dsync.Client
+	var worst time.Duration
+	var counted int
 	r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) {
 		for _, rep := range r.reps {
 			r.loop(wg, rep, func(cl *rollClient) error {
@@ -619,23 +624,62 @@ func rollCond(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cd := sig.NewCond(sig.NewMutex("cm"))
-			tk := time.NewTicker(5 * time.Millisecond)
-			defer tk.Stop()
+			waiters := r.prefix + ":{cm}:cond" // the waiters in arrival order (cond_wait.lua)
 			for r.ctx.Err() == nil {
-				if err := cd.Signal(r.ctx); err != nil && r.ctx.Err() == nil {
-					r.fail("Signal: %v", err)
+				n, err := r.rc.Do(r.ctx, r.rc.B().Zcard().Key(waiters).Build()).AsInt64()
+				if err != nil {
+					if r.ctx.Err() == nil {
+						r.fail("ZCARD: %v", err)
+					}
 					return
 				}
+				before := wakes.Load()
+				at := time.Now()
+				if err := cd.Signal(r.ctx); err != nil {
+					if r.ctx.Err() == nil {
+						r.fail("Signal: %v", err)
+					}
+					return
+				}
+				if n >= 2 {
+					// Every Wait that returns nil was woken by a signal
+					// (none of the waiters is frozen): the wake of this one,
+					// or of the one it passed on to.
+					woke := pollUntil(r.ctx, time.Second, func() bool { return wakes.Load() > before })
+					if r.ctx.Err() != nil {
+						return
+					}
+					d := time.Since(at)
+					counted++
+					worst = max(worst, d)
+					if !woke || d >= rollBound {
+						r.fail("a Signal given with %d waiters registered woke none within %v (%v)", n, rollBound, d.Round(time.Millisecond))
+					}
+				}
 				select {
-				case <-tk.C:
+				case <-time.After(5 * time.Millisecond):
 				case <-r.ctx.Done():
 				}
 			}
 		}()
 	}, func(r *rolling) { sig = newClientOn(t, newRueidis(t), r.opts...) })
 	r.check()
-	t.Logf("%d wakes", wakes.Load())
+	t.Logf("%d wakes; %d signals given with >= 2 waiters registered, the longest to its wake %v", wakes.Load(), counted, worst)
 	require.Greater(t, wakes.Load(), int64(len(r.closed)), "the waiters were not woken")
+	require.Greater(t, counted, len(r.closed), "too few signals given with waiters registered to show anything")
+}
+
+// pollUntil polls cond every 100 µs until it holds (true), d passes or ctx
+// ends (false).
+func pollUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return true
 }
 
 // rollWaitGroup: a Client that is not restarted adds 1 and, 10-30 ms
