@@ -248,10 +248,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 }
 
 func (m *Mutex) lease() time.Duration {
-	if m.lc.leaseTime > 0 {
-		return m.lc.leaseTime
-	}
-	return m.c.cfg.lease
+	return m.lc.lease(m.c)
 }
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {

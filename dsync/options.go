@@ -123,6 +123,15 @@ func WithMaxLocalHandoffs(n int) Option {
 // A LockOption configures one lock, semaphore or once.
 type LockOption func(*lockConfig)
 
+// lease is the lease of an acquisition under lc by a lock of c: the fixed
+// lease of WithLeaseTime, or the Client's (WithLease), renewed.
+func (lc *lockConfig) lease(c *Client) time.Duration {
+	if lc.leaseTime > 0 {
+		return lc.leaseTime
+	}
+	return c.cfg.lease
+}
+
 type lockConfig struct {
 	leaseTime time.Duration // 0: watchdog
 	resultTTL time.Duration // WithResultTTL (Group)

@@ -40,10 +40,7 @@ type runRecord struct {
 
 // lease is the lease of a run.
 func (r *runRecord) lease() time.Duration {
-	if r.lc.leaseTime > 0 {
-		return r.lc.leaseTime
-	}
-	return r.c.cfg.lease
+	return r.lc.lease(r.c)
 }
 
 // outcome of a wait for a record (runRecord.wait).
@@ -270,20 +267,16 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	return e
 }
 
-// endRun records a run's outcome, retrying a lost reply (the script is
-// idempotent for one marker), under a context that outlives ctx.
+// endRun records a run's outcome, retrying a lost reply as every release
+// is (idempotent: the script is, for one marker), under a context that
+// outlives ctx.
 func (r *runRecord) endRun(ctx context.Context, marker, outcome, val string) ([]rueidis.RedisMessage, error) {
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
 	args := append([]string{marker, outcome, val}, r.endArgs...)
 	var res []rueidis.RedisMessage
-	var err error
-	for try := 1; try <= 3; try++ {
-		res, err = r.c.lua(r.end).Exec(cctx, r.c.rc, r.endKeys, args).ToArray()
-		if err == nil || isRedisErr(err) || cctx.Err() != nil {
-			break
-		}
-	}
+	err := idempotent(ctx, func(ctx context.Context) (err error) {
+		res, err = r.c.lua(r.end).Exec(ctx, r.c.rc, r.endKeys, args).ToArray()
+		return err
+	})
 	if err == nil && len(res) == 0 {
 		err = errors.New("dsync: unexpected reply from the end script")
 	}

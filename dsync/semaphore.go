@@ -284,10 +284,7 @@ func (s *Semaphore) forget(h *hold) {
 }
 
 func (s *Semaphore) lease() time.Duration {
-	if s.lc.leaseTime > 0 {
-		return s.lc.leaseTime
-	}
-	return s.c.cfg.lease
+	return s.lc.lease(s.c)
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Context, bool, error) {
