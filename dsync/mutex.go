@@ -13,8 +13,8 @@ import (
 
 // freeMarkerTTL is how long a mutex yielded to other processes (see
 // passOnLocked) is kept as "free, last token T", so the next token
-// continues from T rather than from the clock. A plain release keeps the marker for the
-// rest of the hold's lease instead (mutex_release.lua).
+// continues from T rather than from the clock. A plain release keeps the
+// marker for the rest of the hold's lease instead (mutex_release.lua).
 const freeMarkerTTL = time.Hour
 
 // A Mutex is a mutual exclusion lock shared by every Client, in any process,
