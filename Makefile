@@ -53,9 +53,11 @@ quickstart:
 	go run ./examples/quickstart
 
 # make bench: dsync beside its peers on a private redis-server (~4 min;
-# BENCHFLAGS=-quick for ~1 min, -spin to keep CPUs awake). See bench/README.md.
+# BENCHFLAGS=-quick for ~1 min, -spin to keep CPUs awake), then the
+# performance blocks of README.md and bench/README.md written from its
+# results (-docs). See bench/README.md.
 bench: redis
-	cd bench && GOWORK=off go run ./cmd/bench $(BENCHFLAGS)
+	cd bench && GOWORK=off go run ./cmd/bench $(BENCHFLAGS) && GOWORK=off go run ./cmd/bench -docs
 
 # make scale: what held locks, waiters and processes cost, on a private
 # redis-server and a 3-master test cluster (minutes, not CI; writes

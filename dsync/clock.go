@@ -14,6 +14,11 @@ import (
 // deadline a hold had when it was pushed, and a hold found at the top whose
 // deadline has moved on is pushed again with the new one. So a hold whose
 // lease is renewed every lease/3 is looked at about once per lease.
+//
+// mu guards q, timer, at and stop, and the heap entry of every hold
+// (hold.slot, hold.due), which clockHeap's methods change under it; c is
+// set by NewClient. Lock order: Client.mu → leaseClock.mu → hold.mu (see
+// locking.go).
 type leaseClock struct {
 	c     *Client
 	mu    sync.Mutex
@@ -63,7 +68,7 @@ func (k *leaseClock) add(h *hold, due time.Time) bool {
 	}
 	h.due = tick(due)
 	heap.Push(&k.q, h)
-	k.arm()
+	k.armLocked()
 	return true
 }
 
@@ -79,9 +84,9 @@ func (k *leaseClock) remove(h *hold) {
 	k.mu.Unlock()
 }
 
-// arm sets the timer for the earliest deadline, unless it is set for that
+// armLocked sets the timer for the earliest deadline, unless it is set for that
 // or sooner. k.mu must be held.
-func (k *leaseClock) arm() {
+func (k *leaseClock) armLocked() {
 	if len(k.q) == 0 || k.stop {
 		return
 	}
@@ -129,7 +134,7 @@ func (k *leaseClock) fire() {
 		}
 		h.mu.Unlock()
 	}
-	k.arm()
+	k.armLocked()
 	k.mu.Unlock()
 	for _, h := range expired {
 		h.end(ErrLockLost, true)
