@@ -267,10 +267,7 @@ func runChaos(t *testing.T, kind string) {
 		held := slices.Contains(holders, s)
 		c := children[s]
 		faults := strings.Split(*chaosFault, ",")
-		// A Semaphore's long stops wait for a dsync fix (-dsyncbugs): a
-		// queued waiter frozen 2.5 s got a context valid after the thaw
-		// beside another holder of all the permits (1 CI run in ~5).
-		if *chaosLongStop > 0 && slices.Contains(faults, "stop") && (kind != "sem" || *dsyncBugs) && (nlong == 0 || (faults[rand.IntN(len(faults))] == "stop" && rand.IntN(*chaosLongShare) == 0)) {
+		if *chaosLongStop > 0 && slices.Contains(faults, "stop") && (nlong == 0 || (faults[rand.IntN(len(faults))] == "stop" && rand.IntN(*chaosLongShare) == 0)) {
 			nlong++
 			longStop(s, held)
 			continue
