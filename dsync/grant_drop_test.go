@@ -33,6 +33,11 @@ type pushDropProxy struct {
 	// follows it on that connection, once hold is closed.
 	hold chan struct{}
 	held chan struct{}
+	// lastMark is when the Client last sent bytes containing mark (unix
+	// ns; a command on a key named so), unlike lastUp not moved by the
+	// connections' keepalive PINGs.
+	mark     []byte
+	lastMark atomic.Int64
 }
 
 var pushMessage = []byte(">3\r\n$7\r\nmessage\r\n")
@@ -44,9 +49,9 @@ func newPushDropProxy(t *testing.T, target string) *pushDropProxy {
 }
 
 // newPushHoldProxy is newPushDropProxy holding the message instead (see
-// hold): release forwards it.
-func newPushHoldProxy(t *testing.T, target string) (p *pushDropProxy, release func()) {
-	p = &pushDropProxy{hold: make(chan struct{}), held: make(chan struct{}, 1)}
+// hold): release forwards it. lastMark follows the commands that name mark.
+func newPushHoldProxy(t *testing.T, target, mark string) (p *pushDropProxy, release func()) {
+	p = &pushDropProxy{hold: make(chan struct{}), held: make(chan struct{}, 1), mark: []byte(mark)}
 	var once sync.Once
 	release = func() { once.Do(func() { close(p.hold) }) }
 	p.serve(t, target)
@@ -65,6 +70,9 @@ func (p *pushDropProxy) serve(t *testing.T, target string) {
 					return
 				}
 				p.lastUp.Store(time.Now().UnixNano())
+				if p.mark != nil && bytes.Contains(buf[:n], p.mark) {
+					p.lastMark.Store(time.Now().UnixNano())
+				}
 				if _, err := out.Write(buf[:n]); err != nil {
 					return
 				}

@@ -32,7 +32,7 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 	for _, row := range fifoRows() {
 		t.Run(row.name, func(t *testing.T) {
 			ctx := ctxT(t)
-			px, deliver := newPushHoldProxy(t, server(t).Addr)
+			px, deliver := newPushHoldProxy(t, server(t).Addr, "outlived")
 			rcw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.addr}, DisableCache: true})
 			require.NoError(t, err)
 			t.Cleanup(rcw.Close)
@@ -53,13 +53,14 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 				got <- result{l, err, err == nil && l.Err() == nil}
 			}()
 			waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return waitersOf(t, ca, "outlived") == 1 })
-			// A fresh look by the waiter, then quiet: its next look is
-			// about lease/3 = 1 s away, time enough for the grant to lapse
+			// A fresh look by the waiter (a command on the lock's keys,
+			// not a keepalive PING), then quiet: its next look is about
+			// lease/3 = 1 s away, time enough for the grant to lapse
 			// (200 ms) and the other owner to take the lock.
-			mark := px.lastUp.Load()
-			waitFor(t, 2*time.Second, "a look by the waiter", func() bool { return px.lastUp.Load() != mark })
+			mark := px.lastMark.Load()
+			waitFor(t, 2*time.Second, "a look by the waiter", func() bool { return px.lastMark.Load() != mark })
 			waitFor(t, 2*time.Second, "the waiter's look 20 ms past", func() bool {
-				return time.Since(time.Unix(0, px.lastUp.Load())) >= 20*time.Millisecond
+				return time.Since(time.Unix(0, px.lastMark.Load())) >= 20*time.Millisecond
 			})
 			px.arm()
 			require.NoError(t, holder.unlock(hctx))
@@ -86,8 +87,8 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 			}
 			delivered := time.Now()
 			deliver()
-			// The waiter has read the message once it returned or sent
-			// something after it (its look that finds the grant gone).
+			// The waiter has read the message once it returned or looked
+			// after it (the look that finds the grant gone).
 			var early *result
 			waitFor(t, 3*time.Second, "the waiter to act on the outlived grant", func() bool {
 				select {
@@ -96,7 +97,7 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 					return true
 				default:
 				}
-				return time.Unix(0, px.lastUp.Load()).After(delivered)
+				return time.Unix(0, px.lastMark.Load()).After(delivered)
 			})
 			if early != nil {
 				tok, _ := dsync.FencingToken(early.lctx)
