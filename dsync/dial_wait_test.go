@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +128,7 @@ type stallProxy struct {
 	addr      string
 	swallowed chan struct{} // closed when a command on "dialer" was swallowed
 	held      chan struct{} // closed when a connection's first bytes are held
+	nheld     atomic.Int32  // how many connections' first bytes were held
 	mu        sync.Mutex
 	conns     []net.Conn
 	frozen    bool
@@ -144,6 +146,7 @@ func newStallProxy(t *testing.T, target string) *stallProxy {
 		return func() {
 			defer out.Close()
 			if d := time.Until(until); d > 0 {
+				p.nheld.Add(1)
 				p.hd.Do(func() { close(p.held) })
 				time.Sleep(d) // the handshake held
 			}

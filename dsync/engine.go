@@ -38,9 +38,11 @@ type waitProto interface {
 	// (a message for its id carried the token, and at, the grant's
 	// server time in µs, or 0 when the message did not say): it reports
 	// whether the wait is over. It is not over when the grant's lease
-	// may have run out, or nearly, by the time it was seen: then the loop
-	// attempts again at once, and that attempt claims the grant if Redis
-	// still has it (restarting its lease) or goes on waiting.
+	// may have run out, or nearly, by the time it was seen, or when it
+	// came before the last attempt (which found it gone: see grantStart):
+	// then the loop attempts again at once, and that attempt claims the
+	// grant if Redis still has it (restarting its lease) or goes on
+	// waiting.
 	granted(token, at uint64) bool
 }
 
@@ -113,28 +115,37 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 // unknown). The attempt ran on the server after sentAt, so the grant came
 // at least at-srvAt of server time after sentAt; 1/100 of that gap is
 // taken off for the two clocks' rates, as validity does for the lease,
-// and the start is never after now, when the grant was seen. Without both
-// times it is sentAt, which came before the grant (the attempt that
-// queued the wait ran before any release could grant it).
-func grantStart(sentAt, now time.Time, srvAt, at uint64) time.Time {
+// and the start is never after now, when the grant was seen.
+//
+// ok is false when the grant cannot be dated after the last attempt: a
+// time is missing (a script of an older version), or the grant came
+// before the attempt. Such a grant may be one the waiter outlived: its
+// message was read only after a later attempt (the process was frozen
+// past the grant's lease, and at the thaw its fallback timer fired before
+// the message was read), and that attempt, which claims a grant Redis
+// still has, did not find it, since it had lapsed and may be another
+// owner's now. It must not be returned as it is: the wait claims it
+// again with an attempt.
+func grantStart(sentAt, now time.Time, srvAt, at uint64) (start time.Time, ok bool) {
 	if srvAt == 0 || at <= srvAt {
-		return sentAt
+		return time.Time{}, false
 	}
 	gap := time.Duration(at-srvAt) * time.Microsecond
-	start := sentAt.Add(gap - gap/100)
+	start = sentAt.Add(gap - gap/100)
 	if start.After(now) {
-		return now
+		return now, true
 	}
-	return start
+	return start, true
 }
 
 // grantClock is what a wait that a release granted does with the grant:
 // the start of its lease clock (grantStart) and whether the grant is
-// returned as it is (grantLive) or claimed again by the next attempt.
+// returned as it is (grantLive) or claimed again by the next attempt
+// (live false: also a grant grantStart cannot date).
 func grantClock(sentAt time.Time, srvAt, at uint64, lease time.Duration) (time.Time, bool) {
 	now := time.Now()
-	start := grantStart(sentAt, now, srvAt, at)
-	return start, grantLive(start, now, lease)
+	start, ok := grantStart(sentAt, now, srvAt, at)
+	return start, ok && grantLive(start, now, lease)
 }
 
 // grantLive reports whether a grant whose lease clock starts at start is

@@ -28,12 +28,38 @@ type pushDropProxy struct {
 	armed   bool
 	dropped chan string  // the channel of the dropped message
 	lastUp  atomic.Int64 // when the Client last sent something (unix ns)
+	// hold, if set, makes the proxy hold the message instead of dropping
+	// it: it says so on held, and forwards the message, and whatever
+	// follows it on that connection, once hold is closed.
+	hold chan struct{}
+	held chan struct{}
+	// lastMark is when the Client last sent bytes containing mark (unix
+	// ns; a command on a key named so), unlike lastUp not moved by the
+	// connections' keepalive PINGs.
+	mark     []byte
+	lastMark atomic.Int64
 }
 
 var pushMessage = []byte(">3\r\n$7\r\nmessage\r\n")
 
 func newPushDropProxy(t *testing.T, target string) *pushDropProxy {
 	p := &pushDropProxy{dropped: make(chan string, 1)}
+	p.serve(t, target)
+	return p
+}
+
+// newPushHoldProxy is newPushDropProxy holding the message instead (see
+// hold): release forwards it. lastMark follows the commands that name mark.
+func newPushHoldProxy(t *testing.T, target, mark string) (p *pushDropProxy, release func()) {
+	p = &pushDropProxy{hold: make(chan struct{}), held: make(chan struct{}, 1), mark: []byte(mark)}
+	var once sync.Once
+	release = func() { once.Do(func() { close(p.hold) }) }
+	p.serve(t, target)
+	t.Cleanup(release) // (before the proxy's cleanup, which waits for its copies)
+	return p, release
+}
+
+func (p *pushDropProxy) serve(t *testing.T, target string) {
 	p.addr = serveProxyBoth(t, target, func(in, out net.Conn) (func(), func()) {
 		up := func() {
 			defer out.Close()
@@ -44,6 +70,9 @@ func newPushDropProxy(t *testing.T, target string) *pushDropProxy {
 					return
 				}
 				p.lastUp.Store(time.Now().UnixNano())
+				if p.mark != nil && bytes.Contains(buf[:n], p.mark) {
+					p.lastMark.Store(time.Now().UnixNano())
+				}
 				if _, err := out.Write(buf[:n]); err != nil {
 					return
 				}
@@ -51,7 +80,6 @@ func newPushDropProxy(t *testing.T, target string) *pushDropProxy {
 		}
 		return up, func() { p.down(in, out); in.Close() }
 	})
-	return p
 }
 
 func (p *pushDropProxy) arm() {
@@ -104,6 +132,14 @@ func (p *pushDropProxy) down(in, out net.Conn) {
 			}
 			_, _ = r.Discard(len(chunk))
 			continue
+		}
+		if p.hold != nil {
+			p.mu.Lock()
+			p.armed = false
+			p.mu.Unlock()
+			p.held <- struct{}{}
+			<-p.hold
+			continue // not armed: forwarded as it is
 		}
 		_, _ = r.Discard(len(pushMessage))
 		ch, err1 := readBulk(r)

@@ -156,8 +156,11 @@ func (l *semLocker) lockerEnv() (string, string, *slog.Logger, *Client) {
 //
 // The lock contexts cancelled are those of the acquisitions the release
 // covers: the one ctx is the lock context of, if it took n permits, else the
-// latest ones through s. A Redis error may leave the permits held until the
-// owner's lease lapses.
+// latest ones through s. A release whose reply is lost (the connection
+// broke, or ctx ended with the release on its way) is sent again if ctx is
+// the lock context of an acquisition of n permits, for that acquisition
+// alone; otherwise, and if Redis cannot be reached, the permits may stay
+// held until the owner's lease lapses.
 func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -175,12 +178,20 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	}
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
-	// Not retried on a lost reply: a second decrement would release permits
-	// of another acquisition. The local holds end either way, so at worst
-	// the permits come back when the owner's lease lapses.
 	tok, _ := FencingToken(ctx)
 	args := append(s.releaseArgs(owner, n), strconv.FormatUint(tok, 10))
 	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
+	if err != nil && !isRedisErr(err) && s.holdsExactly(owner, tok, n) {
+		// The reply was lost: the connection broke, or the release's
+		// context ended with the release on its way (a process frozen
+		// in the call past its deadline). Sent again exactly: the
+		// acquisition of this lock context or nothing, since the first
+		// may have released it, and a second decrement must not release
+		// another acquisition in its place. (Without such an acquisition
+		// it is not sent again: the local holds end either way, and at
+		// worst the permits come back when the owner's lease lapses.)
+		vals, err = s.releaseAgain(ctx, append(args, "exact"))
+	}
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the release script")
 	}
@@ -199,6 +210,42 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		}
 	}
 	return wrapErr(KindSemaphore, s.name, err)
+}
+
+// holdsExactly reports whether this Client holds, for owner, the
+// acquisition with token tok and exactly n permits: the one a release of
+// n permits with tok releases, alone.
+func (s *Semaphore) holdsExactly(owner string, tok uint64, n int64) bool {
+	if tok == 0 {
+		return false
+	}
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for _, h := range s.c.semHolds[s.keys[0]][owner] {
+		if h.token == tok && h.lock.N == n {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseAgain sends a release whose first reply was lost again, exactly
+// (args end with "exact"), under a budget counted from now (cleanupCtx:
+// a process frozen in the first try has its deadline behind it), until
+// Redis answers. A reply that the acquisition is gone ({2, left}) is the
+// first try's work, or its lease lapsed: either way the release is done.
+func (s *Semaphore) releaseAgain(ctx context.Context, args []string) ([]int64, error) {
+	cctx, cancel := cleanupCtx(releaseCtx(ctx))
+	defer cancel()
+	var vals []int64
+	err := idempotent(cctx, func(ctx context.Context) (err error) {
+		vals, err = s.c.lua(scripts.SemRelease).Exec(ctx, s.c.rc, s.keys, args).AsIntSlice()
+		return err
+	})
+	if err == nil && len(vals) == 2 && vals[0] == 2 {
+		vals[0] = 1
+	}
+	return vals, err
 }
 
 func (s *Semaphore) check(n int64) error {

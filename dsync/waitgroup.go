@@ -96,16 +96,16 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		// not missed.
 		w.subscribe(ctx)
 		w.drain()
-		look := func(ctx context.Context) ([]rueidis.RedisMessage, error) {
+		// Bounded always, not only when the Client is in doubt
+		// (Client.inDoubt): rueidis may make the look wait for a
+		// connection another call is opening again, whatever ctx, also
+		// when no call failed before (rueidis saw the connection break by
+		// itself). A look is a read: a reply that comes after the Wait
+		// has gone is dropped. It costs a goroutine per look, and a Wait
+		// looks once, then once per message or lease/3.
+		vals, err := bounded(c, ctx, func(ctx context.Context) ([]rueidis.RedisMessage, error) {
 			return c.rc.Do(ctx, c.rc.B().Mget().Key(wg.key, wg.gen).Build()).ToArray()
-		}
-		var vals []rueidis.RedisMessage
-		var err error
-		if c.inDoubt(ctx) {
-			vals, err = bounded(c, ctx, look)
-		} else {
-			vals, err = look(ctx)
-		}
+		})
 		if err == nil && len(vals) != 2 {
 			err = errors.New("dsync: unexpected reply to MGET")
 		}
@@ -131,7 +131,9 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		} else if gen != observed {
 			return nil // the generation observed ended; this is another
 		}
-		if err := w.wait(ctx, 0, attempt); err != nil {
+		// No hint (-1): the fallback look is lease/3 away. (A hint of 0
+		// would mean "look again at once": a look every millisecond.)
+		if err := w.wait(ctx, -1, attempt); err != nil {
 			return wrapErr(KindWaitGroup, wg.name, err)
 		}
 	}

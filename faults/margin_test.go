@@ -21,11 +21,15 @@ func init() {
 }
 
 // dsyncBugs turned on the assertions that dsync failed, each reported to
-// the lead with its reproducer (/work/wt/notes/faults.md). Behind it now:
-// TestFaultChaos's stops past the lease for the Semaphore (a queued waiter
-// frozen 2.5 s returned at the thaw with a context it found valid beside
-// another holder of all the permits). Once behind it, asserted in every run:
+// the lead with its reproducer (/work/wt/notes/faults.md). Nothing is
+// behind it now. Once behind it, asserted in every run:
 //
+//   - TestFaultChaos's stops past the lease for the Semaphore: a queued
+//     waiter frozen 2.5 s returned at the thaw with a context it found
+//     valid beside another holder of all the permits (1 CI run in ~5). Its
+//     fallback look ran before it read the grant's message, found the
+//     grant lapsed, and the wait then dated the grant from that look;
+//     dsync's TestOutlivedGrantNotReturned (the FIFO kinds had it too).
 //   - TestFaultChaos: acquisitions that failed with "dsync: redis
 //     connection: context deadline exceeded" (or "canceled", or "dial
 //     tcp ...: operation was canceled") while their own context was live:
