@@ -23,10 +23,10 @@ import (
 // the fault suite's scenario 1, where one such Wait returned 107 ms after
 // its context ended, 4 processes of 8 goroutines each ran them.)
 func TestWaitGroupWaitDoesNotPoll(t *testing.T) {
-	c := newClient(t)
+	observed, observe := observeWaits()
+	c := newClient(t, observe)
 	rc := newRueidis(t)
 	ctx := ctxT(t)
-	observed := observeWaits(t)
 	wg := c.NewWaitGroup("quiet")
 	require.NoError(t, wg.Add(ctx, 1))
 	mgets := func() int {
