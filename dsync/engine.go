@@ -12,7 +12,7 @@ import (
 
 // A waitProto is one acquisition's conversation with Redis, as a
 // primitive describes it to waitLoop, the one wait loop of every primitive
-// (Mutex, FairMutex, RWMutex, Semaphore, Once): what an attempt sends and
+// (Mutex, FairMutex, RWMutex, Semaphore, Once, WaitGroup): what an attempt sends and
 // how it is undone are the primitive's; when to look again, how to wait
 // and how an error ends the wait are the loop's.
 //
@@ -46,6 +46,12 @@ type waitProto interface {
 	granted(token, at uint64) bool
 }
 
+// A subscriber is a waitProto whose wait subscribes before its first
+// attempt (subscribeFirst true), not after the first that found it must
+// wait: the waits of a WaitGroup, where waiting is the rule, so that the
+// look just after subscribing is the first look.
+type subscriber interface{ subscribeFirst() bool }
+
 // waitLoop runs p until an attempt ends the wait, ctx is done, the Client
 // closes or Redis fails. Between attempts it waits for a message on ch, or
 // at most the last attempt's hint or lease/3, in case the message was
@@ -59,7 +65,11 @@ type waitProto interface {
 func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
 	w := wakeup{c: c, ch: ch, id: id}
 	defer w.close()
-	if id != "" && !try && c.notify.isLive(ch) {
+	if sf, ok := any(p).(subscriber); ok && sf.subscribeFirst() && !try {
+		// A wait that nearly always waits (WaitGroup) subscribes before
+		// its first look, which then sees everything: one look, not two.
+		w.subscribe(ctx)
+	} else if id != "" && !try && c.notify.isLive(ch) {
 		// Subscribed already: register now, so that a grant right after
 		// the attempt finds the wait. (Not subscribed: the subscription
 		// after the attempt is fresh, and the loop looks again.)

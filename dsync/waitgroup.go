@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
@@ -88,53 +89,61 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 	if err := c.checkCall(ctx, wg.err); err != nil {
 		return wrapErr(KindWaitGroup, wg.name, err)
 	}
-	w := wakeup{c: c, ch: wg.ch}
-	defer w.close()
-	var observed string // the generation this Wait belongs to
-	for attempt := 1; ; attempt++ {
-		// Subscribe before looking, so reaching zero after the look is
-		// not missed.
-		w.subscribe(ctx)
-		w.drain()
-		// Bounded always, not only when the Client is in doubt
-		// (Client.inDoubt): rueidis may make the look wait for a
-		// connection another call is opening again, whatever ctx, also
-		// when no call failed before (rueidis saw the connection break by
-		// itself). A look is a read: a reply that comes after the Wait
-		// has gone is dropped. It costs a goroutine per look, and a Wait
-		// looks once, then once per message or lease/3.
-		vals, err := bounded(c, ctx, func(ctx context.Context) ([]rueidis.RedisMessage, error) {
-			return c.rc.Do(ctx, c.rc.B().Mget().Key(wg.key, wg.gen).Build()).ToArray()
-		})
-		if err == nil && len(vals) != 2 {
-			err = errors.New("dsync: unexpected reply to MGET")
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return wrapErr(KindWaitGroup, wg.name, ctx.Err())
-			}
-			if c.closed.Load() {
-				return ErrClosed
-			}
-			return wrapErr(KindWaitGroup, wg.name, err)
-		}
-		n, err := vals[0].AsInt64()
-		if rueidis.IsRedisNil(err) || (err == nil && n <= 0) {
-			return nil // zero
-		}
-		gen, _ := vals[1].ToString()
-		if attempt == 1 {
-			observed = gen
-			if f := c.cfg.test.waitGroupObserved; f != nil {
-				f()
-			}
-		} else if gen != observed {
-			return nil // the generation observed ended; this is another
-		}
-		// No hint (-1): the fallback look is lease/3 away. (A hint of 0
-		// would mean "look again at once": a look every millisecond.)
-		if err := w.wait(ctx, -1, attempt); err != nil {
-			return wrapErr(KindWaitGroup, wg.name, err)
-		}
-	}
+	_, err := waitLoop(c, ctx, wg.ch, "", false, wgWait{wg: wg, observed: new(string)})
+	return wrapErr(KindWaitGroup, wg.name, err)
 }
+
+// wgWait is a Wait's waitProto: an attempt looks at the counter and its
+// generation (a read: nothing to undo). The wait is over when the counter
+// is zero, or the generation the first look observed has ended (the
+// counter reached zero since, and an Add raised it again).
+type wgWait struct {
+	wg       *WaitGroup
+	observed *string // the generation this Wait belongs to ("" before the first look)
+}
+
+func (w wgWait) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
+	wg, c := w.wg, w.wg.c
+	// Bounded always, not only when the Client is in doubt
+	// (Client.inDoubt): rueidis may make the look wait for a connection
+	// another call is opening again, whatever ctx, also when no call
+	// failed before (rueidis saw the connection break by itself). A look
+	// is a read: a reply that comes after the Wait has gone is dropped. It
+	// costs a goroutine per look, and a Wait looks once (it subscribes
+	// first: see subscriber), then once per message or lease/3.
+	vals, err := bounded(c, ctx, func(ctx context.Context) ([]rueidis.RedisMessage, error) {
+		return c.rc.Do(ctx, c.rc.B().Mget().Key(wg.key, wg.gen).Build()).ToArray()
+	})
+	if err == nil && len(vals) != 2 {
+		err = errors.New("dsync: unexpected reply to MGET")
+	}
+	if err != nil {
+		return true, 0, err
+	}
+	cnt, err := vals[0].AsInt64()
+	if rueidis.IsRedisNil(err) || (err == nil && cnt <= 0) {
+		return true, 0, nil // zero
+	}
+	gen, _ := vals[1].ToString()
+	if n == 1 {
+		*w.observed = gen
+		if f := c.cfg.test.waitGroupObserved; f != nil {
+			f()
+		}
+	} else if gen != *w.observed {
+		return true, 0, nil // the generation observed ended; this is another
+	}
+	// No hint (-1): the fallback look is lease/3 away. (A hint of 0 would
+	// mean "look again at once": a look every millisecond.)
+	return false, -1, nil
+}
+
+func (wgWait) failed(error) {} // a look changes nothing
+
+func (wgWait) subscribeFirst() bool { return true }
+
+func (wgWait) waiting() {}
+
+func (wgWait) gaveUp() {}
+
+func (wgWait) granted(uint64, uint64) bool { return false } // the channel carries no grants
