@@ -102,7 +102,7 @@ func instrOne(spec libSpec, n int, valgrind, redisBin string) ([3]float64, error
 	if err := cycles(n); err != nil {
 		return zero, err
 	}
-	r, err := srv.dump()
+	r, err := srv.dump(spec.name)
 	if err != nil {
 		return zero, err
 	}
@@ -162,7 +162,7 @@ func (s *callgrindServer) zero() error {
 
 // dump returns the instructions counted since zero: in all, inside
 // lua_pcall, inside scriptCall (inclusive counts).
-func (s *callgrindServer) dump() ([3]float64, error) {
+func (s *callgrindServer) dump(name string) ([3]float64, error) {
 	var zero [3]float64
 	if b, err := exec.Command("callgrind_control", "-d", s.pid).CombinedOutput(); err != nil {
 		return zero, fmt.Errorf("callgrind_control -d: %v: %s", err, b)
@@ -177,7 +177,7 @@ func (s *callgrindServer) dump() ([3]float64, error) {
 	}
 	if d := os.Getenv("DSYNC_BENCH_ANNOTATE"); d != "" {
 		// The whole annotation, for a look at where the instructions go.
-		_ = os.WriteFile(filepath.Join(d, "instr-"+spec.name+".txt"), ann, 0o644)
+		_ = os.WriteFile(filepath.Join(d, "instr-"+name+".txt"), ann, 0o644)
 	}
 	var r [3]float64
 	sc := bufio.NewScanner(strings.NewReader(string(ann)))

@@ -120,7 +120,7 @@ func instrRenewOne(kind string, n, rounds int, valgrind, redisBin string) ([3]fl
 	if err := waitRounds(int64(rounds)); err != nil {
 		return zero, err
 	}
-	r, err := srv.dump()
+	r, err := srv.dump("renew-" + kind)
 	if err != nil {
 		return zero, err
 	}
