@@ -40,6 +40,7 @@ type capSettings struct {
 	Rounds     int           `json:"rounds"`      // renewal rounds per window, default lease
 	ShortRound int           `json:"short_round"` // renewal rounds per window, 3 s lease
 	Waiters    int           `json:"waiters"`
+	WaitModes  []string      `json:"wait_modes,omitempty"` // of close, unlock, one (default all)
 	Procs      int           `json:"procs"`
 	ProcG      int           `json:"proc_goroutines"`
 	ProcLocks  int           `json:"proc_locks"`
@@ -1184,19 +1185,30 @@ func runCapacity(st capSettings, outDir, redisBin string) error {
 				add(e, "held", fmt.Sprintf("%d locks, lease 3s", n), s, err)
 			}
 		}
-		if waiters > 0 {
+		modes := st.WaitModes
+		if len(modes) == 0 {
+			modes = []string{"close", "unlock", "one"}
+		}
+		for _, mode := range modes {
+			if waiters <= 0 {
+				break
+			}
 			flush(e)
-			fmt.Fprintf(os.Stderr, "%s waiters %d on distinct locks\n", e.deploy, waiters)
-			s, err := e.waiters(waiters, "close")
-			add(e, "waiters", fmt.Sprintf("%d waiters, %d locks, holder's Close", waiters, waiters), s, err)
-			flush(e)
-			fmt.Fprintf(os.Stderr, "%s waiters %d on distinct locks, 64 goroutines unlock\n", e.deploy, waiters)
-			s, err = e.waiters(waiters, "unlock")
-			add(e, "waiters", fmt.Sprintf("%d waiters, %d locks, 64 goroutines Unlock", waiters, waiters), s, err)
-			flush(e)
-			fmt.Fprintf(os.Stderr, "%s waiters %d on one lock\n", e.deploy, waiters)
-			s, err = e.waiters(waiters, "one")
-			add(e, "waiters", fmt.Sprintf("%d waiters, one lock", waiters), s, err)
+			var label string
+			switch mode {
+			case "close":
+				label = fmt.Sprintf("%d waiters, %d locks, holder's Close", waiters, waiters)
+			case "unlock":
+				label = fmt.Sprintf("%d waiters, %d locks, 64 goroutines Unlock", waiters, waiters)
+			case "one":
+				label = fmt.Sprintf("%d waiters, one lock", waiters)
+			default:
+				add(e, "waiters", mode, nil, fmt.Errorf("unknown waiters mode %q (close, unlock, one)", mode))
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "%s waiters: %s\n", e.deploy, label)
+			s, err := e.waiters(waiters, mode)
+			add(e, "waiters", label, s, err)
 		}
 		if procs > 0 {
 			flush(e)

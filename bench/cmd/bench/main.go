@@ -69,6 +69,7 @@ func main() {
 		capHeld   = flag.String("cap-held", "10000,100000,1000000", "capacity: numbers of locks held by one process")
 		capShort  = flag.Int("cap-short", 100000, "capacity: held runs up to this many locks are repeated at a 3 s lease")
 		capWait   = flag.Int("cap-waiters", 10000, "capacity: waiters (on as many locks, and on one)")
+		capModes  = flag.String("cap-wait-modes", "", "capacity: waiters runs, comma-separated of close,unlock,one (default all)")
 		capProcs  = flag.Int("cap-procs", 50, "capacity: processes contending on -cap-locks locks")
 		capG      = flag.Int("cap-g", 2, "capacity: goroutines per process")
 		capLocks  = flag.Int("cap-locks", 1000, "capacity: locks the processes contend on")
@@ -117,7 +118,7 @@ func main() {
 		return
 	}
 	if *capacity {
-		cs := capSettings{HeldShort: *capShort, Rounds: 2, ShortRound: 5, Waiters: *capWait, Procs: *capProcs, ProcG: *capG,
+		cs := capSettings{HeldShort: *capShort, Rounds: 2, ShortRound: 5, Waiters: *capWait, WaitModes: split(*capModes), Procs: *capProcs, ProcG: *capG,
 			ProcLocks: *capLocks, ProcWindow: *capWindow, Cluster: *capClust, ClusterN: *capClN, Profile: *capProf}
 		for _, f := range split(*capHeld) {
 			v, err := strconv.Atoi(f)
