@@ -292,8 +292,23 @@ type holdCloser interface {
 	closeExec(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool)
 }
 
-// releaseOnClose releases holds in Redis in one pipelined round per script
-// (after a round for the holds that end otherwise first: holdCloser).
+// releaseBatch bounds the holds released by one batch script call at
+// Close (MutexReleaseMany).
+var releaseBatch = 128 // a variable for tests
+
+// batchReleaser is a holdOps whose holds Close releases many per script
+// call (MutexReleaseMany): releaseKey names the lock's key and the
+// release's arguments, the hold's value prefix "<owner> <token> " as Redis
+// knows it and the last token issued under it ("" for the token itself).
+// ok false: releaseExec.
+type batchReleaser interface {
+	releaseKey(h *hold) (key, prefix, used string, ok bool)
+}
+
+// releaseOnClose releases holds in Redis: after a round for the holds
+// that end otherwise first (holdCloser), the holds of a batchReleaser in
+// batch script calls per cluster slot, all in one pipeline, then the others
+// in one pipelined round per script.
 func (c *Client) releaseOnClose(holds []*hold) {
 	if len(holds) == 0 {
 		return
@@ -301,6 +316,8 @@ func (c *Client) releaseOnClose(holds []*hold) {
 	ctx := c.cleanCtx // cancelled when closeTimeout has run out
 	first := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
+	var calls []renewCall
+	batches := map[uint16]*renewCall{}
 	for _, h := range holds {
 		if hc, ok := h.ops.(holdCloser); ok {
 			if s, e, ok := hc.closeExec(h); ok {
@@ -308,17 +325,52 @@ func (c *Client) releaseOnClose(holds []*hold) {
 				first[s] = append(first[s], e)
 			}
 		}
+		if br, ok := h.ops.(batchReleaser); ok {
+			if key, prefix, used, ok := br.releaseKey(h); ok {
+				var slot uint16
+				if c.cluster {
+					cmd := c.rc.B().Get().Key(key).Build()
+					slot = cmd.Slot()
+				}
+				b := batches[slot]
+				if b == nil || len(b.e.Keys) == releaseBatch {
+					if b != nil {
+						calls = append(calls, *b)
+					}
+					b = &renewCall{s: scripts.MutexReleaseMany}
+					batches[slot] = b
+				}
+				b.e.Keys = append(b.e.Keys, key)
+				b.e.Args = append(b.e.Args, prefix, used)
+				continue
+			}
+		}
 		s, e := h.ops.releaseExec(h)
 		s = c.lua(s)
 		groups[s] = append(groups[s], e)
 	}
-	for _, round := range []map[*rueidis.Lua][]rueidis.LuaExec{first, groups} {
-		for s, execs := range round {
-			for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
-				if err := r.Error(); err != nil {
-					c.cfg.logger.Warn("dsync: release on close failed", "err", err)
-				}
-			}
+	for _, b := range batches {
+		calls = append(calls, *b)
+	}
+	warn := func(err error) {
+		if err != nil {
+			c.cfg.logger.Warn("dsync: release on close failed", "err", err)
+		}
+	}
+	for s, execs := range first {
+		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
+			warn(r.Error())
+		}
+	}
+	if len(calls) > 0 {
+		for _, r := range c.renew.exec(ctx, calls) {
+			_, err := r.AsIntSlice()
+			warn(err)
+		}
+	}
+	for s, execs := range groups {
+		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
+			warn(r.Error())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -273,7 +274,21 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relBuf[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+}
+
+// releaseKey makes a Mutex a batchReleaser: Close releases its known holds
+// with MutexReleaseMany, as releaseExec's MutexRelease would one by one.
+// (The prefix is built here, not taken from mutexPrefix's cache, which is
+// the renewal loop's.)
+func (m *Mutex) releaseKey(h *hold) (key, prefix, used string, ok bool) {
+	if h.rToken == 0 {
+		return "", "", "", false
+	}
+	if used = usedArg(h.rToken, h.token); used == "0" {
+		used = ""
+	}
+	return m.key, h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " ", used, true
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {
