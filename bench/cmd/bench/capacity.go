@@ -76,7 +76,7 @@ type capEnv struct {
 	masters []string
 	ctl     map[string]rueidis.Client
 	self    string
-	profDir string   // held children write heap and CPU profiles here, if set
+	profDir string   // held children write heap and CPU profiles here, waiters children a CPU profile, if set
 	idle    float64  // main-thread CPU % of the masters with no client load
 	notes   []string // the last child's remarks (first renewal error, ...)
 }
@@ -700,7 +700,7 @@ func (e *capEnv) waiters(n int, mode string) (sample, error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	args := []string{"-child=waiters", fmt.Sprintf("-n=%d", n), "-key=" + mode}
+	args := []string{"-child=waiters", fmt.Sprintf("-n=%d", n), "-key=" + mode, "-out=" + e.profDir}
 	s, snaps, err := e.capChild(poll, args...)
 	if err != nil {
 		return nil, err
@@ -724,9 +724,13 @@ func (e *capEnv) waiters(n int, mode string) (sample, error) {
 }
 
 // childWaiters: one Client holds n locks (or one); n goroutines of another
-// Client wait for them; then the holder lets all go at once (Close: one
-// pipelined release of every lock; for one lock, its Unlock).
-func childWaiters(addrs string, n int, mode string) error {
+// Client wait for them; then the holder lets all go at once (Close: its
+// release of every hold, batched per slot in one pipeline; for one lock,
+// its Unlock).
+//
+// With profDir, the child writes a CPU profile of the release window
+// (release start to all woken) there.
+func childWaiters(addrs string, n int, mode, profDir string) error {
 	one := mode == "one"
 	in := bufio.NewReader(os.Stdin)
 	hrc, err := capRueidis(addrs, "cap-holder")
@@ -845,6 +849,16 @@ func childWaiters(addrs string, n int, mode string) error {
 	if err := childMark(in, "waiting"); err != nil {
 		return err
 	}
+	if profDir != "" {
+		f, err := os.Create(filepath.Join(profDir, fmt.Sprintf("cpu-waiters-%d-%s.pprof", n, mode)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	cpu0 := cpuTime()
 	t0 := time.Now()
 	relAt := make([]int64, n) // when each lock's release started, Unix ns
@@ -857,7 +871,7 @@ func childWaiters(addrs string, n int, mode string) error {
 			return hm[i].UnlockContext(hctx[i])
 		})
 	default:
-		err = H.Close() // every hold released in one pipelined round
+		err = H.Close() // every hold released in batch scripts, one pipeline
 	}
 	relDur := time.Since(t0)
 	if err != nil {
@@ -871,6 +885,9 @@ func childWaiters(addrs string, n int, mode string) error {
 	}
 	allAt := time.Now()
 	cpu1 := cpuTime()
+	if profDir != "" {
+		pprof.StopCPUProfile()
+	}
 	if err := childMark(in, "woken"); err != nil {
 		return err
 	}

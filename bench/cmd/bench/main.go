@@ -81,7 +81,7 @@ func main() {
 		instrKind = flag.String("instr-kinds", "", "renewal kinds for -instr-renew (default all: mutex,fair,rw-read,rw-write,sem,once,group,election)")
 		instrRnds = flag.Int("instr-rounds", 3, "renewal rounds counted by -instr-renew")
 		valgrind  = flag.String("valgrind", "valgrind", "valgrind binary, for -instr")
-		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory")
+		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory, waiters children a CPU profile of the release window")
 	)
 	flag.Parse()
 	if *childRole != "" {
@@ -91,7 +91,7 @@ func main() {
 		case "held":
 			err = childHeld(*addr, *n, *lease, *rounds, *out)
 		case "waiters":
-			err = childWaiters(*addr, *n, *key)
+			err = childWaiters(*addr, *n, *key, *out)
 		case "proc":
 			err = childProc(*addr, *key, *g, *n)
 		default:
