@@ -146,7 +146,7 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 // ownerOnly is a context carrying owner and nothing else, for a release
 // by owner.
 func ownerOnly(owner string) context.Context {
-	return withOwnerVal(context.Background(), ownerVal{id: owner})
+	return withOwnerVal(context.Background(), ownerVal{owner: owner})
 }
 
 // contextHeld is implemented by the locks that can tell whether this

@@ -41,17 +41,16 @@ const freeMarkerTTL = time.Hour
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
 type Mutex struct {
 	c    *Client
-	info Lock   // its name, for events and errors
-	key  string // the lock value "<owner> <token> <count>"
-	err  error  // a bad name, returned by every call
-	lc   lockConfig
+	info Lock        // its name, for events and errors
+	key  string      // the lock value "<owner> <token> <count>"
+	err  error       // a bad name, returned by every call
+	lc   *lockConfig // shared by every Mutex made without options (noLockConfig)
 
 	// Arguments computed once, so an acquisition does not rebuild them
 	// (those all Mutexes of the Client share are the Client's).
-	relKeys  []string // {key, wakeup channel (published on release)}, in relBuf
-	relBuf   [2]string
-	wkey     string // waiting count: waiting Client -> "<goroutines> <expiry ms>"
-	leaseArg string // lease of a new hold, in ms
+	relBuf   [2]string // {key, wakeup channel (published on release)}: relKeys
+	wkey     string    // waiting count: waiting Client -> "<goroutines> <expiry ms>"
+	leaseArg string    // lease of a new hold, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
 	// this Client that need no round trip. 1 with a fixed lease, since each
@@ -63,7 +62,11 @@ type Mutex struct {
 }
 
 // ch is m's wakeup channel, published on release.
-func (m *Mutex) ch() string { return m.relKeys[1] }
+func (m *Mutex) ch() string { return m.relBuf[1] }
+
+// relKeys are the keys of the release and the handoff: the lock's key and
+// its wakeup channel (a slice of the Mutex's own array, not one more field).
+func (m *Mutex) relKeys() []string { return m.relBuf[:] }
 
 // sk names m's state in the Client's registry.
 func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
@@ -72,9 +75,11 @@ func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	key, ch, wkey := c.lockKeyAnd("mutex", name, ":ch", ":waiting")
-	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: newLockConfig(opts)}
+	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: &noLockConfig}
+	if lc := newLockConfig(opts); lc != noLockConfig {
+		m.lc = &lc
+	}
 	m.relBuf = [2]string{key, ch}
-	m.relKeys = m.relBuf[:]
 	m.wkey = wkey
 	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
 	if m.lc.leaseTime > 0 {
@@ -175,7 +180,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	rctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		rctx = c.ctx
-	} else if lc, ok := ctx.(*lockCtx); ok && lc.end.IsZero() {
+	} else if lc, ok := ctx.(*lockCtx); ok && lc.h.watchdog {
 		// A lock context's deadline is its parent's (a watchdog hold has
 		// no lease end): bound the release by the parent, whose Done
 		// channel the caller's other calls share, rather than make the
@@ -213,7 +218,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 
 func (m *Mutex) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := m.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: complete})
 	}
 }
 

@@ -36,8 +36,8 @@ type mutexState struct {
 	mu      sync.Mutex
 	h       *hold
 	queue   []*mutexWaiter
-	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
 	passes  int  // consecutive handoffs inside this Client
+	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
 	yielded bool // the lock was just released to other processes' waiters
 	// next..last are the fencing tokens reserved in Redis for handoffs
 	// inside this Client (see Mutex.block); empty when next > last.
@@ -233,7 +233,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, try)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try)
 			attempts += n
 			if h == nil {
 				m.stepDown(st)
@@ -241,7 +241,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			}
 			var tag string
 			if buf != nil && !again {
-				tag = ownerTag(buf, len(mark)-len(owner), h.rToken)
+				tag = h.renewTag // ownerTag's, set before track: no renewal writes it
 			}
 			st.mu.Lock()
 			st.busy = false
