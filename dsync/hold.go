@@ -138,14 +138,9 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 	h.deadline = later(deadline, h.deadline)
 	deadline = h.deadline
 	h.mu.Unlock()
-	if !c.clock.add(h, deadline) {
-		c.mu.Unlock()
-		return false
-	}
-	c.holds[h] = struct{}{}
-	c.holds = compact(c.holds, &c.holdsPeak)
+	ok := c.clock.add(h, deadline)
 	c.mu.Unlock()
-	return true
+	return ok
 }
 
 // newCtx returns a lock context for one more acquisition of this hold (see
@@ -301,10 +296,6 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 	h.mu.Unlock()
 	c := h.c
 	c.clock.remove(h)
-	c.mu.Lock()
-	delete(c.holds, h)
-	c.holds = compact(c.holds, &c.holdsPeak)
-	c.mu.Unlock()
 	h.ops.ended(h, lost)
 	// Report a loss before cancelling, so whoever waits on a lock context
 	// finds it already recorded; log it after, since a log write may be

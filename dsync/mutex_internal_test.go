@@ -95,7 +95,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // queued reports how many goroutines of c wait locally for the mutex key.
 func queued(c *Client, key string) int {
 	c.mu.Lock()
-	st := c.mutexes[stateKey{key: key}]
+	st := c.mutexes[key]
 	c.mu.Unlock()
 	if st == nil {
 		return 0

@@ -107,9 +107,38 @@ type stateKey struct {
 // maxSpareStates bounds the Client's spare lock states.
 const maxSpareStates = 32
 
+// stateOf returns the state of key in the registry, or nil. c.mu must be
+// held.
+func (c *Client) stateOf(key stateKey) *mutexState {
+	if key.slot == "" && key.owner == "" {
+		return c.mutexes[key.key]
+	}
+	return c.mutexesBy[key]
+}
+
+// setState enters st as the state of key in the registry, or removes
+// key's (st nil). c.mu must be held.
+func (c *Client) setState(key stateKey, st *mutexState) {
+	if key.slot == "" && key.owner == "" {
+		if st == nil {
+			delete(c.mutexes, key.key)
+		} else {
+			c.mutexes[key.key] = st
+		}
+		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		return
+	}
+	if st == nil {
+		delete(c.mutexesBy, key)
+	} else {
+		c.mutexesBy[key] = st
+	}
+	c.mutexesBy = compact(c.mutexesBy, &c.mutexesByPeak)
+}
+
 func (c *Client) getMutex(key stateKey) *mutexState {
 	c.mu.Lock()
-	st := c.mutexes[key]
+	st := c.stateOf(key)
 	if st == nil {
 		if n := len(c.spareStates); n > 0 {
 			st = c.spareStates[n-1]
@@ -118,8 +147,7 @@ func (c *Client) getMutex(key stateKey) *mutexState {
 		} else {
 			st = &mutexState{}
 		}
-		c.mutexes[key] = st
-		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		c.setState(key, st)
 	}
 	st.refs++
 	c.mu.Unlock()
@@ -129,8 +157,7 @@ func (c *Client) getMutex(key stateKey) *mutexState {
 func (c *Client) putMutex(key stateKey, st *mutexState) {
 	c.mu.Lock()
 	if st.refs--; st.refs == 0 {
-		delete(c.mutexes, key)
-		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		c.setState(key, nil)
 		// Nobody refers to st now (a state is used only while counted in
 		// refs), so it can serve the next lock, cleared; its queue's
 		// array is kept if small.
