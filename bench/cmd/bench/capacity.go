@@ -1310,11 +1310,13 @@ func (r *capReport) targets() {
 		r.Targets = append(r.Targets, t)
 	}
 	held := r.find("standalone", "held", "100000 locks, lease 30s")
-	add("100k held, default lease: client renewal CPU", "< 2% of one core", held, func(s sample) (string, bool) {
-		return fmt.Sprintf("%.2f%%", s["client_cpu_pct"]), s["client_cpu_pct"] < 2
+	// Issue 28's targets where it set them (its CPU rows: on a quiet
+	// machine, medians of 3 runs; this is one run), issue 18's elsewhere.
+	add("100k held, default lease: client renewal CPU", "<= 1% of one core", held, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.2f%%", s["client_cpu_pct"]), s["client_cpu_pct"] <= 1
 	})
-	add("100k held, default lease: Redis main thread", "< 2%", held, func(s sample) (string, bool) {
-		return fmt.Sprintf("%.2f%%", s["redis_main_pct"]), s["redis_main_pct"] < 2
+	add("100k held, default lease: Redis main thread", "<= 2%", held, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.2f%%", s["redis_main_pct"]), s["redis_main_pct"] <= 2
 	})
 	add("100k held: client heap per held lock", "<= 1 KB (Mutex value + hold + lock context)", held, func(s sample) (string, bool) {
 		return fmt.Sprintf("%.0f B (Mutex %.0f + hold %.0f)", s["heap_held_b"], s["heap_mutex_b"], s["heap_hold_b"]), s["heap_held_b"] <= 1024
@@ -1322,12 +1324,22 @@ func (r *capReport) targets() {
 	add("100k held: heap after release", "back to baseline (within 1 MB)", held, func(s sample) (string, bool) {
 		return fmt.Sprintf("%+.0f KB vs baseline", s["heap_end_vs_base_kb"]), math.Abs(s["heap_end_vs_base_kb"]) <= 1024
 	})
+	big := r.find("standalone", "held", "1000000 locks, lease 30s")
+	add("1M held, default lease: Redis main thread", "<= 15%", big, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f%%", s["redis_main_pct"]), s["redis_main_pct"] <= 15
+	})
+	add("... longest renewal round", "<= lease/6 (5 s)", big, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f s", s["max_round_ms"]/1000), s["max_round_ms"] <= 5000
+	})
 	w := r.find("standalone", "waiters", fmt.Sprintf("%d waiters, %d locks, holder's Close", r.Settings.Waiters, r.Settings.Waiters))
 	add(fmt.Sprintf("%d waiters on %d locks, released at once: all woken", r.Settings.Waiters, r.Settings.Waiters), "all", w, func(s sample) (string, bool) {
 		return fmt.Sprintf("%.0f of %.0f", s["woken"], s["waiters"]), s["woken"] == s["waiters"]
 	})
-	add("... p99 wake (release start -> holding)", "<= 50 ms", w, func(s sample) (string, bool) {
-		return fmt.Sprintf("%.1f ms (p50 %.1f)", s["wake_p99_ms"], s["wake_p50_ms"]), s["wake_p99_ms"] <= 50
+	add("... p99 wake (holder's Close start -> holding)", "<= 250 ms", w, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f ms (p50 %.1f)", s["wake_p99_ms"], s["wake_p50_ms"]), s["wake_p99_ms"] <= 250
+	})
+	add("... last waiter woken (Close start -> holding)", "reported", w, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f ms (Close returned at %.1f ms)", s["wake_max_ms"], s["release_ms"]), true
 	})
 	wu := r.find("standalone", "waiters", fmt.Sprintf("%d waiters, %d locks, 64 goroutines Unlock", r.Settings.Waiters, r.Settings.Waiters))
 	add("... p99 wake, released by 64 goroutines' Unlock (each lock's release -> holding)", "<= 50 ms", wu, func(s sample) (string, bool) {
@@ -1351,7 +1363,7 @@ func (r *capReport) markdown() string {
 	fmt.Fprintf(&b, "- machine: %d CPUs, %s, %s, kernel %s\n", m.NProc, m.CPU, m.OS, m.Kernel)
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence); run took %s\n", m.Go, m.Redis, r.Elapsed)
 	fmt.Fprintf(&b, "- one run, no repeats: every figure is from this run. Redis CPU is the main thread's (INFO cpu *_main_thread), less the idle server's; client CPU the child process's (getrusage). \"load 1m\" is the machine's load average after each run: above ~2 other work shared the 2 CPUs.\n")
-	b.WriteString("\n### Targets (issue 18)\n\n| target | goal | measured | |\n| --- | --- | --- | --- |\n")
+	b.WriteString("\n### Targets (issues 18 and 28)\n\n| target | goal | measured | |\n| --- | --- | --- | --- |\n")
 	for _, t := range r.Targets {
 		mark := "not met"
 		if t.Met {
