@@ -228,12 +228,6 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.clock.each(func(h *hold) { holds = append(holds, h) })
 	c.mu.Unlock()
-	// Their lock contexts end first, so that no holder here still believes
-	// in a lock that another Client can take as soon as it is released.
-	for _, h := range holds {
-		h.beginRelease() // a renewal in flight must not report them lost
-		h.end(ErrClosed, false)
-	}
 	c.releaseOnClose(holds)
 	c.clock.close()
 	// The cleanups run until done or closeTimeout; then no more start.
@@ -310,67 +304,93 @@ type batchReleaser interface {
 	releaseKey(h *hold) (key, prefix, used string, ok bool)
 }
 
-// releaseOnClose releases holds in Redis: after a round for the holds
-// that end otherwise first (holdCloser), the holds of a batchReleaser in
-// batch script calls per cluster slot, all in one pipeline, then the others
-// in one pipelined round per script.
+// releaseOnClose ends holds and releases them in Redis. Each hold's lock
+// contexts end before its release is sent, so that no holder here still
+// believes in a lock that another Client can take as soon as it is
+// released.
+//
+// The holds of a batchReleaser go first, in batch script calls per cluster
+// slot (releaseBatch holds each), and as a stream: a batch is sent as soon
+// as its holds are ended, while the next ones are, so the first wakeups
+// reach other Clients' waiters before the last holds are even ended (with
+// 10,000 holds, ending them all took about as long as Redis took to
+// release the first few thousand). Then the other holds: a round for
+// those that end otherwise first (holdCloser), and one pipelined round per
+// release script.
 func (c *Client) releaseOnClose(holds []*hold) {
 	if len(holds) == 0 {
 		return
 	}
 	ctx := c.cleanCtx // cancelled when closeTimeout has run out
+	warn := func(err error) {
+		if err != nil {
+			c.cfg.logger.Warn("dsync: release on close failed", "err", err)
+		}
+	}
+	end := func(h *hold) {
+		h.beginRelease() // a renewal in flight must not report it lost
+		h.end(ErrClosed, false)
+	}
+	var send *closeSender
+	batches := map[uint16]*renewCall{}
+	rest := holds[:0]
+	for _, h := range holds {
+		br, ok := h.ops.(batchReleaser)
+		if !ok {
+			rest = append(rest, h)
+			continue
+		}
+		key, prefix, used, ok := br.releaseKey(h)
+		if !ok {
+			rest = append(rest, h)
+			continue
+		}
+		end(h)
+		var slot uint16
+		if c.cluster {
+			cmd := c.rc.B().Get().Key(key).Build()
+			slot = cmd.Slot()
+		}
+		b := batches[slot]
+		if b == nil {
+			b = &renewCall{s: scripts.MutexReleaseMany}
+			batches[slot] = b
+		}
+		b.e.Keys = append(b.e.Keys, key)
+		b.e.Args = append(b.e.Args, prefix, used)
+		if len(b.e.Keys) == releaseBatch {
+			if send == nil {
+				send = c.newCloseSender(ctx, warn)
+			}
+			send.send(*b)
+			delete(batches, slot)
+		}
+	}
+	if len(batches) > 0 && send == nil {
+		send = c.newCloseSender(ctx, warn)
+	}
+	for _, b := range batches {
+		send.send(*b)
+	}
 	first := make(map[*rueidis.Lua][]rueidis.LuaExec)
 	groups := make(map[*rueidis.Lua][]rueidis.LuaExec)
-	var calls []renewCall
-	batches := map[uint16]*renewCall{}
-	for _, h := range holds {
+	for _, h := range rest {
+		end(h)
+	}
+	for _, h := range rest {
 		if hc, ok := h.ops.(holdCloser); ok {
 			if s, e, ok := hc.closeExec(h); ok {
 				s = c.lua(s)
 				first[s] = append(first[s], e)
 			}
 		}
-		if br, ok := h.ops.(batchReleaser); ok {
-			if key, prefix, used, ok := br.releaseKey(h); ok {
-				var slot uint16
-				if c.cluster {
-					cmd := c.rc.B().Get().Key(key).Build()
-					slot = cmd.Slot()
-				}
-				b := batches[slot]
-				if b == nil || len(b.e.Keys) == releaseBatch {
-					if b != nil {
-						calls = append(calls, *b)
-					}
-					b = &renewCall{s: scripts.MutexReleaseMany}
-					batches[slot] = b
-				}
-				b.e.Keys = append(b.e.Keys, key)
-				b.e.Args = append(b.e.Args, prefix, used)
-				continue
-			}
-		}
 		s, e := h.ops.releaseExec(h)
 		s = c.lua(s)
 		groups[s] = append(groups[s], e)
 	}
-	for _, b := range batches {
-		calls = append(calls, *b)
-	}
-	warn := func(err error) {
-		if err != nil {
-			c.cfg.logger.Warn("dsync: release on close failed", "err", err)
-		}
-	}
 	for s, execs := range first {
 		for _, r := range s.ExecMulti(ctx, c.rc, execs...) {
 			warn(r.Error())
-		}
-	}
-	if len(calls) > 0 {
-		for _, r := range c.renew.exec(ctx, calls) {
-			_, err := r.AsIntSlice()
-			warn(err)
 		}
 	}
 	for s, execs := range groups {
@@ -378,6 +398,54 @@ func (c *Client) releaseOnClose(holds []*hold) {
 			warn(r.Error())
 		}
 	}
+	if send != nil {
+		send.wait()
+	}
+}
+
+// A closeSender sends Close's batch release calls on a goroutine of its
+// own, as they come: each pipeline takes every call that came while the
+// one before was out (the first, one call at once), so Redis is at work
+// while Close is still ending holds.
+type closeSender struct {
+	calls chan renewCall
+	done  chan struct{}
+}
+
+func (c *Client) newCloseSender(ctx context.Context, warn func(error)) *closeSender {
+	s := &closeSender{calls: make(chan renewCall, 64), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		var calls []renewCall
+		for call := range s.calls {
+			calls = append(calls[:0], call)
+			for more := true; more; {
+				select {
+				case call, ok := <-s.calls:
+					if !ok {
+						more = false
+						break
+					}
+					calls = append(calls, call)
+				default:
+					more = false
+				}
+			}
+			for _, r := range c.renew.exec(ctx, calls) {
+				_, err := r.AsIntSlice()
+				warn(err)
+			}
+		}
+	}()
+	return s
+}
+
+func (s *closeSender) send(call renewCall) { s.calls <- call }
+
+// wait ends the stream and waits until every call sent has been answered.
+func (s *closeSender) wait() {
+	close(s.calls)
+	<-s.done
 }
 
 // shardedProbeTimeout bounds the question NewClient asks a cluster.
