@@ -49,7 +49,6 @@ type Mutex struct {
 	// Arguments computed once, so an acquisition does not rebuild them
 	// (those all Mutexes of the Client share are the Client's).
 	relBuf   [2]string // {key, wakeup channel (published on release)}: relKeys
-	wkey     string    // waiting count: waiting Client -> "<goroutines> <expiry ms>"
 	leaseArg string    // lease of a new hold, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
@@ -74,13 +73,16 @@ func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
 // NewMutex returns the mutex called name. An invalid name (empty, or longer
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
-	key, ch, wkey := c.lockKeyAnd("mutex", name, ":ch", ":waiting")
+	// The key and the channel in one string of 24 B: the key is the
+	// channel's start. (The waiting count's key is made when needed: see
+	// unregister.)
+	ch := c.lockKey("mutex:ch", name)
+	key := ch[:len(ch)-len(":ch")]
 	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: &noLockConfig}
 	if lc := newLockConfig(opts); lc != noLockConfig {
 		m.lc = &lc
 	}
 	m.relBuf = [2]string{key, ch}
-	m.wkey = wkey
 	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
 	if m.lc.leaseTime > 0 {
 		m.leaseArg = leaseMS(m.lc.leaseTime)

@@ -90,7 +90,8 @@ func (m *Mutex) unregister(marker string) {
 	c := m.c
 	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
 	c.background(func(ctx context.Context) {
-		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident, wait}).Error()
+		// The waiting count: "<goroutines> <expiry ms>" by waiting Client.
+		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, []string{c.ident, wait}).Error()
 	})
 }
 
