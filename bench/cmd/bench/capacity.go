@@ -671,7 +671,7 @@ func ms2(d time.Duration) float64 { return float64(d) / 1e6 }
 // ---- waiters ----------------------------------------------------------
 
 // waiters runs childWaiters; mode is how the locks are let go: "close"
-// (the holder's Close: one pipelined round), "unlock" (64 goroutines each
+// (the holder's Close: its batched release), "unlock" (64 goroutines each
 // unlocking, latency from each lock's own release) or "one" (all wait for
 // one lock).
 func (e *capEnv) waiters(n int, mode string) (sample, error) {
