@@ -30,7 +30,7 @@ test: redis vet
 	cd faults && GOWORK=off go test -json -race -count=1 -timeout 15m ./... | (cd .. && go run ./internal/testprogress)
 
 # chaos: the rolling restart at 60 s per primitive (each of 4 replicas
-# restarting every 0.5 s; make test runs 3 s, each every 1 s), scenario 1
+# restarting every 0.5 s; make test runs 10 s, each every 1 s), scenario 1
 # of the fault suite at full size (4 processes x 16 goroutines x 60 s per
 # primitive; stops within and past the lease), the network faults of the
 # queued primitives, the SIGSTOP margin, the ACL check and the fuzz seed
@@ -53,9 +53,11 @@ quickstart:
 	go run ./examples/quickstart
 
 # make bench: dsync beside its peers on a private redis-server (~4 min;
-# BENCHFLAGS=-quick for ~1 min, -spin to keep CPUs awake). See bench/README.md.
+# BENCHFLAGS=-quick for ~1 min, -spin to keep CPUs awake), then the
+# performance blocks of README.md and bench/README.md written from its
+# results (-docs). See bench/README.md.
 bench: redis
-	cd bench && GOWORK=off go run ./cmd/bench $(BENCHFLAGS)
+	cd bench && GOWORK=off go run ./cmd/bench $(BENCHFLAGS) && GOWORK=off go run ./cmd/bench -docs
 
 # make scale: what held locks, waiters and processes cost, on a private
 # redis-server and a 3-master test cluster (minutes, not CI; writes

@@ -23,11 +23,16 @@ import (
 // A Client is safe for concurrent use. Create one per process and prefix,
 // and Close it when done. Close does not close a rueidis client passed to
 // NewClient; it closes the one Dial made.
+//
+// Guards (lock order: see locking.go): the fields NewClient sets are
+// read-only after it; the atomics are atomic; mu guards nbg, bgIdle,
+// sealed and the maps and lists from mutexes to the peaks (and each
+// mutexState's refs); the WaitGroups and channels are their own.
 type Client struct {
 	rc    rueidis.Client
 	owned rueidis.Client // made by Dial, closed by Close; nil from NewClient
 	// connDoubt is when a call last failed without a reply from Redis (unix
-	// ns; see sharedDial and boundedIfDoubt).
+	// ns; see sharedDial and inDoubt).
 	connDoubt atomic.Int64
 	cfg       config
 	cluster   bool // rc is a cluster client
@@ -46,7 +51,7 @@ type Client struct {
 	// preloaded is closed when the preload of the scripts has ended (tests
 	// that count commands wait for it).
 	preloaded chan struct{}
-	timers    sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.arm)
+	timers    sync.WaitGroup // runs of the lease clock's timer to come (see leaseClock.armLocked)
 
 	// ops counts the calls in progress (see enter); opsIdle is closed by
 	// the last one to leave once the Client is closed, so that Close knows
@@ -54,9 +59,10 @@ type Client struct {
 	ops     atomic.Int64
 	opsIdle chan struct{}
 	opsOnce sync.Once
-	// nbg counts the cleanups running in the background (guarded by mu);
-	// bgIdle, when set, is closed when nbg drops to 0 (Close waits on it).
-	// sealed: Close has drained them, and no cleanup starts any more.
+	// nbg counts the cleanups running in the background; bgIdle, when set,
+	// is closed when nbg drops to 0 (Close waits on it). sealed: Close has
+	// drained them, and no cleanup starts any more. All three guarded by
+	// mu.
 	nbg    int
 	bgIdle chan struct{}
 	sealed bool
@@ -65,17 +71,18 @@ type Client struct {
 	renew  *renewer
 	clock  leaseClock
 
-	// mu guards what follows, and a hold's tracking (hold.trackUntil):
+	// mu guards mutexes..mutexesPeak below, nbg, bgIdle and sealed above,
+	// every mutexState's refs, and a hold's tracking (hold.trackUntil):
 	// every hold of this Client is one the clock watches (leaseClock.each),
 	// which Close collects under mu.
 	mu sync.Mutex
 	// mutexes is the registry of per-lock state in this process (see
-	// stateKey): by the lock's key alone (a Mutex, a FairMutex), and in
-	// mutexesBy for the keys with a slot (an RWMutex), so that an entry of
-	// the common kind costs a string, not three (held locks: 100k Mutexes
-	// cost about 50 B less each); semHolds the Semaphore acquisitions held
-	// through this Client, by semaphore key and owner, oldest first
-	// (guarded by mu).
+	// stateKey, getMutex): by the lock's key alone (a Mutex, a FairMutex),
+	// and in mutexesBy for the keys with a slot (an RWMutex), so that an
+	// entry of the common kind costs a string, not three (held locks: 100k
+	// Mutexes cost about 50 B less each); semHolds the Semaphore
+	// acquisitions held through this Client, by semaphore key and owner,
+	// oldest first.
 	mutexes   map[string]*mutexState
 	mutexesBy map[stateKey]*mutexState
 	// spareStates are states that left the registry, for the next lock

@@ -14,6 +14,11 @@ import (
 // deadline a hold had when it was pushed, and a hold found at the top whose
 // deadline has moved on is pushed again with the new one. So a hold whose
 // lease is renewed every lease/3 is looked at about once per lease.
+//
+// mu guards q, timer, at and stop, and the heap entry of every hold
+// (hold.slot, hold.due), which clockHeap's methods change under it; c is
+// set by NewClient. Lock order: Client.mu → leaseClock.mu → hold.mu (see
+// locking.go).
 type leaseClock struct {
 	c     *Client
 	mu    sync.Mutex
@@ -63,7 +68,7 @@ func (k *leaseClock) add(h *hold, due time.Time) bool {
 	}
 	h.due = tick(due)
 	heap.Push(&k.q, h)
-	k.arm()
+	k.armLocked()
 	return true
 }
 
@@ -82,7 +87,7 @@ func (k *leaseClock) remove(h *hold) {
 // each calls f for every hold the clock watches: every hold of the Client
 // that is tracked and not ended (a hold whose clock ran out leaves it just
 // before it ends as lost). f runs with the clock's lock held: it must not
-// call the clock.
+// call the clock, and may take a hold's mu (leaseClock.mu -> hold.mu).
 func (k *leaseClock) each(f func(h *hold)) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -91,9 +96,9 @@ func (k *leaseClock) each(f func(h *hold)) {
 	}
 }
 
-// arm sets the timer for the earliest deadline, unless it is set for that
+// armLocked sets the timer for the earliest deadline, unless it is set for that
 // or sooner. k.mu must be held.
-func (k *leaseClock) arm() {
+func (k *leaseClock) armLocked() {
 	if len(k.q) == 0 || k.stop {
 		return
 	}
@@ -141,7 +146,7 @@ func (k *leaseClock) fire() {
 		}
 		h.mu.Unlock()
 	}
-	k.arm()
+	k.armLocked()
 	k.mu.Unlock()
 	for _, h := range expired {
 		h.end(ErrLockLost, true)

@@ -76,7 +76,7 @@ func TestClosePassOnReleases(t *testing.T) {
 	st.h = nil
 	c.closed.Store(true)
 	released := time.Now()
-	_ = m.passOn(ctx, st, h) // unlocks st.mu
+	_ = m.passOnLocked(ctx, st, h) // unlocks st.mu
 	c.putMutex(m.sk(), st)
 	v, err := rc.Do(ctx, rc.B().Get().Key(m.key).Build()).ToString()
 	require.NoError(t, err)

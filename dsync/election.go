@@ -99,10 +99,7 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 	// Events and errors name the election, not its lock.
 	fm.q.info = Lock{Kind: KindElection, Name: name, N: 1}
 	lc := newLockConfig(opts)
-	lease := c.cfg.lease
-	if lc.leaseTime > 0 {
-		lease = lc.leaseTime
-	}
+	lease := lc.lease(c)
 	base := c.lockKey("election", ln)
 	e := &Election{
 		c:        c,
@@ -117,10 +114,20 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 	// Close ends a term as Resign does: the end is recorded and
 	// published before the lock's release (a hold whose term has not
 	// begun yet records nothing: see election_resign.lua).
-	fm.q.closing = func(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-		return scripts.ElectionResign, rueidis.LuaExec{Keys: e.keys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), e.ttl, e.ch}}
-	}
+	fm.q.p = &electionProto{fairProto: fm.q.p.(*fairProto), e: e}
 	return e
+}
+
+// electionProto is the qproto of an Election's lock: a FairMutex's, and at
+// Close the end of the term, recorded and published as Resign does.
+type electionProto struct {
+	*fairProto
+	e *Election
+}
+
+func (p *electionProto) closing(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
+	e := p.e
+	return scripts.ElectionResign, rueidis.LuaExec{Keys: e.keys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), e.ttl, e.ch}}, true
 }
 
 func checkValue(v string) error {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redis/rueidis"
 )
 
 var (
@@ -93,4 +95,42 @@ func renameErr(kind Kind, name string, err error) error {
 		err = le.err
 	}
 	return wrapErr(kind, name, err)
+}
+
+// wrapErr names the lock in an error: a Redis error, a wait ended by its
+// context, ErrNotHeld. errors.Is and errors.As see through it. ErrClosed
+// and ErrInvalidArgument pass unchanged (they are about the Client or the
+// call), and so does an error that names a lock already.
+func wrapErr(kind Kind, name string, err error) error {
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+		return err
+	}
+	var le *lockError
+	if errors.As(err, &le) {
+		return err
+	}
+	return &lockError{kind: kind, name: name, err: err}
+}
+
+func shortName(name string) string {
+	if len(name) > 64 {
+		return name[:64] + "..."
+	}
+	return name
+}
+
+// ownErr turns a context error that rueidis returned while the caller's
+// context was still live (its own dial or handshake timeout) into a plain
+// error, so errors.Is(err, context.DeadlineExceeded) holds only when the
+// caller's context ended the call.
+func ownErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("dsync: redis connection: %v", err)
+	}
+	return err
+}
+
+func isRedisErr(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
 }

@@ -1,9 +1,6 @@
 package dsync
 
-// SetWaitGroupObserved sets a function called each time a Wait has
-// observed its generation, so tests know every Wait belongs to it; nil
-// removes it. Only for tests, set while no Wait runs.
-func SetWaitGroupObserved(f func()) { waitGroupObserved = f }
+import "time"
 
 // GroupCallers returns how many callers of key wait in g's process (the
 // leader among them), so tests know every caller has joined.
@@ -36,3 +33,23 @@ func ClientID(c *Client) string { return c.id[:16] }
 // ForceSubscribed reports whether c is subscribed to its key prefix's
 // control channel, on which forced releases are told.
 func ForceSubscribed(c *Client) bool { return c.notify.isLive(c.forceChannel()) }
+
+// WithWaitGroupObserved sets a function called each time a Wait of the
+// Client has observed its generation, so tests know every Wait belongs to
+// it. A field of the Client, not of the package: tests in parallel do not
+// share it.
+func WithWaitGroupObserved(f func()) Option {
+	return func(c *config) { c.test.waitGroupObserved = f }
+}
+
+// withRenewSizes sets the Client's renewal batch (holds a script call) and
+// chunk (holds a pipeline), for tests of rounds sent in several pipelines.
+func withRenewSizes(batch, chunk int) Option {
+	return func(c *config) { c.test.renewBatch, c.test.renewChunk = batch, chunk }
+}
+
+// withRenewReplied sets a function that sees each of the Client's renewal
+// replies just after it was applied (testHooks.renewReplied).
+func withRenewReplied(f func(h *hold, ok bool, sentAt time.Time)) Option {
+	return func(c *config) { c.test.renewReplied = f }
+}

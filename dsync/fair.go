@@ -41,44 +41,64 @@ type FairMutex struct {
 // or longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 	key := c.lockKey("fair", name)
-	keys := []string{key, key + ":queue", key + ":places"}
+	lc := newLockConfig(opts)
+	lease := lc.lease(c)
 	// Every wait of this Client is told of its grant on one channel (see
 	// fair_lib.lua), which stays subscribed while the Client waits.
 	wch := key + ":w:"
-	ch := wch + c.id[:16]
-	lc := newLockConfig(opts)
-	f := &FairMutex{}
-	f.q = qlock{
-		c:      c,
-		info:   Lock{Kind: KindFairMutex, Name: name, N: 1},
-		err:    checkName(name),
-		lc:     lc,
-		slot:   func(string) stateKey { return stateKey{key: key} },
-		ch:     func(string) string { return ch },
-		queues: true,
-		grants: true,
-		step: func(ctx context.Context, owner, wid string, try bool, marker string, check bool) ([]int64, error) {
-			args := []string{owner, leaseMS(f.q.lease()), leaseMS(c.cfg.lease), flag(try), wch, wid}
-			if check {
-				args = append(args, "check")
-			}
-			return c.execAcquire(ctx, &f.q.lc, scripts.FairAcquire, withMarker(keys, marker), args)
-		},
-		base:      key,
-		undo:      scripts.FairUndo,
-		undoFresh: scripts.FairUndoFresh,
-		leave: func(ctx context.Context, owner, wid string) error {
-			m := owner + " " + wid + " " + leaseMS(f.q.lease()) // as fair_acquire.lua queues it
-			return c.lua(scripts.FairLeave).Exec(ctx, c.rc, keys, []string{m, wch, leaseMS(freeMarkerTTL)}).Error()
-		},
-		release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-			args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), wch}
-			return scripts.FairRelease, rueidis.LuaExec{Keys: keys, Args: args}
-		},
-		retryRelease: true,
-		// renew nil: the lock value has the mutex's format.
+	p := &fairProto{c: c, keys: []string{key, key + ":queue", key + ":places"}, key: key,
+		wch: wch, ch: wch + c.id[:16], lease: leaseMS(lease), clientLease: leaseMS(c.cfg.lease)}
+	return &FairMutex{q: qlock{c: c, info: Lock{Kind: KindFairMutex, Name: name, N: 1}, err: checkName(name), lc: lc, p: p, base: key}}
+}
+
+// fairProto is a FairMutex's qproto (fair_acquire.lua and its siblings).
+type fairProto struct {
+	c    *Client
+	keys []string // the lock, its queue, the places of its waiters
+	key  string
+	// wch is the prefix of the Clients' grant channels, ch this Client's.
+	wch, ch            string
+	lease, clientLease string // ms: the lock's, the Client's (a place's)
+}
+
+func (p *fairProto) slot(string) stateKey { return stateKey{key: p.key} }
+
+func (p *fairProto) channel() string { return p.ch }
+
+func (p *fairProto) step(ctx context.Context, lc *lockConfig, a stepArgs) ([]int64, error) {
+	args := []string{a.owner, p.lease, p.clientLease, flag(a.try), p.wch, a.wid}
+	if a.check {
+		args = append(args, "check")
 	}
-	return f
+	return p.c.execAcquire(ctx, lc, scripts.FairAcquire, withMarker(p.keys, a.marker), args)
+}
+
+func (p *fairProto) leave(ctx context.Context, owner, wid string) error {
+	m := owner + " " + wid + " " + p.lease // as fair_acquire.lua queues it
+	return p.c.lua(scripts.FairLeave).Exec(ctx, p.c.rc, p.keys, []string{m, p.wch, leaseMS(freeMarkerTTL)}).Error()
+}
+
+func (p *fairProto) release(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+	args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), p.wch}
+	return scripts.FairRelease, rueidis.LuaExec{Keys: p.keys, Args: args}
+}
+
+func (p *fairProto) retryRelease() bool { return true }
+
+func (p *fairProto) undo(fresh bool) *rueidis.Lua {
+	if fresh {
+		return scripts.FairUndoFresh
+	}
+	return scripts.FairUndo
+}
+
+// renew: the lock value has the mutex's layout.
+func (p *fairProto) renew(string, uint64) (*rueidis.Lua, []string, []string, bool) {
+	return nil, nil, nil, false
+}
+
+func (p *fairProto) closing(*hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
+	return nil, rueidis.LuaExec{}, false
 }
 
 // Lock acquires f, blocking until it is held, as Mutex.Lock does.

@@ -41,12 +41,16 @@ type Group[V any] struct {
 	info   Lock
 	ttlArg string
 
+	// mu guards calls and the groupCalls in it (see groupCall). Lock
+	// order: Group.mu → Client.mu (leaveLocked; see locking.go).
 	mu    sync.Mutex
 	calls map[string]*groupCall[V] // the keys this process is calling now
 }
 
 // A groupCall is one key's calls in this process: one leader talks to
-// Redis (or runs fn), the others wait for its result.
+// Redis (or runs fn), the others wait for its result. rec is set by
+// newCall, read-only after; n to err are guarded by Group.mu; call and
+// tried are the leader's (below).
 type groupCall[V any] struct {
 	rec      runRecord
 	n        int           // callers waiting here, the leader among them
@@ -58,7 +62,8 @@ type groupCall[V any] struct {
 
 	// call names this process's wait in Redis (see group_begin.lua);
 	// tried says a begin was sent with it. The leader of the moment owns
-	// both.
+	// both; with no leader (leading false), Group.mu guards them
+	// (leaveLocked).
 	call  string
 	tried bool
 }
@@ -163,7 +168,7 @@ func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) 
 		}
 		g.mu.Lock()
 		if done != nil && !gc.finished {
-			g.leave(key, gc)
+			g.leaveLocked(key, gc)
 			g.mu.Unlock()
 			return v, false, done
 		}
@@ -206,9 +211,9 @@ func (g *Group[V]) newCall(key string) *groupCall[V] {
 	return gc
 }
 
-// leave takes a caller that gives up out of gc; the last one takes the
+// leaveLocked takes a caller that gives up out of gc; the last one takes the
 // process's wait out of Redis. g.mu is held.
-func (g *Group[V]) leave(key string, gc *groupCall[V]) {
+func (g *Group[V]) leaveLocked(key string, gc *groupCall[V]) {
 	if gc.n--; gc.n > 0 || gc.leading || gc.finished {
 		return
 	}
@@ -249,7 +254,7 @@ func (g *Group[V]) lead(ctx context.Context, key string, gc *groupCall[V], fn fu
 			}
 		} else {
 			gc.leading = false
-			g.leave(key, gc)
+			g.leaveLocked(key, gc)
 		}
 		close(gc.changed)
 		gc.changed = make(chan struct{})
@@ -279,8 +284,8 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 		c.exit()
 		return v, false, wrapErr(KindGroup, g.name, err), ctxErr(ctx) == nil
 	}
-	c.exit()
 	if w.h == nil {
+		c.exit()
 		if w.failed {
 			return v, true, errors.New(w.val), true
 		}
@@ -288,6 +293,11 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 			return v, true, fmt.Errorf("dsync: Group %q: decoding the result: %w", shortName(g.name), err), true
 		}
 		return v, true, nil, true
+	}
+	claimed := gc.rec.claim(ctx, w)
+	c.exit()
+	if !claimed {
+		return v, false, wrapErr(KindGroup, g.name, ErrClosed), true
 	}
 	e := gc.rec.runF(ctx, w, groupRunKey{g.base, key}, func(ctx context.Context) (string, error) {
 		r, err := fn(ctx)

@@ -15,7 +15,13 @@ import (
 // Re-entries by the same owner share the hold and push a lock context each.
 // The hold keeps its lease alive (through the renewal loop, unless it has a
 // fixed lease) and cancels its lock contexts when it is released or lost.
+//
+// Its fields have four guards, as the groups below say: set before the
+// hold is shared (track, trackUntil) and read-only after; the renewal
+// loop's goroutine alone; hold.mu; leaseClock.mu (slot, due). tag is
+// atomic. (Lock order: see locking.go.)
 type hold struct {
+	// Set by newHold, read-only after.
 	c    *Client
 	id   uint64
 	lock *Lock
@@ -36,14 +42,17 @@ type hold struct {
 	// rOwner and rToken are the hold as Redis knows it, which scripts
 	// check: for a Mutex they differ from owner and token after a handoff
 	// inside the Client, which takes a token from the block reserved in
-	// Redis instead of a round trip (see Mutex.passOn).
+	// Redis instead of a round trip (see Mutex.passOnLocked). Set before
+	// track, read-only after.
 	rOwner string
 	rToken uint64
-	// key is the lock's key, which names its tag hash; tag, set when the
-	// observer tags holds (Observer.HoldTag), is this hold's.
+	// key is the lock's key, which names its tag hash (set before track,
+	// read-only after); tag, set when the observer tags holds
+	// (Observer.HoldTag), is this hold's (atomic).
 	key string
 	tag atomic.Pointer[string]
 
+	// mu guards the fields from here to the end, but for slot and due.
 	mu        sync.Mutex
 	succ      *hold     // the hold this one was handed to inside the Client, same hold in Redis
 	deadline  time.Time // when the lease clock runs out
@@ -54,15 +63,16 @@ type hold struct {
 	expiring  bool // the lease clock ran out: a renewal that succeeds now is too late
 	used1     bool // lctx1 was handed out
 	// slot and due are the hold's entry in the Client's leaseClock,
-	// guarded by its mutex: its index in the heap (-1 when not watched)
-	// and the deadline it was pushed with (see tick).
+	// guarded by leaseClock.mu, not by hold.mu: its index in the heap (-1
+	// when not watched) and the deadline it was pushed with (see tick).
 	slot    int32
 	due     int64
 	cancels []context.CancelCauseFunc // one per acquisition, innermost last
 
 	// The first acquisition's lock context and cancel live in the hold
 	// itself, so that the common hold, never re-entered, costs one
-	// allocation for both (plus the context package's own).
+	// allocation for both (plus the context package's own). cancel1 is
+	// cancels' first backing array; lctx1 is written under mu, once.
 	cancel1 [1]context.CancelCauseFunc
 	lctx1   lockCtx
 }
@@ -85,9 +95,12 @@ type holdOps interface {
 	renewIn(h *hold) (s *rueidis.Lua, keys, args []string)
 	// releaseExec is the release Close sends for h.
 	releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec)
-	// ended is called (without locks held) when h ends, by release, loss
-	// (lost) or Close, before its contexts are cancelled, so that the
-	// primitive can forget it.
+	// ended is called when h ends, by release, loss (lost) or Close,
+	// before its contexts are cancelled, so that the primitive can forget
+	// it; never under hold.mu, leaseClock.mu or Client.mu. With lost, under
+	// no lock at all: a Mutex's and a qlock's take getMutex and
+	// mutexState.mu. A released hold may end under its mutexState.mu (a
+	// Mutex's local handoff, passOnLocked). See locking.go.
 	ended(h *hold, lost bool)
 }
 
@@ -278,7 +291,8 @@ func (h *hold) depth() int {
 }
 
 // end stops the hold's lease clock and renewal and cancels its remaining
-// contexts with cause. It reports whether this call ended it.
+// contexts with cause. It reports whether this call ended it. With lost,
+// it must not run under any mutexState.mu (holdOps.ended).
 func (h *hold) end(cause error, lost bool) bool {
 	h.mu.Lock()
 	return h.endLocked(cause, lost)

@@ -13,9 +13,9 @@ import (
 )
 
 // freeMarkerTTL is how long a mutex yielded to other processes (see
-// passOn) is kept as "free, last token T", so the next token continues from
-// T rather than from the clock. A plain release keeps the marker for the
-// rest of the hold's lease instead (mutex_release.lua).
+// passOnLocked) is kept as "free, last token T", so the next token
+// continues from T rather than from the clock. A plain release keeps the
+// marker for the rest of the hold's lease instead (mutex_release.lua).
 const freeMarkerTTL = time.Hour
 
 // A Mutex is a mutual exclusion lock shared by every Client, in any process,
@@ -213,7 +213,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	// The last acquisition's context is cancelled by h.end once the lock
 	// is passed on, so the release below can still run under ctx.
 	st.h = nil
-	err := m.passOn(rctx, st, h)
+	err := m.passOnLocked(rctx, st, h)
 	m.observeRelease(ctx, h, err, true)
 	return err
 }
@@ -256,10 +256,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 }
 
 func (m *Mutex) lease() time.Duration {
-	if m.lc.leaseTime > 0 {
-		return m.lc.leaseTime
-	}
-	return m.c.cfg.lease
+	return m.lc.lease(m.c)
 }
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {
@@ -311,7 +308,7 @@ func (m *Mutex) lost(h *hold) {
 	st.mu.Lock()
 	if st.h == h {
 		st.h = nil
-		st.wakeNext()
+		st.wakeNextLocked()
 		st.mu.Unlock()
 		c.putMutex(m.sk(), st) // the hold's reference
 	} else {

@@ -9,9 +9,12 @@ import (
 	"github.com/dsync/dsync/internal/scripts"
 )
 
-// passOn ends hold h (removed from st.h, no acquisitions left): it hands the
-// lock to the next local waiter, or releases it in Redis and lets the next
-// local waiter compete. Called with st.mu held; unlocks it.
+// passOnLocked ends hold h (removed from st.h, no acquisitions left): it
+// hands the lock to the next local waiter, or releases it in Redis and lets
+// the next local waiter compete. Called with st.mu held; unlocks it. It
+// hands back h's reference to st (see getMutex). It ends h as released
+// under st.mu (a local handoff), but as lost only after st.mu is unlocked
+// (see locking.go).
 //
 // An acquisition in Redis made while goroutines of this Client wait, and
 // every handoff through Redis, reserves m.block fencing tokens (the value
@@ -39,7 +42,7 @@ import (
 // found gone is not handed on without a round trip (hold.handOff), and one
 // that the handoff or release script finds gone from Redis (FLUSHALL, a
 // restart, an expiry) is lost; the release then returns ErrNotHeld.
-func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
+func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
 	defer c.putMutex(m.sk(), st) // the hold's reference
 	h.beginRelease()
@@ -50,7 +53,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		// Redis names), which wakes the other processes' waiters.
 		bound = 0
 	}
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDue() && h.confirmedWithin(m.lease()) {
+	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && st.tokenDueLocked() && h.confirmedWithin(m.lease()) {
 		// A token from the block reserved in Redis: no round trip. The new
 		// hold is the same hold in Redis, so it takes over its lease clock.
 		w := st.queue[0]
@@ -69,7 +72,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 				h.end(errReleased, false)
 				st.h = nh
 				w.ch <- nh
-				st.shareHold(nh) // other waiters of the same owner re-enter
+				st.shareHoldLocked(nh) // other waiters of the same owner re-enter
 				st.mu.Unlock()
 				return nil
 			}
@@ -117,16 +120,16 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 		switch {
 		case nh != nil:
 			st.h = nh
-			st.reserved(nh)
+			st.reservedLocked(nh)
 			w.ch <- nh
-			st.shareHold(nh) // other waiters of the same owner re-enter
+			st.shareHoldLocked(nh) // other waiters of the same owner re-enter
 		case yielded:
 			// Back to the head of the queue, to compete after the others.
 			w.woken = false
 			st.queue = append([]*mutexWaiter{w}, st.queue...)
 			st.passes = 0
 			st.yielded = true
-			st.wakeNext()
+			st.wakeNextLocked()
 		default:
 			// Not handed over: the waiter acquires through Redis.
 			st.busy = true
@@ -138,7 +141,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	st.busy = true
 	st.yielded = len(st.queue) > 0 && st.passes > 0
 	st.passes = 0
-	tag := st.tagFor(h)
+	tag := st.tagForLocked(h)
 	st.mu.Unlock()
 	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag)
 	var ended bool
@@ -149,7 +152,7 @@ func (m *Mutex) passOn(ctx context.Context, st *mutexState, h *hold) error {
 	}
 	st.mu.Lock()
 	st.busy = false
-	st.wakeNext()
+	st.wakeNextLocked()
 	st.mu.Unlock()
 	if err == nil && (code == 0 || !ended) {
 		err = ErrNotHeld
@@ -188,7 +191,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	if len(vals) < 2 || vals[0] != 1 {
 		// h was not this owner's alone (lost, or re-entered through another
 		// Client): release our part normally. If the release finds nothing
-		// of ours either, the lock was lost: ErrNotHeld says so (passOn).
+		// of ours either, the lock was lost: ErrNotHeld says so (passOnLocked).
 		code, err := m.release(ctx, h.rOwner, h.rToken, h.token)
 		if err == nil && code == 0 {
 			err = ErrNotHeld

@@ -17,7 +17,7 @@ import (
 //	acquiring  h == nil, busy: a leader is in Redis (acquireRedis); later
 //	           callers queue
 //	held       h != nil: callers queue (the owner's own re-enter h)
-//	passing    the holder releases (passOn) with waiters queued: to the
+//	passing    the holder releases (passOnLocked) with waiters queued: to the
 //	           first one with the next token of the reserved block (no
 //	           round trip), or through one handoff script that reserves a
 //	           new block, or (yield) back to Redis when other processes
@@ -31,8 +31,12 @@ import (
 // mutexState is what one Client knows of one mutex: its hold, if this
 // Client holds it, and the local goroutines waiting for it. Only one
 // goroutine at a time talks to Redis for it (busy); the others wait here.
+//
+// Guards: refs by Client.mu (getMutex, putMutex); every other field by mu,
+// and its methods named ...Locked run under mu. A state whose refs drop to
+// 0 is cleared and reused under Client.mu alone: nobody refers to it then.
 type mutexState struct {
-	refs    int // guarded by Client.mu: calls in progress plus one for a hold
+	refs    int // calls in progress plus one for a hold; guarded by Client.mu
 	mu      sync.Mutex
 	h       *hold
 	queue   []*mutexWaiter
@@ -45,19 +49,19 @@ type mutexState struct {
 	// first is the block's first token, minted at most at the server
 	// clock (µs), and at is when its reply arrived: a token of the block is
 	// issued only once the clock has reached it, first + µs since at (see
-	// tokenDue), so no token is ever ahead of the server clock.
+	// tokenDueLocked), so no token is ever ahead of the server clock.
 	first uint64
 	at    time.Time
 
 	// tag is the value prefix "<owner> <token> " of the last hold this
 	// Client acquired in Redis, when known without formatting it (a fresh
-	// owner's acquisition: ownerTag): its release sends it (tagFor).
+	// owner's acquisition: ownerTag): its release sends it (tagForLocked).
 	tag string
 }
 
-// tagFor returns st.tag if it is the value prefix of h's hold in Redis
-// (h.rOwner, h.rToken), else "". st.mu must be held.
-func (st *mutexState) tagFor(h *hold) string {
+// tagForLocked returns st.tag if it is the value prefix of h's hold in
+// Redis (h.rOwner, h.rToken), else "". st.mu must be held.
+func (st *mutexState) tagForLocked(h *hold) string {
 	t, o := st.tag, h.rOwner
 	if len(t) < len(o)+3 || t[:len(o)] != o || t[len(o)] != ' ' {
 		return ""
@@ -69,31 +73,34 @@ func (st *mutexState) tagFor(h *hold) string {
 	return t
 }
 
-// reserved records the block of tokens a Redis acquisition or handoff
-// reserved for hold h.
-func (st *mutexState) reserved(h *hold) {
+// reservedLocked records the block of tokens a Redis acquisition or
+// handoff reserved for hold h. st.mu must be held.
+func (st *mutexState) reservedLocked(h *hold) {
 	st.next, st.last = h.token+1, h.rToken
 	st.first, st.at = h.token, time.Now()
 }
 
-// tokenDue reports whether the next token of the block may be issued now:
-// not ahead of the server clock, as measured on our clock from the reply
-// that reserved the block (a server clock that runs slower than ours lets
+// tokenDueLocked reports whether the next token of the block may be issued
+// now: not ahead of the server clock, as measured on our clock from the
+// reply that reserved the block (a server clock that runs slower than ours lets
 // a token get ahead of it by that drift over the block's age). Issuing
 // handoffs faster than one per µs sends the handoff to Redis, which mints
-// a token from its clock.
-func (st *mutexState) tokenDue() bool {
+// a token from its clock. st.mu must be held.
+func (st *mutexState) tokenDueLocked() bool {
 	return st.next <= st.last && st.next <= st.first+uint64(time.Since(st.at)/time.Microsecond)
 }
 
+// A mutexWaiter is one goroutine queued in a mutexState. ctx, owner and ch
+// are set before it is queued, read-only after.
 type mutexWaiter struct {
 	ctx   context.Context
 	owner string
 	// ch receives nil ("acquire through Redis now") or the hold handed over.
 	ch    chan *hold
 	woken bool // a value was sent on ch; guarded by mutexState.mu
-	// lctx, set before the hold is sent on ch, is the waiter's acquisition
-	// when it re-enters a hold its owner took meanwhile (see shareHold).
+	// lctx, set under mutexState.mu before the hold is sent on ch (the
+	// waiter reads it after receiving), is the waiter's acquisition when it
+	// re-enters a hold its owner took meanwhile (see shareHoldLocked).
 	lctx context.Context
 }
 
@@ -136,6 +143,29 @@ func (c *Client) setState(key stateKey, st *mutexState) {
 	c.mutexesBy = compact(c.mutexesBy, &c.mutexesByPeak)
 }
 
+// getMutex returns the state of the lock key names, counting one reference
+// to it (refs), which keeps it in the registry; putMutex hands one back.
+// A call holds one reference while it runs, and a hold one for as long as
+// it is st.h. Where each is handed back:
+//
+//   - Mutex.acquire: the call's reference on every return without a new
+//     hold (a re-entry, a TryLock that does not lead, a wait given up,
+//     stepDown after Redis refused or an error); with a new hold, taken in
+//     Redis or handed over by passOnLocked, the call's reference becomes
+//     the hold's; a hold handed over as the waiter gave up is passed on
+//     with it (passOnLocked), or was lost meanwhile (Mutex.lost).
+//   - Mutex.unlock: the call's reference (deferred); the hold's in
+//     passOnLocked (deferred there), on every path, handed on or not.
+//   - Mutex.lost: the call's, and the hold's if the lost hold was still
+//     st.h.
+//   - qlock.acquire: the call's on every return without a new hold; with
+//     one, the call's becomes the hold's, and a stale st.h's (lost in Redis,
+//     its lease clock not run out yet) is handed back for it.
+//   - qlock.unlock: the call's (deferred) and, at the last release, the
+//     hold's. qlock.ended (lost): the call's, and the hold's if still st.h.
+//
+// A hold ended by Close (lost false) keeps its reference: the state stays
+// in the registry of a closed Client.
 func (c *Client) getMutex(key stateKey) *mutexState {
 	c.mu.Lock()
 	st := c.stateOf(key)
@@ -154,6 +184,8 @@ func (c *Client) getMutex(key stateKey) *mutexState {
 	return st
 }
 
+// putMutex hands back a reference getMutex counted (see there); the last
+// one takes st out of the registry, and st is cleared for reuse.
 func (c *Client) putMutex(key stateKey, st *mutexState) {
 	c.mu.Lock()
 	if st.refs--; st.refs == 0 {
@@ -173,9 +205,9 @@ func (c *Client) putMutex(key stateKey, st *mutexState) {
 	c.mu.Unlock()
 }
 
-// wakeNext lets the first local waiter acquire through Redis, if nobody
+// wakeNextLocked lets the first local waiter acquire through Redis, if nobody
 // holds or is acquiring. st.mu must be held.
-func (st *mutexState) wakeNext() {
+func (st *mutexState) wakeNextLocked() {
 	if st.h != nil || st.busy || len(st.queue) == 0 {
 		return
 	}
@@ -186,11 +218,12 @@ func (st *mutexState) wakeNext() {
 	w.ch <- nil
 }
 
-// shareHold lets the queued waiters of h's owner re-enter h, as they would
+// shareHoldLocked lets the queued waiters of h's owner re-enter h, as they would
 // had they arrived just after it was taken: leaving them queued until the
 // owner releases would deadlock a holder that waits for them. Their lock
-// contexts are made here, under st.mu, so a release cannot end h first.
-func (st *mutexState) shareHold(h *hold) {
+// contexts are made here, under st.mu (which must be held), so a release
+// cannot end h first.
+func (st *mutexState) shareHoldLocked(h *hold) {
 	q := st.queue[:0]
 	for _, w := range st.queue {
 		if w.owner != h.owner {
@@ -205,7 +238,9 @@ func (st *mutexState) shareHold(h *hold) {
 	st.queue = q
 }
 
-func (st *mutexState) remove(w *mutexWaiter) {
+// removeLocked takes w, which gave up, out of the queue. st.mu must be
+// held.
+func (st *mutexState) removeLocked(w *mutexWaiter) {
 	for i, x := range st.queue {
 		if x == w {
 			st.queue = append(st.queue[:i], st.queue[i+1:]...)
@@ -275,9 +310,9 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			st.h = h
 			st.tag = tag
 			st.passes = 0
-			st.reserved(h)
+			st.reservedLocked(h)
 			lctx := h.newCtx(ctx)
-			st.shareHold(h)
+			st.shareHoldLocked(h)
 			st.mu.Unlock()
 			return lctx, h, again, attempts, nil
 		}
@@ -300,7 +335,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 		}
 		st.mu.Lock()
 		if !w.woken {
-			st.remove(w)
+			st.removeLocked(w)
 			st.mu.Unlock()
 			c.putMutex(m.sk(), st)
 			return nil, nil, false, attempts, done
@@ -319,7 +354,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			st.mu.Lock()
 			if st.h == h {
 				st.h = nil
-				_ = m.passOn(cctx, st, h)
+				_ = m.passOnLocked(cctx, st, h)
 			} else {
 				st.mu.Unlock()
 			}
@@ -336,7 +371,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 func (m *Mutex) stepDown(st *mutexState) {
 	st.mu.Lock()
 	st.busy = false
-	st.wakeNext()
+	st.wakeNextLocked()
 	st.mu.Unlock()
 	m.c.putMutex(m.sk(), st)
 }

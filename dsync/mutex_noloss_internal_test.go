@@ -88,9 +88,7 @@ func TestMutexNoLossUnderLocalHandoffs(t *testing.T) {
 			misapplied++
 		}
 	}
-	renewReplied.Store(&hook)
-	defer renewReplied.Store(nil)
-	c, err := NewClient(s.Client(t), WithLease(lease), WithMaxLocalHandoffs(100000), WithLogger(quiet))
+	c, err := NewClient(s.Client(t), WithLease(lease), WithMaxLocalHandoffs(100000), WithLogger(quiet), withRenewReplied(hook))
 	require.NoError(t, err)
 	defer c.Close()
 	ctx := context.Background()

@@ -230,9 +230,9 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 	a, m := w.a, w.a.m
 	c := m.c
 	// A block of tokens only when goroutines of this Client wait to be
-	// handed the lock (see reserved): with a block the value says so, and
-	// the owner cannot re-enter through another Client (its Client may hand
-	// the lock to another owner without telling Redis).
+	// handed the lock (see reservedLocked): with a block the value says
+	// so, and the owner cannot re-enter through another Client (its
+	// Client may hand the lock to another owner without telling Redis).
 	a.st.mu.Lock()
 	waiting := len(a.st.queue)
 	a.st.mu.Unlock()

@@ -34,8 +34,10 @@ type notifier struct {
 	// opMu guards dc. Subscribers share it (and never wait for it: if the
 	// loop is reconnecting or sweeping they poll instead); the loop takes it
 	// alone, so an UNSUBSCRIBE it sends cannot overtake a later SUBSCRIBE.
-	// subsMu guards the map and is never held across a round trip, because
-	// rueidis' reader dispatches messages under it.
+	// subsMu guards the map and every channelSubs in it (but fn, set when
+	// the entry is made), and is never held across a round trip, because
+	// rueidis' reader dispatches messages under it. Lock order: opMu →
+	// subsMu → subscription.gmu, subsMu → Client.mu (see locking.go).
 	opMu   sync.RWMutex
 	subsMu sync.RWMutex
 	subs   map[string]*channelSubs
@@ -296,7 +298,7 @@ func (n *notifier) loop() {
 	if n.sharded {
 		n.subsMu.Lock()
 		ch := c.forceChannel()
-		n.startReceive(ch, n.subs[ch])
+		n.startReceiveLocked(ch, n.subs[ch])
 		n.subsMu.Unlock()
 		for {
 			select {

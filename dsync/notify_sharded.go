@@ -14,7 +14,7 @@ import (
 func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs) bool {
 	n.subsMu.Lock()
 	if cs.stop == nil {
-		if !n.startReceive(ch, cs) {
+		if !n.startReceiveLocked(ch, cs) {
 			n.subsMu.Unlock()
 			return false
 		}
@@ -36,9 +36,9 @@ func (n *notifier) awaitSharded(ctx context.Context, ch string, cs *channelSubs)
 	return false
 }
 
-// startReceive starts the receive loop of ch, unless the Client is closed.
+// startReceiveLocked starts the receive loop of ch, unless the Client is closed.
 // subsMu is held.
-func (n *notifier) startReceive(ch string, cs *channelSubs) bool {
+func (n *notifier) startReceiveLocked(ch string, cs *channelSubs) bool {
 	c := n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()

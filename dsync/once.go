@@ -149,9 +149,14 @@ func (o *Once) do(ctx context.Context, f func(context.Context) (string, error)) 
 	}
 	w, err := o.wait(ctx, owner, c.attemptID())
 	ob.done(w.h, false, w.attempts, err)
-	c.exit()
 	if w.h == nil {
+		c.exit()
 		return w.val, wrapErr(KindOnce, o.name, err)
+	}
+	claimed := o.claim(ctx, w)
+	c.exit()
+	if !claimed {
+		return "", wrapErr(KindOnce, o.name, ErrClosed)
 	}
 	e := o.runF(ctx, w, onceRunKey{o.state}, f, func(error) (string, string) { return "fail", "" })
 	switch {

@@ -39,6 +39,24 @@ type config struct {
 	handoffs int
 	name     string                        // owners' readable prefix; processName() if empty
 	dial     []func(*rueidis.ClientOption) // WithDialOption (Dial only)
+	test     testHooks                     // set by tests only (export_test.go)
+}
+
+// testHooks are what tests change in one Client (export_test.go sets them
+// through Options), so that tests running in parallel do not race on
+// package variables. Set before NewClient returns, read-only after.
+type testHooks struct {
+	// renewBatch bounds the holds renewed by one script call;
+	// renewChunk the holds of one pipeline of a renewal round (see
+	// defaultRenewBatch, defaultRenewChunk).
+	renewBatch, renewChunk int
+	// waitGroupObserved, when set, is called when a Wait has observed its
+	// generation (the counter above zero).
+	waitGroupObserved func()
+	// renewReplied, when set, sees each renewal reply just after it was
+	// applied: the hold it was sent for, whether it renewed, and when it
+	// was sent.
+	renewReplied func(h *hold, ok bool, sentAt time.Time)
 }
 
 func defaultConfig() config {
@@ -47,6 +65,7 @@ func defaultConfig() config {
 		lease:    DefaultLease,
 		logger:   nil, // slog.Default() at NewClient: see WithLogger
 		handoffs: DefaultMaxLocalHandoffs,
+		test:     testHooks{renewBatch: defaultRenewBatch, renewChunk: defaultRenewChunk},
 	}
 }
 
@@ -122,6 +141,15 @@ func WithMaxLocalHandoffs(n int) Option {
 
 // A LockOption configures one lock, semaphore or once.
 type LockOption func(*lockConfig)
+
+// lease is the lease of an acquisition under lc by a lock of c: the fixed
+// lease of WithLeaseTime, or the Client's (WithLease), renewed.
+func (lc *lockConfig) lease(c *Client) time.Duration {
+	if lc.leaseTime > 0 {
+		return lc.leaseTime
+	}
+	return c.cfg.lease
+}
 
 type lockConfig struct {
 	leaseTime time.Duration // 0: watchdog

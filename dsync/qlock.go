@@ -12,54 +12,67 @@ import (
 // A qlock is the machinery FairMutex and RWMutex share: a lock taken by one
 // script call per attempt, waited for on a wakeup channel, held through a
 // per-Client hold slot (a mutexState of which only h is used) so that the
-// goroutines of one owner share one hold.
+// goroutines of one owner share one hold. Waiting puts the owner in a
+// Redis queue, and a release grants the lock to the head of the queue and
+// tells its wait on the Client's channel, by the wait's id (see
+// fair_lib.lua, rw_lib.lua). What a kind sends to Redis is its qproto.
 type qlock struct {
 	c    *Client
 	info Lock
 	err  error // a bad name, returned by every call
 	lc   lockConfig
-
-	slot   func(owner string) stateKey // the Client's hold slot for owner
-	ch     func(owner string) string   // channel this waiter is woken on
-	queues bool                        // waiting puts the owner in a Redis queue
-	// grants: a release grants the lock to the head of the queue and tells
-	// its wait on ch (one channel per Client), by the wait's id; see
-	// fair_lib.lua.
-	grants bool
-
-	// step makes one attempt: {1|2, token} held, {0, ms} look again within
-	// ms. With a marker (an extra key) the script records a grant in it, so
-	// that undo can take back exactly that attempt (see undoAttempt); with
-	// check, it only checks the marker (an owner made for the call). wid
-	// names the wait when the lock grants (see grants).
-	step         func(ctx context.Context, owner, wid string, try bool, marker string, check bool) ([]int64, error)
-	base         string       // the lock's key, to name attempt markers
-	undo         *rueidis.Lua // release behind an attempt marker
-	undoFresh    *rueidis.Lua // mark, then release: for an owner made for the call
-	leave        func(ctx context.Context, owner, wid string) error
-	release      func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
-	retryRelease bool // the release script makes a retried release a no-op
-	// renew gives a hold's keys and args in a batch of renewMany; nil:
-	// the lock value has the mutex's layout (FairMutex, Election), renewed
-	// in the mutex holds' batches.
-	renew     func(owner string, token uint64) (keys, args []string)
-	renewMany *rueidis.Lua
+	p    qproto
+	base string // the lock's key, to name attempt markers
 
 	// rwWrite and rwRead name the RWMutex (its key) this qlock is the
 	// write or the read lock of, for downgrades (see rwBase).
 	rwWrite, rwRead string
+}
 
-	// closing, if set, is the script Close runs for a hold before its
-	// release (an Election's: the end of the term; see holdCloser).
-	closing func(h *hold) (*rueidis.Lua, rueidis.LuaExec)
+// A qproto is what one kind of qlock sends to Redis: its keys, scripts and
+// their argument layouts. FairMutex's is fairProto (an Election's, which
+// ends the term at Close, electionProto), each RWMutex mode's an rwProto.
+type qproto interface {
+	// slot is the Client's hold slot for owner.
+	slot(owner string) stateKey
+	// channel is the one this Client's waits are woken and granted on.
+	channel() string
+	// step makes one attempt: {1|2, token} held, {0, ms[, µs]} look again
+	// within ms (the server time in µs, for a grant's lease clock).
+	step(ctx context.Context, lc *lockConfig, a stepArgs) ([]int64, error)
+	// leave takes the wait wid of owner out of the queue.
+	leave(ctx context.Context, owner, wid string) error
+	// release is the release of owner's hold with token (0: any hold of
+	// owner, as an undo needs it).
+	release(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+	// retryRelease: the release script makes a retried release a no-op.
+	retryRelease() bool
+	// undo releases what an attempt behind a marker acquired; fresh: it
+	// marks the attempt undone first, for an owner made for the call.
+	undo(fresh bool) *rueidis.Lua
+	// renew gives a hold's batch script, keys and args; ok false: the
+	// lock value has the mutex's layout (FairMutex, Election), renewed in
+	// the mutex holds' batches.
+	renew(owner string, token uint64) (s *rueidis.Lua, keys, args []string, ok bool)
+	// closing is the script Close runs for a hold before its release (an
+	// Election's: the end of the term; see holdCloser); ok false: none.
+	closing(h *hold) (s *rueidis.Lua, e rueidis.LuaExec, ok bool)
+}
+
+// stepArgs is one attempt of a qlock acquisition.
+type stepArgs struct {
+	owner string
+	wid   string // the wait's name in the queue
+	try   bool   // do not wait: never queue
+	// marker is an extra key in which the script records the acquisition,
+	// so that undo can take back exactly that attempt (see undoAttempt);
+	// with check, the script only checks it (an owner made for the call).
+	marker string
+	check  bool
 }
 
 func (q *qlock) closeExec(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
-	if q.closing == nil {
-		return nil, rueidis.LuaExec{}, false
-	}
-	s, e := q.closing(h)
-	return s, e, true
+	return q.p.closing(h)
 }
 
 // rwBase is the context value by which a write lock context of an RWMutex
@@ -83,10 +96,7 @@ func (q *qlock) lockParent(ctx context.Context, owner string) context.Context {
 }
 
 func (q *qlock) lease() time.Duration {
-	if q.lc.leaseTime > 0 {
-		return q.lc.leaseTime
-	}
-	return q.c.cfg.lease
+	return q.lc.lease(q.c)
 }
 
 func (q *qlock) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
@@ -128,7 +138,7 @@ func (q *qlock) lock(ctx context.Context, try bool) (context.Context, bool, erro
 
 func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := q.c
-	key := q.slot(owner)
+	key := q.p.slot(owner)
 	st := c.getMutex(key)
 	st.mu.Lock()
 	if h := st.h; h != nil && h.owner == owner {
@@ -199,19 +209,19 @@ func (q *qlock) newHold(owner string, token uint64) *hold {
 // holds' batches.
 
 func (q *qlock) renewKey(h *hold) (key, prefix string, ok bool) {
-	if q.renew != nil {
+	if _, _, _, ok := q.p.renew(h.owner, h.token); ok {
 		return "", "", false
 	}
 	return q.base, h.mutexPrefix(), true
 }
 
 func (q *qlock) renewIn(h *hold) (*rueidis.Lua, []string, []string) {
-	keys, args := q.renew(h.owner, h.token)
-	return q.renewMany, keys, args
+	s, keys, args, _ := q.p.renew(h.owner, h.token)
+	return s, keys, args
 }
 
 func (q *qlock) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return q.release(h.owner, h.token)
+	return q.p.release(h.owner, h.token)
 }
 
 // ended forgets a lost hold in its slot.
@@ -219,7 +229,7 @@ func (q *qlock) ended(h *hold, lost bool) {
 	if !lost {
 		return
 	}
-	c, key := q.c, q.slot(h.owner)
+	c, key := q.c, q.p.slot(h.owner)
 	st := c.getMutex(key)
 	st.mu.Lock()
 	if st.h == h {
@@ -251,7 +261,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 	if !ok {
 		return notHeld(ctx, q.info.Kind, q.info.Name, q.acquireName(), false)
 	}
-	key := q.slot(owner)
+	key := q.p.slot(owner)
 	st := c.getMutex(key)
 	defer c.putMutex(key, st)
 	st.mu.Lock()
@@ -292,20 +302,22 @@ func (q *qlock) observeRelease(ctx context.Context, h *hold, err error, complete
 }
 
 // releaseRedis runs the release script (token 0: any hold of owner) under a
-// context that ignores ctx's cancellation, retrying a lost reply where the
-// script makes that safe.
+// context that ignores ctx's cancellation; a lost reply is retried as every
+// release is (idempotent) where the script makes that safe.
 func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (int64, error) {
+	s, e := q.p.release(owner, token)
+	var code int64
+	call := func(ctx context.Context) (err error) {
+		code, err = q.c.lua(s).Exec(ctx, q.c.rc, e.Keys, e.Args).AsInt64()
+		return err
+	}
+	if token != 0 && q.p.retryRelease() {
+		err := idempotent(ctx, call)
+		return code, err
+	}
 	cctx, cancel := cleanupCtx(ctx)
 	defer cancel()
-	s, e := q.release(owner, token)
-	var code int64
-	var err error
-	for try := 1; try <= 3; try++ {
-		code, err = q.c.lua(s).Exec(cctx, q.c.rc, e.Keys, e.Args).AsInt64()
-		if err == nil || isRedisErr(err) || cctx.Err() != nil || token == 0 || !q.retryRelease {
-			break
-		}
-	}
+	err := call(cctx)
 	return code, err
 }
 

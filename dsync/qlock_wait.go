@@ -18,13 +18,13 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	c := q.c
 	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
 	defer func() {
-		if vals == nil && a.queued && q.leave != nil {
+		if vals == nil && a.queued {
 			wid := a.wid
 			// At once, so later waiters lose no time, within a budget so
 			// that the call returns by its context's end even when Redis is
 			// slow or cut off (then again in the background; the place
 			// lapses within a lease anyway).
-			c.cleanupNow(ctx, func(ctx context.Context) error { return q.leave(ctx, owner, wid) }, func(err error) {
+			c.cleanupNow(ctx, func(ctx context.Context) error { return q.p.leave(ctx, owner, wid) }, func(err error) {
 				c.cfg.logger.Warn("dsync: leaving the queue failed", "kind", q.info.Kind, "name", shortName(q.info.Name), "err", err)
 			})
 		}
@@ -39,12 +39,9 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	if !a.fresh {
 		a.marker = q.base + ":a:" + c.attemptID()
 	}
-	id := ""
-	if q.grants {
-		id = strconv.FormatUint(c.attemptSeq.Add(1), 36)
-		a.wid = c.id[:16] + "." + id
-	}
-	attempts, err = waitLoop(c, ctx, q.ch(owner), id, try, qWait{&a})
+	id := strconv.FormatUint(c.attemptSeq.Add(1), 36)
+	a.wid = c.id[:16] + "." + id
+	attempts, err = waitLoop(c, ctx, q.p.channel(), id, try, qWait{&a})
 	if err != nil || a.vals[0] == 0 {
 		return nil, a.sentAt, attempts, err
 	}
@@ -61,7 +58,7 @@ type qAttempt struct {
 	owner      string
 	try, fresh bool
 	marker     string
-	wid        string    // the wait's name in the queue, if the lock grants
+	wid        string    // the wait's name in the queue
 	vals       []int64   // the last attempt's reply
 	sentAt     time.Time // when it was sent (a grant: when its lease clock starts)
 	srvAt      uint64    // the server time of a waiting reply, in µs (0: unknown)
@@ -74,9 +71,9 @@ type qWait struct{ a *qAttempt }
 func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a := w.a
 	a.sentAt = time.Now()
-	q, owner, wid, try, marker, fresh := a.q, a.owner, a.wid, a.try, a.marker, a.fresh
+	q, sa := a.q, stepArgs{owner: a.owner, wid: a.wid, try: a.try, marker: a.marker, check: a.fresh}
 	v, err := bounded(q.c, ctx, func(ctx context.Context) ([]int64, error) {
-		return q.step(ctx, owner, wid, try, marker, fresh)
+		return q.p.step(ctx, &q.lc, sa)
 	})
 	a.vals = v
 	if err == nil && len(v) != 2 && len(v) != 3 {
@@ -99,12 +96,9 @@ func (w qWait) failed(err error) {
 	}
 	// The script may have run with its reply lost, or acquired without
 	// the replicas' acknowledgement: undo it.
-	a.queued = a.queued || (q.queues && !a.try)
+	a.queued = a.queued || !a.try
 	notSynced := errors.Is(err, ErrNotReplicated)
-	undo := q.undo
-	if a.fresh {
-		undo = q.undoFresh
-	}
+	undo := q.p.undo(a.fresh)
 	owner, wid, marker, v := a.owner, a.wid, a.marker, a.vals
 	switch {
 	case notSynced && len(v) >= 2 && (v[0] == 1 || v[0] == 3):
@@ -116,11 +110,11 @@ func (w qWait) failed(err error) {
 		// deadline even if the caller acquires again at once. Once the
 		// attempt is marked undone no late acquire can queue the owner, so
 		// leaving the queue again after it is final.
-		queues := q.queues && !a.try && q.leave != nil
+		queues := !a.try
 		q.c.background(func(bctx context.Context) {
 			q.undoAttempt(bctx, undo, owner, marker)
 			if queues {
-				_ = q.leave(bctx, owner, wid)
+				_ = q.p.leave(bctx, owner, wid)
 			}
 		})
 	}
@@ -128,7 +122,7 @@ func (w qWait) failed(err error) {
 
 func (w qWait) waiting() {
 	a := w.a
-	a.queued = a.q.queues
+	a.queued = true
 	a.q.c.blocked(a.ctx, a.q.info, a.q.base)
 }
 
@@ -150,10 +144,10 @@ func (w qWait) granted(tok, at uint64) bool {
 }
 
 // undoAttempt releases what the attempt with marker acquired, if its script
-// ran, and nothing otherwise, with undo (q.undo or q.undoFresh). It can be
+// ran, and nothing otherwise, with undo (q.p.undo). It can be
 // repeated.
 func (q *qlock) undoAttempt(ctx context.Context, undo *rueidis.Lua, owner, marker string) {
-	_, e := q.release(owner, 0)
+	_, e := q.p.release(owner, 0)
 	keys := withMarker(e.Keys, marker)
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return q.c.lua(undo).Exec(ctx, q.c.rc, keys, e.Args).Error()

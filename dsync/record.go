@@ -40,10 +40,7 @@ type runRecord struct {
 
 // lease is the lease of a run.
 func (r *runRecord) lease() time.Duration {
-	if r.lc.leaseTime > 0 {
-		return r.lc.leaseTime
-	}
-	return r.c.cfg.lease
+	return r.lc.lease(r.c)
 }
 
 // outcome of a wait for a record (runRecord.wait).
@@ -191,6 +188,20 @@ func (r *runRecord) closeEnd() string {
 
 func (rh *runHold) ended(*hold, bool) {}
 
+// claim starts the lease clock of the run the wait w was given (w.h),
+// while the call is still one that Close waits for (between enter and
+// exit): then either the hold is the Client's, and Close releases it, or
+// Close has begun, and the run ends here as Close would end it, before
+// Close returns. (Started after exit, it could end after Close returned,
+// on a Redis client closed meanwhile, and leave its marker a lease.)
+func (r *runRecord) claim(ctx context.Context, w recordWait) bool {
+	if w.h.track(w.sentAt, r.lease()) {
+		return true
+	}
+	_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
+	return false
+}
+
 // runEnd is what runF reports: f's result and error, and how the end
 // script took it (code and stored value, see runRecord) or why it could
 // not.
@@ -202,7 +213,7 @@ type runEnd struct {
 	endErr error
 }
 
-// runF runs f under the run's hold w.h (marker w.mark) and records the
+// runF runs f under the run's hold w.h (marker w.mark, claimed) and records the
 // outcome: "ok" with f's result, or what outcome says of f's error
 // ("fail": the next caller runs f; "err": the message is the result).
 // runKey marks the context f gets (see onceRunKey). If f panics, the run
@@ -210,10 +221,6 @@ type runEnd struct {
 func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	f func(context.Context) (string, error), outcome func(error) (string, string)) (e runEnd) {
 	h := w.h
-	if !h.track(w.sentAt, r.lease()) {
-		_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
-		return runEnd{err: ErrClosed}
-	}
 	lctx := h.newCtx(context.WithValue(ctx, runKey, true))
 	released := func(err error) {
 		h.end(errReleased, false)
@@ -260,20 +267,16 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	return e
 }
 
-// endRun records a run's outcome, retrying a lost reply (the script is
-// idempotent for one marker), under a context that outlives ctx.
+// endRun records a run's outcome, retrying a lost reply as every release
+// is (idempotent: the script is, for one marker), under a context that
+// outlives ctx.
 func (r *runRecord) endRun(ctx context.Context, marker, outcome, val string) ([]rueidis.RedisMessage, error) {
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
 	args := append([]string{marker, outcome, val}, r.endArgs...)
 	var res []rueidis.RedisMessage
-	var err error
-	for try := 1; try <= 3; try++ {
-		res, err = r.c.lua(r.end).Exec(cctx, r.c.rc, r.endKeys, args).ToArray()
-		if err == nil || isRedisErr(err) || cctx.Err() != nil {
-			break
-		}
-	}
+	err := idempotent(ctx, func(ctx context.Context) (err error) {
+		res, err = r.c.lua(r.end).Exec(ctx, r.c.rc, r.endKeys, args).ToArray()
+		return err
+	})
 	if err == nil && len(res) == 0 {
 		err = errors.New("dsync: unexpected reply from the end script")
 	}

@@ -4,23 +4,23 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 )
 
-// renewBatch bounds the holds renewed by one script call.
-var renewBatch = 256 // a variable for tests
+// defaultRenewBatch bounds the holds renewed by one script call (tests
+// change it per Client: testHooks.renewBatch).
+const defaultRenewBatch = 256
 
-// renewChunk bounds the holds of one pipeline of a renewal round: a round
+// defaultRenewChunk bounds the holds of one pipeline of a renewal round: a round
 // sends its script calls in pipelines of about this many holds, all at
 // once, each pipeline's lease clocks moved from its own send time, so that
 // a Client holding a million locks does not send one pipeline so long that
 // it times out (measured: 8.5-9.4 s rounds, an i/o timeout and most locks
-// lost at 1M).
-var renewChunk = 16384 // a variable for tests
+// lost at 1M). Tests change it per Client: testHooks.renewChunk.
+const defaultRenewChunk = 16384
 
 // The renewer is the Client's single watchdog: every lease/3 it renews all
 // watchdog holds of the Client (those its clock watches), whatever their kind, and
@@ -67,8 +67,8 @@ func (r *renewer) loop() {
 // round renews every watchdog hold once, and keeps the record of every
 // Election term (Client.terms), and reports false if any part of it could
 // not reach Redis. The renewals go in batches (calls), in pipelines of at
-// most renewChunk holds, all at once, each pipeline's lease clocks moved
-// from its own send time.
+// most renewChunk holds (defaultRenewChunk), all at once, each pipeline's
+// lease clocks moved from its own send time.
 func (r *renewer) round() bool {
 	c := r.c
 	var holds []*hold
@@ -96,7 +96,7 @@ func (r *renewer) round() bool {
 	)
 	for len(calls) > 0 {
 		n, size := 0, 0
-		for n < len(calls) && (n == 0 || size+len(calls[n].holds) <= renewChunk) {
+		for n < len(calls) && (n == 0 || size+len(calls[n].holds) <= c.cfg.test.renewChunk) {
 			size += len(calls[n].holds)
 			n++
 		}
@@ -136,7 +136,7 @@ func (r *renewer) round() bool {
 // terms of terms, into batch script calls: per script (the hold kind's
 // renewIn; MutexRenewMany for every hold with the mutex's layout) and per
 // cluster slot (a script's keys must share one; off a cluster, one for
-// all), up to renewBatch holds each.
+// all), up to renewBatch holds each (defaultRenewBatch).
 func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	c := r.c
 	type batchOf struct {
@@ -155,7 +155,7 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 			slot = cmd.Slot()
 		}
 		batch := batches[batchOf{s, slot}]
-		if batch == nil || len(batch.holds) == renewBatch {
+		if batch == nil || len(batch.holds) == c.cfg.test.renewBatch {
 			if batch != nil {
 				calls = append(calls, *batch)
 			}
@@ -246,18 +246,13 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 			// flight is the same hold in Redis: the reply is its
 			// successor's, renewal or loss alike (renewReply).
 			h.renewReply(ok, sentAt, c.cfg.lease)
-			if f := renewReplied.Load(); f != nil {
-				(*f)(h, ok, sentAt)
+			if f := c.cfg.test.renewReplied; f != nil {
+				f(h, ok, sentAt)
 			}
 		}
 	}
 	return failed, failure
 }
-
-// renewReplied, set by tests only, sees each renewal reply just after it
-// was applied: the hold it was sent for, whether it renewed, and when it
-// was sent. (Atomic: other tests' Clients may be renewing.)
-var renewReplied atomic.Pointer[func(h *hold, ok bool, sentAt time.Time)]
 
 // A renewCall is one batch script call of a renewal round: the holds it
 // renews or, with term, the holds whose Election term's record it keeps.

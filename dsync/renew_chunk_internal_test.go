@@ -14,11 +14,8 @@ import (
 // of 4 and pipelines of 8 holds (five pipelines a round, sent at once), a
 // 300 ms lease, and none lost over 6 leases.
 func TestRenewalInChunks(t *testing.T) {
-	oldChunk, oldBatch := renewChunk, renewBatch
-	renewChunk, renewBatch = 8, 4
-	t.Cleanup(func() { renewChunk, renewBatch = oldChunk, oldBatch })
 	rc := redistest.Start(t).Client(t)
-	c, err := NewClient(rc, WithKeyPrefix("chunks"), WithLease(300*time.Millisecond))
+	c, err := NewClient(rc, WithKeyPrefix("chunks"), WithLease(300*time.Millisecond), withRenewSizes(4, 8))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()

@@ -1,12 +1,17 @@
 package dsync_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,17 +23,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The rolling restart (issues 24 and 30): 4 replicas, each a Client on
-// connections of its own, contend on one primitive while each replica in
-// turn closes its Client and opens a new one. A deploy must hand
-// everything over: no waiter waits more than rollBound after the lock is
-// free because of a closed Client, observers see a closed leader's term
-// end within rollBound, nothing is left in Redis for a closed Client once
-// its Close returned, no two holders, tokens strictly increasing.
+// The rolling restart (issues 24 and 30): 4 replicas, each a process of
+// its own with a Client (or, with -rolling.procs=false, 4 Clients on
+// connections of their own in the test's process), contend on one
+// primitive while each replica in turn closes its Client and opens a new
+// one. A deploy must hand everything over: no waiter waits more than
+// rollBound after the lock is free because of a closed Client, observers
+// see a closed leader's term end within rollBound, nothing is left in
+// Redis for a closed Client once its Close returned, no two holders,
+// tokens strictly increasing.
+//
+// With processes, the test's process drives: it tells a replica to
+// restart (a line on its stdin), checks Redis once the replica says its
+// Close returned, and tells it to open the next Client; the replicas
+// report every hold, its release and the end of its lock context as it
+// happens (lines on their stdout), with times on the wall clock that the
+// processes of one machine share, and the test checks the holds as one
+// history.
 
 var (
-	rollingDur   = flag.Duration("rolling.dur", 3*time.Second, "how long TestRollingRestart runs per primitive")
+	rollingDur   = flag.Duration("rolling.dur", 10*time.Second, "how long TestRollingRestart runs per primitive")
 	rollingEvery = flag.Duration("rolling.every", 250*time.Millisecond, "time between two restarts in TestRollingRestart (4 replicas restart in turn: each every 4x this)")
+	rollingProcs = flag.Bool("rolling.procs", true, "run each replica of TestRollingRestart in a process of its own (false: 4 Clients in the test's process)")
 )
 
 const (
@@ -41,6 +57,7 @@ const (
 type rollClient struct {
 	c    *dsync.Client
 	rc   rueidis.Client
+	gen  int
 	name string // its WithClientName, in every owner it makes
 	id   string // dsync.ClientID
 	next chan struct{}
@@ -53,29 +70,39 @@ type rollReplica struct {
 	i   int
 	gen int
 	cur atomic.Pointer[rollClient]
+	// proc is the replica's process (the test's side of it), if it has one.
+	proc *rollProc
 }
 
 // A rollHold is one hold (a lock, an Election term, a Once's or Group's
 // run of f) as the holder saw it.
 type rollHold struct {
+	id         string // "<replica>.<n>": how a replica's process names it
 	what       string // the lock: holds of one lock must not overlap
 	excl       bool
-	lctx       context.Context
+	lctx       context.Context // nil for a hold of another process
 	tok        uint64
 	start, end time.Duration
 	closedBy   *rollClient // the hold ended by this Client's Close
 	unlocking  atomic.Bool
 	lockCancel bool // its lock context had ended when it was recorded
+	// Reported by a replica's process: when its release began and when
+	// its lock context ended (0: not yet), whether a Close ended it, and
+	// the Client it was taken through.
+	unlockAt, cancelAt time.Duration
+	cancelClose        bool
+	cl                 *rollClient
 }
 
 type rolling struct {
-	t      *testing.T
+	t      *testing.T // nil in a replica's process
 	prefix string
-	t0     time.Time
+	addr   string
+	t0     time.Time // on the wall clock, which the processes share
 	rc     rueidis.Client
 	opts   []dsync.Option
 	ctx    context.Context
-	reps   [rollReplicas]*rollReplica
+	reps   [rollReplicas]*rollReplica // in a replica's process, only its own
 
 	mu      sync.Mutex
 	fails   []string
@@ -84,49 +111,83 @@ type rolling struct {
 	lastTok map[string]uint64
 	closed  []*rollClient
 	stopAt  time.Duration // when the workers were told to stop
-	// onClose, if set, runs just before a Client's Close begins.
-	onClose func(cl *rollClient)
+
+	// Processes: in the test's process, whether the replicas run in
+	// processes, and their holds by id; in a replica's, where its
+	// reports go.
+	procs bool
+	byID  map[string]*rollHold
+	out   *rollOut
+	seq   atomic.Int64
+	// wakes counts the Cond waits that returned woken.
+	wakes atomic.Int64
+	// rounds of the WaitGroup kind: see rollWaitGroup.
+	wg rollRounds
 }
 
 func (r *rolling) now() time.Duration { return time.Since(r.t0) }
 
 func (r *rolling) fail(format string, args ...any) {
+	msg := fmt.Sprintf("%v: ", r.now().Round(time.Millisecond)) + fmt.Sprintf(format, args...)
+	if r.out != nil {
+		r.out.emit("F", strings.ReplaceAll(msg, "\n", " "))
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.fails) < 20 {
-		r.fails = append(r.fails, fmt.Sprintf("%v: ", r.now().Round(time.Millisecond))+fmt.Sprintf(format, args...))
+		r.fails = append(r.fails, msg)
 	}
+}
+
+// must stops the run on err: the test fails, a replica's process exits.
+func (r *rolling) must(err error) {
+	if err == nil {
+		return
+	}
+	if r.t != nil {
+		require.NoError(r.t, err)
+	}
+	panic(err)
 }
 
 func (r *rolling) open(rep *rollReplica) *rollClient {
 	rep.gen++
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{server(r.t).Addr}, DisableCache: true})
-	require.NoError(r.t, err)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.addr}, DisableCache: true})
+	r.must(err)
 	name := fmt.Sprintf("roll%dg%d", rep.i, rep.gen)
 	c, err := dsync.NewClient(rc, append(slices.Clone(r.opts), dsync.WithClientName(name))...)
-	require.NoError(r.t, err)
-	return &rollClient{c: c, rc: rc, name: name, id: dsync.ClientID(c), next: make(chan struct{})}
+	r.must(err)
+	return &rollClient{c: c, rc: rc, gen: rep.gen, name: name, id: dsync.ClientID(c), next: make(chan struct{})}
 }
 
 // restart closes rep's Client, checks that nothing of it is left in Redis,
-// and opens the next one.
+// and opens the next one; a replica in a process of its own does so when
+// told (rollProc.restart).
 func (r *rolling) restart(rep *rollReplica) {
-	old := rep.cur.Load()
-	if r.onClose != nil {
-		r.onClose(old)
+	if rep.proc != nil {
+		rep.proc.restart(r)
+		return
 	}
+	old := rep.cur.Load()
 	old.closeStart = r.now()
 	require.NoError(r.t, old.c.Close())
 	old.closeEnd = r.now()
-	if left := r.leftBy(old); len(left) > 0 {
-		r.fail("Client %s left in Redis after its Close returned: %v", old.name, left)
-	}
+	r.closedCheck(old)
 	old.rc.Close()
-	r.mu.Lock()
-	r.closed = append(r.closed, old)
-	r.mu.Unlock()
 	rep.cur.Store(r.open(rep))
 	close(old.next)
+}
+
+// closedCheck checks that nothing of cl, whose Close has returned, is left
+// in Redis, and records it.
+func (r *rolling) closedCheck(cl *rollClient) {
+	if left := r.leftBy(cl); len(left) > 0 {
+		r.fail("Client %s left in Redis after its Close returned: %v", cl.name, left)
+	}
+	r.mu.Lock()
+	r.closed = append(r.closed, cl)
+	r.mu.Unlock()
 }
 
 // leftBy lists the keys under the test's prefix that name cl (its name
@@ -183,7 +244,9 @@ func (r *rolling) leftBy(cl *rollClient) []string {
 	return left
 }
 
-// acquired records a hold that its holder has just been given.
+// acquired records a hold that its holder has just been given. The holds
+// of one process are checked here as they come; with processes, the test
+// checks every replica's together after the run (overlaps).
 func (r *rolling) acquired(what string, excl bool, lctx context.Context) *rollHold {
 	h := &rollHold{what: what, excl: excl, lctx: lctx, start: r.now()}
 	h.tok, _ = dsync.FencingToken(lctx)
@@ -193,6 +256,13 @@ func (r *rolling) acquired(what string, excl bool, lctx context.Context) *rollHo
 		r.live, r.lastTok = map[string][]*rollHold{}, map[string]uint64{}
 	}
 	r.holds = append(r.holds, h)
+	if r.out != nil {
+		h.id = fmt.Sprintf("%d.%d", r.replica().i, r.seq.Add(1))
+		r.out.emit("A", h.id, what, excl, h.tok, int64(h.start), lctx.Err() != nil, r.replica().cur.Load().gen)
+		context.AfterFunc(lctx, func() {
+			r.out.emit("C", h.id, int64(r.now()), errors.Is(context.Cause(lctx), dsync.ErrClosed))
+		})
+	}
 	if lctx.Err() != nil {
 		// Ended (by a Close) before it was recorded: not a holder now.
 		h.lockCancel = true
@@ -218,15 +288,56 @@ func (r *rolling) acquired(what string, excl bool, lctx context.Context) *rollHo
 	return h
 }
 
+// unlocking records that h's holder is about to release it.
+func (r *rolling) unlocking(h *rollHold) {
+	h.unlocking.Store(true)
+	if r.out != nil {
+		r.out.emit("U", h.id, int64(r.now()))
+	}
+}
+
 // released records the end of h: err is its release's (ErrClosed: the
 // Client's Close released it).
 func (r *rolling) released(h *rollHold, cl *rollClient, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h.end = r.now()
+	gen := -1
 	if errors.Is(err, dsync.ErrClosed) || errors.Is(context.Cause(h.lctx), dsync.ErrClosed) {
-		h.closedBy = cl
+		h.closedBy, gen = cl, cl.gen
 	}
+	if r.out != nil {
+		r.out.emit("R", h.id, int64(h.end), gen)
+	}
+}
+
+// cutBy records that cl's Close ended the run h.
+func (r *rolling) cutBy(h *rollHold, cl *rollClient) {
+	r.mu.Lock()
+	h.closedBy = cl
+	r.mu.Unlock()
+	if r.out != nil {
+		r.out.emit("B", h.id, cl.gen)
+	}
+}
+
+// woken counts a Cond wait that returned woken.
+func (r *rolling) woken() {
+	if r.out != nil {
+		r.out.emit("W")
+		return
+	}
+	r.wakes.Add(1)
+}
+
+// replica is the replica of a replica's process.
+func (r *rolling) replica() *rollReplica {
+	for _, rep := range r.reps {
+		if rep != nil {
+			return rep
+		}
+	}
+	panic("no replica")
 }
 
 // work holds for 1-3 ms, less if the lock context ends.
@@ -240,8 +351,12 @@ func work(lctx context.Context) {
 }
 
 // loop runs body on rep's current Client until the run ends; a call that
-// ErrClosed ended goes on with the replica's next Client.
+// ErrClosed ended goes on with the replica's next Client. A replica in a
+// process of its own runs its loops there.
 func (r *rolling) loop(wg *sync.WaitGroup, rep *rollReplica, body func(cl *rollClient) error) {
+	if rep == nil || rep.proc != nil {
+		return
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -265,25 +380,42 @@ func (r *rolling) loop(wg *sync.WaitGroup, rep *rollReplica, body func(cl *rollC
 	}()
 }
 
-// runRolling runs the workers start starts on the 4 replicas while they
-// restart in turn every rollingEvery, for rollingDur; then it ends them
-// and closes every Client.
-func runRolling(t *testing.T, start func(r *rolling, wg *sync.WaitGroup), setup ...func(r *rolling)) *rolling {
-	r := &rolling{t: t, prefix: testPrefix(t), rc: newRueidis(t)}
+// runRolling runs kind on the 4 replicas while they restart in turn every
+// rollingEvery, for rollingDur; then it ends them and closes every Client.
+func runRolling(t *testing.T, kind rollKind) *rolling {
+	r := &rolling{t: t, prefix: testPrefix(t), addr: server(t).Addr, rc: newRueidis(t), procs: *rollingProcs}
 	r.opts = []dsync.Option{dsync.WithKeyPrefix(r.prefix), dsync.WithLease(rollLease)}
-	r.t0 = time.Now()
-	for _, f := range setup {
-		f(r)
+	r.t0 = time.Unix(0, time.Now().UnixNano()) // the wall clock: see rollHold
+	if kind.setup != nil {
+		kind.setup(r)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.ctx = ctx
+	t1 := time.Now()
 	for i := range r.reps {
 		rep := &rollReplica{i: i}
-		rep.cur.Store(r.open(rep))
+		if r.procs {
+			rep.proc = startRollProc(r, rep, kind.name)
+		} else {
+			rep.cur.Store(r.open(rep))
+		}
 		r.reps[i] = rep
 	}
+	for _, rep := range r.reps {
+		if rep.proc != nil {
+			rep.proc.awaitReady()
+		}
+	}
+	t.Logf("replicas ready in %v", time.Since(t1))
 	var wg sync.WaitGroup
-	start(r, &wg)
+	for _, rep := range r.reps {
+		if rep.proc == nil {
+			kind.workers(r, &wg, rep)
+		}
+	}
+	if kind.drive != nil {
+		kind.drive(r, &wg)
+	}
 	tick := time.NewTicker(*rollingEvery)
 	end := time.After(*rollingDur)
 	for k := 0; ; k++ {
@@ -297,9 +429,18 @@ func runRolling(t *testing.T, start func(r *rolling, wg *sync.WaitGroup), setup 
 	}
 	tick.Stop()
 	r.stopAt = r.now()
+	for _, rep := range r.reps {
+		if rep.proc != nil {
+			rep.proc.send("stop")
+		}
+	}
 	cancel()
 	wg.Wait()
 	for _, rep := range r.reps {
+		if rep.proc != nil {
+			rep.proc.wait(r)
+			continue
+		}
 		cl := rep.cur.Load()
 		cl.c.Close()
 		cl.rc.Close()
@@ -310,10 +451,63 @@ func runRolling(t *testing.T, start func(r *rolling, wg *sync.WaitGroup), setup 
 // check fails t with what the run found.
 func (r *rolling) check() {
 	r.t.Helper()
+	if r.procs {
+		r.checkHistory()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.t.Logf("%d restarts, %d holds", len(r.closed), len(r.holds))
 	require.Empty(r.t, r.fails)
+}
+
+// checkHistory checks the holds the replicas' processes reported as one
+// history: no hold of a lock began while an exclusive one was live (or an
+// exclusive one while any was), and the tokens of exclusive holds grow in
+// the order they began. A hold is live from its start until its release
+// began, or its lock context ended: for a Close, when the Close began (it
+// cancels the lock contexts before it releases anything; the end as the
+// replica saw it comes a goroutine's wake later), else when the replica
+// saw it end.
+func (r *rolling) checkHistory() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	by := map[string][]*rollHold{}
+	for _, h := range r.holds {
+		if !h.lockCancel {
+			by[h.what] = append(by[h.what], h)
+		}
+	}
+	liveEnd := func(h *rollHold) time.Duration {
+		e := time.Duration(1<<62 - 1)
+		if h.unlockAt != 0 {
+			e = h.unlockAt
+		}
+		switch {
+		case h.cancelClose && h.cl != nil && h.cl.closeStart != 0:
+			e = min(e, h.cl.closeStart)
+		case h.cancelAt != 0:
+			e = min(e, h.cancelAt)
+		}
+		return e
+	}
+	for what, hs := range by {
+		slices.SortFunc(hs, func(a, b *rollHold) int { return int(a.start - b.start) })
+		var lastTok uint64
+		for i, h := range hs {
+			for _, o := range hs[:i] {
+				if (o.excl || h.excl) && liveEnd(o) > h.start && len(r.fails) < 20 {
+					r.fails = append(r.fails, fmt.Sprintf("two holders of %s: token %d (hold %s, %v-%v) and token %d (hold %s, since %v)",
+						what, o.tok, o.id, o.start, liveEnd(o), h.tok, h.id, h.start))
+				}
+			}
+			if h.excl {
+				if h.tok <= lastTok && len(r.fails) < 20 {
+					r.fails = append(r.fails, fmt.Sprintf("%s: token %d (hold %s) after token %d", what, h.tok, h.id, lastTok))
+				}
+				lastTok = h.tok
+			}
+		}
+	}
 }
 
 // maxFree is the longest time a lock sat free between two holds while the
@@ -398,68 +592,86 @@ func rollLocks() []rollLock {
 	}
 }
 
-func (r *rolling) lockWorkers(wg *sync.WaitGroup, l rollLock) {
-	for _, rep := range r.reps {
-		for k := range l.workers {
-			r.loop(wg, rep, func(cl *rollClient) error {
-				lctx, err := l.lock(cl.c, r.ctx, k)
-				if err != nil {
-					return err
+// A rollKind is one primitive of the rolling restart: workers run on each
+// replica (in its process, with processes); setup and drive run in the
+// test's process (observers, signals, the WaitGroup's counter: on Clients
+// that are not restarted), verify after the run.
+type rollKind struct {
+	name    string
+	workers func(r *rolling, wg *sync.WaitGroup, rep *rollReplica)
+	setup   func(r *rolling)
+	drive   func(r *rolling, wg *sync.WaitGroup)
+	verify  func(t *testing.T, r *rolling)
+}
+
+// rollKinds makes the kinds afresh (their state is per run).
+func rollKinds() []rollKind {
+	var kinds []rollKind
+	for _, l := range rollLocks() {
+		kinds = append(kinds, rollKind{name: l.name,
+			workers: func(r *rolling, wg *sync.WaitGroup, rep *rollReplica) { r.lockWorkers(wg, rep, l) },
+			verify: func(t *testing.T, r *rolling) {
+				r.check()
+				worst, after := r.maxFree(l.name, false)
+				if after != nil {
+					t.Logf("longest free: %v after the hold with token %d (ended by Close: %v)", worst, after.tok, after.closedBy != nil)
 				}
-				h := r.acquired(l.name, l.excl(k), lctx)
-				work(lctx)
-				h.unlocking.Store(true)
-				err = l.unlock(cl.c, lctx, k)
-				r.released(h, cl, err)
-				if errors.Is(err, dsync.ErrClosed) {
-					return err
-				}
-				if err != nil && !errors.Is(err, dsync.ErrNotHeld) {
-					return err
-				}
-				if errors.Is(err, dsync.ErrNotHeld) && !h.lockCancel {
-					r.fail("%s: a hold recorded live was not held at its release: %v (cause %v)", cl.name, err, context.Cause(lctx))
-				}
-				return nil
-			})
-		}
+				require.Less(t, worst, rollBound, "the %s sat free while other replicas waited", l.name)
+			}})
+	}
+	return append(kinds, rollRuns("Once"), rollRuns("Group"), rollElection(), rollCond(), rollWaitGroup())
+}
+
+func (r *rolling) lockWorkers(wg *sync.WaitGroup, rep *rollReplica, l rollLock) {
+	for k := range l.workers {
+		r.loop(wg, rep, func(cl *rollClient) error {
+			lctx, err := l.lock(cl.c, r.ctx, k)
+			if err != nil {
+				return err
+			}
+			h := r.acquired(l.name, l.excl(k), lctx)
+			work(lctx)
+			r.unlocking(h)
+			err = l.unlock(cl.c, lctx, k)
+			r.released(h, cl, err)
+			if errors.Is(err, dsync.ErrClosed) {
+				return err
+			}
+			if err != nil && !errors.Is(err, dsync.ErrNotHeld) {
+				return err
+			}
+			if errors.Is(err, dsync.ErrNotHeld) && !h.lockCancel {
+				r.fail("%s: a hold recorded live was not held at its release: %v (cause %v)", cl.name, err, context.Cause(lctx))
+			}
+			return nil
+		})
 	}
 }
 
 func TestRollingRestart(t *testing.T) {
-	for _, l := range rollLocks() {
-		t.Run(l.name, func(t *testing.T) {
-			r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) { r.lockWorkers(wg, l) })
-			worst, after := r.maxFree(l.name, false)
-			if after != nil {
-				t.Logf("longest free: %v after the hold with token %d (ended by Close: %v)", worst, after.tok, after.closedBy != nil)
-			}
-			r.check()
-			require.Less(t, worst, rollBound, "the %s sat free while other replicas waited", l.name)
+	for _, k := range rollKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			r := runRolling(t, k)
+			k.verify(t, r)
 		})
 	}
-	t.Run("Once", func(t *testing.T) { rollRuns(t, "Once") })
-	t.Run("Group", func(t *testing.T) { rollRuns(t, "Group") })
-	t.Run("Election", rollElection)
-	t.Run("Cond", rollCond)
-	t.Run("WaitGroup", rollWaitGroup)
 }
 
 // rollRuns: every replica calls Do for the names "0", "1", ... in order,
 // f taking 1-3 ms (less if its lock context ends). A run that a Close cut
 // is taken over by a caller of another replica within rollBound; runs of
 // one name never overlap and their tokens grow.
-func rollRuns(t *testing.T, kind string) {
+func rollRuns(kind string) rollKind {
 	var next [rollReplicas]atomic.Int64
-	r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) {
-		for _, rep := range r.reps {
+	return rollKind{name: kind,
+		workers: func(r *rolling, wg *sync.WaitGroup, rep *rollReplica) {
 			r.loop(wg, rep, func(cl *rollClient) error {
 				n := strconvI(next[rep.i].Load())
 				var h *rollHold
 				f := func(lctx context.Context) error {
 					h = r.acquired(n, true, lctx)
 					work(lctx)
-					h.unlocking.Store(true)
+					r.unlocking(h)
 					r.released(h, cl, nil)
 					return context.Cause(lctx)
 				}
@@ -471,9 +683,7 @@ func rollRuns(t *testing.T, kind string) {
 					_, _, err = g.Do(r.ctx, n, func(ctx context.Context) (int, error) { return 0, f(ctx) })
 				}
 				if h != nil && errors.Is(err, dsync.ErrClosed) {
-					r.mu.Lock()
-					h.closedBy = cl
-					r.mu.Unlock()
+					r.cutBy(h, cl)
 				}
 				if err == nil {
 					next[rep.i].Add(1)
@@ -483,21 +693,22 @@ func rollRuns(t *testing.T, kind string) {
 				}
 				return err
 			})
-		}
-	})
-	r.check()
-	names := map[string]bool{}
-	for _, h := range r.holds {
-		names[h.what] = true
-	}
-	var worst time.Duration
-	for n := range names {
-		if d, _ := r.maxFree(n, true); d > worst {
-			worst = d
-		}
-	}
-	t.Logf("%d names run; longest a cut run's name sat free while others waited: %v", len(names), worst)
-	require.Less(t, worst, rollBound, "a %s run cut by Close was taken over late", kind)
+		},
+		verify: func(t *testing.T, r *rolling) {
+			r.check()
+			names := map[string]bool{}
+			for _, h := range r.holds {
+				names[h.what] = true
+			}
+			var worst time.Duration
+			for n := range names {
+				if d, _ := r.maxFree(n, true); d > worst {
+					worst = d
+				}
+			}
+			t.Logf("%d names run; longest a cut run's name sat free while others waited: %v", len(names), worst)
+			require.Less(t, worst, rollBound, "a %s run cut by Close was taken over late", kind)
+		}}
 }
 
 func strconvI(n int64) string { return fmt.Sprint(n) }
@@ -512,13 +723,13 @@ type seen struct {
 // resigns, or is closed while leading; two observers on Clients that are
 // not restarted see every term a Close ended end within rollBound of that
 // Close's start.
-func rollElection(t *testing.T) {
+func rollElection() rollKind {
 	var obsMu sync.Mutex
 	var views [2][]seen
 	var obsWG sync.WaitGroup
 	var stop context.CancelFunc
-	r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) {
-		for _, rep := range r.reps {
+	return rollKind{name: "Election",
+		workers: func(r *rolling, wg *sync.WaitGroup, rep *rollReplica) {
 			r.loop(wg, rep, func(cl *rollClient) error {
 				e := cl.c.NewElection("e")
 				lctx, err := e.Campaign(r.ctx, cl.name)
@@ -532,7 +743,7 @@ func rollElection(t *testing.T) {
 				case <-lctx.Done():
 				}
 				tm.Stop()
-				h.unlocking.Store(true)
+				r.unlocking(h)
 				err = e.Resign(lctx)
 				r.released(h, cl, err)
 				if errors.Is(err, dsync.ErrNotHeld) && h.lockCancel {
@@ -540,64 +751,70 @@ func rollElection(t *testing.T) {
 				}
 				return err
 			})
-		}
-	}, func(r *rolling) {
-		var ctx context.Context
-		ctx, stop = context.WithCancel(context.Background())
-		for i := range views {
-			c := newClientOn(t, newRueidis(t), r.opts...)
-			ch := c.NewElection("e").Observe(ctx)
-			obsWG.Add(1)
-			go func() {
-				defer obsWG.Done()
-				for l := range ch {
-					at := time.Since(r.t0) // r.t0 is set before any term
-					obsMu.Lock()
-					views[i] = append(views[i], seen{at, l})
-					obsMu.Unlock()
+		},
+		setup: func(r *rolling) {
+			var ctx context.Context
+			ctx, stop = context.WithCancel(context.Background())
+			for i := range views {
+				c := newClientOn(r.t, newRueidis(r.t), r.opts...)
+				ch := c.NewElection("e").Observe(ctx)
+				obsWG.Add(1)
+				go func() {
+					defer obsWG.Done()
+					for l := range ch {
+						at := r.now() // r.t0 is set before any term
+						obsMu.Lock()
+						views[i] = append(views[i], seen{at, l})
+						obsMu.Unlock()
+					}
+				}()
+			}
+		},
+		verify: func(t *testing.T, r *rolling) {
+			stop()
+			obsWG.Wait()
+			r.check()
+			ended := 0
+			var worst time.Duration
+			runEnd := r.now()
+			for _, h := range r.holds {
+				cl := h.closedBy
+				if cl == nil || h.lockCancel {
+					continue
 				}
-			}()
-		}
-	})
-	stop()
-	obsWG.Wait()
-	r.check()
-	ended := 0
-	var worst time.Duration
-	runEnd := r.now()
-	for _, h := range r.holds {
-		cl := h.closedBy
-		if cl == nil || h.lockCancel {
-			continue
-		}
-		ended++
-		for i, v := range views {
-			from := slices.IndexFunc(v, func(s seen) bool { return s.l.Term == h.tok })
-			if from < 0 || v[from].at > cl.closeStart {
-				continue // this observer never saw the term before its Close
+				ended++
+				for i, v := range views {
+					from := slices.IndexFunc(v, func(s seen) bool { return s.l.Term == h.tok })
+					if from < 0 || v[from].at > cl.closeStart {
+						continue // this observer never saw the term before its Close
+					}
+					k := slices.IndexFunc(v[from:], func(s seen) bool { return s.l.Term != h.tok })
+					if k < 0 {
+						require.Less(t, runEnd, cl.closeStart+rollBound, "observer %d never saw term %d end (closed at %v)", i, h.tok, cl.closeStart)
+						continue
+					}
+					d := v[from+k].at - cl.closeStart
+					worst = max(worst, d)
+					require.LessOrEqual(t, d, rollBound, "observer %d saw term %d end %v after its leader's Close began", i, h.tok, d)
+				}
 			}
-			k := slices.IndexFunc(v[from:], func(s seen) bool { return s.l.Term != h.tok })
-			if k < 0 {
-				require.Less(t, runEnd, cl.closeStart+rollBound, "observer %d never saw term %d end (closed at %v)", i, h.tok, cl.closeStart)
-				continue
-			}
-			d := v[from+k].at - cl.closeStart
-			worst = max(worst, d)
-			require.LessOrEqual(t, d, rollBound, "observer %d saw term %d end %v after its leader's Close began", i, h.tok, d)
-		}
-	}
-	t.Logf("%d terms ended by Close; the latest an observer saw one end: %v after the Close began", ended, worst)
+			t.Logf("%d terms ended by Close; the latest an observer saw one end: %v after the Close began", ended, worst)
+		}}
 }
 
 // rollCond: a waiter per replica waits on a Cond of a Mutex; a Client that
-// is not restarted signals every 5 ms. Waits that a Close ended return
-// ErrClosed, the waiters' places go with their Client (leftBy), and the
-// waiters keep being woken.
-func rollCond(t *testing.T) {
-	var wakes atomic.Int64
+// is not restarted signals, 5 ms after the last signal's wake. Waits that
+// a Close ended return ErrClosed, the waiters' places go with their Client
+// (leftBy), and a Signal given while at least two waiters were registered
+// (so that one Close cannot leave none) wakes a waiter within rollBound,
+// even when it was given to the waiter of a Client that was closing: the
+// signal passes on.
+func rollCond() rollKind {
 	var sig *dsync.Client
-	r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) {
-		for _, rep := range r.reps {
+	var worst time.Duration
+	var counted int
+	return rollKind{name: "Cond",
+		workers: func(r *rolling, wg *sync.WaitGroup, rep *rollReplica) {
 			r.loop(wg, rep, func(cl *rollClient) error {
 				m := cl.c.NewMutex("cm")
 				lctx, err := m.LockContext(r.ctx)
@@ -611,106 +828,464 @@ func rollCond(t *testing.T) {
 					}
 					return err
 				}
-				wakes.Add(1)
+				r.woken()
 				return m.UnlockContext(nctx)
 			})
+		},
+		setup: func(r *rolling) { sig = newClientOn(r.t, newRueidis(r.t), r.opts...) },
+		drive: func(r *rolling, wg *sync.WaitGroup) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cd := sig.NewCond(sig.NewMutex("cm"))
+				waiters := r.prefix + ":{cm}:cond" // the waiters in arrival order (cond_wait.lua)
+				for r.ctx.Err() == nil {
+					n, err := r.rc.Do(r.ctx, r.rc.B().Zcard().Key(waiters).Build()).AsInt64()
+					if err != nil {
+						if r.ctx.Err() == nil {
+							r.fail("ZCARD: %v", err)
+						}
+						return
+					}
+					before := r.wakes.Load()
+					at := time.Now()
+					if err := cd.Signal(r.ctx); err != nil {
+						if r.ctx.Err() == nil {
+							r.fail("Signal: %v", err)
+						}
+						return
+					}
+					if n >= 2 {
+						// Every Wait that returns nil was woken by a signal
+						// (none of the waiters is frozen): the wake of this
+						// one, or of the one it passed on to.
+						woke := pollUntil(r.ctx, time.Second, func() bool { return r.wakes.Load() > before })
+						if r.ctx.Err() != nil {
+							return
+						}
+						d := time.Since(at)
+						counted++
+						worst = max(worst, d)
+						if !woke || d >= rollBound {
+							r.fail("a Signal given with %d waiters registered woke none within %v (%v)", n, rollBound, d.Round(time.Millisecond))
+						}
+					}
+					select {
+					case <-time.After(5 * time.Millisecond):
+					case <-r.ctx.Done():
+					}
+				}
+			}()
+		},
+		verify: func(t *testing.T, r *rolling) {
+			r.check()
+			t.Logf("%d wakes; %d signals given with >= 2 waiters registered, the longest to its wake %v", r.wakes.Load(), counted, worst)
+			require.Greater(t, r.wakes.Load(), int64(len(r.closed)), "the waiters were not woken")
+			require.Greater(t, counted, len(r.closed), "too few signals given with waiters registered to show anything")
+		}}
+}
+
+// pollUntil polls cond every 100 µs until it holds (true), d passes or ctx
+// ends (false).
+func pollUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) || ctx.Err() != nil {
+			return false
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cd := sig.NewCond(sig.NewMutex("cm"))
-			tk := time.NewTicker(5 * time.Millisecond)
-			defer tk.Stop()
-			for r.ctx.Err() == nil {
-				if err := cd.Signal(r.ctx); err != nil && r.ctx.Err() == nil {
-					r.fail("Signal: %v", err)
-					return
-				}
-				select {
-				case <-tk.C:
-				case <-r.ctx.Done():
-				}
-			}
-		}()
-	}, func(r *rolling) { sig = newClientOn(t, newRueidis(t), r.opts...) })
-	r.check()
-	t.Logf("%d wakes", wakes.Load())
-	require.Greater(t, wakes.Load(), int64(len(r.closed)), "the waiters were not woken")
+		time.Sleep(100 * time.Microsecond)
+	}
+	return true
+}
+
+// rollRounds are the rounds of the WaitGroup kind: a round starts with
+// the Add of the Client that is not restarted (the replicas' processes
+// are told) and ends with its Done.
+type rollRounds struct {
+	mu      sync.Mutex
+	cur     int           // the round that started last (0: none)
+	started chan struct{} // closed when the next round starts
+	doneAt  map[int]time.Duration
+	rets    []rollRet // the replicas' Waits that returned
+}
+
+// A rollRet is a Wait that returned nil: it began in round k.
+type rollRet struct {
+	k  int
+	at time.Duration
+}
+
+// start starts round k.
+func (w *rollRounds) start(k int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started == nil {
+		w.started = make(chan struct{})
+	}
+	w.cur = k
+	close(w.started)
+	w.started = make(chan struct{})
+}
+
+// current returns the round that started last and a channel closed when
+// the next one starts.
+func (w *rollRounds) current() (int, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started == nil {
+		w.started = make(chan struct{})
+	}
+	return w.cur, w.started
+}
+
+func (w *rollRounds) returned(k int, at time.Duration) {
+	w.mu.Lock()
+	w.rets = append(w.rets, rollRet{k, at})
+	w.mu.Unlock()
 }
 
 // rollWaitGroup: a Client that is not restarted adds 1 and, 10-30 ms
 // later, Done, round after round; a waiter per replica waits for each
 // round. Every Wait on a Client that was not closed meanwhile returns
 // within rollBound of the Done.
-func rollWaitGroup(t *testing.T) {
+func rollWaitGroup() rollKind {
 	var ctl *dsync.Client
-	type round struct {
-		started chan struct{}
-		doneAt  atomic.Int64 // ns since t0, 0 until Done returned
-	}
-	var mu sync.Mutex
-	cur := &round{started: make(chan struct{})}
-	var worst atomic.Int64
-	r := runRolling(t, func(r *rolling, wg *sync.WaitGroup) {
-		for _, rep := range r.reps {
-			seen := (*round)(nil)
+	return rollKind{name: "WaitGroup",
+		workers: func(r *rolling, wg *sync.WaitGroup, rep *rollReplica) {
+			seen := 0
 			r.loop(wg, rep, func(cl *rollClient) error {
-				mu.Lock()
-				rd := cur
-				mu.Unlock()
-				if rd == seen {
+				k, next := r.wg.current()
+				if k == seen {
 					select {
-					case <-rd.started: // wait for the next round
+					case <-next: // wait for the next round
 					case <-r.ctx.Done():
 						return nil
 					}
-					mu.Lock()
-					rd = cur
-					mu.Unlock()
+					k, _ = r.wg.current()
 				}
-				seen = rd
-				err := cl.c.NewWaitGroup("w").Wait(r.ctx)
-				if err != nil {
+				seen = k
+				if err := cl.c.NewWaitGroup("w").Wait(r.ctx); err != nil {
 					return err
 				}
-				if d := rd.doneAt.Load(); d != 0 {
-					late := int64(r.now()) - d
-					for {
-						w := worst.Load()
-						if late <= w || worst.CompareAndSwap(w, late) {
-							break
-						}
-					}
+				at := r.now()
+				if r.out != nil {
+					r.out.emit("G", k, int64(at))
+				} else {
+					r.wg.returned(k, at)
 				}
 				return nil
 			})
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wgp := ctl.NewWaitGroup("w")
-			for r.ctx.Err() == nil {
-				if err := wgp.Add(r.ctx, 1); err != nil {
-					if r.ctx.Err() == nil {
-						r.fail("Add: %v", err)
+		},
+		setup: func(r *rolling) { ctl = newClientOn(r.t, newRueidis(r.t), r.opts...) },
+		drive: func(r *rolling, wg *sync.WaitGroup) {
+			r.wg.doneAt = map[int]time.Duration{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wgp := ctl.NewWaitGroup("w")
+				for k := 1; r.ctx.Err() == nil; k++ {
+					if err := wgp.Add(r.ctx, 1); err != nil {
+						if r.ctx.Err() == nil {
+							r.fail("Add: %v", err)
+						}
+						return
 					}
-					return
+					r.wg.start(k)
+					for _, rep := range r.reps {
+						if rep.proc != nil {
+							rep.proc.send(fmt.Sprintf("round %d", k))
+						}
+					}
+					time.Sleep(time.Duration(10+rand.IntN(20)) * time.Millisecond) // the work the group waits for
+					if err := wgp.Done(context.Background()); err != nil {
+						r.fail("Done: %v", err)
+						return
+					}
+					at := r.now()
+					r.wg.mu.Lock()
+					r.wg.doneAt[k] = at
+					r.wg.mu.Unlock()
 				}
-				mu.Lock()
-				rd := cur
-				cur = &round{started: make(chan struct{})}
-				close(rd.started)
-				mu.Unlock()
-				time.Sleep(time.Duration(10+rand.IntN(20)) * time.Millisecond) // the work the group waits for
-				if err := wgp.Done(context.Background()); err != nil {
-					r.fail("Done: %v", err)
-					return
+			}()
+		},
+		verify: func(t *testing.T, r *rolling) {
+			r.check()
+			r.wg.mu.Lock()
+			defer r.wg.mu.Unlock()
+			var worst time.Duration
+			for _, ret := range r.wg.rets {
+				// A Wait that returned before its round's Done was
+				// recorded is not timed (as it returned, the counter was
+				// zero: the Done had been applied).
+				if d, ok := r.wg.doneAt[ret.k]; ok && ret.at >= d {
+					worst = max(worst, ret.at-d)
 				}
-				rd.doneAt.Store(int64(r.now()))
 			}
-		}()
-	}, func(r *rolling) { ctl = newClientOn(t, newRueidis(t), r.opts...) })
-	r.check()
-	t.Logf("longest a Wait returned after Done: %v", time.Duration(worst.Load()))
-	require.Less(t, time.Duration(worst.Load()), rollBound, "a Wait returned late after the counter reached zero")
+			t.Logf("%d Waits returned; the longest after its round's Done: %v", len(r.wg.rets), worst)
+			require.NotEmpty(t, r.wg.rets, "no Wait returned")
+			require.Less(t, worst, rollBound, "a Wait returned late after the counter reached zero")
+		}}
+}
+
+// A rollProc is the test's side of a replica that runs in a process of its
+// own (the test binary, as the child "rolling").
+type rollProc struct {
+	t       *testing.T
+	rep     *rollReplica
+	cmd     *exec.Cmd
+	mu      sync.Mutex // serializes the lines to in
+	in      io.WriteCloser
+	ready   chan struct{}       // its first Client is open
+	closed  chan *rollClient    // a Close of its returned
+	done    chan struct{}       // its reports ended
+	clients map[int]*rollClient // by generation; under rolling.mu
+}
+
+func startRollProc(r *rolling, rep *rollReplica, kind string) *rollProc {
+	t := r.t
+	cmd := startChild(t, "rolling", r.prefix, "DSYNC_TEST_ROLL_KIND="+kind, "DSYNC_TEST_ROLL_REP="+strconv.Itoa(rep.i),
+		"DSYNC_TEST_ROLL_T0="+strconv.FormatInt(r.t0.UnixNano(), 10),
+		// The race detector waits a second at exit by default, for the
+		// reports of goroutines still running; a replica ends its own.
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=50"))
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	p := &rollProc{rep: rep, cmd: cmd, in: in, ready: make(chan struct{}), closed: make(chan *rollClient, 1),
+		done: make(chan struct{}), clients: map[int]*rollClient{}}
+	go p.read(r, out)
+	p.t = t
+	return p
+}
+
+// awaitReady waits until the replica's first Client is open.
+func (p *rollProc) awaitReady() {
+	select {
+	case <-p.ready:
+	case <-p.done:
+		p.t.Fatalf("replica %d's process ended before it was ready", p.rep.i)
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("replica %d's process not ready within 30 s", p.rep.i)
+	}
+}
+
+func (p *rollProc) send(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = io.WriteString(p.in, line+"\n")
+}
+
+// restart has the replica close its Client, checks Redis once the Close
+// returned, and lets the replica open the next one.
+func (p *rollProc) restart(r *rolling) {
+	p.send("restart")
+	var cl *rollClient
+	select {
+	case cl = <-p.closed:
+	case <-p.done:
+		r.fail("replica %d's process ended", p.rep.i)
+		return
+	case <-time.After(30 * time.Second):
+		r.fail("replica %d did not close its Client within 30 s", p.rep.i)
+		return
+	}
+	r.closedCheck(cl)
+	p.send("go")
+}
+
+// wait waits for the replica's process to end, after stop.
+func (p *rollProc) wait(r *rolling) {
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		r.fail("replica %d's process did not end within 60 s of stop", p.rep.i)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	if err := p.cmd.Wait(); err != nil {
+		r.fail("replica %d's process: %v", p.rep.i, err)
+	}
+}
+
+// client returns the replica's Client of generation gen, as the test knows
+// it. rolling.mu is held.
+func (p *rollProc) client(gen int) *rollClient {
+	cl := p.clients[gen]
+	if cl == nil {
+		cl = &rollClient{gen: gen}
+		p.clients[gen] = cl
+	}
+	return cl
+}
+
+// read applies the replica's reports (one a line, fields split by tabs;
+// see rollOut) until its process ends.
+func (p *rollProc) read(r *rolling, out io.Reader) {
+	defer close(p.done)
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if cl := r.apply(p, strings.Split(sc.Text(), "\t")); cl != nil {
+			p.closed <- cl
+		}
+	}
+}
+
+// apply applies one report of p's replica; it returns the Client a Close
+// of which the report says returned.
+func (r *rolling) apply(p *rollProc, f []string) *rollClient {
+	num := func(i int) int64 {
+		if i >= len(f) {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return n
+	}
+	dur := func(i int) time.Duration { return time.Duration(num(i)) }
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID == nil {
+		r.byID = map[string]*rollHold{}
+	}
+	h := r.byID[f[min(1, len(f)-1)]]
+	switch f[0] {
+	case "O":
+		select {
+		case <-p.ready:
+		default:
+			close(p.ready)
+		}
+	case "A": // id what excl token start lockCancel gen
+		h = &rollHold{id: f[1], what: f[2], excl: f[3] == "true", tok: uint64(num(4)), start: dur(5), lockCancel: f[6] == "true"}
+		h.cl = p.client(int(num(7)))
+		r.holds = append(r.holds, h)
+		r.byID[h.id] = h
+	case "U": // id at
+		if h != nil && h.unlockAt == 0 {
+			h.unlockAt = dur(2)
+		}
+	case "C": // id at byClose
+		if h != nil {
+			h.cancelAt, h.cancelClose = dur(2), f[3] == "true"
+		}
+	case "R": // id end gen (-1: not ended by a Close)
+		if h != nil {
+			h.end = dur(2)
+			if g := num(3); g >= 0 {
+				h.closedBy = p.client(int(g))
+			}
+		}
+	case "B": // id gen
+		if h != nil {
+			h.closedBy = p.client(int(num(2)))
+		}
+	case "F": // message
+		if len(r.fails) < 20 {
+			r.fails = append(r.fails, fmt.Sprintf("replica %d: %s", p.rep.i, strings.Join(f[1:], " ")))
+		}
+	case "W":
+		r.wakes.Add(1)
+	case "G": // round at
+		r.wg.returned(int(num(1)), dur(2))
+	case "X": // gen name id closeStart closeEnd
+		cl := p.client(int(num(1)))
+		cl.name, cl.id, cl.closeStart, cl.closeEnd = f[2], f[3], dur(4), dur(5)
+		return cl
+	}
+	return nil
+}
+
+// A rollOut is where a replica's process reports, a line at a time.
+type rollOut struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (o *rollOut) emit(kind string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.w.WriteString(kind)
+	for _, a := range args {
+		o.w.WriteByte('\t')
+		o.w.WriteString(strings.ReplaceAll(fmt.Sprint(a), "\t", " "))
+	}
+	o.w.WriteByte('\n')
+	o.w.Flush()
+}
+
+func init() { childRoles["rolling"] = childRolling }
+
+// childRolling is a replica of TestRollingRestart in a process of its own:
+// it runs its kind's workers and reports, and restarts when told (lines on
+// stdin: restart, then go once the test checked Redis; round k, for the
+// WaitGroup; stop).
+func childRolling(_ *dsync.Client, _ rueidis.Client, prefix string) int {
+	i, _ := strconv.Atoi(os.Getenv("DSYNC_TEST_ROLL_REP"))
+	t0, _ := strconv.ParseInt(os.Getenv("DSYNC_TEST_ROLL_T0"), 10, 64)
+	name := os.Getenv("DSYNC_TEST_ROLL_KIND")
+	i = min(max(i, 0), rollReplicas-1)
+	var kind rollKind
+	for _, k := range rollKinds() {
+		if k.name == name {
+			kind = k
+		}
+	}
+	if kind.workers == nil {
+		fmt.Fprintln(os.Stderr, "rolling: unknown kind", name)
+		return 2
+	}
+	r := &rolling{prefix: prefix, addr: os.Getenv("DSYNC_TEST_ADDR"), t0: time.Unix(0, t0), out: &rollOut{w: bufio.NewWriter(os.Stdout)}}
+	r.opts = []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(rollLease)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.ctx = ctx
+	rep := &rollReplica{i: i}
+	rep.cur.Store(r.open(rep))
+	r.reps[i] = rep
+	var wg sync.WaitGroup
+	kind.workers(r, &wg, rep)
+	r.out.emit("O")
+	in := bufio.NewScanner(os.Stdin)
+	var closed *rollClient // closed, waiting for go
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "restart":
+			closed = rep.cur.Load()
+			closed.closeStart = r.now()
+			if err := closed.c.Close(); err != nil {
+				r.fail("Close: %v", err)
+			}
+			closed.closeEnd = r.now()
+			r.out.emit("X", closed.gen, closed.name, closed.id, int64(closed.closeStart), int64(closed.closeEnd))
+		case "go":
+			if closed == nil {
+				fmt.Fprintln(os.Stderr, "rolling: go without a restart")
+				return 2
+			}
+			closed.rc.Close()
+			rep.cur.Store(r.open(rep))
+			close(closed.next)
+			closed = nil
+		case "round":
+			k, _ := strconv.Atoi(f[len(f)-1])
+			r.wg.start(k)
+		case "stop":
+			cancel()
+			wg.Wait()
+			cl := rep.cur.Load()
+			cl.c.Close()
+			cl.rc.Close()
+			r.out.emit("E")
+			return 0
+		}
+	}
+	fmt.Fprintln(os.Stderr, "rolling: stdin ended without stop")
+	return 2
 }

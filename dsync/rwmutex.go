@@ -59,59 +59,84 @@ type RWMutex struct {
 func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 	key := c.lockKey("rw", name)
 	keys := []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"}
+	lc := newLockConfig(opts)
+	lease := lc.lease(c)
 	// Every wait of this Client, read or write, is told of its grant on
 	// one channel (see rw_lib.lua), subscribed while the Client waits.
 	wch := key + ":w:"
-	ch := wch + c.id[:16]
-	lc := newLockConfig(opts)
-	rw := &RWMutex{}
 	mk := func(mode string) qlock {
-		q := qlock{
-			c:    c,
-			info: Lock{Kind: KindRWMutex, Name: name, Mode: mode, N: 1},
-			err:  checkName(name),
-			lc:   lc,
-			// Both wait in Redis: writers in the queue, readers as
-			// registered waiters granted at the next write release
-			// (phase-fair), so both leave at once when their wait ends.
-			queues: true,
-			grants: true,
-			ch:     func(string) string { return ch },
-			release: func(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-				args := []string{mode, owner, strconv.FormatUint(token, 10), "", wch}
-				return scripts.RWRelease, rueidis.LuaExec{Keys: keys, Args: args}
-			},
-			renew: func(owner string, token uint64) ([]string, []string) {
-				return keys, []string{mode, owner, strconv.FormatUint(token, 10)}
-			},
-			renewMany: scripts.RWRenewMany,
-		}
-		lease := q.lease()
-		q.leave = func(ctx context.Context, owner, wid string) error {
-			m := owner + " " + wid + " " + leaseMS(lease) // as rw_acquire.lua queues it
-			return c.lua(scripts.RWLeave).Exec(ctx, c.rc, keys, []string{mode, m, wch}).Error()
-		}
-		q.step = func(ctx context.Context, owner, wid string, try bool, marker string, check bool) ([]int64, error) {
-			args := []string{mode, owner, leaseMS(lease), leaseMS(c.cfg.lease), flag(try), wch, wid}
-			if check {
-				args = append(args, "check")
-			}
-			return c.execAcquire(ctx, &q.lc, scripts.RWAcquire, withMarker(keys, marker), args)
-		}
-		q.base, q.undo, q.undoFresh = key, scripts.RWUndo, scripts.RWUndoFresh
+		// Both wait in Redis: writers in the queue, readers as registered
+		// waiters granted at the next write release (phase-fair), so both
+		// leave at once when their wait ends.
+		p := &rwProto{c: c, mode: mode, keys: keys, key: key, wch: wch, ch: wch + c.id[:16],
+			lease: leaseMS(lease), clientLease: leaseMS(c.cfg.lease)}
+		q := qlock{c: c, info: Lock{Kind: KindRWMutex, Name: name, Mode: mode, N: 1}, err: checkName(name), lc: lc, p: p, base: key}
 		if mode == "write" {
-			// One write hold per owner and Client; "\x00" keeps these slot
-			// keys apart from every real key.
-			q.slot = func(string) stateKey { return stateKey{key: key, slot: "w"} }
 			q.rwWrite = key
 		} else {
-			q.slot = func(owner string) stateKey { return stateKey{key: key, slot: "r", owner: owner} }
 			q.rwRead = key
 		}
 		return q
 	}
-	rw.w, rw.r = mk("write"), mk("read")
-	return rw
+	return &RWMutex{w: mk("write"), r: mk("read")}
+}
+
+// rwProto is the qproto of an RWMutex's write or read lock (rw_acquire.lua
+// and its siblings, with the mode as their first argument).
+type rwProto struct {
+	c    *Client
+	mode string // "write" or "read"
+	keys []string
+	key  string
+	// wch is the prefix of the Clients' grant channels, ch this Client's.
+	wch, ch            string
+	lease, clientLease string // ms: the lock's, the Client's (a place's)
+}
+
+// slot: one write hold per Client, one read hold per owner and Client;
+// the slot names keep these apart from every real key.
+func (p *rwProto) slot(owner string) stateKey {
+	if p.mode == "write" {
+		return stateKey{key: p.key, slot: "w"}
+	}
+	return stateKey{key: p.key, slot: "r", owner: owner}
+}
+
+func (p *rwProto) channel() string { return p.ch }
+
+func (p *rwProto) step(ctx context.Context, lc *lockConfig, a stepArgs) ([]int64, error) {
+	args := []string{p.mode, a.owner, p.lease, p.clientLease, flag(a.try), p.wch, a.wid}
+	if a.check {
+		args = append(args, "check")
+	}
+	return p.c.execAcquire(ctx, lc, scripts.RWAcquire, withMarker(p.keys, a.marker), args)
+}
+
+func (p *rwProto) leave(ctx context.Context, owner, wid string) error {
+	m := owner + " " + wid + " " + p.lease // as rw_acquire.lua queues it
+	return p.c.lua(scripts.RWLeave).Exec(ctx, p.c.rc, p.keys, []string{p.mode, m, p.wch}).Error()
+}
+
+func (p *rwProto) release(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
+	args := []string{p.mode, owner, strconv.FormatUint(token, 10), "", p.wch}
+	return scripts.RWRelease, rueidis.LuaExec{Keys: p.keys, Args: args}
+}
+
+func (p *rwProto) retryRelease() bool { return false }
+
+func (p *rwProto) undo(fresh bool) *rueidis.Lua {
+	if fresh {
+		return scripts.RWUndoFresh
+	}
+	return scripts.RWUndo
+}
+
+func (p *rwProto) renew(owner string, token uint64) (*rueidis.Lua, []string, []string, bool) {
+	return scripts.RWRenewMany, p.keys, []string{p.mode, owner, strconv.FormatUint(token, 10)}, true
+}
+
+func (p *rwProto) closing(*hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
+	return nil, rueidis.LuaExec{}, false
 }
 
 // Lock acquires the write lock, blocking until it is held, as Mutex.Lock

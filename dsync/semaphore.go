@@ -242,15 +242,15 @@ func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
 			hs = hs[:len(hs)-1]
 		}
 	}
-	s.setHolds(owner, hs)
+	s.setHoldsLocked(owner, hs)
 	return out
 }
 
-// setHolds stores the holds of owner in the Client's registry
+// setHoldsLocked stores the holds of owner in the Client's registry
 // (Client.semHolds): shared by all Semaphore values of the Client, so one
 // may release what another of the same name acquired; entries go when
 // their last hold ends, so nothing outlives the holds. c.mu must be held.
-func (s *Semaphore) setHolds(owner string, hs []*hold) {
+func (s *Semaphore) setHoldsLocked(owner string, hs []*hold) {
 	c, k := s.c, s.keys[0]
 	byOwner := c.semHolds[k]
 	if len(hs) > 0 {
@@ -280,14 +280,11 @@ func (s *Semaphore) forget(h *hold) {
 			break
 		}
 	}
-	s.setHolds(h.owner, hs)
+	s.setHoldsLocked(h.owner, hs)
 }
 
 func (s *Semaphore) lease() time.Duration {
-	if s.lc.leaseTime > 0 {
-		return s.lc.leaseTime
-	}
-	return s.c.cfg.lease
+	return s.lc.lease(s.c)
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (context.Context, bool, error) {

@@ -125,7 +125,7 @@ func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	h.watchdog = s.lc.leaseTime == 0
 	h.ops = sh
 	c.mu.Lock()
-	s.setHolds(owner, append(c.semHolds[s.keys[0]][owner], h))
+	s.setHoldsLocked(owner, append(c.semHolds[s.keys[0]][owner], h))
 	c.mu.Unlock()
 	return h
 }

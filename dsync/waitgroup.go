@@ -125,8 +125,8 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		gen, _ := vals[1].ToString()
 		if attempt == 1 {
 			observed = gen
-			if waitGroupObserved != nil {
-				waitGroupObserved()
+			if f := c.cfg.test.waitGroupObserved; f != nil {
+				f()
 			}
 		} else if gen != observed {
 			return nil // the generation observed ended; this is another
@@ -136,7 +136,3 @@ func (wg *WaitGroup) Wait(ctx context.Context) error {
 		}
 	}
 }
-
-// waitGroupObserved, when set by a test, is called when a Wait has
-// observed its generation (the counter above zero).
-var waitGroupObserved func()

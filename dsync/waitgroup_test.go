@@ -55,13 +55,11 @@ func TestWaitGroupBasic(t *testing.T) {
 	require.ErrorIs(t, c.NewWaitGroup("").Add(ctx, 1), dsync.ErrInvalidArgument, "empty name")
 }
 
-// observeWaits counts the Waits that observed their generation, until t
-// ends.
-func observeWaits(t *testing.T) *atomic.Int64 {
+// observeWaits returns a counter of the Waits that observed their
+// generation, and the option that counts them in a Client.
+func observeWaits() (*atomic.Int64, dsync.Option) {
 	var n atomic.Int64
-	dsync.SetWaitGroupObserved(func() { n.Add(1) })
-	t.Cleanup(func() { dsync.SetWaitGroupObserved(nil) })
-	return &n
+	return &n, dsync.WithWaitGroupObserved(func() { n.Add(1) })
 }
 
 // A Wait in progress returns when the counter reaches zero even if an Add
@@ -70,10 +68,10 @@ func observeWaits(t *testing.T) *atomic.Int64 {
 // deadline is well below the fallback look (lease/3 = 10 s), so only the
 // wakeup can pass it.
 func TestWaitGroupZeroCrossing(t *testing.T) {
+	observed, observe := observeWaits()
 	c := newClient(t)
-	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)))
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)), observe)
 	ctx := ctxT(t)
-	observed := observeWaits(t)
 	wg := c.NewWaitGroup("cross")
 	for run := 0; run < 20; run++ {
 		require.NoError(t, wg.Add(ctx, 1))
@@ -121,13 +119,13 @@ func TestWaitGroupExact(t *testing.T) {
 // 300 Waits over 3 Clients, through repeated zero crossings each followed
 // at once by an Add: every Wait returns for the generation it observed.
 func TestWaitGroupManyWaitersGenerations(t *testing.T) {
-	c := newClient(t)
+	observed, observe := observeWaits()
+	c := newClient(t, observe)
 	clients := []*dsync.Client{c}
 	for i := 0; i < 2; i++ {
-		clients = append(clients, newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c))))
+		clients = append(clients, newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, c)), observe))
 	}
 	ctx := ctxT(t)
-	observed := observeWaits(t)
 	wg := c.NewWaitGroup("many")
 	require.NoError(t, wg.Add(ctx, 1))
 	const waiters = 300

@@ -161,7 +161,8 @@ func (s *callgrindServer) zero() error {
 }
 
 // dump returns the instructions counted since zero: in all, inside
-// lua_pcall, inside scriptCall (inclusive counts).
+// lua_pcall, inside scriptCall (inclusive counts). name names the
+// annotation DSYNC_BENCH_ANNOTATE keeps.
 func (s *callgrindServer) dump(name string) ([3]float64, error) {
 	var zero [3]float64
 	if b, err := exec.Command("callgrind_control", "-d", s.pid).CombinedOutput(); err != nil {

@@ -6,9 +6,16 @@
 // results/latest.md, and everything in results/latest.json. See
 // bench/README.md for what each scenario measures.
 //
+// With -docs it runs nothing: it writes results/latest.md again from
+// results/latest.json, and the performance blocks of README.md and
+// bench/README.md from them (internal/benchdoc), which make bench does
+// after a run; the root module's tests fail while those blocks differ from
+// what -docs would write.
+//
 // Usage (from bench/):
 //
 //	go run ./cmd/bench [-quick] [-spin] [-reps n] [-libs a,b] [-scenarios a,b]
+//	go run ./cmd/bench -docs
 package main
 
 import (
@@ -82,8 +89,16 @@ func main() {
 		instrRnds = flag.Int("instr-rounds", 3, "renewal rounds counted by -instr-renew")
 		valgrind  = flag.String("valgrind", "valgrind", "valgrind binary, for -instr")
 		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory, waiters children a CPU profile of the release window")
+		docs      = flag.Bool("docs", false, "instead of the scenarios: write results/latest.md again from results/latest.json, and the performance blocks of ../README.md and README.md from them")
 	)
 	flag.Parse()
+	if *docs {
+		if err := writeDocs(*out, ".."); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *childRole != "" {
 		inChild = true
 		var err error
@@ -375,7 +390,10 @@ func startSpinners(self string) (stop func(), err error) {
 }
 
 type machine struct {
-	Date   string `json:"date"`
+	Date string `json:"date"`
+	// Commit is the commit of the tree the run measured (git rev-parse
+	// --short HEAD, "-dirty" when tracked files differed from it).
+	Commit string `json:"commit,omitempty"`
 	NProc  int    `json:"nproc"`
 	CPU    string `json:"cpu"`
 	Go     string `json:"go"`
@@ -400,5 +418,20 @@ func machineInfo(ctl rueidis.Client) machine {
 	if inf, err := info(context.Background(), ctl, "server"); err == nil {
 		m.Redis = inf["redis_version"]
 	}
+	m.Commit = gitCommit()
 	return m
+}
+
+// gitCommit names the commit of the working tree the bench builds dsync
+// from (replace ../), "" outside a git checkout.
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		c += "-dirty"
+	}
+	return c
 }

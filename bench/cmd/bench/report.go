@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dsync/dsync/internal/benchdoc"
 )
 
 // stallScenarios are the scenarios that count stalls.
@@ -295,7 +297,11 @@ func (r *report) markdown() string {
 	if st.Spin {
 		spin = "on (one nice-19 busy process per CPU)"
 	}
-	fmt.Fprintf(&b, "## dsync bench, %s\n\n", m.Date)
+	fmt.Fprintf(&b, "## dsync bench, %s", m.Date)
+	if m.Commit != "" {
+		fmt.Fprintf(&b, ", commit %s", m.Commit)
+	}
+	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "- machine: %d CPUs, %s, %s, kernel %s\n", m.NProc, m.CPU, m.OS, m.Kernel)
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence)\n", m.Go, m.Redis)
 	fmt.Fprintf(&b, "- mode %s, %d repeats interleaved (lib order rotated per repeat), medians; busy-loop keeper: %s; run took %s\n", mode, st.Reps, spin, r.Elapsed)
@@ -385,6 +391,33 @@ func (r *report) write(dir, md string) error {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// readReport reads the report a run wrote to dir/latest.json.
+func readReport(dir string) (*report, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err != nil {
+		return nil, err
+	}
+	r := new(report)
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "latest.json"), err)
+	}
+	return r, nil
+}
+
+// writeDocs writes dir/latest.md again from dir/latest.json (the markdown
+// is a function of the report), then the performance blocks of the
+// documents under root (README.md, bench/README.md) from them.
+func writeDocs(dir, root string) error {
+	r, err := readReport(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.md"), []byte(r.markdown()), 0o644); err != nil {
+		return err
+	}
+	return benchdoc.Write(root)
+}
 
 // liveness sums each lib's stalls over all scenarios and repeats.
 func (r *report) liveness(b *strings.Builder) {
