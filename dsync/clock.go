@@ -84,6 +84,18 @@ func (k *leaseClock) remove(h *hold) {
 	k.mu.Unlock()
 }
 
+// each calls f for every hold the clock watches: every hold of the Client
+// that is tracked and not ended (a hold whose clock ran out leaves it just
+// before it ends as lost). f runs with the clock's lock held: it must not
+// call the clock, and may take a hold's mu (leaseClock.mu -> hold.mu).
+func (k *leaseClock) each(f func(h *hold)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, h := range k.q {
+		f(h)
+	}
+}
+
 // armLocked sets the timer for the earliest deadline, unless it is set for that
 // or sooner. k.mu must be held.
 func (k *leaseClock) armLocked() {

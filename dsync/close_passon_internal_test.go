@@ -64,7 +64,7 @@ func TestClosePassOnReleases(t *testing.T) {
 		}
 	}()
 	waitUntil(t, 5*time.Second, "the other Client to wait", func() bool {
-		n, _ := rc.Do(ctx, rc.B().Hlen().Key(m.wkey).Build()).AsInt64()
+		n, _ := rc.Do(ctx, rc.B().Hlen().Key(m.key+":waiting").Build()).AsInt64()
 		return n == 1
 	})
 	// Its release begins, then Close begins: the release is past its

@@ -103,7 +103,7 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 		wctx, cancel = context.WithDeadline(wctx, dl)
 		defer cancel()
 	}
-	owner := lc.v.id
+	owner := lc.h.owner
 	wctx, ob := c.observe(wctx, cd.info, owner, false)
 	w := condWaiter{cd: cd, id: c.attemptID(), lease: leaseMS(c.cfg.lease)}
 	if err := idempotent(lctx, w.register); err != nil {

@@ -36,6 +36,6 @@ func TestFairStaleHoldState(t *testing.T) {
 	waitUntil(t, time.Second, "the Client to forget the name", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return len(c.mutexes) == 0
+		return len(c.mutexes)+len(c.mutexesBy) == 0
 	})
 }

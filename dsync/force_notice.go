@@ -83,13 +83,11 @@ func (c *Client) forced(ctx context.Context, reply, name string) {
 	if !isElectionLock(name) {
 		election = electionLockName(name)
 	}
-	c.mu.Lock()
-	for h := range c.holds {
+	c.clock.each(func(h *hold) {
 		if n := h.lock.Name; n == name || n == election {
 			holds = append(holds, h)
 		}
-	}
-	c.mu.Unlock()
+	})
 	var ended []*hold
 	if len(holds) > 0 {
 		hc := holdCheck{holds: holds, done: make(chan struct{})}

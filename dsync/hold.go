@@ -22,19 +22,21 @@ import (
 // atomic. (Lock order: see locking.go.)
 type hold struct {
 	// Set by newHold, read-only after.
-	c     *Client
-	id    uint64
-	lock  *Lock
-	owner string
-	token uint64
-	start time.Time
+	c    *Client
+	id   uint64
+	lock *Lock
+	// ownerVal is the owner and the fencing token (fresh false), which
+	// the hold's lock contexts carry: a pointer to it (lockCtx.Value).
+	ownerVal
+	start int64 // when it was acquired, in the lease clock's ticks: see held
 
 	// watchdog holds are renewed by the renewal loop; ops is how (set
 	// before track, read-only after).
-	watchdog bool
-	ops      holdOps
+	ops holdOps
 	// renewTag caches the value prefix a batched renewal checks (see
-	// holdOps.renewKey); only the renewal loop's goroutine touches it.
+	// holdOps.renewKey); only the renewal loop's goroutine touches it,
+	// unless it was set before track (a fresh owner's Mutex hold: its
+	// bytes follow the owner's, see ownerTag), and then nothing writes it.
 	renewTag string
 
 	// rOwner and rToken are the hold as Redis knows it, which scripts
@@ -54,10 +56,12 @@ type hold struct {
 	mu        sync.Mutex
 	succ      *hold     // the hold this one was handed to inside the Client, same hold in Redis
 	deadline  time.Time // when the lease clock runs out
+	watchdog  bool      // (not guarded by mu: see ops)
 	ended     bool
 	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
 	gone      bool // a renewal found the hold gone while releasing: no local handoff (handOff)
 	expiring  bool // the lease clock ran out: a renewal that succeeds now is too late
+	used1     bool // lctx1 was handed out
 	// slot and due are the hold's entry in the Client's leaseClock,
 	// guarded by leaseClock.mu, not by hold.mu: its index in the heap (-1
 	// when not watched) and the deadline it was pushed with (see tick).
@@ -71,8 +75,10 @@ type hold struct {
 	// cancels' first backing array; lctx1 is written under mu, once.
 	cancel1 [1]context.CancelCauseFunc
 	lctx1   lockCtx
-	used1   bool // lctx1 was handed out
 }
+
+// held is how long ago h was acquired.
+func (h *hold) held() time.Duration { return time.Duration(tick(time.Now()) - h.start) }
 
 // holdOps is a hold's one extension point: how its primitive renews and
 // releases it, and what it does when the hold ends. Every hold has one.
@@ -110,14 +116,14 @@ func (h *hold) mutexPrefix() string {
 // newHold makes a hold of the lock l points to (the primitive's, shared by
 // its holds).
 func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
-	h := &hold{c: c, id: c.holdSeq.Add(1), lock: l, owner: owner, token: token, rOwner: owner, rToken: token, start: time.Now(), slot: -1}
+	h := &hold{c: c, id: c.holdSeq.Add(1), lock: l, ownerVal: ownerVal{owner: owner, token: token}, rOwner: owner, rToken: token, start: tick(time.Now()), slot: -1}
 	h.cancels = h.cancel1[:0]
 	return h
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
-// moved on by each renewal. It registers the hold for Close and, with a
-// watchdog, for renewal. It reports false if the Client is closed (or h
+// moved on by each renewal. The clock watching it registers the hold for
+// Close and, with a watchdog, for renewal (leaseClock.each). It reports false if the Client is closed (or h
 // ended meanwhile: see trackUntil).
 func (h *hold) track(sentAt time.Time, lease time.Duration) bool {
 	return h.trackUntil(sentAt.Add(validity(lease)))
@@ -145,14 +151,9 @@ func (h *hold) trackUntil(deadline time.Time) bool {
 	h.deadline = later(deadline, h.deadline)
 	deadline = h.deadline
 	h.mu.Unlock()
-	if !c.clock.add(h, deadline) {
-		c.mu.Unlock()
-		return false
-	}
-	c.holds[h] = struct{}{}
-	c.holds = compact(c.holds, &c.holdsPeak)
+	ok := c.clock.add(h, deadline)
 	c.mu.Unlock()
-	return true
+	return ok
 }
 
 // newCtx returns a lock context for one more acquisition of this hold (see
@@ -167,16 +168,13 @@ func (h *hold) newCtx(parent context.Context) context.Context {
 	} else {
 		lctx = new(lockCtx)
 	}
-	*lctx = lockCtx{Context: cctx, parent: parent, v: ownerVal{id: h.owner, token: h.token}, h: h}
+	*lctx = lockCtx{Context: cctx, parent: parent, h: h}
 	if h.ended {
 		h.mu.Unlock()
 		cancel(ErrLockLost)
 		return lctx
 	}
 	h.cancels = append(h.cancels, cancel)
-	if !h.watchdog {
-		lctx.end = h.deadline
-	}
 	h.mu.Unlock()
 	return lctx
 }
@@ -194,22 +192,21 @@ func (h *hold) newCtx(parent context.Context) context.Context {
 //
 // A lock context of a fixed-lease hold (no watchdog) has a Deadline at the
 // lease end (or the parent's, if sooner), when it is cancelled anyway, so
-// that work scoped to the lock can plan for it.
+// that work scoped to the lock can plan for it: its hold's deadline, which
+// no renewal moves.
 type lockCtx struct {
 	context.Context
 	// parent is the context the acquisition was made under: a Cond's Wait
 	// waits under it after releasing the lock, which cancels the lock
 	// context itself.
 	parent context.Context
-	v      ownerVal
-	h      *hold
-	end    time.Time // the fixed lease's end; zero with a watchdog
+	h      *hold // its ownerVal is the lock context's owner and token
 }
 
 func (c *lockCtx) Value(key any) any {
 	switch key.(type) {
 	case ownerKey:
-		return &c.v
+		return &c.h.ownerVal
 	case lockCtxKey:
 		return c
 	}
@@ -240,10 +237,16 @@ func (c *lockCtx) Err() error {
 
 func (c *lockCtx) Deadline() (time.Time, bool) {
 	d, ok := c.Context.Deadline()
-	if c.end.IsZero() || (ok && d.Before(c.end)) {
+	if c.h.watchdog {
 		return d, ok
 	}
-	return c.end, true
+	c.h.mu.Lock()
+	end := c.h.deadline
+	c.h.mu.Unlock()
+	if end.IsZero() || (ok && d.Before(end)) {
+		return d, ok
+	}
+	return end, true
 }
 
 func (c *lockCtx) String() string { return "dsync lock context" }
@@ -307,10 +310,6 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 	h.mu.Unlock()
 	c := h.c
 	c.clock.remove(h)
-	c.mu.Lock()
-	delete(c.holds, h)
-	c.holds = compact(c.holds, &c.holdsPeak)
-	c.mu.Unlock()
 	h.ops.ended(h, lost)
 	// Report a loss before cancelling, so whoever waits on a lock context
 	// finds it already recorded; log it after, since a log write may be
@@ -318,7 +317,7 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 	// lockCtx.Err).
 	if lost {
 		if f := c.cfg.observer.Lost; f != nil {
-			f(Lost{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Cause: cause})
+			f(Lost{Lock: *h.lock, Hold: h.id, Held: h.held(), Cause: cause})
 		}
 	}
 	for i := len(cancels) - 1; i >= 0; i-- {

@@ -146,7 +146,7 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 // ownerOnly is a context carrying owner and nothing else, for a release
 // by owner.
 func ownerOnly(owner string) context.Context {
-	return withOwnerVal(context.Background(), ownerVal{id: owner})
+	return withOwnerVal(context.Background(), ownerVal{owner: owner})
 }
 
 // contextHeld is implemented by the locks that can tell whether this
@@ -176,14 +176,13 @@ func unlockPanic(o lockerOps, op, what, name string) string {
 // holding reports whether the Client holds the lock l describes (through
 // any of its values).
 func (c *Client) holding(l Lock) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for h := range c.holds {
-		if *h.lock == l && !h.isEnded() {
-			return true
+	held := false
+	c.clock.each(func(h *hold) {
+		if !held && *h.lock == l && !h.isEnded() {
+			held = true
 		}
-	}
-	return false
+	})
+	return held
 }
 
 func (m *Mutex) heldByContext() bool { return m.c.holding(m.info) }

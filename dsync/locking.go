@@ -27,17 +27,19 @@ package dsync
 //   - mutexState.mu → Client.mu: passOnLocked's local handoff
 //     (trackUntil) and qlock.acquire (track); and a released hold's end
 //     under it (passOnLocked's local handoff: endLocked takes
-//     leaseClock.mu and Client.mu, untag spawns a cleanup).
+//     leaseClock.mu, untag spawns a cleanup).
 //   - mutexState.mu → hold.mu: newCtx (acquire, shareHoldLocked), handOff,
 //     confirmedWithin, isEnded, depth, pop.
 //   - mutexState.mu → blockNote.mu: blockedBy, as a Mutex waiter queues.
-//   - Client.mu → leaseClock.mu: trackUntil (leaseClock.add).
-//   - Client.mu → hold.mu: trackUntil, the renewer's round and holding
-//     (isEnded).
-//   - leaseClock.mu → hold.mu: leaseClock.fire.
+//   - Client.mu → leaseClock.mu: trackUntil (leaseClock.add), Close
+//     (leaseClock.each, collecting the holds).
+//   - Client.mu → hold.mu: trackUntil, the renewer's round (its Election
+//     terms, isEnded).
+//   - leaseClock.mu → hold.mu: leaseClock.fire, holding (isEnded inside
+//     leaseClock.each).
 //
 // hold.mu is last: nothing is taken under it. endLocked releases it before
-// it takes leaseClock.mu and Client.mu; renewReply walks a chain of holds
+// it takes leaseClock.mu; renewReply walks a chain of holds
 // handed over inside the Client one hold.mu at a time; leaseClock.fire and
 // overdue end the holds they find expired after letting go of their
 // mutexes. No goroutine holds two mutexStates' mu at once, nor takes

@@ -116,7 +116,7 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 		mh.ctxs = append(mh.ctxs, lctx)
 	}
 	// The lock context derives from ctx carrying the owner only.
-	octx := withOwnerVal(ctx, ownerVal{id: owner})
+	octx := withOwnerVal(ctx, ownerVal{owner: owner})
 	lctx, cancel := context.WithCancelCause(octx)
 	mh.cancel = cancel
 	for _, mctx := range mh.ctxs {

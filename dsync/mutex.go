@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -40,17 +41,15 @@ const freeMarkerTTL = time.Hour
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
 type Mutex struct {
 	c    *Client
-	info Lock   // its name, for events and errors
-	key  string // the lock value "<owner> <token> <count>"
-	err  error  // a bad name, returned by every call
-	lc   lockConfig
+	info Lock        // its name, for events and errors
+	key  string      // the lock value "<owner> <token> <count>"
+	err  error       // a bad name, returned by every call
+	lc   *lockConfig // shared by every Mutex made without options (noLockConfig)
 
 	// Arguments computed once, so an acquisition does not rebuild them
 	// (those all Mutexes of the Client share are the Client's).
-	relKeys  []string // {key, wakeup channel (published on release)}, in relBuf
-	relBuf   [2]string
-	wkey     string // waiting count: waiting Client -> "<goroutines> <expiry ms>"
-	leaseArg string // lease of a new hold, in ms
+	relBuf   [2]string // {key, wakeup channel (published on release)}: relKeys
+	leaseArg string    // lease of a new hold, in ms
 	// block is how many fencing tokens a Redis acquisition or handoff
 	// reserves: the first for its holder, the others for handoffs inside
 	// this Client that need no round trip. 1 with a fixed lease, since each
@@ -62,7 +61,11 @@ type Mutex struct {
 }
 
 // ch is m's wakeup channel, published on release.
-func (m *Mutex) ch() string { return m.relKeys[1] }
+func (m *Mutex) ch() string { return m.relBuf[1] }
+
+// relKeys are the keys of the release and the handoff: the lock's key and
+// its wakeup channel (a slice of the Mutex's own array, not one more field).
+func (m *Mutex) relKeys() []string { return m.relBuf[:] }
 
 // sk names m's state in the Client's registry.
 func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
@@ -70,11 +73,16 @@ func (m *Mutex) sk() stateKey { return stateKey{key: m.key} }
 // NewMutex returns the mutex called name. An invalid name (empty, or longer
 // than MaxNameLen) makes every call fail with ErrInvalidArgument.
 func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
-	key, ch, wkey := c.lockKeyAnd("mutex", name, ":ch", ":waiting")
-	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: newLockConfig(opts)}
+	// The key and the channel in one string of 24 B: the key is the
+	// channel's start. (The waiting count's key is made when needed: see
+	// unregister.)
+	ch := c.lockKey("mutex:ch", name)
+	key := ch[:len(ch)-len(":ch")]
+	m := &Mutex{c: c, info: Lock{Kind: KindMutex, Name: name, N: 1}, key: key, err: checkName(name), lc: &noLockConfig}
+	if lc := newLockConfig(opts); lc != noLockConfig {
+		m.lc = &lc
+	}
 	m.relBuf = [2]string{key, ch}
-	m.relKeys = m.relBuf[:]
-	m.wkey = wkey
 	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
 	if m.lc.leaseTime > 0 {
 		m.leaseArg = leaseMS(m.lc.leaseTime)
@@ -174,7 +182,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	rctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		rctx = c.ctx
-	} else if lc, ok := ctx.(*lockCtx); ok && lc.end.IsZero() {
+	} else if lc, ok := ctx.(*lockCtx); ok && lc.h.watchdog {
 		// A lock context's deadline is its parent's (a watchdog hold has
 		// no lease end): bound the release by the parent, whose Done
 		// channel the caller's other calls share, rather than make the
@@ -212,7 +220,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 
 func (m *Mutex) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := m.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: time.Since(h.start), Err: err, Complete: complete})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: complete})
 	}
 }
 
@@ -270,7 +278,21 @@ func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relKeys[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relBuf[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+}
+
+// releaseKey makes a Mutex a batchReleaser: Close releases its known holds
+// with MutexReleaseMany, as releaseExec's MutexRelease would one by one.
+// (The prefix is built here, not taken from mutexPrefix's cache, which is
+// the renewal loop's.)
+func (m *Mutex) releaseKey(h *hold) (key, prefix, used string, ok bool) {
+	if h.rToken == 0 {
+		return "", "", "", false
+	}
+	if used = usedArg(h.rToken, h.token); used == "0" {
+		used = ""
+	}
+	return m.key, h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " ", used, true
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {

@@ -179,7 +179,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {
 		sentAt = time.Now()
-		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys, args).AsIntSlice()
+		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys(), args).AsIntSlice()
 		return err
 	})
 	if err != nil {

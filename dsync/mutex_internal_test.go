@@ -95,7 +95,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // queued reports how many goroutines of c wait locally for the mutex key.
 func queued(c *Client, key string) int {
 	c.mu.Lock()
-	st := c.mutexes[stateKey{key: key}]
+	st := c.mutexes[key]
 	c.mu.Unlock()
 	if st == nil {
 		return 0
@@ -185,7 +185,7 @@ func TestMutexNoCrossClientReentryAfterLocalHandoff(t *testing.T) {
 	require.NoError(t, ma.UnlockContext(l2)) // local: the value still names o2
 	l3 := <-got
 	// o2 holds nothing now; it must not re-enter through b.
-	tctx, tcancel := context.WithTimeout(withOwnerVal(context.Background(), ownerVal{id: o2}), 300*time.Millisecond)
+	tctx, tcancel := context.WithTimeout(withOwnerVal(context.Background(), ownerVal{owner: o2}), 300*time.Millisecond)
 	defer tcancel()
 	l4, err := mb.LockContext(tctx)
 	if err == nil {

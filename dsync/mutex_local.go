@@ -40,8 +40,8 @@ type mutexState struct {
 	mu      sync.Mutex
 	h       *hold
 	queue   []*mutexWaiter
-	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
 	passes  int  // consecutive handoffs inside this Client
+	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
 	yielded bool // the lock was just released to other processes' waiters
 	// next..last are the fencing tokens reserved in Redis for handoffs
 	// inside this Client (see Mutex.block); empty when next > last.
@@ -114,6 +114,35 @@ type stateKey struct {
 // maxSpareStates bounds the Client's spare lock states.
 const maxSpareStates = 32
 
+// stateOf returns the state of key in the registry, or nil. c.mu must be
+// held.
+func (c *Client) stateOf(key stateKey) *mutexState {
+	if key.slot == "" && key.owner == "" {
+		return c.mutexes[key.key]
+	}
+	return c.mutexesBy[key]
+}
+
+// setState enters st as the state of key in the registry, or removes
+// key's (st nil). c.mu must be held.
+func (c *Client) setState(key stateKey, st *mutexState) {
+	if key.slot == "" && key.owner == "" {
+		if st == nil {
+			delete(c.mutexes, key.key)
+		} else {
+			c.mutexes[key.key] = st
+		}
+		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		return
+	}
+	if st == nil {
+		delete(c.mutexesBy, key)
+	} else {
+		c.mutexesBy[key] = st
+	}
+	c.mutexesBy = compact(c.mutexesBy, &c.mutexesByPeak)
+}
+
 // getMutex returns the state of the lock key names, counting one reference
 // to it (refs), which keeps it in the registry; putMutex hands one back.
 // A call holds one reference while it runs, and a hold one for as long as
@@ -139,7 +168,7 @@ const maxSpareStates = 32
 // in the registry of a closed Client.
 func (c *Client) getMutex(key stateKey) *mutexState {
 	c.mu.Lock()
-	st := c.mutexes[key]
+	st := c.stateOf(key)
 	if st == nil {
 		if n := len(c.spareStates); n > 0 {
 			st = c.spareStates[n-1]
@@ -148,8 +177,7 @@ func (c *Client) getMutex(key stateKey) *mutexState {
 		} else {
 			st = &mutexState{}
 		}
-		c.mutexes[key] = st
-		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		c.setState(key, st)
 	}
 	st.refs++
 	c.mu.Unlock()
@@ -161,8 +189,7 @@ func (c *Client) getMutex(key stateKey) *mutexState {
 func (c *Client) putMutex(key stateKey, st *mutexState) {
 	c.mu.Lock()
 	if st.refs--; st.refs == 0 {
-		delete(c.mutexes, key)
-		c.mutexes = compact(c.mutexes, &c.mutexesPeak)
+		c.setState(key, nil)
 		// Nobody refers to st now (a state is used only while counted in
 		// refs), so it can serve the next lock, cleared; its queue's
 		// array is kept if small.
@@ -268,7 +295,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, try)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try)
 			attempts += n
 			if h == nil {
 				m.stepDown(st)
@@ -276,7 +303,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			}
 			var tag string
 			if buf != nil && !again {
-				tag = ownerTag(buf, len(mark)-len(owner), h.rToken)
+				tag = h.renewTag // ownerTag's, set before track: no renewal writes it
 			}
 			st.mu.Lock()
 			st.busy = false

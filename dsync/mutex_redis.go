@@ -30,7 +30,7 @@ func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uin
 	var buf [4]string
 	args := m.releaseArgsTo(buf[:0], owner, token, used, tag)
 	call := func(ctx context.Context) (err error) {
-		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relKeys[:1], args).AsInt64()
+		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relBuf[:1], args).AsInt64()
 		return err
 	}
 	if token == 0 {
@@ -90,7 +90,8 @@ func (m *Mutex) unregister(marker string) {
 	c := m.c
 	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
 	c.background(func(ctx context.Context) {
-		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.wkey}, []string{c.ident, wait}).Error()
+		// The waiting count: "<goroutines> <expiry ms>" by waiting Client.
+		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, []string{c.ident, wait}).Error()
 	})
 }
 
@@ -98,7 +99,7 @@ func (m *Mutex) unregister(marker string) {
 // marks the attempt undone, then releases what the owner holds. It can be
 // repeated.
 func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
-	keys := withMarker(m.relKeys[:1], mark)
+	keys := withMarker(m.relBuf[:1], mark)
 	args := []string{owner}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
@@ -108,7 +109,7 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
-	keys := withMarker(m.relKeys[:1], marker)
+	keys := withMarker(m.relBuf[:1], marker)
 	args := []string{owner}
 	_ = idempotent(ctx, func(ctx context.Context) error {
 		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
@@ -125,7 +126,11 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // While it waits, each failed attempt registers the goroutines of this
 // Client that wait for m (the caller and st's queue) in the waiting hash,
 // for Inspect; the acquisition or the end of the wait removes the entry.
-func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, try bool) (h *hold, reentered bool, attempts int, err error) {
+//
+// buf is the bytes of a fresh owner (mark's), with room for the hold's value
+// prefix (ownerTag): a new hold's renewTag is made there, before the renewal
+// loop can see the hold, rather than by its first renewal.
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, buf []byte, try bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	// The attempt (arguments and reply in place) comes from a pool: a
 	// held lock's state keeps none.
@@ -180,6 +185,9 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	h = m.newHold(owner, uint64(vals[1]))
 	if vals[0] == 1 {
 		h.rToken = h.token + uint64(a.block) - 1
+	}
+	if buf != nil && vals[0] != 2 {
+		h.renewTag = ownerTag(buf, len(mark)-len(owner), h.rToken)
 	}
 	if !h.track(a.sentAt, m.lease()) {
 		_, _ = m.release(ctx, owner, h.rToken, h.token)
@@ -270,14 +278,14 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 	var vals []int64
 	var err error
 	if !c.inDoubt(ctx) {
-		vals, err = c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, a.keys, a.args, a.valBuf[:0]) // WAIT with WithReplicaSync
+		vals, err = c.execAcquireInto(ctx, m.lc, scripts.MutexAcquire, a.keys, a.args, a.valBuf[:0]) // WAIT with WithReplicaSync
 	} else {
 		// A connection may be being opened: bounded (its reply, if it
 		// comes after the caller left, is lost and undone as any other;
 		// the call may outlive the wait, so it gets its own arguments).
 		keys, args := slices.Clone(a.keys), slices.Clone(a.args)
 		vals, err = bounded(c, ctx, func(ctx context.Context) ([]int64, error) {
-			return c.execAcquireInto(ctx, &m.lc, scripts.MutexAcquire, keys, args, nil)
+			return c.execAcquireInto(ctx, m.lc, scripts.MutexAcquire, keys, args, nil)
 		})
 	}
 	a.vals = vals

@@ -188,6 +188,10 @@ func WithLeaseTime(d time.Duration) LockOption {
 	}
 }
 
+// noLockConfig is the lockConfig of no options, which the Mutexes made
+// without any share (read only).
+var noLockConfig lockConfig
+
 func newLockConfig(opts []LockOption) lockConfig {
 	var lc lockConfig
 	for _, o := range opts {

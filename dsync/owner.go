@@ -18,7 +18,7 @@ type ownerKey struct{}
 // ownerVal is what a context carries: the owner, and for a lock context the
 // fencing token of the acquisition that returned it.
 type ownerVal struct {
-	id    string
+	owner string
 	token uint64
 	// fresh marks an owner made by an acquire call for itself: nobody else
 	// knows it until the call returns a lock context carrying it.
@@ -35,7 +35,7 @@ type ownerVal struct {
 // "<host>:<pid>"; for an owner a Client makes for a call that brings none,
 // the Client's name (WithClientName, by default "<host>:<pid>" too).
 func WithOwner(ctx context.Context) context.Context {
-	return withOwnerVal(ctx, ownerVal{id: newOwnerID(processName())})
+	return withOwnerVal(ctx, ownerVal{owner: newOwnerID(processName())})
 }
 
 // OwnerOf returns the owner ctx carries, if any.
@@ -47,7 +47,7 @@ func OwnerOf(ctx context.Context) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return v.id, true
+	return v.owner, true
 }
 
 // FencingToken returns the fencing token of the acquisition that returned
@@ -179,7 +179,7 @@ func ownerFrom(ctx context.Context, name string) (context.Context, string) {
 		return ctx, id
 	}
 	id := newOwnerID(name)
-	return withOwnerVal(ctx, ownerVal{id: id, fresh: true}), id
+	return withOwnerVal(ctx, ownerVal{owner: id, fresh: true}), id
 }
 
 // freshOwner reports whether ctx's owner was made by the acquire call that

@@ -11,7 +11,7 @@ import (
 // nodes that no majority remains cancels with ErrLockLost, or ErrClosed
 // when every node it lost went with its Client's Close.
 func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.Context {
-	lctx, cancel := context.WithCancelCause(withOwnerVal(ctx, ownerVal{id: owner}))
+	lctx, cancel := context.WithCancelCause(withOwnerVal(ctx, ownerVal{owner: owner}))
 	rh.cancel = cancel
 	var mu sync.Mutex
 	alive, closed := 0, true // closed: every member lost so far ended by Close
@@ -56,7 +56,7 @@ func (rl *RedLock) release(ctx context.Context, owner string, rh *redHold, errs 
 	for _, s := range rh.stops {
 		s()
 	}
-	octx := withOwnerVal(ctx, ownerVal{id: owner})
+	octx := withOwnerVal(ctx, ownerVal{owner: owner})
 	out := make([]error, len(rl.nodes))
 	for i := range out {
 		out[i] = errNodeTimeout

@@ -23,7 +23,7 @@ const defaultRenewBatch = 256
 const defaultRenewChunk = 16384
 
 // The renewer is the Client's single watchdog: every lease/3 it renews all
-// watchdog holds of the Client (Client.holds), whatever their kind, and
+// watchdog holds of the Client (those its clock watches), whatever their kind, and
 // keeps the records of its Election terms (Client.terms), pipelined, in
 // batch scripts per kind and cluster slot. No hold has a goroutine or
 // timer of its own.
@@ -71,13 +71,13 @@ func (r *renewer) loop() {
 // lease clocks moved from its own send time.
 func (r *renewer) round() bool {
 	c := r.c
-	c.mu.Lock()
-	holds := make([]*hold, 0, len(c.holds))
-	for h := range c.holds {
+	var holds []*hold
+	c.clock.each(func(h *hold) {
 		if h.watchdog {
 			holds = append(holds, h)
 		}
-	}
+	})
+	c.mu.Lock()
 	terms := make([]*hold, 0, len(c.terms))
 	for h := range c.terms {
 		if h.isEnded() {

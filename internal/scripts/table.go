@@ -20,6 +20,9 @@ var (
 	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in
 	// a cluster).
 	MutexRenewMany = script("mutex_renew_many.lua")
+	// MutexReleaseMany is MutexRelease for many known holds at once (of
+	// one slot, in a cluster): Client.Close's release.
+	MutexReleaseMany = script("mutex_release_many.lua")
 	// The other holds' batch forms, for the renewal loop: RWRenewMany,
 	// SemRenewMany, OnceRenewMany (Once and Group runs), and
 	// ElectionTouchMany (the records of Election terms).

@@ -40,6 +40,7 @@ type capSettings struct {
 	Rounds     int           `json:"rounds"`      // renewal rounds per window, default lease
 	ShortRound int           `json:"short_round"` // renewal rounds per window, 3 s lease
 	Waiters    int           `json:"waiters"`
+	WaitModes  []string      `json:"wait_modes,omitempty"` // of close, unlock, one (default all)
 	Procs      int           `json:"procs"`
 	ProcG      int           `json:"proc_goroutines"`
 	ProcLocks  int           `json:"proc_locks"`
@@ -75,7 +76,7 @@ type capEnv struct {
 	masters []string
 	ctl     map[string]rueidis.Client
 	self    string
-	profDir string   // held children write heap and CPU profiles here, if set
+	profDir string   // held children write heap and CPU profiles here, waiters children a CPU profile, if set
 	idle    float64  // main-thread CPU % of the masters with no client load
 	notes   []string // the last child's remarks (first renewal error, ...)
 }
@@ -670,7 +671,7 @@ func ms2(d time.Duration) float64 { return float64(d) / 1e6 }
 // ---- waiters ----------------------------------------------------------
 
 // waiters runs childWaiters; mode is how the locks are let go: "close"
-// (the holder's Close: one pipelined round), "unlock" (64 goroutines each
+// (the holder's Close: its batched release), "unlock" (64 goroutines each
 // unlocking, latency from each lock's own release) or "one" (all wait for
 // one lock).
 func (e *capEnv) waiters(n int, mode string) (sample, error) {
@@ -699,7 +700,7 @@ func (e *capEnv) waiters(n int, mode string) (sample, error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	args := []string{"-child=waiters", fmt.Sprintf("-n=%d", n), "-key=" + mode}
+	args := []string{"-child=waiters", fmt.Sprintf("-n=%d", n), "-key=" + mode, "-out=" + e.profDir}
 	s, snaps, err := e.capChild(poll, args...)
 	if err != nil {
 		return nil, err
@@ -723,9 +724,13 @@ func (e *capEnv) waiters(n int, mode string) (sample, error) {
 }
 
 // childWaiters: one Client holds n locks (or one); n goroutines of another
-// Client wait for them; then the holder lets all go at once (Close: one
-// pipelined release of every lock; for one lock, its Unlock).
-func childWaiters(addrs string, n int, mode string) error {
+// Client wait for them; then the holder lets all go at once (Close: its
+// release of every hold, batched per slot in one pipeline; for one lock,
+// its Unlock).
+//
+// With profDir, the child writes a CPU profile of the release window
+// (release start to all woken) there.
+func childWaiters(addrs string, n int, mode, profDir string) error {
 	one := mode == "one"
 	in := bufio.NewReader(os.Stdin)
 	hrc, err := capRueidis(addrs, "cap-holder")
@@ -844,6 +849,16 @@ func childWaiters(addrs string, n int, mode string) error {
 	if err := childMark(in, "waiting"); err != nil {
 		return err
 	}
+	if profDir != "" {
+		f, err := os.Create(filepath.Join(profDir, fmt.Sprintf("cpu-waiters-%d-%s.pprof", n, mode)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	cpu0 := cpuTime()
 	t0 := time.Now()
 	relAt := make([]int64, n) // when each lock's release started, Unix ns
@@ -856,7 +871,7 @@ func childWaiters(addrs string, n int, mode string) error {
 			return hm[i].UnlockContext(hctx[i])
 		})
 	default:
-		err = H.Close() // every hold released in one pipelined round
+		err = H.Close() // every hold released in batch scripts, one pipeline
 	}
 	relDur := time.Since(t0)
 	if err != nil {
@@ -870,6 +885,9 @@ func childWaiters(addrs string, n int, mode string) error {
 	}
 	allAt := time.Now()
 	cpu1 := cpuTime()
+	if profDir != "" {
+		pprof.StopCPUProfile()
+	}
 	if err := childMark(in, "woken"); err != nil {
 		return err
 	}
@@ -1184,19 +1202,30 @@ func runCapacity(st capSettings, outDir, redisBin string) error {
 				add(e, "held", fmt.Sprintf("%d locks, lease 3s", n), s, err)
 			}
 		}
-		if waiters > 0 {
+		modes := st.WaitModes
+		if len(modes) == 0 {
+			modes = []string{"close", "unlock", "one"}
+		}
+		for _, mode := range modes {
+			if waiters <= 0 {
+				break
+			}
 			flush(e)
-			fmt.Fprintf(os.Stderr, "%s waiters %d on distinct locks\n", e.deploy, waiters)
-			s, err := e.waiters(waiters, "close")
-			add(e, "waiters", fmt.Sprintf("%d waiters, %d locks, holder's Close", waiters, waiters), s, err)
-			flush(e)
-			fmt.Fprintf(os.Stderr, "%s waiters %d on distinct locks, 64 goroutines unlock\n", e.deploy, waiters)
-			s, err = e.waiters(waiters, "unlock")
-			add(e, "waiters", fmt.Sprintf("%d waiters, %d locks, 64 goroutines Unlock", waiters, waiters), s, err)
-			flush(e)
-			fmt.Fprintf(os.Stderr, "%s waiters %d on one lock\n", e.deploy, waiters)
-			s, err = e.waiters(waiters, "one")
-			add(e, "waiters", fmt.Sprintf("%d waiters, one lock", waiters), s, err)
+			var label string
+			switch mode {
+			case "close":
+				label = fmt.Sprintf("%d waiters, %d locks, holder's Close", waiters, waiters)
+			case "unlock":
+				label = fmt.Sprintf("%d waiters, %d locks, 64 goroutines Unlock", waiters, waiters)
+			case "one":
+				label = fmt.Sprintf("%d waiters, one lock", waiters)
+			default:
+				add(e, "waiters", mode, nil, fmt.Errorf("unknown waiters mode %q (close, unlock, one)", mode))
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "%s waiters: %s\n", e.deploy, label)
+			s, err := e.waiters(waiters, mode)
+			add(e, "waiters", label, s, err)
 		}
 		if procs > 0 {
 			flush(e)
@@ -1281,11 +1310,13 @@ func (r *capReport) targets() {
 		r.Targets = append(r.Targets, t)
 	}
 	held := r.find("standalone", "held", "100000 locks, lease 30s")
-	add("100k held, default lease: client renewal CPU", "< 2% of one core", held, func(s sample) (string, bool) {
-		return fmt.Sprintf("%.2f%%", s["client_cpu_pct"]), s["client_cpu_pct"] < 2
+	// Issue 28's targets where it set them (its CPU rows: on a quiet
+	// machine, medians of 3 runs; this is one run), issue 18's elsewhere.
+	add("100k held, default lease: client renewal CPU", "<= 1% of one core", held, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.2f%%", s["client_cpu_pct"]), s["client_cpu_pct"] <= 1
 	})
-	add("100k held, default lease: Redis main thread", "< 2%", held, func(s sample) (string, bool) {
-		return fmt.Sprintf("%.2f%%", s["redis_main_pct"]), s["redis_main_pct"] < 2
+	add("100k held, default lease: Redis main thread", "<= 2%", held, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.2f%%", s["redis_main_pct"]), s["redis_main_pct"] <= 2
 	})
 	add("100k held: client heap per held lock", "<= 1 KB (Mutex value + hold + lock context)", held, func(s sample) (string, bool) {
 		return fmt.Sprintf("%.0f B (Mutex %.0f + hold %.0f)", s["heap_held_b"], s["heap_mutex_b"], s["heap_hold_b"]), s["heap_held_b"] <= 1024
@@ -1293,12 +1324,22 @@ func (r *capReport) targets() {
 	add("100k held: heap after release", "back to baseline (within 1 MB)", held, func(s sample) (string, bool) {
 		return fmt.Sprintf("%+.0f KB vs baseline", s["heap_end_vs_base_kb"]), math.Abs(s["heap_end_vs_base_kb"]) <= 1024
 	})
+	big := r.find("standalone", "held", "1000000 locks, lease 30s")
+	add("1M held, default lease: Redis main thread", "<= 15%", big, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f%%", s["redis_main_pct"]), s["redis_main_pct"] <= 15
+	})
+	add("... longest renewal round", "<= lease/6 (5 s)", big, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f s", s["max_round_ms"]/1000), s["max_round_ms"] <= 5000
+	})
 	w := r.find("standalone", "waiters", fmt.Sprintf("%d waiters, %d locks, holder's Close", r.Settings.Waiters, r.Settings.Waiters))
 	add(fmt.Sprintf("%d waiters on %d locks, released at once: all woken", r.Settings.Waiters, r.Settings.Waiters), "all", w, func(s sample) (string, bool) {
 		return fmt.Sprintf("%.0f of %.0f", s["woken"], s["waiters"]), s["woken"] == s["waiters"]
 	})
-	add("... p99 wake (release start -> holding)", "<= 50 ms", w, func(s sample) (string, bool) {
-		return fmt.Sprintf("%.1f ms (p50 %.1f)", s["wake_p99_ms"], s["wake_p50_ms"]), s["wake_p99_ms"] <= 50
+	add("... p99 wake (holder's Close start -> holding)", "<= 250 ms", w, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f ms (p50 %.1f)", s["wake_p99_ms"], s["wake_p50_ms"]), s["wake_p99_ms"] <= 250
+	})
+	add("... last waiter woken (Close start -> holding)", "reported", w, func(s sample) (string, bool) {
+		return fmt.Sprintf("%.1f ms (Close returned at %.1f ms)", s["wake_max_ms"], s["release_ms"]), true
 	})
 	wu := r.find("standalone", "waiters", fmt.Sprintf("%d waiters, %d locks, 64 goroutines Unlock", r.Settings.Waiters, r.Settings.Waiters))
 	add("... p99 wake, released by 64 goroutines' Unlock (each lock's release -> holding)", "<= 50 ms", wu, func(s sample) (string, bool) {
@@ -1322,7 +1363,7 @@ func (r *capReport) markdown() string {
 	fmt.Fprintf(&b, "- machine: %d CPUs, %s, %s, kernel %s\n", m.NProc, m.CPU, m.OS, m.Kernel)
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence); run took %s\n", m.Go, m.Redis, r.Elapsed)
 	fmt.Fprintf(&b, "- one run, no repeats: every figure is from this run. Redis CPU is the main thread's (INFO cpu *_main_thread), less the idle server's; client CPU the child process's (getrusage). \"load 1m\" is the machine's load average after each run: above ~2 other work shared the 2 CPUs.\n")
-	b.WriteString("\n### Targets (issue 18)\n\n| target | goal | measured | |\n| --- | --- | --- | --- |\n")
+	b.WriteString("\n### Targets (issues 18 and 28)\n\n| target | goal | measured | |\n| --- | --- | --- | --- |\n")
 	for _, t := range r.Targets {
 		mark := "not met"
 		if t.Met {

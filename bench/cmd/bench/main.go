@@ -76,6 +76,7 @@ func main() {
 		capHeld   = flag.String("cap-held", "10000,100000,1000000", "capacity: numbers of locks held by one process")
 		capShort  = flag.Int("cap-short", 100000, "capacity: held runs up to this many locks are repeated at a 3 s lease")
 		capWait   = flag.Int("cap-waiters", 10000, "capacity: waiters (on as many locks, and on one)")
+		capModes  = flag.String("cap-wait-modes", "", "capacity: waiters runs, comma-separated of close,unlock,one (default all)")
 		capProcs  = flag.Int("cap-procs", 50, "capacity: processes contending on -cap-locks locks")
 		capG      = flag.Int("cap-g", 2, "capacity: goroutines per process")
 		capLocks  = flag.Int("cap-locks", 1000, "capacity: locks the processes contend on")
@@ -87,7 +88,7 @@ func main() {
 		instrKind = flag.String("instr-kinds", "", "renewal kinds for -instr-renew (default all: mutex,fair,rw-read,rw-write,sem,once,group,election)")
 		instrRnds = flag.Int("instr-rounds", 3, "renewal rounds counted by -instr-renew")
 		valgrind  = flag.String("valgrind", "valgrind", "valgrind binary, for -instr")
-		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory")
+		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory, waiters children a CPU profile of the release window")
 		docs      = flag.Bool("docs", false, "instead of the scenarios: write results/latest.md again from results/latest.json, and the performance blocks of ../README.md and README.md from them")
 	)
 	flag.Parse()
@@ -105,7 +106,7 @@ func main() {
 		case "held":
 			err = childHeld(*addr, *n, *lease, *rounds, *out)
 		case "waiters":
-			err = childWaiters(*addr, *n, *key)
+			err = childWaiters(*addr, *n, *key, *out)
 		case "proc":
 			err = childProc(*addr, *key, *g, *n)
 		default:
@@ -132,7 +133,7 @@ func main() {
 		return
 	}
 	if *capacity {
-		cs := capSettings{HeldShort: *capShort, Rounds: 2, ShortRound: 5, Waiters: *capWait, Procs: *capProcs, ProcG: *capG,
+		cs := capSettings{HeldShort: *capShort, Rounds: 2, ShortRound: 5, Waiters: *capWait, WaitModes: split(*capModes), Procs: *capProcs, ProcG: *capG,
 			ProcLocks: *capLocks, ProcWindow: *capWindow, Cluster: *capClust, ClusterN: *capClN, Profile: *capProf}
 		for _, f := range split(*capHeld) {
 			v, err := strconv.Atoi(f)
