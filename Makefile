@@ -29,7 +29,7 @@ test: redis vet
 	go test -count=1 -run 'Allocs' ./dsync/
 	cd faults && GOWORK=off go test -json -race -count=1 -timeout 15m ./... | (cd .. && go run ./internal/testprogress)
 
-# chaos: the rolling restart at 60 s per primitive (each of 4 replicas
+# chaos: the rolling restart at 60 s per primitive (each of 4 replica processes
 # restarting every 0.5 s; make test runs 10 s, each every 1 s), scenario 1
 # of the fault suite at full size (4 processes x 16 goroutines x 60 s per
 # primitive; stops within and past the lease), the network faults of the
