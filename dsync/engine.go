@@ -95,7 +95,7 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 		if w.subscribe(ctx) {
 			continue
 		}
-		if err := w.wait(ctx, hint, n); err != nil {
+		if err := w.wait(ctx, hint); err != nil {
 			p.gaveUp()
 			return n, err
 		}

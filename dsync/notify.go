@@ -31,17 +31,20 @@ type notifier struct {
 	// receive), instead of on the one dedicated connection.
 	sharded bool
 
-	// opMu guards dc. Subscribers share it (and never wait for it: if the
-	// loop is reconnecting or sweeping they poll instead); the loop takes it
-	// alone, so an UNSUBSCRIBE it sends cannot overtake a later SUBSCRIBE.
+	// opMu guards dc. Subscribers share it (and do not wait for it while
+	// the loop reconnects: they poll instead; a sweep they wait out, see
+	// subscribeNow); the loop takes it alone, so an UNSUBSCRIBE it sends
+	// cannot overtake a later SUBSCRIBE.
 	// subsMu guards the map and every channelSubs in it (but fn, set when
 	// the entry is made), and is never held across a round trip, because
 	// rueidis' reader dispatches messages under it. Lock order: opMu →
 	// subsMu → subscription.gmu, subsMu → Client.mu (see locking.go).
-	opMu   sync.RWMutex
-	subsMu sync.RWMutex
-	subs   map[string]*channelSubs
-	dc     rueidis.DedicatedClient // nil while disconnected; guarded by opMu
+	opMu sync.RWMutex
+	// sweeping is set while sweep wants or holds opMu.
+	sweeping atomic.Bool
+	subsMu   sync.RWMutex
+	subs     map[string]*channelSubs
+	dc       rueidis.DedicatedClient // nil while disconnected; guarded by opMu
 }
 
 type channelSubs struct {
@@ -163,11 +166,18 @@ func (n *notifier) listen(ctx context.Context, s *subscription) (*subscription, 
 }
 
 // subscribeNow subscribes ch on the dedicated connection, unless the loop
-// is reconnecting or sweeping (then the waiter polls), and reports whether
-// ch is subscribed.
+// is reconnecting (then the waiter polls), and reports whether ch is
+// subscribed. A sweep (one UNSUBSCRIBE, bounded by a second) it waits out:
+// a waiter that polled instead would back off while the sweep ran, and see
+// a change made meanwhile up to a second late (with a Group's channel per
+// key, the sweeps of the rolling restart unsubscribed hundreds of
+// channels, and a run cut by a Close was taken over 1.28 s late).
 func (n *notifier) subscribeNow(ch string, cs *channelSubs) bool {
 	if !n.opMu.TryRLock() {
-		return false
+		if !n.sweeping.Load() {
+			return false
+		}
+		n.opMu.RLock()
 	}
 	defer n.opMu.RUnlock()
 	n.subsMu.RLock()
@@ -381,6 +391,8 @@ func (n *notifier) connect(dc rueidis.DedicatedClient) bool {
 }
 
 func (n *notifier) sweep() {
+	n.sweeping.Store(true)
+	defer n.sweeping.Store(false)
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	var idle []string

@@ -549,6 +549,25 @@ func (r *rolling) maxFree(what string, runs bool) (time.Duration, *rollHold) {
 	return worst, after
 }
 
+// logName logs the holds of what, for a failure's diagnosis.
+func (r *rolling) logName(what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.holds {
+		if h.what != what {
+			continue
+		}
+		cut := ""
+		if cl := h.closedBy; cl != nil {
+			cut = fmt.Sprintf(", ended by the Close of %s (gen %d) %v-%v", cl.name, cl.gen, cl.closeStart, cl.closeEnd)
+		}
+		r.t.Logf("%s: hold %s token %d %v-%v (unlock %v, cancel %v, lockCancel %v)%s", what, h.id, h.tok, h.start, h.end, h.unlockAt, h.cancelAt, h.lockCancel, cut)
+	}
+	for _, cl := range r.closed {
+		r.t.Logf("Close of %s (gen %d): %v-%v", cl.name, cl.gen, cl.closeStart, cl.closeEnd)
+	}
+}
+
 // rollLock is a lock kind of the rolling restart.
 type rollLock struct {
 	name    string
@@ -701,12 +720,16 @@ func rollRuns(kind string) rollKind {
 				names[h.what] = true
 			}
 			var worst time.Duration
+			var worstName string
 			for n := range names {
 				if d, _ := r.maxFree(n, true); d > worst {
-					worst = d
+					worst, worstName = d, n
 				}
 			}
 			t.Logf("%d names run; longest a cut run's name sat free while others waited: %v", len(names), worst)
+			if worst >= rollBound {
+				r.logName(worstName)
+			}
 			require.Less(t, worst, rollBound, "a %s run cut by Close was taken over late", kind)
 		}}
 }

@@ -15,6 +15,9 @@ type wakeup struct {
 	sub   *subscription
 	live  bool
 	timer *time.Timer
+	// down counts the subscribes in a row that failed (the loop was
+	// reconnecting): the polling backs off with it.
+	down int
 }
 
 // register registers the wait for its grant before the attempt that may
@@ -46,6 +49,11 @@ func (w *wakeup) subscribe(ctx context.Context) (fresh bool) {
 		w.sub = w.c.notify.register(w.ch, w.id)
 	}
 	w.sub, w.live = w.c.notify.listen(ctx, w.sub)
+	if w.live {
+		w.down = 0
+	} else {
+		w.down++
+	}
 	return w.live
 }
 
@@ -61,13 +69,15 @@ func (w *wakeup) drain() {
 // < 0 when unknown), but at most lease/3, in case a message was lost, and
 // while not subscribed a growing backoff. It returns ctx.Err() or ErrClosed
 // when the wait must end instead.
-func (w *wakeup) wait(ctx context.Context, hint time.Duration, attempt int) error {
+func (w *wakeup) wait(ctx context.Context, hint time.Duration) error {
 	d := w.c.cfg.lease / 3
 	if hint >= 0 && hint < d {
 		d = hint
 	}
 	if !w.live {
-		d = min(d, backoff(attempt))
+		// By the failed subscribes in a row, not by attempt: a wait that
+		// looked many times before its subscription broke polls soon.
+		d = min(d, backoff(max(w.down, 1)))
 	}
 	d = max(d, time.Millisecond)
 	if w.timer == nil {
