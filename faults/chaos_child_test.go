@@ -274,6 +274,7 @@ func (w *chaosWorker) exclusive(lctx context.Context, k int, tok uint64, lastVal
 	}
 	*lastValid = t0
 	if v, ok := w.res.num("fr", k, tok, 0); ok {
+		w.dep.trapped(lctx)
 		pause()
 		w.res.do("fw", k, tok, v+1)
 	}
@@ -370,6 +371,7 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		case kind == "sem":
 			if t0 := now(); lctx.Err() == nil {
 				lastValid = t0
+				w.dep.trapped(lctx)
 				w.res.do("sin", 0, 0, n)
 				pause()
 				w.res.do("sout", 0, 0, n)

@@ -20,7 +20,7 @@ import (
 // and queue place while it is open, and nothing once it is closed.
 func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	msec := int64(time.Millisecond)
-	d := deployNote{Slot: 1, Start: 1000 * msec, End: 1010 * msec}
+	d := deployNote{Slot: 1, Start: 1000 * msec, End: 1010 * msec, Quiet: true}
 	held := []cev{
 		{Op: "acq", Who: 10, Slot: 1, Call: 800 * msec, Ret: 900 * msec},
 		{Op: "rel", Who: 10, Slot: 1, Call: 950 * msec, Ret: 1010 * msec, Out: "closed", Cl: true},
@@ -57,6 +57,13 @@ func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	assert.Equal(t, 5*msec, st[0].stall)
 	// A Once: a run cut by Close taken over 200 ms late counts; callers
 	// after a run that succeeded wait for nothing.
+	// A deploy another fault struck near is not measured.
+	nd := d
+	nd.Quiet = false
+	st = deployStalls("mutex", with(
+		cev{Op: "acq", Who: 20, Slot: 2, Call: 950 * msec, Ret: 1300 * msec},
+		cev{Op: "rel", Who: 20, Slot: 2, Call: 1301 * msec, Ret: 1302 * msec}), nil, []deployNote{nd})
+	assert.Zero(t, st[0].stall)
 	st = deployStalls("once", []cev{
 		{Op: "acq", Who: 10, Slot: 1, K: 3, Call: 800 * msec, Ret: 900 * msec},
 		{Op: "rel", Who: 10, Slot: 1, K: 3, Call: 950 * msec, Ret: 1010 * msec, Out: "unknown", Cl: true},
@@ -101,7 +108,7 @@ func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	assert.Contains(t, all, "tag of "+g.name, "the hold's tag")
 	_, id, _ := strings.Cut(g.ident, "/")
 	assert.Contains(t, all, id+".", "the wait id in the FairMutex's queue")
-	n := dep.deploy()
+	n := dep.deploy(false)
 	wg.Wait()
 	cancel()
 	assert.Empty(t, n.Left, "left after Close")

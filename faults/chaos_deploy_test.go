@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +85,27 @@ type chaosDeploy struct {
 	prober *dsync.Client // finds each Client's id (probeIdent)
 	cur    atomic.Pointer[chaosGen]
 	n      int
+	// trap, when set, catches the next worker inside its critical section
+	// (a hold, an Election's term, a Once's or Group's f): it says so on
+	// sprung and stays there until its lock context ends, so that the
+	// deploy's Close strikes a holder inside (trapped).
+	trap   atomic.Bool
+	sprung chan struct{}
+}
+
+// trapped holds the worker with lock context lctx inside its critical
+// section while a deploy is armed to strike there, until Close ends lctx
+// (or 5 s pass). Then it goes on, as a holder whose process paused
+// there would: its write with its token must meet the fence.
+func (d *chaosDeploy) trapped(lctx context.Context) {
+	if d == nil || !d.trap.CompareAndSwap(true, false) {
+		return
+	}
+	d.sprung <- struct{}{}
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+	}
 }
 
 // A deployNote is what the child says of one deploy.
@@ -95,11 +118,16 @@ type deployNote struct {
 	Err   string   `json:"err,omitempty"`
 	Left  []string `json:"left,omitempty"` // what of the closed Client Redis still had
 	Open  int64    `json:"open"`           // ns to open the next Client
-	Slot  int      `json:"-"`
+	// Inside: Close struck a worker trapped inside its critical section.
+	Inside bool `json:"inside,omitempty"`
+	// Quiet: no other fault struck near it (set by the parent); only a
+	// quiet deploy's stall is measured.
+	Quiet bool `json:"-"`
+	Slot  int  `json:"-"`
 }
 
 func newChaosDeploy(slot int, rc rueidis.Client, prefix string, lease time.Duration) (*chaosDeploy, error) {
-	d := &chaosDeploy{slot: slot, rc: rc, prefix: prefix, lease: lease}
+	d := &chaosDeploy{slot: slot, rc: rc, prefix: prefix, lease: lease, sprung: make(chan struct{}, 1)}
 	var err error
 	d.prober, err = dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease), dsync.WithClientName(fmt.Sprintf("prober%d", slot)))
 	if err != nil {
@@ -179,9 +207,23 @@ func (d *chaosDeploy) probeIdent(c *dsync.Client, name string) (string, error) {
 
 // deploy closes the current Client, looks in Redis for what it left, opens
 // the next one and lets the workers go on.
-func (d *chaosDeploy) deploy() deployNote {
+func (d *chaosDeploy) deploy(inside bool) deployNote {
 	g := d.cur.Load()
 	n := deployNote{Gen: g.n, Name: g.name, Ident: g.ident}
+	if inside {
+		// Strike a worker inside its critical section, if one comes
+		// within a lease.
+		d.trap.Store(true)
+		select {
+		case <-d.sprung:
+			n.Inside = true
+		case <-time.After(d.lease):
+			if !d.trap.CompareAndSwap(true, false) {
+				<-d.sprung
+				n.Inside = true
+			}
+		}
+	}
 	n.Start = now()
 	err := g.c.Close()
 	n.End = now()
@@ -213,7 +255,7 @@ func (d *chaosDeploy) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-sig:
-			say("deploy", d.deploy())
+			say("deploy", d.deploy(rand.IntN(2) == 0))
 		case <-stop:
 			return
 		}
@@ -278,12 +320,16 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 		if strings.HasSuffix(k, ":sem:undone") || strings.HasSuffix(k, ":run:undone") || strings.Contains(k, ":group:u:") {
 			// Undone calls and waiters, each scored with its expiry (ms,
 			// server time); the key itself may live longer.
-			ms, err := d.rc.Do(ctx, d.rc.B().Time().Build()).AsIntSlice()
-			if err != nil || len(ms) < 1 {
-				left = append(left, "TIME failed")
+			tm, err := d.rc.Do(ctx, d.rc.B().Time().Build()).AsStrSlice()
+			var sec int64
+			if err == nil && len(tm) > 0 {
+				sec, err = strconv.ParseInt(tm[0], 10, 64)
+			}
+			if err != nil {
+				left = append(left, fmt.Sprintf("TIME failed: %v", err))
 				continue
 			}
-			upto := float64(ms[0]*1000 + time.Minute.Milliseconds())
+			upto := float64(sec*1000 + time.Minute.Milliseconds())
 			zs, _ := d.rc.Do(ctx, d.rc.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
 			for _, z := range zs {
 				if z.Score > upto {
@@ -303,13 +349,16 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 				continue
 			}
 		}
-		mark(k, k)
 		typ, _ := d.rc.Do(ctx, d.rc.B().Type().Key(k).Build()).ToString()
+		if typ == "string" {
+			v, _ := d.rc.Do(ctx, d.rc.B().Get().Key(k).Build()).ToString()
+			ttl, _ := d.rc.Do(ctx, d.rc.B().Pttl().Key(k).Build()).AsInt64()
+			mark(k, fmt.Sprintf("%s = %q, PTTL %d ms", k, v, ttl))
+		} else {
+			mark(k, k)
+		}
 		var vals []string
 		switch typ {
-		case "string":
-			v, _ := d.rc.Do(ctx, d.rc.B().Get().Key(k).Build()).ToString()
-			vals = []string{v}
 		case "hash":
 			m, _ := d.rc.Do(ctx, d.rc.B().Hgetall().Key(k).Build()).AsStrMap()
 			for f, v := range m {
@@ -426,7 +475,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 		}
 		lo, hi := d.Start, d.End+int64(deployWindow)
 		for _, w := range ws {
-			if !measure {
+			if !measure || !d.Quiet {
 				break
 			}
 			if w.slot == d.Slot && w.call < d.End {
@@ -493,16 +542,20 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 
 // deployFigures sum up a run's deploys.
 type deployFigs struct {
-	n, gaps, over, left int
-	cut, cutBy          int // holds (runs) Closes ended, and the deploys that ended some
-	worst               deployStall
-	maxClose            int64 // ns: the longest Close
+	n, quiet, gaps, over, left int
+	cut, cutBy                 int // holds (runs) Closes ended, and the deploys that ended some
+	inside                     int // deploys that struck a worker inside its critical section
+	worst                      deployStall
+	maxClose                   int64 // ns: the longest Close
 }
 
 func deployFigures(ds []deployStall) deployFigs {
 	var f deployFigs
 	for _, d := range ds {
 		f.n++
+		if d.note.Quiet {
+			f.quiet++
+		}
 		f.gaps += d.gaps
 		if d.stall > int64(deployBound) {
 			f.over++
@@ -512,6 +565,9 @@ func deployFigures(ds []deployStall) deployFigs {
 		}
 		f.left += len(d.note.Left)
 		f.cut += d.cut
+		if d.note.Inside {
+			f.inside++
+		}
 		if d.cut > 0 {
 			f.cutBy++
 		}
@@ -521,8 +577,8 @@ func deployFigures(ds []deployStall) deployFigs {
 }
 
 func (f deployFigs) String() string {
-	return fmt.Sprintf("%d deploys (%d of holders, %d holds ended by Close ≤%v; waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v; left in Redis after Close: %d)",
-		f.n, f.cutBy, f.cut, ms(f.maxClose), ms(f.worst.stall), f.gaps, f.over, deployBound, f.left)
+	return fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close ≤%v; in the %d quiet ones waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v; left in Redis after Close: %d)",
+		f.n, f.cutBy, f.inside, f.cut, ms(f.maxClose), f.quiet, ms(f.worst.stall), f.gaps, f.over, deployBound, f.left)
 }
 
 // checkDeploys asserts what each deploy must leave: its Close returned

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -57,6 +58,28 @@ var (
 )
 
 const chaosLease = time.Second
+
+// -chaos.dump DIR writes a violating run's events there (one JSON line
+// each, with its slot), its faults after them.
+var chaosDump = flag.String("chaos.dump", "", "chaos scenario: write the events of a run whose history is not linearizable to this directory")
+
+func dumpEvents(t *testing.T, kind string, all []cev, run *chaosRun) {
+	if *chaosDump == "" {
+		return
+	}
+	var b strings.Builder
+	for _, e := range all {
+		j, _ := json.Marshal(e)
+		fmt.Fprintf(&b, "%d %s\n", e.Slot, j)
+	}
+	fmt.Fprintf(&b, "stops %+v\nkills %+v\ndeploys %+v\n", run.stops, run.kills, run.deploys)
+	f := fmt.Sprintf("%s/%s-%d.events", *chaosDump, kind, time.Now().UnixNano())
+	if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	t.Logf("events written to %s", f)
+}
 
 var chaosKinds = []string{"mutex", "fair", "rw", "sem", "once", "oncevalue", "wg", "multi", "election", "group", "cond"}
 
@@ -215,6 +238,9 @@ func runChaos(t *testing.T, kind string) {
 		if deploys {
 			env = append(env, "FAULTS_DEPLOY=1")
 		}
+		if *condProbe {
+			env = append(env, "FAULTS_CONDPROBE=1")
+		}
 		c := startChild(t, "chaos", srv.Addr, prefix, chaosLease, env...)
 		children[slot] = c
 		wg.Add(1)
@@ -261,11 +287,11 @@ func runChaos(t *testing.T, kind string) {
 		run.stops = append(run.stops, fault{slot: s, at: at, till: now(), held: held, long: true, trapped: tr != nil})
 		run.mu.Unlock()
 	}
-	// A deploy of process s: once no other fault can stall a waiter
-	// (1.5 leases after a kill, whose holds, queue places and grants
-	// lapse by then; a lease after a stop's thaw), SIGUSR1 asks the child
-	// to close its Client and open another, and the monkey waits for its
-	// answer (deployNote).
+	// A deploy of process s: SIGUSR1 asks the child to close its Client
+	// and open another, and the monkey waits for its answer (deployNote).
+	// A deploy no other fault can have stalled waiters around (1.5 leases
+	// after a kill, whose holds, queue places and grants lapse by then; a
+	// lease after a stop's thaw) is quiet: its stall is asserted.
 	var lastKill, lastThaw time.Time
 	deploy := func(s int) bool {
 		run.mu.Lock()
@@ -289,7 +315,7 @@ func runChaos(t *testing.T, kind string) {
 			t.Logf("deploy: no child ready for one")
 			return false
 		}
-		time.Sleep(max(time.Until(lastKill.Add(3*chaosLease/2)), time.Until(lastThaw.Add(chaosLease)), 0))
+		quiet := time.Since(lastKill) >= 3*chaosLease/2 && time.Since(lastThaw) >= chaosLease
 		if time.Until(until) < 2*chaosLease {
 			t.Logf("deploy: too near the end")
 			return false // too near the end: the child may be done before it answers
@@ -297,6 +323,9 @@ func runChaos(t *testing.T, kind string) {
 		children[s].signal(t, syscall.SIGUSR1)
 		select {
 		case <-run.deployed:
+			run.mu.Lock()
+			run.deploys[len(run.deploys)-1].Quiet = quiet
+			run.mu.Unlock()
 		case <-time.After(20 * time.Second):
 			t.Fatalf("chaos child %d did not answer a deploy within 20 s", s)
 		}
@@ -870,6 +899,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 				}
 			}
 			explainLost(t, kind, all, k, run.stops)
+			dumpEvents(t, kind, all, run)
 		}
 	}
 	verdict := "linearizable"
