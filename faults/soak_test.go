@@ -227,7 +227,7 @@ func TestFaultSoak(t *testing.T) {
 				case "deploy":
 					var n deployNote
 					if json.Unmarshal([]byte(rest), &n) == nil {
-						n.Slot = 10 + slot
+						n.Slot = slot // as its events
 						children.Lock()
 						children.deploys = append(children.deploys, n)
 						children.Unlock()
