@@ -522,7 +522,9 @@ func (r *rolling) maxFree(what string, runs bool) (time.Duration, *rollHold) {
 	defer r.mu.Unlock()
 	var hs []*rollHold
 	for _, h := range r.holds {
-		if h.what != what || h.end == 0 {
+		// A hold not ended when the run ended counts only as a run's
+		// successor (see below).
+		if h.what != what || (h.end == 0 && !runs) {
 			continue
 		}
 		if h.closedBy != nil && h.closedBy.closeEnd > h.end {
@@ -531,19 +533,42 @@ func (r *rolling) maxFree(what string, runs bool) (time.Duration, *rollHold) {
 		hs = append(hs, h)
 	}
 	slices.SortFunc(hs, func(a, b *rollHold) int { return int(a.start - b.start) })
+	if runs {
+		// A run a Close cut leaves the name free from the cut run's end
+		// (its Close's return) until the next run began, or the end of
+		// the test's run; a next run that began before that Close
+		// returned (the Close had ended the cut run in Redis already)
+		// leaves no gap. (Counting from the latest end so far, as for
+		// locks, counted such a cut run's name free until the end.)
+		var worst time.Duration
+		var after *rollHold
+		for i, h := range hs {
+			if h.closedBy == nil {
+				continue
+			}
+			next := r.stopAt
+			if i+1 < len(hs) {
+				next = hs[i+1].start
+			}
+			if d := next - h.end; d > worst {
+				worst, after = d, h
+			}
+		}
+		return worst, after
+	}
 	var worst time.Duration
 	var after *rollHold
 	var lastEnd time.Duration
 	var last *rollHold
 	for i, h := range hs {
-		if i > 0 && h.start-lastEnd > worst && (!runs || last.closedBy != nil) {
+		if i > 0 && h.start-lastEnd > worst {
 			worst, after = h.start-lastEnd, last
 		}
 		if h.end > lastEnd {
 			lastEnd, last = h.end, h
 		}
 	}
-	if last != nil && r.stopAt-lastEnd > worst && (!runs || last.closedBy != nil) {
+	if last != nil && r.stopAt-lastEnd > worst {
 		worst, after = r.stopAt-lastEnd, last
 	}
 	return worst, after
