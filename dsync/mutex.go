@@ -194,6 +194,14 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	defer c.putMutex(m.sk(), st)
 	st.mu.Lock()
 	h := st.h
+	if h != nil && h.owner != owner && h.rOwner == owner {
+		// Handed on from owner to another goroutine here, without a round
+		// trip: Redis still names owner, so a release by owner (a second
+		// Unlock) must not reach it, or it would free the lock under the
+		// goroutine that holds it now.
+		st.mu.Unlock()
+		return notHeld(ctx, KindMutex, m.info.Name, "LockContext", true)
+	}
 	if h == nil || h.owner != owner {
 		st.mu.Unlock()
 		// Not held through this Client: the owner may hold it through
