@@ -12,6 +12,35 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// twoClients starts a server and two Clients on it (lease 6 s), closed
+// when t ends, and returns a counter of the EVALSHA calls it has run.
+func twoClients(t *testing.T) (*redistest.Server, *Client, *Client, func() int) {
+	s := redistest.Start(t)
+	newC := func() *Client {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
+		require.NoError(t, err)
+		t.Cleanup(rc.Close)
+		c, err := NewClient(rc, WithKeyPrefix("p"), WithLease(6*time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	h, w := newC(), newC()
+	evalshas := func() int {
+		info, err := s.Do(t, "INFO", "commandstats").ToString()
+		require.NoError(t, err)
+		m := evalshaStat.FindStringSubmatch(info)
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	return s, h, w, evalshas
+}
+
+var evalshaStat = regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`)
+
 // A wait whose subscription breaks (the notifier's loop reconnecting)
 // polls, backing off by the subscribes that failed in a row, not by how
 // often it had looked before: a wait that had looked a dozen times used to
@@ -21,22 +50,9 @@ import (
 // then its subscription breaks, then the run it waits for ends: it must
 // return within 100 ms of that end.
 func TestWaitPollsSoonWhenItsSubscriptionBreaks(t *testing.T) {
-	s := redistest.Start(t)
+	s, h, w, evalshas := twoClients(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newC := func() (*Client, rueidis.Client) {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
-		require.NoError(t, err)
-		c, err := NewClient(rc, WithKeyPrefix("p"), WithLease(6*time.Second))
-		require.NoError(t, err)
-		return c, rc
-	}
-	h, hrc := newC()
-	defer hrc.Close()
-	defer h.Close()
-	w, wrc := newC()
-	defer wrc.Close()
-	defer w.Close()
 
 	release, started := make(chan struct{}), make(chan struct{})
 	ended := make(chan time.Time, 1)
@@ -52,16 +68,6 @@ func TestWaitPollsSoonWhenItsSubscriptionBreaks(t *testing.T) {
 	}()
 	ch := w.NewOnce("o").runRecord.ch
 	waitUntil(t, 10*time.Second, "the waiter to subscribe", func() bool { return w.notify.isLive(ch) })
-	evalshas := func() int {
-		info, err := s.Do(t, "INFO", "commandstats").ToString()
-		require.NoError(t, err)
-		m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`).FindStringSubmatch(info)
-		if m == nil {
-			return 0
-		}
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
 	for range 10 {
 		before := evalshas()
 		require.NoError(t, s.Do(t, "PUBLISH", ch, "x").Error())
@@ -105,38 +111,15 @@ func TestWaitPollsSoonWhenItsSubscriptionBreaks(t *testing.T) {
 // Here the sweep lasts 200 ms: the waiter must not look in between, and
 // must be subscribed within 100 ms of its end.
 func TestWaitSubscribesAfterSweep(t *testing.T) {
-	s := redistest.Start(t)
+	_, h, w, evalshas := twoClients(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newC := func() (*Client, rueidis.Client) {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
-		require.NoError(t, err)
-		c, err := NewClient(rc, WithKeyPrefix("p"), WithLease(6*time.Second))
-		require.NoError(t, err)
-		return c, rc
-	}
-	h, hrc := newC()
-	defer hrc.Close()
-	defer h.Close()
-	w, wrc := newC()
-	defer wrc.Close()
-	defer w.Close()
 	release, started := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	go func() {
 		_ = h.NewOnce("o").Do(ctx, func(context.Context) error { close(started); <-release; return nil })
 	}()
 	<-started
-	evalshas := func() int {
-		info, err := s.Do(t, "INFO", "commandstats").ToString()
-		require.NoError(t, err)
-		m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`).FindStringSubmatch(info)
-		if m == nil {
-			return 0
-		}
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
 	ch := w.NewOnce("o").runRecord.ch
 	n := w.notify
 	n.sweeping.Store(true) // as sweep does, before it takes opMu
