@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
@@ -392,5 +393,54 @@ func TestCloseDuringRunBegin(t *testing.T) {
 // hundred µs.
 func spin(d time.Duration) {
 	for t0 := time.Now(); time.Since(t0) < d; {
+	}
+}
+
+// TestCloseAfterLostWaitReply: a wait whose attempt reached Redis while
+// its reply was lost (the caller's deadline came first: Redis was slow)
+// leaves nothing of its Client once that Client's Close returned. The
+// attempt may have registered the wait (a Mutex's waiting count, a queue
+// place) though its caller never saw the reply; the undo of the attempt,
+// sent after it, must take that back too. (The fault suite's deploys found
+// a Mutex waiting entry of a closed Client in Redis after its Close
+// returned: the undo released only an acquisition, never the entry.)
+func TestCloseAfterLostWaitReply(t *testing.T) {
+	kinds := append([]queuedKind{
+		{"Mutex",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewMutex("q").LockContext(ctx)
+			},
+			func(c *dsync.Client, l context.Context) error { return c.NewMutex("q").UnlockContext(l) }},
+		{"Mutex/owner",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewMutex("q").LockContext(dsync.WithOwner(ctx))
+			},
+			func(c *dsync.Client, l context.Context) error { return c.NewMutex("q").UnlockContext(l) }},
+	}, queuedKinds()...)
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			s := redistest.Start(t) // private: CLIENT PAUSE stalls every client of it
+			prefix := testPrefix(t)
+			opts := []dsync.Option{dsync.WithKeyPrefix(prefix), dsync.WithLease(6 * time.Second)}
+			h := newClientOn(t, s.Client(t), opts...)
+			rc := s.Client(t)
+			a, err := dsync.NewClient(rc, append(opts, dsync.WithClientName("closing"))...)
+			require.NoError(t, err)
+			defer a.Close()
+			cl := &rollClient{c: a, rc: rc, name: "closing", id: dsync.ClientID(a)}
+			r := &rolling{t: t, prefix: prefix, rc: s.Client(t)}
+			hctx, err := k.lock(h, ctxT(t))
+			require.NoError(t, err)
+			// Redis takes no write for 300 ms: A's attempt waits there, and
+			// runs after A's caller has given up.
+			require.NoError(t, s.Do(t, "CLIENT", "PAUSE", "300", "WRITE").Error())
+			ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
+			_, err = k.lock(a, ctx)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded, "A's wait")
+			require.NoError(t, a.Close())
+			require.Empty(t, r.leftBy(cl), "what A had in Redis after its Close returned")
+			require.NoError(t, k.unlock(h, hctx))
+		})
 	}
 }

@@ -87,11 +87,17 @@ func usedArg(token, used uint64) string {
 // after a newer wait of this Client (a goroutine queued here, or a new
 // call) registered, and leaves that wait's entry and the mark alone.
 func (m *Mutex) unregister(marker string) {
+	m.c.background(func(ctx context.Context) { m.unwait(ctx, marker) })
+}
+
+// unwait removes the entry of the wait with attempt marker marker from the
+// waiting count (see unregister).
+func (m *Mutex) unwait(ctx context.Context, marker string) {
 	c := m.c
 	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
-	c.background(func(ctx context.Context) {
-		// The waiting count: "<goroutines> <expiry ms>" by waiting Client.
-		_ = c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, []string{c.ident, wait}).Error()
+	// The waiting count: "<goroutines> <expiry ms>" by waiting Client.
+	_ = idempotent(ctx, func(ctx context.Context) error {
+		return c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, []string{c.ident, wait}).Error()
 	})
 }
 
@@ -305,6 +311,19 @@ func (w mutexWait) failed(err error) {
 	a, m := w.a, w.a.m
 	c := m.c
 	owner, marker := a.owner, a.marker
+	// An attempt sent to register the wait may have done so though its
+	// reply was lost (the caller's deadline came first), as may a
+	// registered wait's attempt that renewed its entry. The undo below
+	// tombstones the attempt first, so that it is a no-op if it arrives
+	// later (rueidis may send the undo on another connection); after the
+	// undo the entry is removed, here rather than by acquireRedis (whose
+	// removal could come before the attempt).
+	reg := !a.try && (a.registered || a.regNow != "")
+	unwait := func(ctx context.Context) {
+		if reg {
+			m.unwait(ctx, marker)
+		}
+	}
 	switch {
 	case isRedisErr(err):
 	case errors.Is(err, ErrNotReplicated) && len(a.vals) == 2 && a.vals[0] == 1:
@@ -315,12 +334,14 @@ func (w mutexWait) failed(err error) {
 		// An owner made for this call alone holds nothing else: mark the
 		// attempt undone, then release it. Exact, so it runs in the
 		// background and the call returns by its deadline.
-		c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker) })
+		a.registered = false
+		c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker); unwait(bctx) })
 	default:
 		// The script may have run with its reply lost (or was a re-entry
 		// replicas did not acknowledge): undo exactly this attempt,
 		// whatever else the owner holds.
-		c.background(func(bctx context.Context) { m.undo(bctx, owner, marker) })
+		a.registered = false
+		c.background(func(bctx context.Context) { m.undo(bctx, owner, marker); unwait(bctx) })
 	}
 }
 

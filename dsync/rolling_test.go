@@ -196,8 +196,9 @@ func (r *rolling) closedCheck(cl *rollClient) {
 // owners of past terms), and the tombstones of attempts that were taken
 // back, which make an acquire of that attempt that arrives late a no-op:
 // a Semaphore's undone marks (each lives one lease) and the undo marks of
-// the other locks' fresh owners (<lock>:x:<owner>, a minute; a mark
-// without that expiry is reported).
+// the other locks' attempts (<lock>:x:<owner> for an owner made for the
+// call, <lock>:a:<attempt> set to "x" for one the caller brought; a
+// minute each: a mark without that expiry is reported).
 func (r *rolling) leftBy(cl *rollClient) []string {
 	ctx := context.Background()
 	keys, err := r.rc.Do(ctx, r.rc.B().Keys().Pattern(r.prefix+":*").Build()).AsStrSlice()
@@ -212,7 +213,12 @@ func (r *rolling) leftBy(cl *rollClient) []string {
 		if strings.HasSuffix(k, "}:election") || strings.HasSuffix(k, "}:sem:undone") {
 			continue
 		}
-		if strings.Contains(k, ":x:") {
+		tomb := strings.Contains(k, ":x:")
+		if strings.Contains(k, ":a:") { // an attempt's marker: "x" once undone
+			v, _ := r.rc.Do(ctx, r.rc.B().Get().Key(k).Build()).ToString()
+			tomb = v == "x"
+		}
+		if tomb {
 			ttl, err := r.rc.Do(ctx, r.rc.B().Pttl().Key(k).Build()).AsInt64()
 			if err == nil && ttl > 0 && ttl <= time.Minute.Milliseconds() {
 				continue
