@@ -32,7 +32,7 @@ test: redis vet
 # chaos: the rolling restart at 60 s per primitive (each of 4 replica processes
 # restarting every 0.5 s; make test runs 10 s, each every 1 s), scenario 1
 # of the fault suite at full size (4 processes x 16 goroutines x 60 s per
-# primitive; stops within and past the lease), the network faults of the
+# primitive; stops within and past the lease, deploys), the network faults of the
 # queued primitives, the SIGSTOP margin, the ACL check and the fuzz seed
 # corpus; writes docs/reliability.md. CHAOSFLAGS adds flags
 # (-chaos.longstop, -chaos.longshare, -chaos.prims).

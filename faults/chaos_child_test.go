@@ -29,6 +29,11 @@ func init() {
 //	addc  a WaitGroup Add is about to be sent (Seq pairs it with its add)
 //	add   a WaitGroup Add returned (Out ok, inval or err)
 //	wait  a WaitGroup Wait returned (Out ok, or why not)
+//	lacq  an Election's Campaign lost its grant before the term began
+//	cwc   a Cond's Wait is called (chaos_cond_test.go)
+//	cw    a Cond's Wait returned (Out: woken, wokenfail, gaveup, closed,
+//	      notheld, held)
+//	cs    a Cond's Signal (Val one) or Broadcast (all) returned
 type cev struct {
 	Op    string    `json:"op"`
 	Who   int       `json:"who"`
@@ -43,8 +48,12 @@ type cev struct {
 	Out   string    `json:"out,omitempty"`
 	Val   string    `json:"val,omitempty"`
 	Seq   int64     `json:"seq,omitempty"`
-	Frz   int64     `json:"frz,omitempty"` // a run's rel: f's context ended early; its last valid check (frozenRuns)
-	Slot  int       `json:"-"`             // the process, set by the parent
+	Frz   int64     `json:"frz,omitempty"`  // a run's rel: f's context ended early; its last valid check (frozenRuns)
+	Cl    bool      `json:"cl,omitempty"`   // a rel: a deploy's Close ended the hold (or run)
+	Wake  bool      `json:"wake,omitempty"` // an acq: a Cond's Wait re-acquired the lock
+	Hold  int64     `json:"hold,omitempty"` // cwc, cw, cs: when the hold they were made in began (its acquire's return)
+	End   int64     `json:"end,omitempty"`  // cw: when the wait's context ended (0: not by the return)
+	Slot  int       `json:"-"`              // the process, set by the parent
 	epoch int       // the stretch between server data losses (applyWipes)
 }
 
@@ -148,7 +157,9 @@ type wend struct {
 	End   int64 `json:"end"`   // waitEnd.end (0: after Ret)
 	Timer int64 `json:"timer"` // waitEnd.timerLate
 	Woke  int64 `json:"woke"`  // waitEnd.woke (0: not by the return)
-	Slot  int   `json:"-"`     // the process, set by the parent
+	K     int   `json:"k"`     // the name (a MultiLock's mask) waited for
+	Who   int   `json:"who"`
+	Slot  int   `json:"-"` // the process, set by the parent
 }
 
 const chaosSemSize = 3
@@ -166,7 +177,18 @@ type chaosWorker struct {
 	tl    *chaosTally
 	mu    *sync.Mutex // guards tl
 	seq   *atomic.Int64
-	rec   func(cev) // where events go; nil: printed for the parent
+	rec   func(cev)    // where events go; nil: printed for the parent
+	dep   *chaosDeploy // the process's succession of Clients (deploys); nil: c only
+}
+
+// gen is the worker's current Client when the process deploys (w.c is set
+// to it), nil otherwise.
+func (w *chaosWorker) gen() *chaosGen {
+	g := w.dep.gen()
+	if g != nil {
+		w.c = g.c
+	}
+	return g
 }
 
 func (w *chaosWorker) emit(e cev) {
@@ -200,6 +222,11 @@ func waitCtx(parent context.Context) (context.Context, context.CancelFunc, *wait
 // failed counts an acquisition called at call that returned err at ret;
 // e says when its context ended, for lateness.
 func (w *chaosWorker) failed(err error, call, ret int64, e *waitEnd) {
+	w.failedOn(-1, err, call, ret, e)
+}
+
+// failedOn is failed for a wait on name k (-1: none of the deploy check's).
+func (w *chaosWorker) failedOn(k int, err error, call, ret int64, e *waitEnd) {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		end, timer := e.end(), e.timerLate()
 		late := ret - end
@@ -218,7 +245,7 @@ func (w *chaosWorker) failed(err error, call, ret int64, e *waitEnd) {
 			t.MaxTimer = max(t.MaxTimer, timer)
 		})
 		if w.rec == nil {
-			say("wend", wend{Call: call, Ret: ret, End: end, Timer: timer, Woke: e.woke.Load()})
+			say("wend", wend{Call: call, Ret: ret, End: end, Timer: timer, Woke: e.woke.Load(), K: k, Who: w.who})
 		}
 		return
 	}
@@ -247,6 +274,7 @@ func (w *chaosWorker) exclusive(lctx context.Context, k int, tok uint64, lastVal
 	}
 	*lastValid = t0
 	if v, ok := w.res.num("fr", k, tok, 0); ok {
+		w.dep.trapped(lctx)
 		pause()
 		w.res.do("fw", k, tok, v+1)
 	}
@@ -302,15 +330,29 @@ type lockOps struct {
 }
 
 func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
+	var g *chaosGen
 	for time.Now().Before(w.until) {
+		if ng := w.gen(); ng != g {
+			g, ops = ng, w.lockKind(kind) // a deploy: the next Client's
+		}
 		read, n, k := ops.pick()
-		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
+		actx, cancel, ended := waitCtx(g.ownerCtx(context.Background()))
 		call := now()
 		lctx, err := ops.acquire(actx, read, n)
 		ret := now()
 		if err != nil {
 			cancel()
-			w.failed(err, call, ret, ended)
+			if g.closed(err, nil) {
+				continue // a waiter of the Client a deploy closed
+			}
+			if kind == "election" && errors.Is(err, dsync.ErrLockLost) {
+				// Granted, and lost before the term's record (Campaign):
+				// the process was frozen past the lease in between; the
+				// parent checks that a stop overlapped the call.
+				w.emit(cev{Op: "lacq", K: k, Call: call, Ret: ret})
+				continue
+			}
+			w.failedOn(k, err, call, ret, ended)
 			continue
 		}
 		w.count(func(t *chaosTally) { t.Acq++ })
@@ -329,6 +371,7 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		case kind == "sem":
 			if t0 := now(); lctx.Err() == nil {
 				lastValid = t0
+				w.dep.trapped(lctx)
 				w.res.do("sin", 0, 0, n)
 				pause()
 				w.res.do("sout", 0, 0, n)
@@ -349,6 +392,12 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		uerr := ops.release(lctx, read, n)
 		rret := now()
 		cancel()
+		if uerr != nil && g.closed(uerr, lctx) {
+			// Close released the hold: after its holder last knew it
+			// valid, by the time Close returned.
+			w.emit(cev{Op: "rel", K: k, Read: read, N: n, Tok: tok, Call: lastValid, Ret: max(rret, g.closeEnd), Out: "closed", Cl: true})
+			continue
+		}
 		rel, lost := relEvent(acq, lctx, uerr, lastValid, rcall, rret)
 		if lost {
 			w.count(func(t *chaosTally) { t.Lost++ })
@@ -479,17 +528,41 @@ func (w *chaosWorker) lockKind(kind string) lockOps {
 // done (stop closed), then checks that the observer ends on the current
 // state: within 3 leases of the end its latest delivery and Leader agree
 // (the same term and owner, or no leader). It reports what it found.
-func observeElection(c *dsync.Client, stop <-chan struct{}) (ok bool, note string) {
+func observeElection(c *dsync.Client, dep *chaosDeploy, stop <-chan struct{}) (ok bool, note string) {
+	g := dep.gen()
+	if g != nil {
+		c = g.c
+	}
 	e := c.NewElection("c0")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := e.Observe(ctx)
 	var last dsync.Leader
-	n := 0
+	n, deploys := 0, 0
+	// reopen follows the election on the next Client when a deploy's
+	// Close closed the channel.
+	reopen := func() bool {
+		if g == nil {
+			return false
+		}
+		select {
+		case <-g.next:
+		case <-time.After(10 * time.Second):
+			return false
+		}
+		g = dep.gen()
+		c, e = g.c, g.c.NewElection("c0")
+		ch = e.Observe(ctx)
+		deploys++
+		return true
+	}
 	for {
 		select {
 		case l, open := <-ch:
 			if !open {
+				if reopen() {
+					continue
+				}
 				return false, "the observer's channel closed early"
 			}
 			last, n = l, n+1
@@ -505,11 +578,14 @@ func observeElection(c *dsync.Client, stop <-chan struct{}) (ok bool, note strin
 			cur, err = dsync.Leader{}, nil
 		}
 		if err == nil && cur.Term == last.Term && cur.Owner == last.Owner && cur.Value == last.Value {
-			return true, fmt.Sprintf("%d deliveries, ends on term %d", n, last.Term)
+			return true, fmt.Sprintf("%d deliveries (%d Clients), ends on term %d", n, deploys+1, last.Term)
 		}
 		select {
 		case l, open := <-ch:
 			if !open {
+				if reopen() {
+					continue
+				}
 				return false, "the observer's channel closed early"
 			}
 			last, n = l, n+1
@@ -527,8 +603,9 @@ var errChaosFail = errors.New("f failed on purpose")
 func (w *chaosWorker) onceLoop(value bool) {
 	k, _ := strconv.Atoi(os.Getenv("FAULTS_FROM"))
 	for time.Now().Before(w.until) {
+		g := w.gen()
 		name := "o" + strconv.Itoa(k)
-		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
+		actx, cancel, ended := waitCtx(g.ownerCtx(context.Background()))
 		var (
 			ran       bool
 			acq       cev
@@ -572,6 +649,19 @@ func (w *chaosWorker) onceLoop(value bool) {
 		}
 		ret := now()
 		cancel()
+		if err != nil && (ran && g.closed(err, fctxSaved) || !ran && g.closed(err, nil)) {
+			if ran {
+				// A deploy's Close cut the run (released as failed), or
+				// came as its result was being recorded: it ended after
+				// the run last knew it valid, by the time Close returned.
+				rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: lastValid, Ret: max(ret, g.closeEnd), Out: "unknown", Val: fval, Cl: true}
+				if !value {
+					rel.Val = ""
+				}
+				w.emit(rel)
+			}
+			continue
+		}
 		switch {
 		case ran:
 			rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: fret, Ret: ret, Out: "fail"}
@@ -635,7 +725,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: val})
 			k++
 		default:
-			w.failed(err, call, ret, ended)
+			w.failedOn(k, err, call, ret, ended)
 		}
 	}
 }
@@ -653,13 +743,17 @@ const chaosGroupKeyEvery = 250 * time.Millisecond
 // or may not be the flight's); a call that got a flight's result without
 // running fn is an obs with that result (an error as "err who/seq").
 func (w *chaosWorker) groupLoop() {
+	var gen *chaosGen
 	g := dsync.NewGroup[string](w.c, "g0")
 	seq := 0
 	for time.Now().Before(w.until) {
+		if ng := w.gen(); ng != gen {
+			gen, g = ng, dsync.NewGroup[string](w.c, "g0")
+		}
 		seq++
 		k := int(time.Now().UnixNano() / int64(chaosGroupKeyEvery) % 1_000_000)
 		id := fmt.Sprintf("%d/%d", w.who, seq)
-		actx, cancel, ended := waitCtx(dsync.WithOwner(context.Background()))
+		actx, cancel, ended := waitCtx(gen.ownerCtx(context.Background()))
 		var (
 			ran       bool
 			acq       cev
@@ -690,6 +784,13 @@ func (w *chaosWorker) groupLoop() {
 		v, _, err := g.Do(actx, "k"+strconv.Itoa(k), f)
 		ret := now()
 		cancel()
+		if err != nil && (ran && gen.closed(err, fctxSaved) || !ran && gen.closed(err, nil)) {
+			if ran {
+				// A deploy's Close cut the run (as in onceLoop).
+				w.emit(cev{Op: "rel", K: k, Tok: acq.Tok, Call: lastValid, Ret: max(ret, gen.closeEnd), Out: "unknown", Val: fval, Cl: true})
+			}
+			continue
+		}
 		got := v // the result this call got: a value, or "err who/seq"
 		if err != nil {
 			if msg, i := err.Error(), strings.Index(err.Error(), errChaosFail.Error()+" "); i >= 0 {
@@ -718,7 +819,7 @@ func (w *chaosWorker) groupLoop() {
 		case got != "":
 			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: got})
 		default:
-			w.failed(err, call, ret, ended)
+			w.failedOn(k, err, call, ret, ended)
 		}
 	}
 }
@@ -731,7 +832,9 @@ const chaosWaitGroups = 16
 // find the counter at zero (and repairs the counters of tasks whose
 // process was killed).
 func (w *chaosWorker) wgLoop() {
+	var g *chaosGen
 	add := func(k int, d int64) error {
+		g = w.gen()
 		seq := w.seq.Add(1)
 		call := now()
 		w.emit(cev{Op: "addc", K: k, N: d, Call: call, Seq: seq})
@@ -742,6 +845,9 @@ func (w *chaosWorker) wgLoop() {
 		switch {
 		case errors.Is(err, dsync.ErrInvalidArgument):
 			e.Out = "inval"
+		case g.closed(err, nil):
+			e.Out = "err" // a deploy's Close: applied or not
+			e.Ret = max(e.Ret, g.closeEnd)
 		case err != nil:
 			e.Out = "err"
 			w.count(func(t *chaosTally) { t.Errs++ })
@@ -752,6 +858,7 @@ func (w *chaosWorker) wgLoop() {
 		return err
 	}
 	for time.Now().Before(w.until) {
+		g = w.gen()
 		k := rand.IntN(chaosWaitGroups)
 		switch r := rand.IntN(10); {
 		case r < 4:
@@ -769,7 +876,10 @@ func (w *chaosWorker) wgLoop() {
 				ret := now()
 				cancel()
 				e := cev{Op: "wait", K: k, Call: call, Ret: ret, Out: "ok"}
-				if err != nil {
+				switch {
+				case g.closed(err, nil):
+					e.Out = "closed"
+				case err != nil:
 					e.Out = "timeout"
 					w.failed(err, call, ret, ended)
 				}
@@ -784,7 +894,10 @@ func (w *chaosWorker) wgLoop() {
 			ret := now()
 			cancel()
 			e := cev{Op: "wait", K: k, Call: call, Ret: ret, Out: "ok"}
-			if err != nil {
+			switch {
+			case g.closed(err, nil):
+				e.Out = "closed"
+			case err != nil:
 				e.Out = "timeout"
 				w.failed(err, call, ret, ended)
 			}
@@ -813,8 +926,24 @@ func childChaos(c *dsync.Client, res remote) int {
 		seq atomic.Int64
 	)
 	seq.Store(int64(id) << 32)
+	// Deploys (chaos_deploy_test.go): the workers' Clients are the
+	// deployer's; a SIGUSR1 closes the current one and opens the next.
+	var dep *chaosDeploy
+	if os.Getenv("FAULTS_DEPLOY") == "1" {
+		lease, _ := time.ParseDuration(os.Getenv("FAULTS_LEASE"))
+		var err error
+		dep, err = newChaosDeploy(id, childRC, os.Getenv("FAULTS_PREFIX"), lease)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos child: opening its Client:", err)
+			return 2
+		}
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		go func() { defer close(stopped); dep.run(stop) }()
+		defer func() { close(stop); <-stopped; dep.close() }()
+		say("ready", "")
+	}
 	for i := range g {
-		w := &chaosWorker{c: c, res: chaosRes{res, id}, who: id*g + i, until: time.Unix(0, u), tl: &tl, mu: &mu, seq: &seq}
+		w := &chaosWorker{c: c, res: chaosRes{res, id}, who: id*g + i, until: time.Unix(0, u), tl: &tl, mu: &mu, seq: &seq, dep: dep}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -827,6 +956,8 @@ func childChaos(c *dsync.Client, res remote) int {
 				w.wgLoop()
 			case "group":
 				w.groupLoop()
+			case "cond":
+				w.condLoop()
 			default:
 				w.lockLoop(kind, w.lockKind(kind))
 			}
@@ -837,7 +968,7 @@ func childChaos(c *dsync.Client, res remote) int {
 		obs := make(chan struct{})
 		go func() {
 			defer close(obs)
-			ok, note := observeElection(c, stop)
+			ok, note := observeElection(c, dep, stop)
 			mu.Lock()
 			if !ok {
 				tl.ObsStale++

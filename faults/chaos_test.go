@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -47,7 +48,7 @@ var (
 	chaosG     = flag.Int("chaos.g", 8, "chaos scenario: goroutines per process")
 	chaosDur   = flag.Duration("chaos.dur", 10*time.Second, "chaos scenario: duration per primitive")
 	chaosPrims = flag.String("chaos.prims", "", "chaos scenario: comma-separated primitives (default all)")
-	chaosFault = flag.String("chaos.faults", "kill,stop", "chaos scenario: the process faults the monkey picks from")
+	chaosFault = flag.String("chaos.faults", "kill,stop,deploy", "chaos scenario: the process faults the monkey picks from (deploy: Client.Close and a new Client)")
 	// Short stops stay within the lease (the margin); long ones outlast
 	// it, so that a thawed holder's fenced writes meet the fence (a thawed
 	// holder's lock context reads the lease clock: TestFaultStopMargin).
@@ -58,11 +59,33 @@ var (
 
 const chaosLease = time.Second
 
-var chaosKinds = []string{"mutex", "fair", "rw", "sem", "once", "oncevalue", "wg", "multi", "election", "group"}
+// -chaos.dump DIR writes a violating run's events there (one JSON line
+// each, with its slot), its faults after them.
+var chaosDump = flag.String("chaos.dump", "", "chaos scenario: write the events of a run whose history is not linearizable to this directory")
+
+func dumpEvents(t *testing.T, kind string, all []cev, run *chaosRun) {
+	if *chaosDump == "" {
+		return
+	}
+	var b strings.Builder
+	for _, e := range all {
+		j, _ := json.Marshal(e)
+		fmt.Fprintf(&b, "%d %s\n", e.Slot, j)
+	}
+	fmt.Fprintf(&b, "stops %+v\nkills %+v\ndeploys %+v\n", run.stops, run.kills, run.deploys)
+	f := fmt.Sprintf("%s/%s-%d.events", *chaosDump, kind, time.Now().UnixNano())
+	if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	t.Logf("events written to %s", f)
+}
+
+var chaosKinds = []string{"mutex", "fair", "rw", "sem", "once", "oncevalue", "wg", "multi", "election", "group", "cond"}
 
 var chaosKindName = map[string]string{
 	"mutex": "Mutex", "fair": "FairMutex", "rw": "RWMutex", "sem": "Semaphore",
-	"once": "Once", "oncevalue": "OnceValue", "wg": "WaitGroup", "multi": "MultiLock", "election": "Election", "group": "Group",
+	"once": "Once", "oncevalue": "OnceValue", "wg": "WaitGroup", "multi": "MultiLock", "election": "Election", "group": "Group", "cond": "Cond",
 }
 
 func TestFaultChaos(t *testing.T) {
@@ -91,6 +114,11 @@ type chaosRun struct {
 	wipes  []wipe // FLUSHALL, or the server shut down without persistence
 	// obsNotes: what each Election child's observer found at the end.
 	obsNotes []string
+	// Deploys (chaos_deploy_test.go): the children ready for one, and
+	// what each deploy's child said, also sent to deployed.
+	ready    map[int]bool
+	deploys  []deployNote
+	deployed chan deployNote
 }
 
 // A wipe is a stretch of time in which the server lost its data: from
@@ -136,6 +164,21 @@ func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
 			r.mu.Lock()
 			r.waits = append(r.waits, e)
 			r.mu.Unlock()
+		case "ready":
+			r.mu.Lock()
+			r.ready[slot] = true
+			r.mu.Unlock()
+		case "deploy":
+			var n deployNote
+			if err := json.Unmarshal([]byte(rest), &n); err != nil {
+				t.Errorf("bad deploy %q: %v", rest, err)
+				continue
+			}
+			n.Slot = slot
+			r.mu.Lock()
+			r.deploys = append(r.deploys, n)
+			r.mu.Unlock()
+			r.deployed <- n
 		case "done":
 			var tl chaosTally
 			if err := json.Unmarshal([]byte(rest), &tl); err != nil {
@@ -173,7 +216,8 @@ func runChaos(t *testing.T, kind string) {
 	store := newChaosStore(chaosSemSize)
 	url := store.serve(t)
 	until := time.Now().Add(dur)
-	run := &chaosRun{open: map[int]int{}, killed: map[int]bool{}}
+	run := &chaosRun{open: map[int]int{}, killed: map[int]bool{}, ready: map[int]bool{}, deployed: make(chan deployNote, 1)}
+	deploys := slices.Contains(strings.Split(*chaosFault, ","), "deploy")
 	var wg sync.WaitGroup
 	children := map[int]*child{}
 	nextSlot := 1
@@ -189,8 +233,15 @@ func runChaos(t *testing.T, kind string) {
 		if kind != "once" && kind != "oncevalue" {
 			from = 0
 		}
-		c := startChild(t, "chaos", srv.Addr, prefix, chaosLease, "FAULTS_STORE="+url, "FAULTS_KIND="+kind, "FAULTS_FROM="+strconv.Itoa(max(from-2, 0)),
-			"FAULTS_G="+strconv.Itoa(g), "FAULTS_ID="+strconv.Itoa(slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10))
+		env := []string{"FAULTS_STORE=" + url, "FAULTS_KIND=" + kind, "FAULTS_FROM=" + strconv.Itoa(max(from-2, 0)),
+			"FAULTS_G=" + strconv.Itoa(g), "FAULTS_ID=" + strconv.Itoa(slot), "FAULTS_UNTIL=" + strconv.FormatInt(until.UnixNano(), 10)}
+		if deploys {
+			env = append(env, "FAULTS_DEPLOY=1")
+		}
+		if *condProbe {
+			env = append(env, "FAULTS_CONDPROBE=1")
+		}
+		c := startChild(t, "chaos", srv.Addr, prefix, chaosLease, env...)
 		children[slot] = c
 		wg.Add(1)
 		go func() {
@@ -236,10 +287,65 @@ func runChaos(t *testing.T, kind string) {
 		run.stops = append(run.stops, fault{slot: s, at: at, till: now(), held: held, long: true, trapped: tr != nil})
 		run.mu.Unlock()
 	}
+	// A deploy of process s: SIGUSR1 asks the child to close its Client
+	// and open another, and the monkey waits for its answer (deployNote).
+	// A deploy no other fault can have stalled waiters around (1.5 leases
+	// after a kill, whose holds, queue places and grants lapse by then; a
+	// lease after a stop's thaw) is quiet: its stall is asserted.
+	var lastKill, lastThaw time.Time
+	deploy := func(s int) bool {
+		run.mu.Lock()
+		if !run.ready[s] || run.killed[s] {
+			// Another child, ready for one (a child that has just
+			// started is not).
+			var ready []int
+			for r := range children {
+				if run.ready[r] && !run.killed[r] {
+					ready = append(ready, r)
+				}
+			}
+			slices.Sort(ready)
+			s = -1
+			if len(ready) > 0 {
+				s = ready[rand.IntN(len(ready))]
+			}
+		}
+		run.mu.Unlock()
+		if s < 0 {
+			t.Logf("deploy: no child ready for one")
+			return false
+		}
+		quiet := time.Since(lastKill) >= 3*chaosLease/2 && time.Since(lastThaw) >= chaosLease
+		if time.Until(until) < 2*chaosLease {
+			t.Logf("deploy: too near the end")
+			return false // too near the end: the child may be done before it answers
+		}
+		children[s].signal(t, syscall.SIGUSR1)
+		select {
+		case <-run.deployed:
+			run.mu.Lock()
+			run.deploys[len(run.deploys)-1].Quiet = quiet
+			run.mu.Unlock()
+		case <-time.After(20 * time.Second):
+			t.Fatalf("chaos child %d did not answer a deploy within 20 s", s)
+		}
+		return true
+	}
 	// The monkey: a fault every 0.5-1.5 s, on a holder when the parent
 	// knows of one. The first fault of a run is a stop past the lease
 	// (longStop), and so is one stop in -chaos.longshare after it; other
-	// stops freeze a process 0.1-0.4 leases (-chaos.stopmax).
+	// stops freeze a process 0.1-0.4 leases (-chaos.stopmax). With
+	// deploys, the first fault is a deploy (the long stop comes next),
+	// and one in three after it.
+	ndeploy := 0
+	for deadline := time.Now().Add(5 * time.Second); deploys && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		run.mu.Lock()
+		n := len(run.ready)
+		run.mu.Unlock()
+		if n > 0 {
+			break // the first deploy has a child to strike
+		}
+	}
 	for {
 		time.Sleep(500*time.Millisecond + rand.N(time.Second))
 		if time.Until(until) < 3*chaosLease {
@@ -267,12 +373,25 @@ func runChaos(t *testing.T, kind string) {
 		held := slices.Contains(holders, s)
 		c := children[s]
 		faults := strings.Split(*chaosFault, ",")
+		if deploys && ndeploy == 0 && deploy(s) {
+			ndeploy++
+			continue
+		}
 		if *chaosLongStop > 0 && slices.Contains(faults, "stop") && (nlong == 0 || (faults[rand.IntN(len(faults))] == "stop" && rand.IntN(*chaosLongShare) == 0)) {
 			nlong++
 			longStop(s, held)
+			lastThaw = time.Now()
 			continue
 		}
-		if faults[rand.IntN(len(faults))] == "kill" {
+		f := faults[rand.IntN(len(faults))]
+		if deploys && f == "deploy" && deploy(s) {
+			ndeploy++
+			continue
+		}
+		if f == "deploy" {
+			f = "stop" // not ready for a deploy yet (it has just started)
+		}
+		if f == "kill" {
 			run.mu.Lock()
 			run.killed[s] = true // before the kill: its reader sees the end at once
 			run.mu.Unlock()
@@ -283,6 +402,7 @@ func runChaos(t *testing.T, kind string) {
 			run.mu.Unlock()
 			store.forget(s)
 			start()
+			lastKill = time.Now()
 			continue
 		}
 		d := chaosLease/10 + rand.N(max(*chaosStopMax-chaosLease/10, 1))
@@ -290,6 +410,7 @@ func runChaos(t *testing.T, kind string) {
 		c.signal(t, syscall.SIGSTOP)
 		time.Sleep(d)
 		c.signal(t, syscall.SIGCONT)
+		lastThaw = time.Now()
 		run.mu.Lock()
 		run.stops = append(run.stops, fault{slot: s, at: at, till: now(), held: held})
 		run.mu.Unlock()
@@ -341,6 +462,11 @@ func runChaos(t *testing.T, kind string) {
 	leaked, durable := chaosKeys(t, srv, prefix)
 
 	fig := checkChaos(t, kind, ev, run, end)
+	if kind == "cond" {
+		cf := checkCond(t, ev, run)
+		t.Logf("%v", cf)
+		fig.verdict += " (the lock); " + cf.String()
+	}
 	sf := store.figures()
 	rec := recoveries(kind, ev, run.kills)
 	p50, pmax := pct(rec, 50), pct(rec, 100)
@@ -365,6 +491,10 @@ func runChaos(t *testing.T, kind string) {
 	stops := fmt.Sprintf("%d stop ≤%v, %d past the lease ≤%v (%d inside a critical section)", len(run.stops)-long, *chaosStopMax, long, *chaosLongStop, trapped)
 	tl := run.tally
 	lf := lateness(run.waits, run.stops)
+	df := deployFigures(fig.stalls)
+	if deploys {
+		stops += ", " + df.String()
+	}
 	t.Logf("chaos %s: %d procs x %d goroutines, %v; faults: %d SIGKILL (%d of holders), SIGSTOP: %s (%d of holders); %d acquisitions (%d in the history, %d ops checked), %d waits ended by their context (%d in processes not killed): %s; %d lost holds, %d errors; porcupine: %s; fenced: %d writes accepted, %d stale reads/writes rejected, %d updates lost, %d stale reader checks; unfenced register: %d updates, %d lost, %d overlaps, %d torn reads; semaphore gauge most %d, above size %d; recovery after a holder's SIGKILL p50 %v max %v (%d); Redis clean after %v; keys without expiry: %d leaked %v, %d documented state",
 		kindTitle(kind), procs, g, dur, len(run.kills), heldKills, stops, heldStops,
 		tl.Acq, fig.acquisitions, fig.ops, len(run.waits), tl.Cancelled, lf, tl.Lost, tl.Errs,
@@ -372,7 +502,7 @@ func runChaos(t *testing.T, kind string) {
 		sf.semMost, sf.semOver, p50, pmax, len(rec), cleanAfter.Round(time.Millisecond), len(leaked), leaked, durable)
 
 	scenario := "1 chaos"
-	if *chaosStopMax != 400*time.Millisecond || *chaosFault != "kill,stop" || *chaosLongStop != 3*time.Second || *chaosLongShare != 3 {
+	if *chaosStopMax != 400*time.Millisecond || *chaosFault != "kill,stop,deploy" || *chaosLongStop != 3*time.Second || *chaosLongShare != 3 {
 		scenario = fmt.Sprintf("1 chaos (%s, SIGSTOP up to %v, past the lease up to %v one in %d)", *chaosFault, *chaosStopMax, *chaosLongStop, *chaosLongShare)
 	}
 	row := reportRow{
@@ -388,6 +518,10 @@ func runChaos(t *testing.T, kind string) {
 	defer func() { row.Failed = t.Failed(); addRow(row) }()
 
 	assert.Empty(t, busy, "%v after the run Redis still shows", cleanAfter)
+	if deploys {
+		assert.NotZero(t, df.n, "deploys: none struck")
+		checkDeploys(t, fig.stalls)
+	}
 	assert.Empty(t, leaked, "keys without expiry left")
 	assert.Zero(t, sf.fencedLost, "updates the fenced counter lost: a stale holder's read or write passed the fence")
 	if chaosFenced(kind) && *chaosLongStop > 0 && slices.Contains(strings.Split(*chaosFault, ","), "stop") {
@@ -422,6 +556,20 @@ func runChaos(t *testing.T, kind string) {
 	}
 	assert.Zero(t, lf.late, "waits that returned more than %v after their context ended (their process not stopped)", lateBound)
 	if kind == "election" {
+		// A Campaign granted the lock and then lost it before its term's
+		// record: only if its process was frozen past the lease meanwhile.
+		for _, e := range ev {
+			if e.Op != "lacq" {
+				continue
+			}
+			stopped := false
+			for _, s := range run.stops {
+				stopped = stopped || (s.slot == e.Slot && s.at < e.Ret && s.till > e.Call && time.Duration(s.till-s.at) > chaosLease/2)
+			}
+			if !stopped {
+				t.Errorf("a Campaign of worker %d (slot %d, %d..%d) returned ErrLockLost, its process not frozen past the lease meanwhile", e.Who, e.Slot, e.Call, e.Ret)
+			}
+		}
 		t.Logf("Election observers at the end: %v", run.obsNotes)
 		assert.Zero(t, tl.ObsStale, "Election observers that did not end on the current state: %v", run.obsNotes)
 	}
@@ -558,6 +706,7 @@ func recoveries(kind string, ev []cev, kills []fault) []time.Duration {
 type chaosFig struct {
 	acquisitions, ops int
 	verdict           string
+	stalls            []deployStall // one per deploy
 }
 
 // checkChaos closes the holds of killed processes, then checks the
@@ -646,7 +795,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 	acqs := map[int][]cev{}
 	nacq := 0
 	for _, e := range all {
-		if e.Op == "fret" || e.Op == "addc" || e.Op == "relc" {
+		if e.Op == "fret" || e.Op == "addc" || e.Op == "relc" || e.Op == "lacq" || e.Op == "cwc" || e.Op == "cw" || e.Op == "cs" {
 			continue
 		}
 		if e.Op == "wait" && e.Out != "ok" {
@@ -716,7 +865,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 		var res porcupine.CheckResult
 		where := ""
 		switch kind {
-		case "mutex", "fair", "multi", "election":
+		case "mutex", "fair", "multi", "election", "cond":
 			res, where = checkLockWindows(model, parts[k], 60*time.Second)
 		case "wg":
 			res, where = checkWGWindows(parts[k], 60*time.Second)
@@ -750,6 +899,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 				}
 			}
 			explainLost(t, kind, all, k, run.stops)
+			dumpEvents(t, kind, all, run)
 		}
 	}
 	verdict := "linearizable"
@@ -769,7 +919,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 			checkTokensFast(t, pe)
 		}
 	}
-	return chaosFig{acquisitions: nacq, ops: ops, verdict: verdict}
+	return chaosFig{acquisitions: nacq, ops: ops, verdict: verdict, stalls: deployStalls(kind, all, run.waits, run.deploys)}
 }
 
 // frozenRuns: a Once run whose f context ended early for a reason other
@@ -883,7 +1033,7 @@ func chaosModel(kind string) porcupine.Model {
 		return fmt.Sprintf("%s(%d read=%v n=%d out=%s %s)", i.op, i.who, i.read, i.n, i.out, i.val)
 	}
 	switch kind {
-	case "mutex", "fair", "multi", "election":
+	case "mutex", "fair", "multi", "election", "cond":
 		return porcupine.Model{
 			Init: func() interface{} { return -1 },
 			Step: func(s, in, _ interface{}) (bool, interface{}) {

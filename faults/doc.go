@@ -20,12 +20,14 @@
 // and the long soak with -soak (make soak).
 //
 // Scenario 1 (chaos_test.go) runs every primitive — Mutex, FairMutex,
-// RWMutex, Semaphore, Once, OnceValue, WaitGroup, MultiLock — in N child
-// processes of G goroutines for D (-chaos.procs, -chaos.g, -chaos.dur;
-// 4 x 8 x 10 s by default, 4 x 16 x 60 s under make chaos) while holders
-// are SIGKILLed or SIGSTOPped and waits cancelled; critical sections write
-// a fenced counter and an unfenced register, and the histories are checked
-// against the primitive's model. network_prims_test.go puts the queued
+// RWMutex, Semaphore, Once, OnceValue, WaitGroup, MultiLock, Election,
+// Group, Cond — in N child processes of G goroutines for D (-chaos.procs,
+// -chaos.g, -chaos.dur; 4 x 8 x 10 s by default, 4 x 16 x 60 s under make
+// chaos) while holders are SIGKILLed or SIGSTOPped, processes deploy
+// (close their Client and open another: chaos_deploy_test.go) and waits
+// are cancelled; critical sections write a fenced counter and an unfenced
+// register, and the histories are checked against the primitive's model
+// (a Cond's signals by checkCond, chaos_cond_test.go). network_prims_test.go puts the queued
 // primitives (FairMutex, RWMutex, Semaphore) under every network fault,
 // acl_test.go runs every primitive as a user restricted to the prefix,
 // restart_test.go checks holders of every kind are cancelled within one

@@ -148,6 +148,7 @@ func runChild(role string) int {
 		return 2
 	}
 	defer rc.Close()
+	childRC = rc
 	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(os.Getenv("FAULTS_PREFIX")), dsync.WithLease(lease))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -168,6 +169,10 @@ func runChild(role string) int {
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
 }
+
+// childRC is a child's rueidis client (a deploying chaos child opens its
+// Clients on it).
+var childRC rueidis.Client
 
 var outMu sync.Mutex
 

@@ -1,0 +1,169 @@
+package faults
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFaultDeployChecksCatchViolations: the deploy checks of scenario 1
+// are not blind. The stall measure finds a waiter of another Client left
+// waiting after a Close released the lock, and not one handed the lock at
+// once, nor the closed Client's own waiters, nor the callers of a Once
+// whose run succeeded; the leftover scan finds a Client's hold, hold tag
+// and queue place while it is open, and nothing once it is closed.
+func TestFaultDeployChecksCatchViolations(t *testing.T) {
+	msec := int64(time.Millisecond)
+	d := deployNote{Slot: 1, Start: 1000 * msec, End: 1010 * msec, Quiet: true}
+	held := []cev{
+		{Op: "acq", Who: 10, Slot: 1, Call: 800 * msec, Ret: 900 * msec},
+		{Op: "rel", Who: 10, Slot: 1, Call: 950 * msec, Ret: 1010 * msec, Out: "closed", Cl: true},
+	}
+	with := func(evs ...cev) []cev { return append(append([]cev(nil), held...), evs...) }
+
+	// The lock, free from the Close's return, given 290 ms later.
+	st := deployStalls("mutex", with(
+		cev{Op: "acq", Who: 20, Slot: 2, Call: 950 * msec, Ret: 1300 * msec},
+		cev{Op: "rel", Who: 20, Slot: 2, Call: 1301 * msec, Ret: 1302 * msec}), nil, []deployNote{d})
+	require.Len(t, st, 1)
+	assert.Equal(t, 290*msec, st[0].stall)
+	assert.Equal(t, 1, st[0].cut)
+	// A waiter whose context ended waited until then.
+	st = deployStalls("mutex", held, []wend{{Who: 20, Slot: 2, K: 0, Call: 950 * msec, Ret: 1400 * msec, End: 1390 * msec}}, []deployNote{d})
+	assert.Equal(t, 380*msec, st[0].stall)
+	// Given at once: 5 ms.
+	st = deployStalls("mutex", with(
+		cev{Op: "acq", Who: 20, Slot: 2, Call: 950 * msec, Ret: 1015 * msec},
+		cev{Op: "rel", Who: 20, Slot: 2, Call: 1016 * msec, Ret: 1017 * msec}), nil, []deployNote{d})
+	assert.Equal(t, 5*msec, st[0].stall)
+	// The closed Client's own waiter does not count; its next Client's does.
+	st = deployStalls("mutex", held, []wend{{Who: 11, Slot: 1, Call: 950 * msec, Ret: 1005 * msec}, {Who: 12, Slot: 1, Call: 1100 * msec, Ret: 1250 * msec}}, []deployNote{d})
+	assert.Equal(t, 150*msec, st[0].stall)
+	// A MultiLock waiter on c1 and c2 is not stalled by a hold on c0 ending.
+	st = deployStalls("multi", []cev{
+		{Op: "acq", Who: 10, Slot: 1, K: 1, Call: 800 * msec, Ret: 900 * msec},
+		{Op: "rel", Who: 10, Slot: 1, K: 1, Call: 950 * msec, Ret: 1010 * msec, Cl: true},
+		{Op: "acq", Who: 30, Slot: 3, K: 6, Call: 700 * msec, Ret: 710 * msec},
+		{Op: "rel", Who: 30, Slot: 3, K: 6, Call: 1390 * msec, Ret: 1400 * msec},
+		{Op: "acq", Who: 20, Slot: 2, K: 6, Call: 950 * msec, Ret: 1405 * msec},
+		{Op: "rel", Who: 20, Slot: 2, K: 6, Call: 1406 * msec, Ret: 1407 * msec},
+	}, nil, []deployNote{d})
+	assert.Equal(t, 5*msec, st[0].stall)
+	// A Once: a run cut by Close taken over 200 ms late counts; callers
+	// after a run that succeeded wait for nothing.
+	// A deploy another fault struck near is not measured.
+	nd := d
+	nd.Quiet = false
+	st = deployStalls("mutex", with(
+		cev{Op: "acq", Who: 20, Slot: 2, Call: 950 * msec, Ret: 1300 * msec},
+		cev{Op: "rel", Who: 20, Slot: 2, Call: 1301 * msec, Ret: 1302 * msec}), nil, []deployNote{nd})
+	assert.Zero(t, st[0].stall)
+	st = deployStalls("once", []cev{
+		{Op: "acq", Who: 10, Slot: 1, K: 3, Call: 800 * msec, Ret: 900 * msec},
+		{Op: "rel", Who: 10, Slot: 1, K: 3, Call: 950 * msec, Ret: 1010 * msec, Out: "unknown", Cl: true},
+		{Op: "acq", Who: 20, Slot: 2, K: 3, Call: 950 * msec, Ret: 1210 * msec},
+		{Op: "rel", Who: 20, Slot: 2, K: 3, Call: 1220 * msec, Ret: 1230 * msec, Out: "ok"},
+		{Op: "obs", Who: 21, Slot: 2, K: 3, Call: 1240 * msec, Ret: 1390 * msec},
+	}, nil, []deployNote{d})
+	assert.Equal(t, 200*msec, st[0].stall)
+
+	// The leftover scan, on a Client that holds a Mutex (its owner and
+	// hold tag) and waits in a FairMutex's queue (its wait id).
+	srv := startRedis(t)
+	prefix := testPrefix()
+	rc := client(t, srv.Addr)
+	dep, err := newChaosDeploy(7, rc, prefix, time.Second)
+	require.NoError(t, err)
+	g := dep.gen()
+	require.True(t, strings.HasPrefix(g.ident, g.name+"/"), "ident %q", g.ident)
+	lctx, err := g.c.NewMutex("m").LockContext(g.ownerCtx(context.Background()))
+	require.NoError(t, err)
+	other := newDsync(t, srv.Addr, prefix, time.Second)
+	octx, err := other.NewFairMutex("f").LockContext(context.Background())
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(g.ownerCtx(context.Background()))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err := g.c.NewFairMutex("f").LockContext(wctx)
+		assert.ErrorIs(t, err, dsync.ErrClosed)
+	}()
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		left = dep.leftBy(g)
+		if len(left) >= 3 {
+			break
+		}
+	}
+	all := strings.Join(left, " ")
+	owner, _ := dsync.OwnerOf(lctx)
+	assert.Contains(t, all, owner, "the hold's owner")
+	assert.Contains(t, all, "tag of "+g.name, "the hold's tag")
+	_, id, _ := strings.Cut(g.ident, "/")
+	assert.Contains(t, all, id+".", "the wait id in the FairMutex's queue")
+	n := dep.deploy(false)
+	wg.Wait()
+	cancel()
+	assert.Empty(t, n.Left, "left after Close")
+	assert.Empty(t, n.Err)
+	require.NoError(t, other.NewFairMutex("f").UnlockContext(octx))
+	dep.close()
+}
+
+// TestFaultCondCheckCatchesViolations: checkCond finds a waiter that gave
+// up although more Signals than waiters ahead of it came after it
+// registered, and one a Broadcast did not wake; and accepts a waiter
+// that gave up with as many waiters ahead as Signals.
+func TestFaultCondCheckCatchesViolations(t *testing.T) {
+	msec := int64(time.Millisecond)
+	wait := func(who, slot int, call, ret, end int64, out string) []cev {
+		return []cev{{Op: "cwc", Who: who, Slot: slot, Call: call * msec, Ret: call * msec, Hold: (call - 1) * msec},
+			{Op: "cw", Who: who, Slot: slot, Call: call * msec, Ret: ret * msec, End: end * msec, Hold: (call - 1) * msec, Out: out}}
+	}
+	sig := func(slot int, call int64, which string) cev {
+		return cev{Op: "cs", Who: 99, Slot: slot, Call: call * msec, Ret: (call + 1) * msec, Hold: (call - 1) * msec, Val: which, Out: "ok"}
+	}
+	run := &chaosRun{}
+	check := func(evs ...[]cev) condFigs {
+		var all []cev
+		for _, e := range evs {
+			all = append(all, e...)
+		}
+		ft := &testing.T{}
+		return checkCond(ft, all, run)
+	}
+	// Worker 1 waits from 100, worker 2 from 110; two Signals at 200 and
+	// 300; worker 2 gives up at 3000: owed the second one.
+	f := check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "one"), sig(3, 300, "one")})
+	if f.lost != 1 || f.lostChecked != 1 {
+		t.Errorf("a lost signal: %+v", f)
+	}
+	// One Signal only: worker 2 had worker 1 ahead of it.
+	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "one")})
+	if f.lost != 0 || f.lostChecked != 1 {
+		t.Errorf("no lost signal: %+v", f)
+	}
+	// A Signal too near the end of worker 2's wait is not owed.
+	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "one"), sig(3, 2900, "one")})
+	if f.lost != 0 {
+		t.Errorf("a Signal within condSlack of the end: %+v", f)
+	}
+	// A Broadcast at 200: worker 2 gave up later.
+	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "all")})
+	if f.missed != 1 || f.bcastChecked != 2 {
+		t.Errorf("a missed Broadcast: %+v", f)
+	}
+	// Worker 2's process was stopped meanwhile: not checked.
+	run.stops = []fault{{slot: 2, at: 150 * msec, till: 700 * msec}}
+	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "all"), sig(3, 300, "one")})
+	if f.missed != 0 || f.lost != 0 || f.bcastChecked != 1 || f.lostChecked != 0 {
+		t.Errorf("a frozen waiter: %+v", f)
+	}
+}

@@ -1,0 +1,601 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+)
+
+// Deploys, a fault class of scenario 1 (issue 25): a child process closes
+// its Client gracefully (Client.Close) whatever its workers are doing —
+// holding, waiting, observing an Election, inside a Once's or Group's f —
+// and opens a new one, on which the workers go on. The parent asks for a
+// deploy with SIGUSR1; the child answers with a "deploy" line once the new
+// Client is open, saying when the Close began and returned and what of the
+// closed Client it found in Redis right after Close returned (nothing may
+// be left: its holds, queue places, waiting entries, grants, hold tags).
+// The parent checks that no waiter of another Client waited more than
+// deployBound beyond the moment the lock became free (deployStalls).
+
+// deployBound is the issue's bound on the stall a Close may cause.
+const deployBound = 100 * time.Millisecond
+
+// A chaosGen is one Client of a chaos child, from its opening to its Close.
+type chaosGen struct {
+	c     *dsync.Client
+	n     int
+	name  string // its WithClientName, in the owners it makes and its hold tags
+	ident string // "<name>/<id>", the id being in its wait ids (probeIdent)
+	// next is closed once the next Client is open; closeStart and
+	// closeEnd (unix ns) are set before.
+	next                 chan struct{}
+	closeStart, closeEnd int64
+	mu                   sync.Mutex
+	owners               map[string]bool // the random part of the owners made for calls on this Client
+}
+
+// ownerCtx is dsync.WithOwner(ctx), the owner noted as one of g's.
+func (g *chaosGen) ownerCtx(ctx context.Context) context.Context {
+	ctx = dsync.WithOwner(ctx)
+	if g == nil {
+		return ctx
+	}
+	o, _ := dsync.OwnerOf(ctx)
+	_, id, _ := strings.Cut(o, "/")
+	g.mu.Lock()
+	g.owners[id] = true
+	g.mu.Unlock()
+	return ctx
+}
+
+// closed reports whether err, or the cause of ctx, says g's Client was
+// closed; it then waits for the next Client (so closeEnd is set).
+func (g *chaosGen) closed(err error, ctx context.Context) bool {
+	if g == nil {
+		return false
+	}
+	if !errors.Is(err, dsync.ErrClosed) && (ctx == nil || !errors.Is(context.Cause(ctx), dsync.ErrClosed)) {
+		return false
+	}
+	<-g.next
+	return true
+}
+
+// chaosDeploy is a child's succession of Clients.
+type chaosDeploy struct {
+	slot   int
+	rc     rueidis.Client
+	prefix string
+	lease  time.Duration
+	prober *dsync.Client // finds each Client's id (probeIdent)
+	cur    atomic.Pointer[chaosGen]
+	n      int
+	// trap, when set, catches the next worker inside its critical section
+	// (a hold, an Election's term, a Once's or Group's f): it says so on
+	// sprung and stays there until its lock context ends, so that the
+	// deploy's Close strikes a holder inside (trapped).
+	trap   atomic.Bool
+	sprung chan struct{}
+}
+
+// trapped holds the worker with lock context lctx inside its critical
+// section while a deploy is armed to strike there, until Close ends lctx
+// (or 5 s pass). Then it goes on, as a holder whose process paused
+// there would: its write with its token must meet the fence.
+func (d *chaosDeploy) trapped(lctx context.Context) {
+	if d == nil || !d.trap.CompareAndSwap(true, false) {
+		return
+	}
+	d.sprung <- struct{}{}
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// A deployNote is what the child says of one deploy.
+type deployNote struct {
+	Gen   int      `json:"gen"`
+	Name  string   `json:"name"`
+	Ident string   `json:"ident"`
+	Start int64    `json:"start"` // Close called
+	End   int64    `json:"end"`   // Close returned
+	Err   string   `json:"err,omitempty"`
+	Left  []string `json:"left,omitempty"` // what of the closed Client Redis still had
+	Open  int64    `json:"open"`           // ns to open the next Client
+	// Inside: Close struck a worker trapped inside its critical section.
+	Inside bool `json:"inside,omitempty"`
+	// Quiet: no other fault struck near it (set by the parent); only a
+	// quiet deploy's stall is measured.
+	Quiet bool `json:"-"`
+	Slot  int  `json:"-"`
+}
+
+func newChaosDeploy(slot int, rc rueidis.Client, prefix string, lease time.Duration) (*chaosDeploy, error) {
+	d := &chaosDeploy{slot: slot, rc: rc, prefix: prefix, lease: lease, sprung: make(chan struct{}, 1)}
+	var err error
+	d.prober, err = dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease), dsync.WithClientName(fmt.Sprintf("prober%d", slot)))
+	if err != nil {
+		return nil, err
+	}
+	g, err := d.open()
+	if err != nil {
+		d.prober.Close()
+		return nil, err
+	}
+	d.cur.Store(g)
+	return d, nil
+}
+
+func (d *chaosDeploy) gen() *chaosGen {
+	if d == nil {
+		return nil
+	}
+	return d.cur.Load()
+}
+
+// open opens the next Client, named chaos<slot>g<n>, with a hold tag that
+// names it, and finds its id.
+func (d *chaosDeploy) open() (*chaosGen, error) {
+	name := fmt.Sprintf("chaos%dg%d", d.slot, d.n)
+	d.n++
+	probe := "probe" + name
+	obs := dsync.Observer{HoldTag: func(_ context.Context, e dsync.AcquireDone) string {
+		if strings.HasPrefix(e.Name, "probe") {
+			return ""
+		}
+		return "tag of " + name
+	}}
+	c, err := dsync.NewClient(d.rc, dsync.WithKeyPrefix(d.prefix), dsync.WithLease(d.lease), dsync.WithClientName(name), dsync.WithObserver(obs))
+	if err != nil {
+		return nil, err
+	}
+	g := &chaosGen{c: c, n: d.n - 1, name: name, next: make(chan struct{}), owners: map[string]bool{}}
+	g.ident, err = d.probeIdent(c, probe)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// probeIdent finds c's "<name>/<id>" (its id is in its wait ids, which name
+// no owner): c holds a lock that the prober then forces open, and c's
+// answer names it. (A Client that has not yet subscribed to its prefix's
+// control channel does not answer: the probe is tried again.)
+func (d *chaosDeploy) probeIdent(c *dsync.Client, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := c.NewMutex(name)
+	var told []dsync.ToldHolder
+	for try := 0; ; try++ {
+		lctx, err := m.LockContext(ctx)
+		if err != nil {
+			return "", fmt.Errorf("probe: %w", err)
+		}
+		_, told, err = d.prober.ForceUnlockTell(ctx, name)
+		if err != nil {
+			return "", fmt.Errorf("probe: %w", err)
+		}
+		_ = m.UnlockContext(lctx) // not held any more: it ends lctx
+		for _, h := range told {
+			if strings.HasPrefix(h.Client, strings.TrimPrefix(name, "probe")+"/") {
+				return h.Client, nil
+			}
+		}
+		if try == 20 {
+			return "", fmt.Errorf("probe: no holder told (%v)", told)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// deploy closes the current Client, looks in Redis for what it left, opens
+// the next one and lets the workers go on.
+func (d *chaosDeploy) deploy(inside bool) deployNote {
+	g := d.cur.Load()
+	n := deployNote{Gen: g.n, Name: g.name, Ident: g.ident}
+	if inside {
+		// Strike a worker inside its critical section, if one comes
+		// within a lease.
+		d.trap.Store(true)
+		select {
+		case <-d.sprung:
+			n.Inside = true
+		case <-time.After(d.lease):
+			if !d.trap.CompareAndSwap(true, false) {
+				<-d.sprung
+				n.Inside = true
+			}
+		}
+	}
+	n.Start = now()
+	err := g.c.Close()
+	n.End = now()
+	if err != nil {
+		n.Err = err.Error()
+	}
+	n.Left = d.leftBy(g)
+	t0 := now()
+	for {
+		ng, err := d.open()
+		if err == nil {
+			d.cur.Store(ng)
+			break
+		}
+		n.Err += "; opening the next Client: " + err.Error()
+		time.Sleep(100 * time.Millisecond)
+	}
+	n.Open = now() - t0
+	g.closeStart, g.closeEnd = n.Start, n.End
+	close(g.next)
+	return n
+}
+
+// run deploys on every SIGUSR1 until stop is closed.
+func (d *chaosDeploy) run(stop <-chan struct{}) {
+	sig := make(chan os.Signal, 1)
+	// Not stopped: a SIGUSR1 after the end must not kill the process.
+	signal.Notify(sig, syscall.SIGUSR1)
+	for {
+		select {
+		case <-sig:
+			say("deploy", d.deploy(rand.IntN(2) == 0))
+		case <-stop:
+			return
+		}
+	}
+}
+
+// close closes the last Client and the prober.
+func (d *chaosDeploy) close() {
+	g := d.cur.Load()
+	g.c.Close()
+	g.closeEnd = now()
+	close(g.next)
+	d.prober.Close()
+}
+
+var hex32 = regexp.MustCompile(`[0-9a-f]{32}`)
+
+// leftBy lists the keys under the prefix that name g's Client (its name,
+// in its waiting entries and hold tags; its id, in its wait ids) or an
+// owner it made, with what names it: nothing may be left once its Close
+// returned. As in dsync's TestRollingRestart, not the Client's state: an
+// Election's record (history: the owners of past terms) and the
+// tombstones of attempts taken back, which make an acquire of that attempt
+// that arrives late a no-op, each kept a minute at most: the undo marks of
+// the locks' attempts (<lock>:x:<owner> for an owner made for the call,
+// <lock>:a:<attempt> set to "x" for one the caller brought), a
+// Semaphore's undone waiters, a Once's and a Group's undone calls (each
+// with its expiry); and the prober's force replies. A tombstone kept
+// longer is reported.
+func (d *chaosDeploy) leftBy(g *chaosGen) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys, err := d.rc.Do(ctx, d.rc.B().Keys().Pattern(d.prefix+":*").Build()).AsStrSlice()
+	if err != nil {
+		return []string{"KEYS: " + err.Error()}
+	}
+	id := g.ident
+	if _, after, ok := strings.Cut(id, "/"); ok {
+		id = after
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var left []string
+	mark := func(k, s string) {
+		hit := strings.Contains(s, g.name+"/") || strings.Contains(s, "tag of "+g.name) || (id != "" && strings.Contains(s, id))
+		if !hit {
+			for _, h := range hex32.FindAllString(s, -1) {
+				if g.owners[h] {
+					hit = true
+					break
+				}
+			}
+		}
+		if hit {
+			left = append(left, fmt.Sprintf("%q: %q", k, s))
+		}
+	}
+	for _, k := range keys {
+		if strings.HasSuffix(k, "}:election") || strings.Contains(k, ":force:") {
+			continue
+		}
+		if strings.HasSuffix(k, ":sem:undone") || strings.HasSuffix(k, ":run:undone") || strings.Contains(k, ":group:u:") {
+			// Undone calls and waiters, each scored with its expiry (ms,
+			// server time); the key itself may live longer.
+			tm, err := d.rc.Do(ctx, d.rc.B().Time().Build()).AsStrSlice()
+			var sec int64
+			if err == nil && len(tm) > 0 {
+				sec, err = strconv.ParseInt(tm[0], 10, 64)
+			}
+			if err != nil {
+				left = append(left, fmt.Sprintf("TIME failed: %v", err))
+				continue
+			}
+			upto := float64(sec*1000 + time.Minute.Milliseconds())
+			zs, _ := d.rc.Do(ctx, d.rc.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+			for _, z := range zs {
+				if z.Score > upto {
+					mark(k, fmt.Sprintf("%s (kept until %.0f)", z.Member, z.Score))
+				}
+			}
+			continue
+		}
+		tomb := strings.Contains(k, ":x:")
+		if strings.Contains(k, ":a:") {
+			v, _ := d.rc.Do(ctx, d.rc.B().Get().Key(k).Build()).ToString()
+			tomb = v == "x"
+		}
+		if tomb {
+			ttl, err := d.rc.Do(ctx, d.rc.B().Pttl().Key(k).Build()).AsInt64()
+			if err == nil && ttl > 0 && ttl <= time.Minute.Milliseconds() {
+				continue
+			}
+		}
+		typ, _ := d.rc.Do(ctx, d.rc.B().Type().Key(k).Build()).ToString()
+		if typ == "string" {
+			v, _ := d.rc.Do(ctx, d.rc.B().Get().Key(k).Build()).ToString()
+			ttl, _ := d.rc.Do(ctx, d.rc.B().Pttl().Key(k).Build()).AsInt64()
+			mark(k, fmt.Sprintf("%s = %q, PTTL %d ms", k, v, ttl))
+		} else {
+			mark(k, k)
+		}
+		var vals []string
+		switch typ {
+		case "hash":
+			m, _ := d.rc.Do(ctx, d.rc.B().Hgetall().Key(k).Build()).AsStrMap()
+			for f, v := range m {
+				vals = append(vals, f+"="+v)
+			}
+		case "list":
+			vals, _ = d.rc.Do(ctx, d.rc.B().Lrange().Key(k).Start(0).Stop(-1).Build()).AsStrSlice()
+		case "zset":
+			vals, _ = d.rc.Do(ctx, d.rc.B().Zrange().Key(k).Min("0").Max("-1").Build()).AsStrSlice()
+		case "set":
+			vals, _ = d.rc.Do(ctx, d.rc.B().Smembers().Key(k).Build()).AsStrSlice()
+		}
+		for _, v := range vals {
+			mark(k, v)
+		}
+	}
+	slices.Sort(left)
+	return left
+}
+
+// deployWindow is how long after a Close returned a lock that became free
+// is still counted as the deploy's: the monkey strikes next at least 500
+// ms after a deploy's answer, so nothing else delays a waiter there.
+const deployWindow = 400 * time.Millisecond
+
+// A deployStall is the longest a waiter of another Client waited, around
+// one deploy, beyond the moment the lock it waited for became free.
+type deployStall struct {
+	note   deployNote
+	stall  int64  // ns
+	waiter string // who, and on what
+	gaps   int    // free stretches measured in the window
+	cut    int    // holds (runs) the Close ended
+}
+
+// deployStalls measures each deploy's stall. A hold lasts from its
+// acquire's return to its release's return (for a hold Close released, to
+// Close's return); a waiter (an acquisition, successful or ended by its
+// context; for a Once or Group, a Do call on the name) waits from its call
+// to its return (or its context's end). For every waiter not of the closed
+// Client (its process's next Client's are others), each stretch of its
+// wait in which no hold was on any of its names and which began within
+// the deploy's window [Close called, Close returned + deployWindow] is
+// the time it waited beyond the lock's being free; for a Once or Group,
+// only a stretch after a run that did not succeed (a Close cut it, or f
+// failed) counts: after a success, callers return the result. kind's
+// names: a MultiLock's K is a mask of names, others' one name. A
+// WaitGroup has no lock to be free, nor a Cond (its waits for a signal
+// hold none; the lock's releases inside Wait are not seen): only the holds
+// their Close ended are counted.
+func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []deployStall {
+	measure := kind != "wg" && kind != "cond" // no lock to be free
+	runs := kind == "once" || kind == "oncevalue" || kind == "group"
+	names := func(k int) []int {
+		if kind != "multi" {
+			return []int{k}
+		}
+		var ns []int
+		for i := range chaosMultiNames {
+			if k&(1<<i) != 0 {
+				ns = append(ns, i)
+			}
+		}
+		return ns
+	}
+	type span struct {
+		from, to int64
+		ok       bool // a run that succeeded
+	}
+	holds := map[int][]span{} // per name
+	type waiter struct {
+		who, slot, k   int
+		call, ret, end int64 // end: its context's end, 0 if none before ret
+	}
+	var ws []waiter
+	byCall := slices.Clone(all)
+	slices.SortStableFunc(byCall, func(a, b cev) int { return int(a.Call - b.Call) })
+	open := map[int]cev{}
+	for _, e := range byCall {
+		switch e.Op {
+		case "acq":
+			open[e.Who] = e
+			ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret})
+		case "rel":
+			a, ok := open[e.Who]
+			if !ok {
+				continue
+			}
+			delete(open, e.Who)
+			for _, n := range names(a.K) {
+				holds[n] = append(holds[n], span{from: a.Ret, to: max(e.Ret, a.Ret), ok: e.Out == "ok"})
+			}
+		case "obs":
+			if runs {
+				ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret})
+			}
+		}
+	}
+	for _, w := range waits {
+		if w.K >= 0 {
+			ws = append(ws, waiter{who: w.Who, slot: w.Slot, k: w.K, call: w.Call, ret: w.Ret, end: w.End})
+		}
+	}
+	for n := range holds {
+		slices.SortFunc(holds[n], func(a, b span) int { return int(a.from - b.from) })
+	}
+	var out []deployStall
+	for _, d := range deploys {
+		ds := deployStall{note: d}
+		for _, e := range all {
+			if e.Op == "rel" && e.Cl && e.Slot == d.Slot && e.Ret >= d.End && e.Ret <= d.End+int64(time.Second) {
+				ds.cut++
+			}
+		}
+		lo, hi := d.Start, d.End+int64(deployWindow)
+		for _, w := range ws {
+			if !measure || !d.Quiet {
+				break
+			}
+			if w.slot == d.Slot && w.call < d.End {
+				continue // a waiter of the closed Client
+			}
+			wEnd := w.ret
+			if w.end != 0 {
+				wEnd = min(wEnd, w.end)
+			}
+			if wEnd < lo || w.call > hi {
+				continue
+			}
+			// The holds on w's names that overlap its wait, merged.
+			var hs []span
+			for _, n := range names(w.k) {
+				for _, h := range holds[n] {
+					if h.to > w.call && h.from < wEnd {
+						hs = append(hs, h)
+					}
+				}
+			}
+			slices.SortFunc(hs, func(a, b span) int { return int(a.from - b.from) })
+			// Walk the free stretches of [w.call, wEnd]. For runs, the
+			// first counts if the name's last run before the call failed
+			// (or there was none).
+			at := w.call // free from here, unless a hold covers it
+			counts := !runs
+			if runs {
+				var last *span
+				for _, n := range names(w.k) {
+					for i, h := range holds[n] {
+						if h.to <= w.call && (last == nil || h.to > last.to) {
+							last = &holds[n][i]
+						}
+					}
+				}
+				counts = last == nil || !last.ok
+			}
+			for i := 0; ; i++ {
+				next := wEnd
+				if i < len(hs) {
+					next = min(hs[i].from, wEnd)
+				}
+				if next > at && at >= lo && at <= hi && counts {
+					ds.gaps++
+					if next-at > ds.stall {
+						ds.stall = next - at
+						ds.waiter = fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d", w.who, w.slot, w.k, w.call, w.ret, w.end, at, next)
+					}
+				}
+				if i >= len(hs) || hs[i].from >= wEnd {
+					break
+				}
+				if hs[i].to > at {
+					at = hs[i].to
+					counts = !runs || !hs[i].ok
+				}
+			}
+		}
+		out = append(out, ds)
+	}
+	return out
+}
+
+// deployFigures sum up a run's deploys.
+type deployFigs struct {
+	n, quiet, gaps, over, left int
+	cut, cutBy                 int // holds (runs) Closes ended, and the deploys that ended some
+	inside                     int // deploys that struck a worker inside its critical section
+	worst                      deployStall
+	maxClose                   int64 // ns: the longest Close
+}
+
+func deployFigures(ds []deployStall) deployFigs {
+	var f deployFigs
+	for _, d := range ds {
+		f.n++
+		if d.note.Quiet {
+			f.quiet++
+		}
+		f.gaps += d.gaps
+		if d.stall > int64(deployBound) {
+			f.over++
+		}
+		if d.stall >= f.worst.stall {
+			f.worst = d
+		}
+		f.left += len(d.note.Left)
+		f.cut += d.cut
+		if d.note.Inside {
+			f.inside++
+		}
+		if d.cut > 0 {
+			f.cutBy++
+		}
+		f.maxClose = max(f.maxClose, d.note.End-d.note.Start)
+	}
+	return f
+}
+
+func (f deployFigs) String() string {
+	return fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close ≤%v; in the %d quiet ones waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v; left in Redis after Close: %d)",
+		f.n, f.cutBy, f.inside, f.cut, ms(f.maxClose), f.quiet, ms(f.worst.stall), f.gaps, f.over, deployBound, f.left)
+}
+
+// checkDeploys asserts what each deploy must leave: its Close returned
+// nil, nothing of the closed Client in Redis, no waiter of another Client
+// waiting more than deployBound beyond the lock's being free.
+func checkDeploys(t *testing.T, ds []deployStall) {
+	t.Helper()
+	for _, d := range ds {
+		n := d.note
+		if n.Err != "" || n.Ident == "" {
+			t.Errorf("deploy of slot %d (%s, %q): Close or the next Client failed: %s", n.Slot, n.Name, n.Ident, n.Err)
+		}
+		if len(n.Left) > 0 {
+			t.Errorf("deploy of slot %d: Client %s (%s) left in Redis after its Close returned (%v after it began): %v", n.Slot, n.Name, n.Ident, ms(n.End-n.Start), n.Left)
+		}
+		if d.stall > int64(deployBound) {
+			t.Errorf("deploy of slot %d (Close %d..%d, %v): a waiter of another Client waited %v beyond the lock's being free (bound %v): %s", n.Slot, n.Start, n.End, ms(n.End-n.Start), ms(d.stall), deployBound, d.waiter)
+		}
+	}
+}
