@@ -444,3 +444,41 @@ func TestCloseAfterLostWaitReply(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseDuringHoldTag: a Client closed while a new hold's tag is being
+// written (its observer's HoldTag has just returned; Close begins there)
+// leaves no tag once its Close returned. A Once's or Group's run is tagged
+// when its wait ends, before its hold is claimed (runRecord.claim); a
+// claim that found the Client closed ended the run in Redis but not the
+// hold, so its tag stayed a lease. (The fault suite's deploys found a Once
+// run's tag of a closed Client after its Close returned.)
+func TestCloseDuringHoldTag(t *testing.T) {
+	const rounds = 40
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	ctx := ctxT(t)
+	for _, kind := range []string{"Mutex", "Once"} {
+		t.Run(kind, func(t *testing.T) {
+			for i := range rounds {
+				var c *dsync.Client
+				closed := make(chan error, 1)
+				obs := dsync.Observer{HoldTag: func(context.Context, dsync.AcquireDone) string {
+					go func() { closed <- c.Close() }() // Close races the tag's write
+					return "tag"
+				}}
+				var err error
+				c, err = dsync.NewClient(newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs))
+				require.NoError(t, err)
+				name := fmt.Sprintf("%s%d", kind, i)
+				switch kind {
+				case "Mutex":
+					_, _ = c.NewMutex(name).LockContext(ctx)
+				case "Once":
+					_ = c.NewOnce(name).Do(ctx, func(fctx context.Context) error { <-fctx.Done(); return nil })
+				}
+				require.NoError(t, <-closed)
+				require.Empty(t, tagFields(t, rc, prefix), "round %d: tags left after Close returned", i)
+			}
+		})
+	}
+}

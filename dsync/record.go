@@ -199,6 +199,9 @@ func (r *runRecord) claim(ctx context.Context, w recordWait) bool {
 		return true
 	}
 	_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
+	// Ended as Close ends it: its tag (the observer's, written when the
+	// wait ended) goes too.
+	w.h.end(ErrClosed, false)
 	return false
 }
 
