@@ -184,8 +184,69 @@ func leaseSpent(sentAt time.Time, lease time.Duration) error {
 	return fmt.Errorf("%w: the lease of %v ran out before the acquisition's reply came back (after %v), and the lock was released; use a longer lease", ErrLockLost, lease, took.Round(time.Millisecond))
 }
 
+// acqCode is the code an acquire script's reply starts with
+// (mutex_acquire.lua, fair_acquire.lua, rw_acquire.lua, sem_acquire.lua).
+type acqCode int64
+
+const (
+	// acqSizeMismatch: {-1, size}, the Semaphore is stored with another
+	// size (sem_acquire.lua).
+	acqSizeMismatch acqCode = -1
+	// acqWaiting: {0, hint ms[, server µs]}, the lock is taken (hint: how
+	// long the state found may last at most), or {0, 0}: the attempt was
+	// undone first and did nothing.
+	acqWaiting acqCode = 0
+	// acqAcquired: {1, token}, acquired (mutex_acquire.lua replies the bare
+	// token: appendInts reads it as {1, token}).
+	acqAcquired acqCode = 1
+	// acqReentered: {2, token}, the owner held it already: only its count
+	// in Redis grew.
+	acqReentered acqCode = 2
+	// acqGranted: {3, token}, a release granted it to this wait, which
+	// claimed the grant (FIFO locks).
+	acqGranted acqCode = 3
+)
+
+// acqReply is an acquire script's reply, decoded: code, then value, the
+// token, the hint in ms or the stored size by the code, then the server
+// time of a waiting reply in µs (0: not sent). The zero acqReply is the
+// reply of no attempt: waiting, nothing held.
+type acqReply struct {
+	code  acqCode
+	value int64
+	srvUS int64
+}
+
+// decodeAcq decodes the reply of an acquire script, {code, value} or
+// {code, value, server µs}; ok is false for any other length (a missing
+// reply: the zero acqReply).
+func decodeAcq(vals []int64) (r acqReply, ok bool) {
+	switch len(vals) {
+	case 3:
+		r.srvUS = vals[2]
+		fallthrough
+	case 2:
+		r.code, r.value = acqCode(vals[0]), vals[1]
+		return r, true
+	}
+	return r, false
+}
+
+// held reports whether the reply says the attempt holds the lock (acquired,
+// re-entered or granted).
+func (r acqReply) held() bool { return r.code > acqWaiting }
+
+// token is the fencing token of a reply that holds the lock.
+func (r acqReply) token() uint64 { return uint64(r.value) }
+
+// hint is how long the state a waiting reply found may last at most.
+func (r acqReply) hint() time.Duration { return time.Duration(r.value) * time.Millisecond }
+
+// srvAt is the server time of a waiting reply in µs (0: unknown).
+func (r acqReply) srvAt() uint64 { return uint64(max(r.srvUS, 0)) }
+
 // execAcquire runs an acquire script, whose reply is {code, value} with a
-// code other than 0 when it acquired. With WithReplicaSync it is followed
+// code other than 0 when it acquired (acqReply). With WithReplicaSync it is followed
 // by WAIT on the same connection, since WAIT counts only the writes of its
 // own connection. When the script acquired but too few replicas
 // acknowledged, or WAIT's reply is missing, it returns the script's reply
@@ -222,7 +283,8 @@ func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis
 		acks, err = res[1].AsInt64()
 		return err
 	})
-	acquired := len(vals) == 2 && vals[0] > 0
+	r, _ := decodeAcq(vals)
+	acquired := len(vals) == 2 && r.held()
 	switch {
 	case err != nil && acquired:
 		return vals, fmt.Errorf("%w: %v", ErrNotReplicated, err)
