@@ -12,7 +12,7 @@ import (
 
 // A waitProto is one acquisition's conversation with Redis, as a
 // primitive describes it to waitLoop, the one wait loop of every primitive
-// (Mutex, FairMutex, RWMutex, Semaphore, Once, WaitGroup): what an attempt sends and
+// (Mutex, FairMutex, RWMutex, Semaphore, Once, WaitGroup, RedLock): what an attempt sends and
 // how it is undone are the primitive's; when to look again, how to wait
 // and how an error ends the wait are the loop's.
 //
@@ -62,6 +62,12 @@ type subscriber interface{ subscribeFirst() bool }
 // holder says so in a message for id (FIFO locks), and the wait is
 // registered for it before its first attempt when the channel is
 // subscribed, so that no grant published after that attempt is missed.
+//
+// With a nil c the wait spans several Clients (RedLock, one Client per
+// node): no one Client's Close ends it (an attempt finds the Clients it
+// uses closed, and says so with its error, returned as it is), no message
+// wakes it (ch and id are ""), and between attempts it waits the last
+// attempt's hint alone.
 func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
 	w := wakeup{c: c, ch: ch, id: id}
 	defer w.close()
@@ -76,7 +82,7 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 		w.register()
 	}
 	for n := 1; ; n++ {
-		if n > 1 && c.closed.Load() {
+		if n > 1 && c != nil && c.closed.Load() {
 			// Closing: no attempt after Close began; the wait leaves as
 			// one that gave up (Client.Close waits for it).
 			p.gaveUp()
@@ -107,8 +113,12 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 
 // waitErr is the one spelling of an error that ends a wait: the caller's
 // context's, ErrClosed, or Redis's (a timeout of rueidis' own, not ctx's,
-// says so).
+// says so). A wait over several Clients (c nil, see waitLoop) ends with
+// its attempt's error as it is.
 func (c *Client) waitErr(ctx context.Context, err error) error {
+	if c == nil {
+		return err
+	}
 	if e := ctxErr(ctx); e != nil {
 		return e
 	}
