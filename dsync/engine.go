@@ -12,7 +12,7 @@ import (
 
 // A waitProto is one acquisition's conversation with Redis, as a
 // primitive describes it to waitLoop, the one wait loop of every primitive
-// (Mutex, FairMutex, RWMutex, Semaphore, Once, WaitGroup): what an attempt sends and
+// (Mutex, FairMutex, RWMutex, Semaphore, Once, WaitGroup, RedLock): what an attempt sends and
 // how it is undone are the primitive's; when to look again, how to wait
 // and how an error ends the wait are the loop's.
 //
@@ -62,6 +62,12 @@ type subscriber interface{ subscribeFirst() bool }
 // holder says so in a message for id (FIFO locks), and the wait is
 // registered for it before its first attempt when the channel is
 // subscribed, so that no grant published after that attempt is missed.
+//
+// With a nil c the wait spans several Clients (RedLock, one Client per
+// node): no one Client's Close ends it (an attempt finds the Clients it
+// uses closed, and says so with its error, returned as it is), no message
+// wakes it (ch and id are ""), and between attempts it waits the last
+// attempt's hint alone.
 func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
 	w := wakeup{c: c, ch: ch, id: id}
 	defer w.close()
@@ -76,7 +82,7 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 		w.register()
 	}
 	for n := 1; ; n++ {
-		if n > 1 && c.closed.Load() {
+		if n > 1 && c != nil && c.closed.Load() {
 			// Closing: no attempt after Close began; the wait leaves as
 			// one that gave up (Client.Close waits for it).
 			p.gaveUp()
@@ -107,8 +113,12 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 
 // waitErr is the one spelling of an error that ends a wait: the caller's
 // context's, ErrClosed, or Redis's (a timeout of rueidis' own, not ctx's,
-// says so).
+// says so). A wait over several Clients (c nil, see waitLoop) ends with
+// its attempt's error as it is.
 func (c *Client) waitErr(ctx context.Context, err error) error {
+	if c == nil {
+		return err
+	}
 	if e := ctxErr(ctx); e != nil {
 		return e
 	}
@@ -184,8 +194,69 @@ func leaseSpent(sentAt time.Time, lease time.Duration) error {
 	return fmt.Errorf("%w: the lease of %v ran out before the acquisition's reply came back (after %v), and the lock was released; use a longer lease", ErrLockLost, lease, took.Round(time.Millisecond))
 }
 
+// acqCode is the code an acquire script's reply starts with
+// (mutex_acquire.lua, fair_acquire.lua, rw_acquire.lua, sem_acquire.lua).
+type acqCode int64
+
+const (
+	// acqSizeMismatch: {-1, size}, the Semaphore is stored with another
+	// size (sem_acquire.lua).
+	acqSizeMismatch acqCode = -1
+	// acqWaiting: {0, hint ms[, server µs]}, the lock is taken (hint: how
+	// long the state found may last at most), or {0, 0}: the attempt was
+	// undone first and did nothing.
+	acqWaiting acqCode = 0
+	// acqAcquired: {1, token}, acquired (mutex_acquire.lua replies the bare
+	// token: appendInts reads it as {1, token}).
+	acqAcquired acqCode = 1
+	// acqReentered: {2, token}, the owner held it already: only its count
+	// in Redis grew.
+	acqReentered acqCode = 2
+	// acqGranted: {3, token}, a release granted it to this wait, which
+	// claimed the grant (FIFO locks).
+	acqGranted acqCode = 3
+)
+
+// acqReply is an acquire script's reply, decoded: code, then value, the
+// token, the hint in ms or the stored size by the code, then the server
+// time of a waiting reply in µs (0: not sent). The zero acqReply is the
+// reply of no attempt: waiting, nothing held.
+type acqReply struct {
+	code  acqCode
+	value int64
+	srvUS int64
+}
+
+// decodeAcq decodes the reply of an acquire script, {code, value} or
+// {code, value, server µs}; ok is false for any other length (a missing
+// reply: the zero acqReply).
+func decodeAcq(vals []int64) (r acqReply, ok bool) {
+	switch len(vals) {
+	case 3:
+		r.srvUS = vals[2]
+		fallthrough
+	case 2:
+		r.code, r.value = acqCode(vals[0]), vals[1]
+		return r, true
+	}
+	return r, false
+}
+
+// held reports whether the reply says the attempt holds the lock (acquired,
+// re-entered or granted).
+func (r acqReply) held() bool { return r.code > acqWaiting }
+
+// token is the fencing token of a reply that holds the lock.
+func (r acqReply) token() uint64 { return uint64(r.value) }
+
+// hint is how long the state a waiting reply found may last at most.
+func (r acqReply) hint() time.Duration { return time.Duration(r.value) * time.Millisecond }
+
+// srvAt is the server time of a waiting reply in µs (0: unknown).
+func (r acqReply) srvAt() uint64 { return uint64(max(r.srvUS, 0)) }
+
 // execAcquire runs an acquire script, whose reply is {code, value} with a
-// code other than 0 when it acquired. With WithReplicaSync it is followed
+// code other than 0 when it acquired (acqReply). With WithReplicaSync it is followed
 // by WAIT on the same connection, since WAIT counts only the writes of its
 // own connection. When the script acquired but too few replicas
 // acknowledged, or WAIT's reply is missing, it returns the script's reply
@@ -222,7 +293,8 @@ func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis
 		acks, err = res[1].AsInt64()
 		return err
 	})
-	acquired := len(vals) == 2 && vals[0] > 0
+	r, _ := decodeAcq(vals)
+	acquired := len(vals) == 2 && r.held()
 	switch {
 	case err != nil && acquired:
 		return vals, fmt.Errorf("%w: %v", ErrNotReplicated, err)

@@ -185,10 +185,11 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 	if err != nil {
 		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}
-	if len(vals) == 1 && vals[0] == 2 {
+	r := decodeHandoff(vals)
+	if r.code == handoffYielded {
 		return nil, true, nil
 	}
-	if len(vals) < 2 || vals[0] != 1 {
+	if r.code != handoffPassed {
 		// h was not this owner's alone (lost, or re-entered through another
 		// Client): release our part normally. If the release finds nothing
 		// of ours either, the lock was lost: ErrNotHeld says so (passOnLocked).
@@ -198,7 +199,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 		}
 		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}
-	nh = m.newHold(to, uint64(vals[1]))
+	nh = m.newHold(to, r.token)
 	nh.rToken = nh.token + uint64(m.block) - 1
 	if !nh.track(sentAt, lease) {
 		// Closed meanwhile: nobody will renew or release the new hold.
@@ -206,4 +207,42 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh
 		return nil, false, ErrClosed
 	}
 	return nh, false, nil
+}
+
+// handoffCode is the code mutex_handoff.lua's reply starts with.
+type handoffCode int64
+
+const (
+	// handoffNotAlone: {0}, the from owner no longer holds the lock alone
+	// (lost, or re-entered through another Client); nothing changed.
+	handoffNotAlone handoffCode = 0
+	// handoffPassed: {1, token}, handed over; token is the new holder's.
+	handoffPassed handoffCode = 1
+	// handoffYielded: {2}, released to the waiters of other processes
+	// instead.
+	handoffYielded handoffCode = 2
+)
+
+// handoffReply is mutex_handoff.lua's reply, decoded.
+type handoffReply struct {
+	code  handoffCode
+	token uint64 // handoffPassed's
+}
+
+// decodeHandoff decodes mutex_handoff.lua's reply. A reply of another
+// shape reads as handoffNotAlone: not handed over, so the hold is released
+// as any other.
+func decodeHandoff(vals []int64) handoffReply {
+	if len(vals) == 0 {
+		return handoffReply{}
+	}
+	r := handoffReply{code: handoffCode(vals[0])}
+	switch {
+	case len(vals) == 1 && r.code == handoffYielded:
+	case len(vals) >= 2 && r.code == handoffPassed:
+		r.token = uint64(vals[1])
+	default:
+		r.code = handoffNotAlone
+	}
+	return r
 }

@@ -173,33 +173,33 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		}()
 	}
 	attempts, err = waitLoop(c, ctx, m.ch(), "", try, mutexWait{a})
-	vals := a.vals
-	if err != nil || vals[0] == 0 {
+	r := a.r
+	if err != nil || !r.held() {
 		return nil, false, attempts, err
 	}
 	if !a.fresh {
 		c.dropMarker(a.marker)
 	}
 	if err := leaseSpent(a.sentAt, m.lease()); err != nil {
-		tok, last := uint64(vals[1]), uint64(vals[1])
-		if vals[0] == 1 {
+		tok, last := r.token(), r.token()
+		if r.code == acqAcquired {
 			last += uint64(a.block) - 1
 		}
 		_, _ = m.release(ctx, owner, last, tok)
 		return nil, false, attempts, err
 	}
-	h = m.newHold(owner, uint64(vals[1]))
-	if vals[0] == 1 {
+	h = m.newHold(owner, r.token())
+	if r.code == acqAcquired {
 		h.rToken = h.token + uint64(a.block) - 1
 	}
-	if buf != nil && vals[0] != 2 {
+	if buf != nil && r.code != acqReentered {
 		h.renewTag = ownerTag(buf, len(mark)-len(owner), h.rToken)
 	}
 	if !h.track(a.sentAt, m.lease()) {
 		_, _ = m.release(ctx, owner, h.rToken, h.token)
 		return nil, false, attempts, ErrClosed
 	}
-	return h, vals[0] == 2, attempts, nil
+	return h, r.code == acqReentered, attempts, nil
 }
 
 // mutexAttempt is the state of one Mutex acquisition in Redis, its
@@ -207,7 +207,6 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 type mutexAttempt struct {
 	argBuf     [6]string
 	keyBuf     [2]string
-	valBuf     [2]int64
 	m          *Mutex
 	st         *mutexState
 	ctx        context.Context
@@ -215,7 +214,8 @@ type mutexAttempt struct {
 	try, fresh bool
 	marker     string
 	keys, args []string
-	vals       []int64   // the last attempt's reply
+	valBuf     [2]int64  // room for the last attempt's reply
+	r          acqReply  // the last attempt's reply (zero: none)
 	sentAt     time.Time // when it was sent
 	block      int       // tokens the last attempt reserved
 	// The waiting count is registered at the first failed attempt, then
@@ -294,17 +294,17 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 			return c.execAcquireInto(ctx, m.lc, scripts.MutexAcquire, keys, args, nil)
 		})
 	}
-	a.vals = vals
+	a.r, _ = decodeAcq(vals)
 	if err == nil && len(vals) != 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")
 	}
-	if err != nil || vals[0] != 0 {
+	if err != nil || a.r.code != acqWaiting {
 		return true, 0, err
 	}
 	if !a.try && a.regNow != "" {
 		a.registered, a.regCount, a.regAt = true, a.regNow, a.sentAt
 	}
-	return false, time.Duration(vals[1]) * time.Millisecond, nil // the holder's pttl
+	return false, a.r.hint(), nil // the holder's pttl
 }
 
 func (w mutexWait) failed(err error) {
@@ -326,10 +326,10 @@ func (w mutexWait) failed(err error) {
 	}
 	switch {
 	case isRedisErr(err):
-	case errors.Is(err, ErrNotReplicated) && len(a.vals) == 2 && a.vals[0] == 1:
+	case errors.Is(err, ErrNotReplicated) && a.r.code == acqAcquired:
 		// Acquired, not synced: undone by its token before the call
 		// returns, as ErrNotReplicated says.
-		_, _ = m.release(a.ctx, owner, uint64(a.vals[1])+uint64(a.block)-1, uint64(a.vals[1]))
+		_, _ = m.release(a.ctx, owner, a.r.token()+uint64(a.block)-1, a.r.token())
 	case a.fresh:
 		// An owner made for this call alone holds nothing else: mark the
 		// attempt undone, then release it. Exact, so it runs in the

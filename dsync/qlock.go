@@ -148,22 +148,22 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		return lctx, h, true, 0, nil
 	}
 	st.mu.Unlock()
-	vals, sentAt, attempts, err := q.wait(ctx, owner, try)
-	if err != nil || vals == nil {
+	r, sentAt, attempts, err := q.wait(ctx, owner, try)
+	if err != nil || !r.held() {
 		c.putMutex(key, st)
 		return nil, nil, false, attempts, err
 	}
-	tok := uint64(vals[1])
+	tok := r.token()
 	st.mu.Lock()
 	if h := st.h; h != nil && h.owner == owner {
 		// A goroutine of the same owner got the hold meanwhile: share it.
 		// A re-entry in Redis counted this acquisition too: take the extra
-		// count back. (A grant, vals[0] 3, is the count of a hold taken
+		// count back. (A grant, acqGranted, is the count of a hold taken
 		// before this wait's grant was seen, which only a goroutine of
 		// this Client could have claimed; nothing to take back.)
 		lctx := h.newCtx(q.lockParent(ctx, owner))
 		st.mu.Unlock()
-		if vals[0] != 3 {
+		if r.code != acqGranted {
 			_, _ = q.releaseRedis(ctx, owner, tok)
 		}
 		c.putMutex(key, st)
@@ -192,7 +192,7 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 	if stale {
 		c.putMutex(key, st)
 	}
-	return lctx, h, vals[0] == 2, attempts, nil // st's reference is now the hold's
+	return lctx, h, r.code == acqReentered, attempts, nil // st's reference is now the hold's
 }
 
 func (q *qlock) newHold(owner string, token uint64) *hold {

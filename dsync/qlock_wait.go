@@ -10,15 +10,15 @@ import (
 )
 
 // wait calls step in the wait loop (waitLoop) until the lock is held
-// (vals non-nil), ctx is done or Redis fails; the waiter is woken on its
+// (r.held()), ctx is done or Redis fails; the waiter is woken on its
 // channel, and the fallback is the script's hint: a queued waiter's
 // attempts also renew its place, which lasts one lease. A wait that ends
 // without the lock leaves the queue at once.
-func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64, sentAt time.Time, attempts int, err error) {
+func (q *qlock) wait(ctx context.Context, owner string, try bool) (r acqReply, sentAt time.Time, attempts int, err error) {
 	c := q.c
 	a := qAttempt{q: q, ctx: ctx, owner: owner, try: try}
 	defer func() {
-		if vals == nil && a.queued {
+		if !r.held() && a.queued {
 			wid := a.wid
 			// At once, so later waiters lose no time, within a budget so
 			// that the call returns by its context's end even when Redis is
@@ -42,13 +42,13 @@ func (q *qlock) wait(ctx context.Context, owner string, try bool) (vals []int64,
 	id := strconv.FormatUint(c.attemptSeq.Add(1), 36)
 	a.wid = c.id[:16] + "." + id
 	attempts, err = waitLoop(c, ctx, q.p.channel(), id, try, qWait{&a})
-	if err != nil || a.vals[0] == 0 {
-		return nil, a.sentAt, attempts, err
+	if err != nil || a.r.code == acqWaiting {
+		return acqReply{}, a.sentAt, attempts, err
 	}
 	if !a.fresh {
 		c.dropMarker(a.marker)
 	}
-	return a.vals, a.sentAt, attempts, nil
+	return a.r, a.sentAt, attempts, nil
 }
 
 // qAttempt is the state of one FairMutex or RWMutex acquisition in Redis.
@@ -59,7 +59,7 @@ type qAttempt struct {
 	try, fresh bool
 	marker     string
 	wid        string    // the wait's name in the queue
-	vals       []int64   // the last attempt's reply
+	r          acqReply  // the last attempt's reply (a grant: {3, token})
 	sentAt     time.Time // when it was sent (a grant: when its lease clock starts)
 	srvAt      uint64    // the server time of a waiting reply, in µs (0: unknown)
 	queued     bool      // an attempt may have queued the owner
@@ -75,18 +75,16 @@ func (w qWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) 
 	v, err := bounded(q.c, ctx, func(ctx context.Context) ([]int64, error) {
 		return q.p.step(ctx, &q.lc, sa)
 	})
-	a.vals = v
-	if err == nil && len(v) != 2 && len(v) != 3 {
+	var ok bool
+	a.r, ok = decodeAcq(v)
+	if err == nil && !ok {
 		err = errors.New("dsync: unexpected reply from the acquire script")
 	}
-	if err != nil || v[0] != 0 {
+	if err != nil || a.r.code != acqWaiting {
 		return true, 0, err
 	}
-	a.srvAt = 0
-	if len(v) == 3 {
-		a.srvAt = uint64(max(v[2], 0))
-	}
-	return false, time.Duration(v[1]) * time.Millisecond, nil
+	a.srvAt = a.r.srvAt()
+	return false, a.r.hint(), nil
 }
 
 func (w qWait) failed(err error) {
@@ -99,10 +97,10 @@ func (w qWait) failed(err error) {
 	a.queued = a.queued || !a.try
 	notSynced := errors.Is(err, ErrNotReplicated)
 	undo := q.p.undo(a.fresh)
-	owner, wid, marker, v := a.owner, a.wid, a.marker, a.vals
+	owner, wid, marker, r := a.owner, a.wid, a.marker, a.r
 	switch {
-	case notSynced && len(v) >= 2 && (v[0] == 1 || v[0] == 3):
-		_, _ = q.releaseRedis(a.ctx, owner, uint64(v[1]))
+	case notSynced && (r.code == acqAcquired || r.code == acqGranted):
+		_, _ = q.releaseRedis(a.ctx, owner, r.token())
 	case notSynced:
 		q.undoAttempt(a.ctx, undo, owner, marker)
 	default:
@@ -138,7 +136,7 @@ func (w qWait) granted(tok, at uint64) bool {
 	if !live {
 		return false
 	}
-	a.vals = []int64{3, int64(tok)}
+	a.r = acqReply{code: acqGranted, value: int64(tok)}
 	a.sentAt = start
 	return true
 }

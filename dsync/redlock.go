@@ -116,21 +116,8 @@ func (rl *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 		return nil, err
 	}
 	ctx, owner := ownerFrom(ctx, processName())
-	for {
-		lctx, ok, err := rl.round(ctx, owner)
-		if ok || err != nil {
-			return lctx, err
-		}
-		// Random, so that contenders that split the nodes do not collide
-		// again in lockstep.
-		t := time.NewTimer(10*time.Millisecond + rand.N(50*time.Millisecond))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, wrapErr(KindRedLock, rl.name, ctx.Err())
-		}
-	}
+	lctx, _, err := rl.acquire(ctx, owner, false)
+	return lctx, err
 }
 
 // TryLockContext is one round of LockContext: false and a nil error when
@@ -140,8 +127,53 @@ func (rl *RedLock) TryLockContext(ctx context.Context) (context.Context, bool, e
 		return nil, false, err
 	}
 	ctx, owner := ownerFrom(ctx, processName())
-	return rl.round(ctx, owner)
+	return rl.acquire(ctx, owner, true)
 }
+
+// acquire runs rounds (round) in the wait loop (waitLoop) until one holds
+// rl, ctx is done or a round fails; with try, one round. The wait spans
+// the nodes' Clients, so it has none of its own (waitLoop's nil Client):
+// no message wakes it, since a release on one node says little of a
+// majority and contenders woken together would split the nodes again;
+// between rounds it waits a random delay.
+func (rl *RedLock) acquire(ctx context.Context, owner string, try bool) (context.Context, bool, error) {
+	a := redAttempt{rl: rl, owner: owner}
+	if _, err := waitLoop(nil, ctx, "", "", try, redWait{&a}); err != nil {
+		return nil, false, wrapErr(KindRedLock, rl.name, err)
+	}
+	return a.lctx, a.lctx != nil, nil
+}
+
+// redAttempt is the state of one RedLock acquisition.
+type redAttempt struct {
+	rl    *RedLock
+	owner string
+	lctx  context.Context // the lock context of the round that held rl
+}
+
+// redWait is a RedLock acquisition's waitProto: an attempt is a round,
+// which releases whatever it took unless it holds rl, so nothing is left
+// to undo.
+type redWait struct{ a *redAttempt }
+
+func (w redWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+	lctx, ok, err := w.a.rl.round(ctx, w.a.owner)
+	if err != nil || ok {
+		w.a.lctx = lctx
+		return true, 0, err
+	}
+	// Random, so that contenders that split the nodes do not collide
+	// again in lockstep.
+	return false, 10*time.Millisecond + rand.N(50*time.Millisecond), nil
+}
+
+func (redWait) failed(error) {} // a failed round released what it took
+
+func (redWait) waiting() {}
+
+func (redWait) gaveUp() {}
+
+func (redWait) granted(uint64, uint64) bool { return false } // no channel
 
 func (rl *RedLock) check(ctx context.Context) error {
 	if ctx == nil {

@@ -2,6 +2,7 @@ package dsync_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -145,4 +146,66 @@ func TestRedLockLostMajority(t *testing.T) {
 	waitFor(t, 3*time.Second, "the RedLock to be lost", func() bool { return lctx.Err() != nil })
 	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 	require.ErrorIs(t, rl.UnlockContext(lctx), dsync.ErrNotHeld, "unlock of a lost RedLock")
+}
+
+// TestRedLockWaits: an owner's LockContext that finds the RedLock held
+// goes on trying, round after round (the wait loop without a Client of its
+// own: see RedLock), and holds it on every node after the holder releases.
+func TestRedLockWaits(t *testing.T) {
+	clients, servers, prefix := redlockClients(t)
+	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
+	ctx := ctxT(t)
+	lctx, err := rl.LockContext(ctx)
+	require.NoError(t, err)
+	scripts := func() int {
+		info, err := servers[0].Do(t, "INFO", "commandstats").ToString()
+		require.NoError(t, err)
+		n := 0
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					calls, _, _ := strings.Cut(rest, ",")
+					k, err := strconv.Atoi(calls)
+					require.NoError(t, err)
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	before := scripts()
+	type result struct {
+		lctx context.Context
+		err  error
+	}
+	// The second owner on Clients of its own, as in another process (a
+	// Client's own Mutex answers a try locally while another owner of the
+	// Client holds it).
+	var others []*dsync.Client
+	for _, s := range servers {
+		others = append(others, newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix)))
+	}
+	rl2 := dsync.NewRedLock("r", others)
+	got := make(chan result, 1)
+	go func() {
+		l, err := rl2.LockContext(ctx)
+		got <- result{l, err}
+	}()
+	// Three rounds on the first node (an acquire each, whose replies say
+	// the lock is taken), and the wait still under way.
+	waitFor(t, 10*time.Second, "the second owner's rounds", func() bool { return scripts() >= before+3 })
+	select {
+	case r := <-got:
+		t.Fatalf("second owner returned while the lock was held: %v", r.err)
+	default:
+	}
+	require.NoError(t, rl.UnlockContext(lctx))
+	r := <-got
+	require.NoError(t, r.err, "second owner after the release")
+	owner, _ := dsync.OwnerOf(r.lctx)
+	for _, s := range servers {
+		v := lockValue(t, s, prefix, "r")
+		require.True(t, strings.HasPrefix(v, owner+" "), "%s holds %q, want the second owner's hold", s.Addr, v)
+	}
+	require.NoError(t, rl2.UnlockContext(r.lctx))
 }

@@ -181,6 +181,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	tok, _ := FencingToken(ctx)
 	args := append(s.releaseArgs(owner, n), strconv.FormatUint(tok, 10))
 	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
+	exact := false
 	if err != nil && !isRedisErr(err) && s.holdsExactly(owner, tok, n) {
 		// The reply was lost: the connection broke, or the release's
 		// context ended with the release on its way (a process frozen
@@ -190,18 +191,25 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		// another acquisition in its place. (Without such an acquisition
 		// it is not sent again: the local holds end either way, and at
 		// worst the permits come back when the owner's lease lapses.)
+		exact = true
 		vals, err = s.releaseAgain(ctx, append(args, "exact"))
 	}
-	if err == nil && len(vals) != 2 {
+	r, ok := decodeSemRel(vals)
+	if err == nil && !ok {
 		err = errors.New("dsync: unexpected reply from the release script")
 	}
-	if err == nil && vals[0] == -1 {
-		return s.sizeMismatch(vals[1])
+	if err == nil && exact && r.code == semRelGone {
+		// The first try's work, or the acquisition's lease lapsed: either
+		// way the release is done (releaseAgain).
+		r.code = semRelReleased
 	}
-	if err == nil && vals[0] == 0 {
+	if err == nil && r.code == semRelSizeMismatch {
+		return s.sizeMismatch(r.n)
+	}
+	if err == nil && r.code == semRelNotHeld {
 		return notHeld(ctx, KindSemaphore, s.name, "Acquire", true)
 	}
-	ended := s.take(owner, tok, n, err == nil && vals[1] == 0)
+	ended := s.take(owner, tok, n, err == nil && r.n == 0)
 	for _, h := range ended {
 		if h.end(errReleased, false) {
 			if f := s.c.cfg.observer.Released; f != nil {
@@ -233,7 +241,8 @@ func (s *Semaphore) holdsExactly(owner string, tok uint64, n int64) bool {
 // (args end with "exact"), under a budget counted from now (cleanupCtx:
 // a process frozen in the first try has its deadline behind it), until
 // Redis answers. A reply that the acquisition is gone ({2, left}) is the
-// first try's work, or its lease lapsed: either way the release is done.
+// first try's work, or its lease lapsed: either way the release is done
+// (Release reads it so).
 func (s *Semaphore) releaseAgain(ctx context.Context, args []string) ([]int64, error) {
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
@@ -242,10 +251,41 @@ func (s *Semaphore) releaseAgain(ctx context.Context, args []string) ([]int64, e
 		vals, err = s.c.lua(scripts.SemRelease).Exec(ctx, s.c.rc, s.keys, args).AsIntSlice()
 		return err
 	})
-	if err == nil && len(vals) == 2 && vals[0] == 2 {
-		vals[0] = 1
-	}
 	return vals, err
+}
+
+// semRelCode is the code sem_release.lua's reply, {code, n}, starts with.
+type semRelCode int64
+
+const (
+	// semRelSizeMismatch: {-1, size}, the Semaphore is stored with another
+	// size; nothing changed.
+	semRelSizeMismatch semRelCode = -1
+	// semRelNotHeld: {0, held}, the owner holds fewer permits than the
+	// release's (held); nothing changed.
+	semRelNotHeld semRelCode = 0
+	// semRelReleased: {1, left}, released; left permits are still the
+	// owner's.
+	semRelReleased semRelCode = 1
+	// semRelGone: {2, held}, an exact release (sent again) found its
+	// acquisition gone; nothing changed.
+	semRelGone semRelCode = 2
+)
+
+// semRelReply is sem_release.lua's reply, decoded: n is the size, the
+// permits held or the permits left, by the code.
+type semRelReply struct {
+	code semRelCode
+	n    int64
+}
+
+// decodeSemRel decodes sem_release.lua's reply; ok is false unless it has
+// two values.
+func decodeSemRel(vals []int64) (r semRelReply, ok bool) {
+	if len(vals) != 2 {
+		return r, false
+	}
+	return semRelReply{code: semRelCode(vals[0]), n: vals[1]}, true
 }
 
 func (s *Semaphore) check(n int64) error {

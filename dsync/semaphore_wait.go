@@ -29,14 +29,14 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
 		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease), "first"}
 	attempts, err := waitLoop(c, ctx, s.chPfx+c.id[:16], id, try, semWait{&a})
-	if err != nil || a.vals[0] != 1 {
+	if err != nil || a.r.code != acqAcquired {
 		return nil, attempts, err
 	}
 	if err := leaseSpent(a.sentAt, lease); err != nil {
 		s.undo(ctx, a.waiter)
 		return nil, attempts, err
 	}
-	h := s.newHold(owner, a.waiter, n, uint64(a.vals[1]))
+	h := s.newHold(owner, a.waiter, n, a.r.token())
 	if !h.track(a.sentAt, lease) {
 		s.undo(ctx, a.waiter)
 		h.end(ErrClosed, false)
@@ -52,7 +52,7 @@ type semAttempt struct {
 	n      int64
 	waiter string // names this acquisition in the queue and in its grant
 	args   []string
-	vals   []int64
+	r      acqReply  // the last attempt's reply (a grant: {1, token})
 	sentAt time.Time // when the last attempt was sent (a grant: when its lease clock starts)
 	srvAt  uint64    // the server time of a waiting reply, in µs (0: unknown)
 }
@@ -72,24 +72,22 @@ func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error
 	vals, err := bounded(s.c, ctx, func(ctx context.Context) ([]int64, error) {
 		return s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
 	})
-	a.vals = vals
-	if err == nil && len(vals) != 2 && len(vals) != 3 {
+	var ok bool
+	a.r, ok = decodeAcq(vals)
+	if err == nil && !ok {
 		err = errors.New("dsync: unexpected reply from the acquire script")
 	}
 	if err != nil {
 		return true, 0, err
 	}
-	switch vals[0] {
-	case -1:
-		return true, 0, s.sizeMismatch(vals[1])
-	case 1:
+	switch a.r.code {
+	case acqSizeMismatch:
+		return true, 0, s.sizeMismatch(a.r.value)
+	case acqAcquired:
 		return true, 0, nil
 	}
-	a.srvAt = 0
-	if len(vals) == 3 {
-		a.srvAt = uint64(max(vals[2], 0))
-	}
-	return false, time.Duration(max(vals[1], 1)) * time.Millisecond, nil
+	a.srvAt = a.r.srvAt()
+	return false, max(a.r.hint(), time.Millisecond), nil
 }
 
 // failed undoes the acquisition whatever the error (a lost reply may hide
@@ -99,7 +97,7 @@ func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error
 func (w semWait) failed(err error) {
 	a := w.a
 	switch {
-	case len(a.vals) >= 2 && a.vals[0] == -1:
+	case a.r.code == acqSizeMismatch:
 	case errors.Is(err, ErrNotReplicated):
 		a.s.undo(a.ctx, a.waiter)
 	default:
@@ -196,7 +194,7 @@ func (w semWait) granted(tok, at uint64) bool {
 	if !live {
 		return false
 	}
-	a.vals = []int64{1, int64(tok)}
+	a.r = acqReply{code: acqAcquired, value: int64(tok)}
 	a.sentAt = start
 	return true
 }

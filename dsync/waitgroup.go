@@ -58,19 +58,49 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 		return err
 	}
 	vals, err := c.lua(scripts.WaitGroupAdd).Exec(ctx, c.rc, []string{wg.key, wg.ch, wg.gen}, []string{strconv.FormatInt(delta, 10)}).AsIntSlice()
-	if err == nil && len(vals) != 2 {
+	r, ok := decodeWGAdd(vals)
+	if err == nil && !ok {
 		err = errors.New("dsync: unexpected reply from the wait group script")
 	}
 	if err != nil {
 		return wrapErr(KindWaitGroup, wg.name, err)
 	}
-	switch vals[0] {
-	case 0:
-		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d would make it negative", ErrInvalidArgument, shortName(wg.name), delta, vals[1])
-	case -1:
-		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d leaves the int64 range", ErrInvalidArgument, shortName(wg.name), delta, vals[1])
+	switch r.code {
+	case wgAddNegative:
+		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d would make it negative", ErrInvalidArgument, shortName(wg.name), delta, r.counter)
+	case wgAddOverflow:
+		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d leaves the int64 range", ErrInvalidArgument, shortName(wg.name), delta, r.counter)
 	}
 	return nil
+}
+
+// wgAddCode is the code wg_add.lua's reply, {code, counter}, starts with.
+type wgAddCode int64
+
+const (
+	// wgAddOverflow: {-1, counter}, the sum is outside int64; nothing
+	// changed.
+	wgAddOverflow wgAddCode = -1
+	// wgAddNegative: {0, counter}, the counter would go negative; nothing
+	// changed.
+	wgAddNegative wgAddCode = 0
+	// wgAddApplied: {1, counter}, applied; counter is the new one.
+	wgAddApplied wgAddCode = 1
+)
+
+// wgAddReply is wg_add.lua's reply, decoded.
+type wgAddReply struct {
+	code    wgAddCode
+	counter int64
+}
+
+// decodeWGAdd decodes wg_add.lua's reply; ok is false unless it has two
+// values.
+func decodeWGAdd(vals []int64) (r wgAddReply, ok bool) {
+	if len(vals) != 2 {
+		return r, false
+	}
+	return wgAddReply{code: wgAddCode(vals[0]), counter: vals[1]}, true
 }
 
 // Done decrements the counter by one.
@@ -120,11 +150,10 @@ func (w wgWait) attempt(ctx context.Context, n int) (bool, time.Duration, error)
 	if err != nil {
 		return true, 0, err
 	}
-	cnt, err := vals[0].AsInt64()
-	if rueidis.IsRedisNil(err) || (err == nil && cnt <= 0) {
-		return true, 0, nil // zero
+	zero, gen := decodeWGLook(vals)
+	if zero {
+		return true, 0, nil
 	}
-	gen, _ := vals[1].ToString()
 	if n == 1 {
 		*w.observed = gen
 		if f := c.cfg.test.waitGroupObserved; f != nil {
@@ -136,6 +165,18 @@ func (w wgWait) attempt(ctx context.Context, n int) (bool, time.Duration, error)
 	// No hint (-1): the fallback look is lease/3 away. (A hint of 0 would
 	// mean "look again at once": a look every millisecond.)
 	return false, -1, nil
+}
+
+// decodeWGLook decodes a look's reply (MGET of the counter and the
+// generation): whether the counter is zero (missing, or not above zero),
+// and the generation ("" if missing).
+func decodeWGLook(vals []rueidis.RedisMessage) (zero bool, gen string) {
+	cnt, err := vals[0].AsInt64()
+	if rueidis.IsRedisNil(err) || (err == nil && cnt <= 0) {
+		return true, ""
+	}
+	gen, _ = vals[1].ToString()
+	return false, gen
 }
 
 func (wgWait) failed(error) {} // a look changes nothing

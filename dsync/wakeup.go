@@ -7,7 +7,9 @@ import (
 
 // A wakeup is a waiter's side of the notifier between two looks at a lock:
 // it holds the subscription and the fallback timer every wait loop needs.
-// The zero value (with c and ch set) is ready; close it when done.
+// The zero value (with c and ch set) is ready; close it when done. With a
+// nil c (a wait over several Clients, see waitLoop) it never subscribes and
+// waits the hint alone.
 type wakeup struct {
 	c     *Client
 	ch    string
@@ -42,6 +44,9 @@ func (w *wakeup) granted() (tok, at uint64) {
 // it has just subscribed: the caller should look again at once, since the
 // release may have come before the subscription.
 func (w *wakeup) subscribe(ctx context.Context) (fresh bool) {
+	if w.c == nil {
+		return false
+	}
 	if w.sub != nil && w.live && w.c.notify.isLive(w.ch) {
 		return false
 	}
@@ -68,16 +73,23 @@ func (w *wakeup) drain() {
 // the fallback delay runs out: hint (how long the holder's lease has left;
 // < 0 when unknown), but at most lease/3, in case a message was lost, and
 // while not subscribed a growing backoff. It returns ctx.Err() or ErrClosed
-// when the wait must end instead.
+// when the wait must end instead. Without a Client (c nil) the delay is
+// the hint alone.
 func (w *wakeup) wait(ctx context.Context, hint time.Duration) error {
-	d := w.c.cfg.lease / 3
-	if hint >= 0 && hint < d {
-		d = hint
-	}
-	if !w.live {
-		// By the failed subscribes in a row, not by attempt: a wait that
-		// looked many times before its subscription broke polls soon.
-		d = min(d, backoff(max(w.down, 1)))
+	d := hint
+	var done <-chan struct{}
+	if c := w.c; c != nil {
+		done = c.done
+		d = c.cfg.lease / 3
+		if hint >= 0 && hint < d {
+			d = hint
+		}
+		if !w.live {
+			// By the failed subscribes in a row, not by attempt: a wait
+			// that looked many times before its subscription broke polls
+			// soon.
+			d = min(d, backoff(max(w.down, 1)))
+		}
 	}
 	d = max(d, time.Millisecond)
 	if w.timer == nil {
@@ -96,7 +108,7 @@ func (w *wakeup) wait(ctx context.Context, hint time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-w.c.done:
+	case <-done:
 		return ErrClosed
 	}
 }
