@@ -55,12 +55,40 @@ local v = r[1]
 if r[2] then
   return {0, 0}
 end
-local prev, reply = 0, nil
-if v and string.sub(v, 1, 2) == '- ' and owner ~= '-' then
-  -- A free marker "- <token> 0" (the common case: parsed without a
-  -- pattern's captures): continue from its token.
-  prev = tonumber(string.sub(v, 3, string.find(v, ' ', 3, true) - 1))
-elseif v then
+-- The common case first, before the library (its functions are made only
+-- when the script gets past it): the lock free (no key, or a free marker
+-- "- <token> 0", parsed without a pattern's captures), no block to
+-- reserve, and the server clock past the last token, which is then the
+-- token (next_token). Its digits are TIME's two strings, the µs padded to
+-- 6 (us_digits), and the value is made in one concatenation. Strings are
+-- made numbers by arithmetic (one conversion each; tonumber converts
+-- twice).
+local free = not v or string.sub(v, 1, 2) == '- ' and owner ~= '-'
+local prev, tm = 0, nil
+if free then
+  if v then
+    prev = string.sub(v, 3, string.find(v, ' ', 3, true) - 1) + 0
+  end
+  tm = redis.call('time')
+  local us = tm[1] * 1000000 + tm[2]
+  if prev < us and not ARGV[6] then
+    local u = tm[2]
+    if #u < 6 then
+      u = string.sub('00000' .. u, -6)
+    end
+    redis.call('set', key, owner .. ' ' .. tm[1] .. u .. ' 1', 'px', ARGV[2])
+    if KEYS[2] then
+      redis.call('set', marker, '1', 'px', ARGV[2])
+    end
+    if ARGV[5] == '1' then
+      redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
+    end
+    return us
+  end
+end
+-- (lib.lua here)
+local reply = nil
+if not free then
   local o, t, c, w = lock_parse(v)
   if o == owner and not string.find(w, 'b', 1, true) then
     redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', ARGV[2])
@@ -102,7 +130,10 @@ end
 -- token issued is at most the server clock when issued, and one minted from
 -- the clock after the state is lost is above all of them.
 if not reply then
-  local us, digits = server_us()
+  if not tm then
+    tm = redis.call('time')
+  end
+  local us, digits = tonumber(tm[1]) * 1000000 + tonumber(tm[2]), us_digits(tm[1], tm[2])
   local tok = next_token(prev, us)
   local last, flags = tok, ''
   if ARGV[6] then

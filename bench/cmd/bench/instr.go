@@ -179,6 +179,9 @@ func (s *callgrindServer) dump(name string) ([3]float64, error) {
 	if d := os.Getenv("DSYNC_BENCH_ANNOTATE"); d != "" {
 		// The whole annotation, for a look at where the instructions go.
 		_ = os.WriteFile(filepath.Join(d, "instr-"+name+".txt"), ann, 0o644)
+		if raw, err := os.ReadFile(dumps[len(dumps)-1]); err == nil {
+			_ = os.WriteFile(filepath.Join(d, "instr-"+name+".cg"), raw, 0o644)
+		}
 	}
 	var r [3]float64
 	sc := bufio.NewScanner(strings.NewReader(string(ann)))
