@@ -121,3 +121,50 @@ func TestGroupForceUnlock(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, refs)
 }
+
+// TestGroupCloseCutsRunAfterCtx pins what Client.Close promises of a
+// Group's fn that is running: Close does not wait for it, ends the run in
+// Redis before it returns (another Client's caller runs fn at once, while
+// the first fn still runs), and cancels fn's lock context. When the
+// leader's own context had already ended fn's context, its cause stays
+// the caller's, and the leader's Do still returns fn's value: nothing but
+// the Close tells that caller its run was cut. The fault suite's Group and
+// Once histories model a run under a Close so (faults: chaosGen.cutBy).
+func TestGroupCloseCutsRunAfterCtx(t *testing.T) {
+	prefix := testPrefix(t)
+	c1 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	g1, g2 := dsync.NewGroup[string](c1, "g"), dsync.NewGroup[string](c2, "g")
+	inside, release := make(chan context.Context, 1), make(chan struct{})
+	type result struct {
+		v   string
+		err error
+	}
+	done1 := make(chan result, 1)
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		v, _, err := g1.Do(dctx, "k", func(fctx context.Context) (string, error) {
+			<-fctx.Done() // the caller's deadline ends fn's context first
+			inside <- fctx
+			<-release
+			return "first", nil
+		})
+		done1 <- result{v, err}
+	}()
+	fctx := <-inside
+	require.ErrorIs(t, context.Cause(fctx), context.DeadlineExceeded)
+	require.NoError(t, c1.Close())
+	require.ErrorIs(t, context.Cause(fctx), context.DeadlineExceeded, "the first cause stays")
+	ran := false
+	v, shared, err := g2.Do(ctx, "k", func(context.Context) (string, error) { ran = true; return "second", nil })
+	require.NoError(t, err)
+	require.True(t, ran, "after Close returned, another Client's caller runs fn while the cut fn still runs")
+	require.False(t, shared)
+	require.Equal(t, "second", v)
+	close(release)
+	r := <-done1
+	require.NoError(t, r.err, "the cut leader's Do returns fn's own value")
+	require.Equal(t, "first", r.v)
+}

@@ -789,6 +789,9 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 	all := append(slices.Clone(ev), closed...)
 	all = frozenRuns(kind, all, run.stops)
 	all = applyWipes(kind, all, run.wipes)
+	if n, over := unseenCuts(all); n > 0 {
+		t.Logf("deploys: %d runs of f cut by a Close that neither Do's error nor f's context showed (its caller's context had ended f's first); in %d of them another run began before f returned", n, over)
+	}
 
 	// Partition by name: each name is its own object.
 	parts := map[int][]porcupine.Operation{}
@@ -954,6 +957,27 @@ func frozenRuns(kind string, all []cev, stops []fault) []cev {
 		}
 	}
 	return all
+}
+
+// unseenCuts counts the runs (of a Once or Group) that a deploy's Close
+// began under with nothing in Do's return or f's context to show it
+// (cev.Cut), and those of them that another run's acquisition (its f
+// starting) overlapped before their f returned: recorded as running until
+// f returned, each would have been two runs at once (chaosGen.cutBy).
+func unseenCuts(all []cev) (n, overlapped int) {
+	for _, r := range all {
+		if r.Op != "rel" || r.Cut == 0 {
+			continue
+		}
+		n++
+		for _, a := range all {
+			if a.Op == "acq" && a.K == r.K && a.epoch == r.epoch && a.Who != r.Who && a.Ret > r.Call && a.Ret < r.Cut {
+				overlapped++
+				break
+			}
+		}
+	}
+	return n, overlapped
 }
 
 // coalesceObs keeps, of a Once history's observations (Do returned nil
