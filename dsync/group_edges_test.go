@@ -2,6 +2,7 @@ package dsync_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +168,41 @@ func TestGroupCloseCutsRunAfterCtx(t *testing.T) {
 	r := <-done1
 	require.NoError(t, r.err, "the cut leader's Do returns fn's own value")
 	require.Equal(t, "first", r.v)
+}
+
+// TestGroupCloseBeforeClaimUntags: a Client that begins to close between
+// a Group run's grant and its claim (the run is ended as Close ends it,
+// and Do returns ErrClosed) takes the run's hold tag, written before the
+// claim, back out of Redis before Close returns. Found by the fault
+// suite's deploy check at CI size: "dsync1:{g0}:group:s:k427990:tags" of
+// the closed Client left after its Close returned (1 Group row in 4).
+func TestGroupCloseBeforeClaimUntags(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	var c *dsync.Client
+	closed := make(chan error, 1)
+	obs := dsync.Observer{HoldTag: func(_ context.Context, e dsync.AcquireDone) string {
+		if e.Name != "g" {
+			return ""
+		}
+		// Close begins now, while the call is between the grant and
+		// its claim (Close waits for the call to return).
+		go func() { closed <- c.Close() }()
+		waitFor(t, 5*time.Second, "Close to begin", func() bool {
+			_, _, err := dsync.NewGroup[string](c, "probe").Do(context.Background(), "p", func(context.Context) (string, error) { return "", nil })
+			return errors.Is(err, dsync.ErrClosed)
+		})
+		return "tag"
+	}}
+	c = newClientOn(t, rc, dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs))
+	ran := false
+	_, _, err := dsync.NewGroup[string](c, "g").Do(ctxT(t), "k", func(context.Context) (string, error) { ran = true; return "v", nil })
+	require.ErrorIs(t, err, dsync.ErrClosed)
+	require.False(t, ran, "fn does not run once Close has begun")
+	require.NoError(t, <-closed)
+	keys, err := rc.Do(ctxT(t), rc.B().Keys().Pattern(prefix+":*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	for _, k := range keys {
+		require.False(t, strings.HasSuffix(k, ":tags"), "after Close returned, Redis still has the hold tag key %q", k)
+	}
 }

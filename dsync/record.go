@@ -199,6 +199,9 @@ func (r *runRecord) claim(ctx context.Context, w recordWait) bool {
 		return true
 	}
 	_, _ = r.endRun(ctx, w.mark, r.closeEnd(), "")
+	// Its tag was written when the wait returned (before the claim):
+	// taken back in the background, which Close runs before it returns.
+	r.c.untag(w.h)
 	return false
 }
 
