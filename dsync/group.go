@@ -105,7 +105,11 @@ func WithResultTTL(d time.Duration) LockOption {
 // The leader's own end is not shared: if its ctx ends (fn then returns,
 // whatever its error), fn panics (Do panics with the same value in the
 // leader's goroutine), or its process dies (its lease lapses), a waiting
-// caller runs fn instead, and no other caller sees that. Likewise ctx ends
+// caller runs fn instead, and no other caller sees that. So does its
+// Client's Close: it does not wait for fn, it ends the run in Redis before
+// it returns (a caller elsewhere may then run fn while this fn still runs)
+// and cancels fn's lock context (with cause ErrClosed, unless ctx ended it
+// first); the leader's Do returns what fn returned. Likewise ctx ends
 // only this caller's wait: Do then returns an error for which
 // errors.Is(err, ctx.Err()) holds, and leaves nothing behind in Redis.
 //

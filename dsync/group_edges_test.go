@@ -2,6 +2,7 @@ package dsync_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,88 @@ func TestGroupForceUnlock(t *testing.T) {
 	refs, err = c.ForceUnlock(ctx, "stuck")
 	require.NoError(t, err)
 	require.Empty(t, refs)
+}
+
+// TestGroupCloseCutsRunAfterCtx pins what Client.Close promises of a
+// Group's fn that is running: Close does not wait for it, ends the run in
+// Redis before it returns (another Client's caller runs fn at once, while
+// the first fn still runs), and cancels fn's lock context. When the
+// leader's own context had already ended fn's context, its cause stays
+// the caller's, and the leader's Do still returns fn's value: nothing but
+// the Close tells that caller its run was cut. The fault suite's Group and
+// Once histories model a run under a Close so (faults: chaosGen.cutBy).
+func TestGroupCloseCutsRunAfterCtx(t *testing.T) {
+	prefix := testPrefix(t)
+	c1 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	g1, g2 := dsync.NewGroup[string](c1, "g"), dsync.NewGroup[string](c2, "g")
+	inside, release := make(chan context.Context, 1), make(chan struct{})
+	type result struct {
+		v   string
+		err error
+	}
+	done1 := make(chan result, 1)
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		v, _, err := g1.Do(dctx, "k", func(fctx context.Context) (string, error) {
+			<-fctx.Done() // the caller's deadline ends fn's context first
+			inside <- fctx
+			<-release
+			return "first", nil
+		})
+		done1 <- result{v, err}
+	}()
+	fctx := <-inside
+	require.ErrorIs(t, context.Cause(fctx), context.DeadlineExceeded)
+	require.NoError(t, c1.Close())
+	require.ErrorIs(t, context.Cause(fctx), context.DeadlineExceeded, "the first cause stays")
+	ran := false
+	v, shared, err := g2.Do(ctx, "k", func(context.Context) (string, error) { ran = true; return "second", nil })
+	require.NoError(t, err)
+	require.True(t, ran, "after Close returned, another Client's caller runs fn while the cut fn still runs")
+	require.False(t, shared)
+	require.Equal(t, "second", v)
+	close(release)
+	r := <-done1
+	require.NoError(t, r.err, "the cut leader's Do returns fn's own value")
+	require.Equal(t, "first", r.v)
+}
+
+// TestGroupCloseBeforeClaimUntags: a Client that begins to close between
+// a Group run's grant and its claim (the run is ended as Close ends it,
+// and Do returns ErrClosed) takes the run's hold tag, written before the
+// claim, back out of Redis before Close returns. Found by the fault
+// suite's deploy check at CI size: "dsync1:{g0}:group:s:k427990:tags" of
+// the closed Client left after its Close returned (1 Group row in 4).
+func TestGroupCloseBeforeClaimUntags(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	var c *dsync.Client
+	closed := make(chan error, 1)
+	obs := dsync.Observer{HoldTag: func(_ context.Context, e dsync.AcquireDone) string {
+		if e.Name != "g" {
+			return ""
+		}
+		// Close begins now, while the call is between the grant and
+		// its claim (Close waits for the call to return).
+		go func() { closed <- c.Close() }()
+		waitFor(t, 5*time.Second, "Close to begin", func() bool {
+			_, _, err := dsync.NewGroup[string](c, "probe").Do(context.Background(), "p", func(context.Context) (string, error) { return "", nil })
+			return errors.Is(err, dsync.ErrClosed)
+		})
+		return "tag"
+	}}
+	c = newClientOn(t, rc, dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs))
+	ran := false
+	_, _, err := dsync.NewGroup[string](c, "g").Do(ctxT(t), "k", func(context.Context) (string, error) { ran = true; return "v", nil })
+	require.ErrorIs(t, err, dsync.ErrClosed)
+	require.False(t, ran, "fn does not run once Close has begun")
+	require.NoError(t, <-closed)
+	keys, err := rc.Do(ctxT(t), rc.B().Keys().Pattern(prefix+":*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	for _, k := range keys {
+		require.False(t, strings.HasSuffix(k, ":tags"), "after Close returned, Redis still has the hold tag key %q", k)
+	}
 }

@@ -50,6 +50,7 @@ type cev struct {
 	Seq   int64     `json:"seq,omitempty"`
 	Frz   int64     `json:"frz,omitempty"`  // a run's rel: f's context ended early; its last valid check (frozenRuns)
 	Cl    bool      `json:"cl,omitempty"`   // a rel: a deploy's Close ended the hold (or run)
+	Cut   int64     `json:"cut,omitempty"`  // a Cl rel of a run that only the time of Close showed cut (chaosGen.cutBy): when f returned
 	Wake  bool      `json:"wake,omitempty"` // an acq: a Cond's Wait re-acquired the lock
 	Hold  int64     `json:"hold,omitempty"` // cwc, cw, cs: when the hold they were made in began (its acquire's return)
 	End   int64     `json:"end,omitempty"`  // cw: when the wait's context ended (0: not by the return)
@@ -649,17 +650,33 @@ func (w *chaosWorker) onceLoop(value bool) {
 		}
 		ret := now()
 		cancel()
-		if err != nil && (ran && g.closed(err, fctxSaved) || !ran && g.closed(err, nil)) {
-			if ran {
-				// A deploy's Close cut the run (released as failed), or
-				// came as its result was being recorded: it ended after
-				// the run last knew it valid, by the time Close returned.
-				rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: lastValid, Ret: max(ret, g.closeEnd), Out: "unknown", Val: fval, Cl: true}
-				if !value {
-					rel.Val = ""
-				}
-				w.emit(rel)
+		seen := ran && g.closed(err, fctxSaved)
+		if ran && (seen || g.cutBy(ret)) {
+			// A deploy's Close cut the run (released as failed), or
+			// came as its result was being recorded: it ended after
+			// the run last knew it valid, by the time Close returned.
+			// (Close began before Do returned, which may say nil: see
+			// cutBy.)
+			rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: lastValid, Ret: max(ret, g.closeEnd), Out: "unknown", Val: fval, Cl: true}
+			if !value {
+				rel.Val = ""
 			}
+			if !seen {
+				rel.Cut = fret
+			}
+			w.emit(rel)
+			if err == nil {
+				// Do returned nil: the Once was done (with val) by then.
+				obs := cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: val}
+				if !value {
+					obs.Val = ""
+				}
+				w.emit(obs)
+				k++
+			}
+			continue
+		}
+		if !ran && err != nil && g.closed(err, nil) {
 			continue
 		}
 		switch {
@@ -784,11 +801,20 @@ func (w *chaosWorker) groupLoop() {
 		v, _, err := g.Do(actx, "k"+strconv.Itoa(k), f)
 		ret := now()
 		cancel()
-		if err != nil && (ran && gen.closed(err, fctxSaved) || !ran && gen.closed(err, nil)) {
-			if ran {
-				// A deploy's Close cut the run (as in onceLoop).
-				w.emit(cev{Op: "rel", K: k, Tok: acq.Tok, Call: lastValid, Ret: max(ret, gen.closeEnd), Out: "unknown", Val: fval, Cl: true})
+		if ran {
+			// A deploy's Close began while the run was under way: it may
+			// have ended the run in Redis (as in onceLoop) even if Do
+			// returned f's value, which is then this call's alone.
+			seen := gen.closed(err, fctxSaved)
+			if seen || gen.cutBy(ret) {
+				rel := cev{Op: "rel", K: k, Tok: acq.Tok, Call: lastValid, Ret: max(ret, gen.closeEnd), Out: "unknown", Val: fval, Cl: true}
+				if !seen {
+					rel.Cut = fret
+				}
+				w.emit(rel)
+				continue
 			}
+		} else if err != nil && gen.closed(err, nil) {
 			continue
 		}
 		got := v // the result this call got: a value, or "err who/seq"

@@ -45,8 +45,11 @@ type chaosGen struct {
 	// closeEnd (unix ns) are set before.
 	next                 chan struct{}
 	closeStart, closeEnd int64
-	mu                   sync.Mutex
-	owners               map[string]bool // the random part of the owners made for calls on this Client
+	// closing is set (unix ns) just before Close is called (closeStart,
+	// set later, is not read before next is closed): see cutBy.
+	closing atomic.Int64
+	mu      sync.Mutex
+	owners  map[string]bool // the random part of the owners made for calls on this Client
 }
 
 // ownerCtx is dsync.WithOwner(ctx), the owner noted as one of g's.
@@ -70,6 +73,31 @@ func (g *chaosGen) closed(err error, ctx context.Context) bool {
 		return false
 	}
 	if !errors.Is(err, dsync.ErrClosed) && (ctx == nil || !errors.Is(context.Cause(ctx), dsync.ErrClosed)) {
+		return false
+	}
+	<-g.next
+	return true
+}
+
+// cutBy reports whether g's Client began to close by t (unix ns), the
+// return of a Once's or Group's Do that ran f; it then waits for the next
+// Client, as closed does. Such a run may have been ended in Redis by
+// Close while f still ran, whatever Do returned and whatever f's context
+// says: Close does not wait for f, it releases the run as failed (the
+// next caller, in any process, runs f) and cancels f's lock context
+// (Client.Close's documentation). When the caller's own context had ended
+// f's context first, its cause stays the caller's (not ErrClosed), and Do
+// returns f's own result (a Group's leader) or the one recorded (a Once):
+// nothing but the time of Close tells the worker that its run was cut
+// (dsync's TestGroupCloseCutsRunAfterCtx). The run was valid until f last
+// checked its context (lastValid), and ended in Redis by the time both
+// Do and Close returned. A Close that began after Do returned cannot have
+// cut the run: Do ends its run in Redis before it returns.
+func (g *chaosGen) cutBy(t int64) bool {
+	if g == nil {
+		return false
+	}
+	if s := g.closing.Load(); s == 0 || s > t {
 		return false
 	}
 	<-g.next
@@ -224,6 +252,7 @@ func (d *chaosDeploy) deploy(inside bool) deployNote {
 			}
 		}
 	}
+	g.closing.Store(now())
 	n.Start = now()
 	err := g.c.Close()
 	n.End = now()
@@ -265,6 +294,7 @@ func (d *chaosDeploy) run(stop <-chan struct{}) {
 // close closes the last Client and the prober.
 func (d *chaosDeploy) close() {
 	g := d.cur.Load()
+	g.closing.Store(now())
 	g.c.Close()
 	g.closeEnd = now()
 	close(g.next)

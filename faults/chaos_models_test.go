@@ -295,3 +295,80 @@ func breakHistory(rng *rand.Rand, ops []porcupine.Operation) {
 	}
 	o.Input, o.Output = in, in.out
 }
+
+// TestFaultChaosGroupCutByClose: a Group run under a deploy's Close, as
+// make chaos met it (2026-11-28 07:02, name 397094, figures in ns from
+// its log): worker 221's fn began at 615.1 ms, its caller's short deadline
+// ended its context, then Close ended the run in Redis; worker 201, in
+// another process, was granted the next run (token at 626.7 ms, its fn
+// began by 632.92 ms) while 221's fn still ran (it returned at 632.97 ms,
+// and Do returned its value with no error). Recorded as running until fn
+// returned, the history is two runs at once; recorded as Close cut it
+// (chaosGen.cutBy: valid until its last check, ended by the return), it is
+// linearizable. The cut recording still catches a real overlap: a second
+// run that began while the first one's context was still valid, or a
+// Close that began only after Do returned (cutBy then says no).
+func TestFaultChaosGroupCutByClose(t *testing.T) {
+	op := func(in chIn, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: in.who, Input: in, Output: in.out, Call: call, Return: ret}
+	}
+	const (
+		aCall, aRet      = 614393930, 615117536 // 221's acq (its fn began)
+		aFret, aDoRet    = 632974690, 633152297 // 221's fn returned, then its Do
+		bCall, bRet      = 616416195, 632924029 // 201's acq
+		bFret, bDoRet    = 634852253, 635287066
+		lastValidTrapped = aRet + 1000 // 221's last valid check: before the trap, at its fn's start
+	)
+	history := func(relA porcupine.Operation) []porcupine.Operation {
+		return []porcupine.Operation{
+			op(chIn{op: "acq", who: 221}, aCall, aRet), relA,
+			op(chIn{op: "acq", who: 201}, bCall, bRet), op(chIn{op: "rel", who: 201, out: "ok", val: "err 201/1719"}, bFret, bDoRet),
+			op(chIn{op: "obs", who: 202, val: "err 201/1719"}, bFret-10, bDoRet+10),
+		}
+	}
+	m := chaosModel("group")
+	plain := op(chIn{op: "rel", who: 221, out: "ok", val: "221/1414"}, aFret, aDoRet)
+	if porcupine.CheckOperations(m, history(plain)) {
+		t.Errorf("recorded as running until its fn returned, the run is beside the next one: the model must refuse it")
+	}
+	cut := op(chIn{op: "rel", who: 221, out: "unknown", val: "221/1414"}, lastValidTrapped, aDoRet)
+	if !porcupine.CheckOperations(m, history(cut)) {
+		t.Errorf("recorded as cut by Close after its last valid check, the run must be linearizable before the next one")
+	}
+	stillValid := op(chIn{op: "rel", who: 221, out: "unknown", val: "221/1414"}, bRet+1000, aDoRet)
+	if porcupine.CheckOperations(m, history(stillValid)) {
+		t.Errorf("a run that began while the cut run's context was still valid is two runs at once: the model must refuse it")
+	}
+
+	// cutBy: only a Close that began by Do's return cuts the run.
+	g := &chaosGen{next: make(chan struct{})}
+	close(g.next)
+	if g.cutBy(aDoRet) {
+		t.Errorf("cutBy with no Close: true")
+	}
+	g.closing.Store(aDoRet + 1)
+	if g.cutBy(aDoRet) {
+		t.Errorf("cutBy with a Close that began after Do returned: true")
+	}
+	g.closing.Store(aFret - 5000)
+	if !g.cutBy(aDoRet) {
+		t.Errorf("cutBy with a Close that began before Do returned: false")
+	}
+	var none *chaosGen
+	if none.cutBy(aDoRet) {
+		t.Errorf("cutBy without deploys: true")
+	}
+
+	// unseenCuts counts the run and the overlap, and not a run whose Close
+	// Do's error or f's context showed.
+	ev := []cev{
+		{Op: "acq", Who: 221, K: 1, Call: aCall, Ret: aRet},
+		{Op: "rel", Who: 221, K: 1, Call: lastValidTrapped, Ret: aDoRet, Cl: true, Cut: aFret},
+		{Op: "acq", Who: 201, K: 1, Call: bCall, Ret: bRet},
+		{Op: "rel", Who: 201, K: 1, Call: bFret, Ret: bDoRet},
+		{Op: "rel", Who: 5, K: 2, Call: 10, Ret: 20, Cl: true},
+	}
+	if n, over := unseenCuts(ev); n != 1 || over != 1 {
+		t.Errorf("unseenCuts: %d cut, %d overlapped; want 1, 1", n, over)
+	}
+}

@@ -38,12 +38,14 @@ type chaosStore struct {
 type stopTrap struct {
 	slot   chan int // buffered 1
 	frozen chan struct{}
+	name   func(k int) bool // the names whose reads spring it (nil: all)
 }
 
-// armStop sets a trap; disarm takes it back if no request has sprung it
-// (false: one has, its slot is on the way).
-func (s *chaosStore) armStop() *stopTrap {
-	tr := &stopTrap{slot: make(chan int, 1), frozen: make(chan struct{})}
+// armStop sets a trap for a read of a name that name accepts (nil: any);
+// disarm takes it back if no request has sprung it (false: one has, its
+// slot is on the way).
+func (s *chaosStore) armStop(name func(k int) bool) *stopTrap {
+	tr := &stopTrap{slot: make(chan int, 1), frozen: make(chan struct{}), name: name}
 	s.mu.Lock()
 	s.trap = tr
 	s.mu.Unlock()
@@ -60,15 +62,15 @@ func (s *chaosStore) disarm(tr *stopTrap) bool {
 	return true
 }
 
-// spring: a fenced read of a live process springs an armed trap and waits
-// until the process is frozen.
-func (s *chaosStore) spring(slot int, op string) {
+// spring: a fenced read of name k by a live process springs an armed
+// trap and waits until the process is frozen.
+func (s *chaosStore) spring(slot int, op string, k int) {
 	if op != "fr" {
 		return
 	}
 	s.mu.Lock()
 	tr := s.trap
-	if tr == nil || s.dead[slot] {
+	if tr == nil || s.dead[slot] || tr.name != nil && !tr.name(k) {
 		s.mu.Unlock()
 		return
 	}
@@ -240,7 +242,7 @@ func (s *chaosStore) serve(t testing.TB) string {
 		tok, _ := strconv.ParseUint(r.FormValue("tok"), 10, 64)
 		v, _ := strconv.ParseInt(r.FormValue("v"), 10, 64)
 		slot, _ := strconv.Atoi(r.FormValue("s"))
-		s.spring(slot, r.FormValue("op"))
+		s.spring(slot, r.FormValue("op"), k)
 		fmt.Fprint(w, s.op(slot, r.FormValue("op"), k, tok, v))
 	})
 	srv := httptest.NewServer(mux)
