@@ -66,6 +66,8 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 		return wrapErr(KindWaitGroup, wg.name, err)
 	}
 	switch r.code {
+	case wgAddApplied:
+		return nil
 	case wgAddNegative:
 		return fmt.Errorf("%w: WaitGroup %q: adding %d to counter %d would make it negative", ErrInvalidArgument, shortName(wg.name), delta, r.counter)
 	case wgAddOverflow:
