@@ -148,6 +148,8 @@ type deployNote struct {
 	Open  int64    `json:"open"`           // ns to open the next Client
 	// Inside: Close struck a worker trapped inside its critical section.
 	Inside bool `json:"inside,omitempty"`
+	// GaveUp: no next Client could be opened within deployOpenWithin.
+	GaveUp bool `json:"gaveUp,omitempty"`
 	// Quiet: no other fault struck near it (set by the parent); only a
 	// quiet deploy's stall is measured.
 	Quiet bool `json:"-"`
@@ -260,14 +262,23 @@ func (d *chaosDeploy) deploy(inside bool) deployNote {
 		n.Err = err.Error()
 	}
 	n.Left = d.leftBy(g)
+	// The next Client, tried again while Redis cannot be reached (a
+	// fault may strike just then), for deployOpenWithin at most: a
+	// process that cannot open one in that time gives up (run exits), as
+	// a real replica would be restarted.
 	t0 := now()
-	for {
+	for deadline := time.Now().Add(deployOpenWithin); ; {
 		ng, err := d.open()
 		if err == nil {
 			d.cur.Store(ng)
 			break
 		}
 		n.Err += "; opening the next Client: " + err.Error()
+		if time.Now().After(deadline) {
+			n.Err += fmt.Sprintf("; gave up after %v", deployOpenWithin)
+			n.GaveUp = true
+			break
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	n.Open = now() - t0
@@ -275,6 +286,10 @@ func (d *chaosDeploy) deploy(inside bool) deployNote {
 	close(g.next)
 	return n
 }
+
+// deployOpenWithin bounds the opening of the next Client after a deploy:
+// less than the parents' 20 s wait for a deploy's answer.
+const deployOpenWithin = 15 * time.Second
 
 // run deploys on every SIGUSR1 until stop is closed.
 func (d *chaosDeploy) run(stop <-chan struct{}) {
@@ -284,7 +299,14 @@ func (d *chaosDeploy) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-sig:
-			say("deploy", d.deploy(rand.IntN(2) == 0))
+			n := d.deploy(rand.IntN(2) == 0)
+			say("deploy", n)
+			if n.GaveUp {
+				// No Client to go on with: the process ends, as a
+				// replica that cannot start does (the parent sees it
+				// exit).
+				os.Exit(3)
+			}
 		case <-stop:
 			return
 		}
@@ -455,8 +477,10 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 		return ns
 	}
 	type span struct {
-		from, to int64
-		ok       bool // a run that succeeded
+		from, to  int64
+		ok        bool // a run that succeeded
+		who, slot int  // its holder
+		cl        bool // released by a Close
 	}
 	holds := map[int][]span{} // per name
 	type waiter struct {
@@ -479,7 +503,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 			}
 			delete(open, e.Who)
 			for _, n := range names(a.K) {
-				holds[n] = append(holds[n], span{from: a.Ret, to: max(e.Ret, a.Ret), ok: e.Out == "ok"})
+				holds[n] = append(holds[n], span{from: a.Ret, to: max(e.Ret, a.Ret), ok: e.Out == "ok", who: a.Who, slot: a.Slot, cl: e.Cl})
 			}
 		case "obs":
 			if runs {
@@ -532,6 +556,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 			// first counts if the name's last run before the call failed
 			// (or there was none).
 			at := w.call // free from here, unless a hold covers it
+			freed := "its call"
 			counts := !runs
 			if runs {
 				var last *span
@@ -553,7 +578,8 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 					ds.gaps++
 					if next-at > ds.stall {
 						ds.stall = next - at
-						ds.waiter = fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d", w.who, w.slot, w.k, w.call, w.ret, w.end, at, next)
+						ds.waiter = fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d (%v to %v after Close was called; free since %s)",
+							w.who, w.slot, w.k, w.call, w.ret, w.end, at, next, ms(at-d.Start), ms(next-d.Start), freed)
 					}
 				}
 				if i >= len(hs) || hs[i].from >= wEnd {
@@ -562,6 +588,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 				if hs[i].to > at {
 					at = hs[i].to
 					counts = !runs || !hs[i].ok
+					freed = fmt.Sprintf("the release of worker %d (slot %d, by Close %v)", hs[i].who, hs[i].slot, hs[i].cl)
 				}
 			}
 		}
