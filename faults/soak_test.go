@@ -146,33 +146,69 @@ func TestFaultSoak(t *testing.T) {
 		return usage{dsyncGoroutines(), ms.HeapAlloc, connectedClients(t, srv)}
 	}
 	insp := newDsync(t, srv.Addr, prefix, lease)
-	quiet := func(d time.Duration) (left []string, took time.Duration) {
-		t0 := time.Now()
-		for {
-			left = left[:0]
-			for _, kr := range runs {
-				for _, n := range names(kr) {
-					sts, err := insp.Inspect(context.Background(), n)
-					if err != nil {
-						left = append(left, err.Error())
-					}
-					for _, st := range sts {
-						if len(st.Holders) > 0 || len(st.Waiters) > 0 {
-							left = append(left, fmt.Sprintf("%s %q: %d holders, %d waiters", st.Kind, n, len(st.Holders), len(st.Waiters)))
-						}
-					}
-				}
-			}
-			if len(left) == 0 || time.Since(t0) > d {
-				return left, time.Since(t0)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	// quiet reads every name the workers used once (16 at a time), then
+	// reads again, for d at most, the names that still showed a holder or
+	// a waiter or whose read failed. A failed read (the inspecting
+	// Client's 500 ms i/o timeout) says nothing of the state: it is read
+	// again, and counted (reads, the latest error); a name is left if its
+	// last read showed state or never succeeded.
+	type readErrs struct {
+		n    int
+		last string
 	}
-
+	quiet := func(d time.Duration) (left []string, took time.Duration, errs readErrs) {
+		t0 := time.Now()
+		var all []string
+		for _, kr := range runs {
+			all = append(all, names(kr)...)
+		}
+		var mu sync.Mutex
+		read := func(ns []string) (again []string, why map[string]string) {
+			why = map[string]string{}
+			jobs := make(chan string)
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := range jobs {
+						sts, err := insp.Inspect(context.Background(), n)
+						mu.Lock()
+						if err != nil {
+							errs.n++
+							errs.last = fmt.Sprintf("%v in: %v", time.Since(t0).Round(time.Millisecond), err)
+							again, why[n] = append(again, n), err.Error()
+						}
+						for _, st := range sts {
+							if len(st.Holders) > 0 || len(st.Waiters) > 0 {
+								again, why[n] = append(again, n), fmt.Sprintf("%s %q: %d holders, %d waiters", st.Kind, n, len(st.Holders), len(st.Waiters))
+								break
+							}
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			for _, n := range ns {
+				jobs <- n
+			}
+			close(jobs)
+			wg.Wait()
+			return slices.Compact(slices.Sorted(slices.Values(again))), why
+		}
+		again, why := read(all)
+		for retry := time.Now().Add(d); len(again) > 0 && time.Now().Before(retry); {
+			time.Sleep(50 * time.Millisecond)
+			again, why = read(again)
+		}
+		for _, n := range again {
+			left = append(left, why[n])
+		}
+		return left, time.Since(t0), errs
+	}
 	// Warm-up without faults, then the baseline with every Client open.
 	work(time.Now().Add(2 * time.Second)).Wait()
-	if left, _ := quiet(5 * time.Second); len(left) > 0 {
+	if left, _, _ := quiet(5 * time.Second); len(left) > 0 {
 		t.Fatalf("after the warm-up Redis still shows %v", left)
 	}
 	// The warm-up's Onces are done: start the soak from nothing.
@@ -382,7 +418,26 @@ func TestFaultSoak(t *testing.T) {
 	cwg.Wait()
 	end := now()
 
-	left, took := quiet(10 * time.Second)
+	// Whether Redis itself stalled while quiet read it (a failed read is
+	// the inspecting Client's 500 ms timeout): its latency monitor, on
+	// for the reading, and the Go runtime's longest GC pause meanwhile.
+	_ = srv.do(t, "CONFIG", "SET", "latency-monitor-threshold", "50").Error()
+	var gc0 runtime.MemStats
+	runtime.ReadMemStats(&gc0)
+	left, took, readErrors := quiet(10 * time.Second)
+	var gc1 runtime.MemStats
+	runtime.ReadMemStats(&gc1)
+	var maxPause time.Duration
+	for i := gc0.NumGC; i < gc1.NumGC && gc1.NumGC-i <= 256; i++ {
+		maxPause = max(maxPause, time.Duration(gc1.PauseNs[i%256]))
+	}
+	lat, _ := srv.do(t, "LATENCY", "LATEST").ToAny()
+	t.Logf("(i) while reading: Redis's latency events over 50 ms %v; %d GCs, the longest pause %v", lat, gc1.NumGC-gc0.NumGC, maxPause)
+	nNames := 0
+	for _, kr := range runs {
+		nNames += len(names(kr))
+	}
+	t.Logf("(i) after the soak, %d names read in %v; failed reads (read again): %d, the latest %s", nNames, took.Round(time.Millisecond), readErrors.n, readErrors.last)
 	var inj []string
 	for _, n := range fnames {
 		inj = append(inj, fmt.Sprintf("%s x%d", n, injected[n]))
@@ -424,6 +479,20 @@ func TestFaultSoak(t *testing.T) {
 			children.Unlock()
 			df := deployFigures(ds)
 			t.Logf("soak Mutex: the child's %v", df)
+			// The control: the same measure in a window of the same
+			// length just before each deploy (0.5 s after the fault
+			// loop's quiet pause began, 0.05 s before the SIGUSR1), with
+			// no Close in it: what the soak's load alone makes waiters
+			// wait beyond the lock's being free.
+			var ctl []deployNote
+			for _, d := range children.deploys {
+				if d.Quiet {
+					from := d.Start - int64(450*time.Millisecond)
+					ctl = append(ctl, deployNote{Start: from, End: from + (d.End - d.Start), Slot: -1, Quiet: true})
+				}
+			}
+			cf := deployFigures(deployStalls("mutex", kr.ev, nil, ctl))
+			t.Logf("soak Mutex: control windows without a deploy: %d, waiters waited ≤%v beyond the lock's being free, %d free stretches, %d windows over %v", cf.n, ms(cf.worst.stall), cf.gaps, cf.over, deployBound)
 			row.Faults += "; the child's " + df.String()
 			if df.n == 0 {
 				t.Errorf("soak: no deploy of the child struck")
