@@ -17,19 +17,6 @@ const (
 	cleanupGrace   = 40 * time.Millisecond
 )
 
-// ctxErr is ctx.Err(), counting a deadline that has passed as reached even
-// before ctx's own timer says so (rueidis times a call out on the deadline
-// itself, and can report it first).
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 // cleanupCtx is the context releases run under after a cancelled or failed
 // path: the caller's values without its cancellation, bounded by
 // cleanupTimeout, or by the caller's deadline plus cleanupGrace if sooner.
