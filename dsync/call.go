@@ -9,8 +9,9 @@ import (
 // The call discipline every primitive follows: checking a call, and
 // running it bounded by the caller's context. The rest of it: the one
 // spelling of each error (errors.go), cleanups bounded by the caller's
-// context (context.go, background.go), and retries of what is safe to
-// repeat (retry.go).
+// context and retries of what is safe to repeat (retry.go, background.go),
+// and the end of a wait by the caller's context (waitErr, ctxErr:
+// engine.go).
 
 func (c *Client) checkOpen() error {
 	if c == nil {
