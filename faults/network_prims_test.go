@@ -35,8 +35,9 @@ import (
 // entry in the raw queue structures, every permit free, and no wakeup
 // channel subscribed.
 //
-// Deploys (issue 25) strike in every row: every 100-250 ms one of the
-// three processes closes its Client gracefully, whatever its two workers
+// Deploys (issue 25) strike in every row: from 100 ms after the start
+// until a lease before the end, every 100-250 ms one of the three
+// processes (in turn) closes its Client gracefully, whatever its two workers
 // are doing (holding, one in two deploys waiting up to a lease to catch a
 // writer inside its critical section, waiting, between calls), and opens
 // a new one, with its own rueidis client through the proxy, on which the
@@ -390,11 +391,8 @@ func netDeployStalls(kind string, ev []cev, waits []wend, notes []deployNote, st
 // nothing of the latter's Clients was left (0: not within netLeftBound).
 func netDeployText(dq, dl []deployStall, gone []int64) string {
 	q, l := deployFigures(dq), deployFigures(dl)
-	lerr, lleft, lgone := 0, 0, int64(0)
+	lleft, lgone := 0, int64(0)
 	for i, d := range dl {
-		if d.note.Err != "" {
-			lerr++
-		}
 		if len(d.note.Left) > 0 {
 			lleft++
 		}
@@ -404,12 +402,19 @@ func netDeployText(dq, dl []deployStall, gone []int64) string {
 			lgone = max(lgone, gone[i]-d.note.End)
 		}
 	}
-	goneText := fmt.Sprintf("all gone ≤%v after", ms(lgone))
-	if lgone < 0 {
-		goneText = fmt.Sprintf("not all gone within %v", netLeftBound)
+	text := fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close; Close ≤%v): %d quiet",
+		q.n+l.n, q.cutBy+l.cutBy, q.inside+l.inside, q.cut+l.cut, ms(max(q.maxClose, l.maxClose)), q.n)
+	if q.n > 0 {
+		text += fmt.Sprintf(" (waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v; left in Redis after Close: %d)",
+			ms(q.worst.stall), q.gaps, q.over, deployBound, q.left)
 	}
-	return fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close; Close ≤%v): %d quiet (waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v; left in Redis after Close: %d), %d in a strike's window, not asserted (≤%v, %d over %v; %d Close errors; %d left some at Close's return, %s)",
-		q.n+l.n, q.cutBy+l.cutBy, q.inside+l.inside, q.cut+l.cut, ms(max(q.maxClose, l.maxClose)),
-		q.n, ms(q.worst.stall), q.gaps, q.over, deployBound, q.left,
-		l.n, ms(l.worst.stall), l.over, deployBound, lerr, lleft, goneText)
+	if l.n > 0 {
+		gone := fmt.Sprintf("gone ≤%v after", ms(lgone))
+		if lgone < 0 {
+			gone = fmt.Sprintf("not all gone within %v", netLeftBound)
+		}
+		text += fmt.Sprintf(", %d in a strike's window, not asserted (waited ≤%v beyond the lock's being free, %d over %v; %d left some at Close's return, %s)",
+			l.n, ms(l.worst.stall), l.over, deployBound, lleft, gone)
+	}
+	return text
 }
