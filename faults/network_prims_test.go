@@ -418,3 +418,44 @@ func netDeployText(dq, dl []deployStall, gone []int64) string {
 	}
 	return text
 }
+
+// TestFaultNetworkDeployChecksCatchViolations: the network rows' deploy
+// measure is not blind. A worker whose waits ended without the lock (no
+// event) after its release, while the lock was free from a Close's
+// return, counts as stalled for that stretch; the stretch after a hold a
+// Close released (the worker waited for its next Client) is no wait; a
+// deploy is quiet only with no strike from a lease before its Close to
+// deployWindow after it returned.
+func TestFaultNetworkDeployChecksCatchViolations(t *testing.T) {
+	msec := int64(time.Millisecond)
+	ev := []cev{
+		{Op: "acq", Who: 0, Slot: 0, Call: 800 * msec, Ret: 900 * msec},
+		{Op: "rel", Who: 0, Slot: 0, Call: 950 * msec, Ret: 1010 * msec, Out: "closed", Cl: true},
+		{Op: "acq", Who: 0, Slot: 0, Call: 1500 * msec, Ret: 1501 * msec},
+		{Op: "rel", Who: 0, Slot: 0, Call: 1502 * msec, Ret: 1503 * msec},
+		{Op: "acq", Who: 4, Slot: 2, Call: 100 * msec, Ret: 110 * msec},
+		{Op: "rel", Who: 4, Slot: 2, Call: 120 * msec, Ret: 130 * msec},
+		{Op: "acq", Who: 4, Slot: 2, Call: 1300 * msec, Ret: 1301 * msec},
+		{Op: "rel", Who: 4, Slot: 2, Call: 1302 * msec, Ret: 1303 * msec},
+	}
+	ws := netWaits(ev, []int64{2000 * msec, 0, 0, 0, 1310 * msec, 0})
+	// Worker 4: 130..1300 and 1303..1310; worker 0: 1503..2000, not
+	// 1010..1500 (after its Close).
+	want := []wend{{Who: 0, Slot: 0, Call: 1503 * msec, Ret: 2000 * msec}, {Who: 4, Slot: 2, Call: 130 * msec, Ret: 1300 * msec}, {Who: 4, Slot: 2, Call: 1303 * msec, Ret: 1310 * msec}}
+	slices.SortFunc(ws, func(a, b wend) int { return cmp.Or(cmp.Compare(a.Who, b.Who), cmp.Compare(a.Call, b.Call)) })
+	assert.Equal(t, want, ws)
+	d := deployNote{Slot: 0, Start: 1000 * msec, End: 1010 * msec}
+	ds := netDeployStalls("fair", ev, ws, []deployNote{d}, nil, time.Second)
+	require.Len(t, ds, 1)
+	assert.True(t, ds[0].note.Quiet)
+	assert.Equal(t, 290*msec, ds[0].stall, "worker 4's failed waits while the lock was free from the Close's return")
+	// Strikes: one that ended less than a lease before the Close, one
+	// that began within deployWindow after it: not quiet, still measured.
+	for _, s := range [][2]int64{{0, 10 * msec}, {1300 * msec, 1600 * msec}} {
+		ds = netDeployStalls("fair", ev, ws, []deployNote{d}, [][2]int64{s}, time.Second)
+		assert.False(t, ds[0].note.Quiet, "strike %v", s)
+		assert.Equal(t, 290*msec, ds[0].stall)
+	}
+	ds = netDeployStalls("fair", ev, ws, []deployNote{d}, [][2]int64{{-1000 * msec, -5 * msec}, {1500 * msec, 1600 * msec}}, time.Second)
+	assert.True(t, ds[0].note.Quiet)
+}
