@@ -261,7 +261,9 @@ func networkPrim(t *testing.T, kind, fault string) {
 	// Deploys: quiet ones as scenario 1's; the others' Close and the
 	// next Client must work, and what the Close left must be gone within
 	// netLeftBound (their stalls are reported only).
-	assert.GreaterOrEqual(t, len(notes), 3, "deploys: the scenario did not happen")
+	// As scenario 1: some deploy struck (a blackhole row may have only
+	// two: a Client opened during the blackhole opens only after it).
+	assert.NotZero(t, len(notes), "deploys: none struck")
 	checkDeploys(t, dq)
 	for i, d := range dl {
 		n := d.note
