@@ -50,6 +50,7 @@ type chaosGen struct {
 	closing atomic.Int64
 	mu      sync.Mutex
 	owners  map[string]bool // the random part of the owners made for calls on this Client
+	own     rueidis.Client  // its own rueidis client (chaosDeploy.dial), closed after it
 }
 
 // ownerCtx is dsync.WithOwner(ctx), the owner noted as one of g's.
@@ -119,6 +120,10 @@ type chaosDeploy struct {
 	// deploy's Close strikes a holder inside (trapped).
 	trap   atomic.Bool
 	sprung chan struct{}
+	// dial, when set, makes each Client's own rueidis client (the network
+	// rows: a new connection through the proxy per Client), closed after
+	// the Client's Close; rc then serves only the prober and leftBy.
+	dial func() (rueidis.Client, error)
 }
 
 // trapped holds the worker with lock context lctx inside its critical
@@ -157,7 +162,13 @@ type deployNote struct {
 }
 
 func newChaosDeploy(slot int, rc rueidis.Client, prefix string, lease time.Duration) (*chaosDeploy, error) {
-	d := &chaosDeploy{slot: slot, rc: rc, prefix: prefix, lease: lease, sprung: make(chan struct{}, 1)}
+	return newChaosDeployDial(slot, rc, nil, prefix, lease)
+}
+
+// newChaosDeployDial is newChaosDeploy whose Clients each have their own
+// rueidis client from dial (nil: rc, as newChaosDeploy).
+func newChaosDeployDial(slot int, rc rueidis.Client, dial func() (rueidis.Client, error), prefix string, lease time.Duration) (*chaosDeploy, error) {
+	d := &chaosDeploy{slot: slot, rc: rc, dial: dial, prefix: prefix, lease: lease, sprung: make(chan struct{}, 1)}
 	var err error
 	d.prober, err = dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease), dsync.WithClientName(fmt.Sprintf("prober%d", slot)))
 	if err != nil {
@@ -191,14 +202,29 @@ func (d *chaosDeploy) open() (*chaosGen, error) {
 		}
 		return "tag of " + name
 	}}
-	c, err := dsync.NewClient(d.rc, dsync.WithKeyPrefix(d.prefix), dsync.WithLease(d.lease), dsync.WithClientName(name), dsync.WithObserver(obs))
+	rc := d.rc
+	var own rueidis.Client
+	if d.dial != nil {
+		var err error
+		if own, err = d.dial(); err != nil {
+			return nil, err
+		}
+		rc = own
+	}
+	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(d.prefix), dsync.WithLease(d.lease), dsync.WithClientName(name), dsync.WithObserver(obs))
 	if err != nil {
+		if own != nil {
+			own.Close()
+		}
 		return nil, err
 	}
-	g := &chaosGen{c: c, n: d.n - 1, name: name, next: make(chan struct{}), owners: map[string]bool{}}
+	g := &chaosGen{c: c, n: d.n - 1, name: name, next: make(chan struct{}), owners: map[string]bool{}, own: own}
 	g.ident, err = d.probeIdent(c, probe)
 	if err != nil {
 		c.Close()
+		if own != nil {
+			own.Close()
+		}
 		return nil, err
 	}
 	return g, nil
@@ -261,6 +287,9 @@ func (d *chaosDeploy) deploy(inside bool) deployNote {
 	if err != nil {
 		n.Err = err.Error()
 	}
+	if g.own != nil {
+		g.own.Close()
+	}
 	n.Left = d.leftBy(g)
 	// The next Client, tried again while Redis cannot be reached (a
 	// fault may strike just then), for deployOpenWithin at most: a
@@ -319,6 +348,9 @@ func (d *chaosDeploy) close() {
 	g.closing.Store(now())
 	g.c.Close()
 	g.closeEnd = now()
+	if g.own != nil {
+		g.own.Close()
+	}
 	close(g.next)
 	d.prober.Close()
 }
