@@ -231,34 +231,70 @@ func (d *chaosDeploy) open() (*chaosGen, error) {
 }
 
 // probeIdent finds c's "<name>/<id>" (its id is in its wait ids, which name
-// no owner): c holds a lock that the prober then forces open, and c's
-// answer names it. (A Client that has not yet subscribed to its prefix's
-// control channel does not answer: the probe is tried again.)
+// no owner) without disturbing the other Clients of the run: the prober
+// holds a Mutex, c waits for it, and the prober's Inspect lists c's entry
+// in the Mutex's waiting count, "<name>/<id>"; then the prober lets go and
+// c's wait returns. (A force release that c's answer names, as before,
+// published on the control channel that every Client of the prefix
+// reads: each of them checked its holds in Redis and answered, a burst of
+// work that the soak's waiters felt, in the deploy's window.)
 func (d *chaosDeploy) probeIdent(c *dsync.Client, name string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := c.NewMutex(name)
-	var told []dsync.ToldHolder
-	for try := 0; ; try++ {
+	held, err := d.prober.NewMutex(name).LockContext(ctx)
+	if err != nil {
+		return "", fmt.Errorf("probe: %w", err)
+	}
+	waited := make(chan error, 1)
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			_ = d.prober.NewMutex(name).UnlockContext(held)
+			<-waited
+		}
+	}()
+	go func() {
+		m := c.NewMutex(name)
 		lctx, err := m.LockContext(ctx)
+		if err == nil {
+			err = m.UnlockContext(lctx)
+		}
+		waited <- err
+	}()
+	want := strings.TrimPrefix(name, "probe") + "/"
+	var ident string
+	for ident == "" {
+		sts, err := d.prober.Inspect(ctx, name)
 		if err != nil {
 			return "", fmt.Errorf("probe: %w", err)
 		}
-		_, told, err = d.prober.ForceUnlockTell(ctx, name)
-		if err != nil {
-			return "", fmt.Errorf("probe: %w", err)
-		}
-		_ = m.UnlockContext(lctx) // not held any more: it ends lctx
-		for _, h := range told {
-			if strings.HasPrefix(h.Client, strings.TrimPrefix(name, "probe")+"/") {
-				return h.Client, nil
+		for _, st := range sts {
+			for _, w := range st.Waiters {
+				if strings.HasPrefix(w.Owner, want) {
+					ident = w.Owner
+				}
 			}
 		}
-		if try == 20 {
-			return "", fmt.Errorf("probe: no holder told (%v)", told)
+		if ident == "" {
+			select {
+			case err := <-waited:
+				waited <- err // for the deferred unlock
+				return "", fmt.Errorf("probe: the wait ended before it was seen: %v", err)
+			case <-ctx.Done():
+				return "", fmt.Errorf("probe: no waiting entry of %s seen", want)
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	unlocked = true
+	if err := d.prober.NewMutex(name).UnlockContext(held); err != nil {
+		<-waited
+		return "", fmt.Errorf("probe: %w", err)
+	}
+	if err := <-waited; err != nil {
+		return "", fmt.Errorf("probe: %w", err)
+	}
+	return ident, nil
 }
 
 // deploy closes the current Client, looks in Redis for what it left, opens
@@ -367,7 +403,7 @@ var hex32 = regexp.MustCompile(`[0-9a-f]{32}`)
 // the locks' attempts (<lock>:x:<owner> for an owner made for the call,
 // <lock>:a:<attempt> set to "x" for one the caller brought), a
 // Semaphore's undone waiters, a Once's and a Group's undone calls (each
-// with its expiry); and the prober's force replies. A tombstone kept
+// with its expiry). A tombstone kept
 // longer is reported.
 func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -398,7 +434,7 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 		}
 	}
 	for _, k := range keys {
-		if strings.HasSuffix(k, "}:election") || strings.Contains(k, ":force:") {
+		if strings.HasSuffix(k, "}:election") {
 			continue
 		}
 		if strings.HasSuffix(k, ":sem:undone") || strings.HasSuffix(k, ":run:undone") || strings.Contains(k, ":group:u:") {
