@@ -41,6 +41,30 @@ var fuzzGroupKeys = [2]string{"a", "b{%}"}
 
 var fuzzSeq atomic.Int64
 
+// fuzzPrims names the primitive of each operation (op % fuzzOps);
+// fuzzRan marks the operations that ran (for the row).
+var (
+	fuzzPrims = [fuzzOps]string{"Mutex", "Mutex", "Mutex", "RWMutex", "RWMutex", "RWMutex", "RWMutex", "Semaphore", "Semaphore", "Semaphore",
+		"FairMutex", "FairMutex", "Once", "WaitGroup", "WaitGroup", "WaitGroup", "OnceValue", "MultiLock", "MultiLock", "MultiLock",
+		"Election", "Election", "Election", "Election", "Group", "Group", "Cond", "Cond"}
+	fuzzRan [fuzzOps]atomic.Bool
+)
+
+// fuzzRanList lists the primitives whose operations ran, each once.
+func fuzzRanList() string {
+	ran := map[string]bool{}
+	for i, p := range fuzzPrims {
+		ran[p] = ran[p] || fuzzRan[i].Load()
+	}
+	var out []string
+	for _, p := range []string{"Mutex", "FairMutex", "RWMutex", "Semaphore", "Once", "OnceValue", "WaitGroup", "MultiLock", "Election", "Group", "Cond"} {
+		if ran[p] {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 // fuzzModel is the reference: per name a Mutex, an RWMutex and a
 // Semaphore. Holders are owner indexes; counts are acquisitions.
 type fuzzModel struct {
@@ -510,6 +534,7 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 			want = context.Canceled
 		}
 	}
+	fuzzRan[op%fuzzOps].Store(true)
 	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
 	if got != nil {
 		require.True(t, documented(got), "undocumented error from %s: %v", what, got)
@@ -854,7 +879,7 @@ func FuzzOperations(f *testing.F) {
 	cs := [2]*dsync.Client{newDsync(f, srv.Addr, prefix, lease), newDsync(f, srv.Addr, prefix, lease)}
 	var inputs, steps, failed atomic.Int64
 	f.Cleanup(func() {
-		addRow(reportRow{Scenario: "k fuzz: operations against a model", Primitive: "Mutex, FairMutex, RWMutex, Semaphore, Once, OnceValue, WaitGroup, MultiLock, Election, Group, Cond",
+		addRow(reportRow{Scenario: "k fuzz: operations against a model", Primitive: fuzzRanList(),
 			Size:   fmt.Sprintf("%d inputs (the seed corpus), %d steps", inputs.Load(), steps.Load()),
 			Faults: "random owners, counts, cancelled contexts, invalid arguments, odd names", NoCounts: true, Leaked: -1, RecoveryNote: "—", Failed: failed.Load() > 0,
 			Check:   fmt.Sprintf("after every step Inspect equals the model and every call returns what the model says: %d inputs failed", failed.Load()),
