@@ -110,9 +110,7 @@ func TestFaultServerRestartRenewalInterval(t *testing.T) {
 	})
 	prims = append(prims, "Group (run, waiting caller)")
 	// Cond: a waiter on c (it released the Mutex), then a holder of the
-	// Cond's Mutex on c2. The waiter must not hang: its place is gone, so
-	// it wakes as if signalled (cond_check.lua) and returns holding the
-	// lock.
+	// Cond's Mutex on c2. The waiter must not hang (see below).
 	cm := c.NewMutex("cm")
 	lctx, err := cm.LockContext(ctx)
 	if err != nil {
@@ -166,6 +164,7 @@ func TestFaultServerRestartRenewalInterval(t *testing.T) {
 	// The others: the observer sees the end, the waiting Group caller and
 	// the Cond waiter return; each within the same bound.
 	others := 0
+	var outcomes []string
 	other := func(what string, ch <-chan result, check func(result)) {
 		t.Helper()
 		select {
@@ -190,10 +189,11 @@ func TestFaultServerRestartRenewalInterval(t *testing.T) {
 	}()
 	other("Election observer saw no leader", obsCh, func(result) {})
 	other("Group waiting caller returned", joiner, func(r result) {
-		// The run it waited for is gone: it runs fn itself (Forget's and a
-		// lapsed lease's documented outcome), or gets the run's error.
-		// If its look met the server down (the pub/sub break makes it
-		// look at once), the wait ends with that Redis error.
+		// The run it waited for is gone: it runs fn itself (as after
+		// Forget or a lapsed lease). If its look met the server down (the
+		// pub/sub break makes it look at once), the wait ends with that
+		// Redis error.
+		outcomes = append(outcomes, "Group caller: "+outcome(r.err, "ran fn"))
 		assert.True(t, r.err == nil && r.v == "joiner ran" || connErr(r.err),
 			"the waiting Group caller returned %q, %v: want fn run by it, or the Redis error of its look", r.v, r.err)
 	})
@@ -203,18 +203,31 @@ func TestFaultServerRestartRenewalInterval(t *testing.T) {
 		// pub/sub break makes it look at once), the wait ends with that
 		// Redis error, as every wait's attempt does (engine.go waitErr),
 		// and the lock is not held. Never a context's error: no hang.
+		outcomes = append(outcomes, "Cond waiter: "+outcome(r.err, "woken, holding the lock"))
 		assert.True(t, r.err == nil || connErr(r.err), "the Cond waiter returned %v: want nil (woken as if signalled) or the Redis error of its look", r.err)
 	})
 	t.Logf("Group run's Do returned %v", <-groupDone)
 	<-onceDone
 	defer func() {
 		addRow(reportRow{Leaked: -1, Scenario: "5 restart without persistence", Primitive: strings.Join(prims, ", "), Size: "1 holder each; an Election observer, a waiting Group caller and a Cond waiter",
-			Faults: fmt.Sprintf("SHUTDOWN NOSAVE, down %v", up.Sub(down).Round(time.Millisecond)), Ops: int64(len(hs) + others), Check: fmt.Sprintf("%d holds cancelled with ErrLockLost; the observer saw no leader, the waiting Group caller and the Cond waiter returned", len(hs)),
+			Faults: fmt.Sprintf("SHUTDOWN NOSAVE, down %v", up.Sub(down).Round(time.Millisecond)), Ops: int64(len(hs) + others), Check: fmt.Sprintf("%d holds cancelled with ErrLockLost; the Election observer saw no leader; %s", len(hs), strings.Join(outcomes, ", ")),
 			RecoveryNote: fmt.Sprintf("cancelled ≤ %v after the server was back (bound %v)", worst.Round(time.Millisecond), bound),
 			Command:      "cd faults && GOWORK=off go test -race -count=1 -run TestFaultServerRestartRenewalInterval .", Failed: t.Failed()})
 	}()
 	t.Logf("(g) SHUTDOWN NOSAVE + restart (down %v, lease %v): holders cancelled after the server answered again: %v; worst %v (bound lease/3 + 100ms = %v)",
 		up.Sub(down).Round(time.Millisecond), lease, lines, worst.Round(time.Millisecond), bound)
+}
+
+// outcome names how a wait ended: ok if err is nil, else the Redis error
+// of a look that met the server down.
+func outcome(err error, ok string) string {
+	if err == nil {
+		return ok
+	}
+	if connErr(err) {
+		return "the Redis error of its look during the restart"
+	}
+	return err.Error()
 }
 
 // connErr reports whether err is the error of a connection to a server
