@@ -290,7 +290,14 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			}
 			woke <- err
 		}()
-		waitFor(t, 5*time.Second, "Cond: the waiter registered", func() bool { return condWaiters() == i+1 })
+		waitFor(t, 5*time.Second, "Cond: the waiter registered", func() bool {
+			select {
+			case err := <-woke: // it failed (NOPERM) or woke unsignalled
+				t.Fatalf("restricted user, Cond: Wait returned before any signal: %v", err)
+			default:
+			}
+			return condWaiters() == i+1
+		})
 	}
 	time.Sleep(lease / 2) // the waiters renew their places
 	awake := func(what string) {
