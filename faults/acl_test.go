@@ -52,6 +52,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	}
 	// contend holds with first, has second wait (woken over pub/sub),
 	// keeps the hold across a renewal, releases, and expects the waiter in.
+	var prims []string // the primitives that ran, for the row
 	contend := func(what string, first func() (func() error, error), second func() (func() error, error)) {
 		t.Helper()
 		rel1, err := first()
@@ -73,6 +74,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		select {
 		case err := <-got:
 			must(what+": waiter", err)
+			prims = append(prims, what)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("restricted user, %s: the waiter was never woken", what)
 		}
@@ -141,6 +143,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	v2, err := dsync.OnceValue(c2, "ov", func(context.Context) (string, error) { return "second", nil })(ctx)
 	must("OnceValue", err)
 	assert.Equal(t, []string{"first", "first"}, []string{v1, v2}, "restricted user: the OnceValue results")
+	prims = append(prims, "OnceValue")
 	wg1, wg2 := c1.NewWaitGroup("wg"), c2.NewWaitGroup("wg")
 	contend("WaitGroup",
 		func() (func() error, error) {
@@ -149,11 +152,178 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		func() (func() error, error) {
 			return func() error { return nil }, wg2.Wait(ctx)
 		})
+	// Election: c1 campaigns and leads; an observer on c2 sees it; a
+	// second candidate on c2 waits in line (woken over pub/sub) across a
+	// renewal of the term; c1 resigns; c2 takes over, and the observer and
+	// Leader see it.
+	el1, el2 := c1.NewElection("el"), c2.NewElection("el")
+	term1, err := el1.Campaign(ctx, "one")
+	must("Election.Campaign", err)
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	obs := el2.Observe(octx)
+	seen := func(value string) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case l, ok := <-obs:
+				require.True(t, ok, "restricted user, Election: Observe closed before it saw %q", value)
+				if l.Value == value {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("restricted user, Election: the observer never saw %q", value)
+			}
+		}
+	}
+	seen("one")
+	took := make(chan error, 1)
+	var term2 context.Context
+	go func() {
+		var err error
+		term2, err = el2.Campaign(ctx, "two")
+		took <- err
+	}()
+	waitFor(t, 5*time.Second, "Election: the second candidate in line", func() bool {
+		sts, err := c1.Inspect(ctx, "el")
+		must("Inspect el", err)
+		for _, st := range sts {
+			if st.Kind == dsync.KindElection && len(st.Waiters) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(lease / 2) // the term renewed while the candidate waits
+	must("Election: term 1 across a renewal", term1.Err())
+	must("Election.Resign", el1.Resign(term1))
+	select {
+	case err := <-took:
+		must("Election: the second candidate", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("restricted user, Election: the second candidate never took over")
+	}
+	seen("two")
+	ldr, err := el1.Leader(ctx)
+	must("Election.Leader", err)
+	assert.Equal(t, "two", ldr.Value, "restricted user: Election.Leader after the takeover")
+	assert.Greater(t, tokenOf(term2), tokenOf(term1), "restricted user: the second term above the first")
+	ocancel()
+	prims = append(prims, "Election")
+	// Group: a Do on c1 runs fn; a Do of the same key on c2 joins the
+	// flight (it waits in Redis, woken over pub/sub) and gets its result
+	// without running fn; Forget drops the key.
+	g1, g2 := dsync.NewGroup[string](c1, "g"), dsync.NewGroup[string](c2, "g")
+	gRelease, gStarted := make(chan struct{}), make(chan struct{})
+	gRan := 0
+	type gres struct {
+		v      string
+		shared bool
+		err    error
+	}
+	gLeader, gJoiner := make(chan gres, 1), make(chan gres, 1)
+	go func() {
+		v, shared, err := g1.Do(ctx, "k", func(context.Context) (string, error) {
+			gRan++
+			close(gStarted)
+			<-gRelease
+			return "flight", nil
+		})
+		gLeader <- gres{v, shared, err}
+	}()
+	<-gStarted
+	go func() {
+		v, shared, err := g2.Do(ctx, "k", func(context.Context) (string, error) { gRan++; return "own", nil })
+		gJoiner <- gres{v, shared, err}
+	}()
+	waitFor(t, 5*time.Second, "Group: the second caller waiting for the flight", func() bool {
+		sts, err := c1.Inspect(ctx, "g")
+		must("Inspect g", err)
+		for _, st := range sts {
+			if st.Kind == dsync.KindGroup && len(st.Waiters) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(lease / 2) // the run renewed while the other caller waits
+	close(gRelease)
+	for _, ch := range []chan gres{gLeader, gJoiner} {
+		select {
+		case r := <-ch:
+			must("Group.Do", r.err)
+			assert.Equal(t, "flight", r.v, "restricted user: Group.Do's result")
+		case <-time.After(5 * time.Second):
+			t.Fatal("restricted user, Group: a caller never got the flight's result")
+		}
+	}
+	assert.Equal(t, 1, gRan, "restricted user: times Group ran fn for one flight")
+	must("Group.Forget", g2.Forget(ctx, "k"))
+	prims = append(prims, "Group")
+	// Cond: a waiter on c1 and one on c2 (each Waits with the Mutex held);
+	// Signal from c2 wakes one, Broadcast from c1 the other; each returns
+	// holding the lock.
+	cm1, cm2 := c1.NewMutex("cm"), c2.NewMutex("cm")
+	cd1, cd2 := c1.NewCond(cm1), c2.NewCond(cm2)
+	woke := make(chan error, 2)
+	condWaiters := func() int {
+		sts, err := c1.Inspect(ctx, "cm")
+		must("Inspect cm", err)
+		for _, st := range sts {
+			if st.Kind == dsync.KindCond {
+				return len(st.Waiters)
+			}
+		}
+		return 0
+	}
+	for i, p := range []struct {
+		m  *dsync.Mutex
+		cd *dsync.Cond
+	}{{cm1, cd1}, {cm2, cd2}} {
+		lctx, err := p.m.LockContext(ctx)
+		must("Cond: lock", err)
+		go func() {
+			nctx, err := p.cd.Wait(lctx)
+			if err == nil {
+				err = p.m.UnlockContext(nctx)
+			}
+			woke <- err
+		}()
+		waitFor(t, 5*time.Second, "Cond: the waiter registered", func() bool {
+			select {
+			case err := <-woke: // it failed (NOPERM) or woke unsignalled
+				t.Fatalf("restricted user, Cond: Wait returned before any signal: %v", err)
+			default:
+			}
+			return condWaiters() == i+1
+		})
+	}
+	time.Sleep(lease / 2) // the waiters renew their places
+	awake := func(what string) {
+		t.Helper()
+		select {
+		case err := <-woke:
+			must(what, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("restricted user, %s: no waiter woke", what)
+		}
+	}
+	must("Cond.Signal", cd2.Signal(ctx))
+	awake("Cond: after Signal")
+	select {
+	case err := <-woke:
+		t.Fatalf("restricted user, Cond: a Signal woke two waiters (%v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	must("Cond.Broadcast", cd1.Broadcast(ctx))
+	awake("Cond: after Broadcast")
+	prims = append(prims, "Cond")
 	// Inspect and List see every primitive (a WaitGroup at zero has no
 	// key: raise it for the look).
 	must("WaitGroup.Add", wg1.Add(ctx, 1))
 	kinds := map[dsync.Kind]bool{}
-	for _, n := range []string{"m", "f", "m1", "rw", "s", "o", "ov", "wg"} {
+	for _, n := range []string{"m", "f", "m1", "rw", "s", "o", "ov", "wg", "el", "g", "cm"} {
 		sts, err := c1.Inspect(ctx, n)
 		must("Inspect "+n, err)
 		for _, st := range sts {
@@ -162,14 +332,15 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	}
 	refs, err := c1.List(ctx, "*")
 	must("List", err)
+	prims = append(prims, "Inspect", "List")
 	var names []string
 	for _, r := range refs {
 		names = append(names, string(r.Kind)+" "+r.Name)
 	}
 	must("WaitGroup.Done", wg1.Done(ctx))
-	t.Logf("(j) ACL ~dsync:* &dsync:*, %d commands: Mutex, FairMutex, MultiLock, RWMutex, Semaphore, Once, OnceValue and WaitGroup ran with contention, wakeups and renewals; Inspect saw kinds %v; List saw %v",
-		len(strings.Fields(dsyncAllCommands)), kinds, names)
-	for _, k := range []dsync.Kind{dsync.KindMutex, dsync.KindFairMutex, dsync.KindRWMutex, dsync.KindSemaphore, dsync.KindOnce, dsync.KindWaitGroup} {
+	t.Logf("(j) ACL ~dsync:* &dsync:*, %d commands: %s ran with contention, wakeups and renewals; Inspect saw kinds %v; List saw %v",
+		len(strings.Fields(dsyncAllCommands)), strings.Join(prims, ", "), kinds, names)
+	for _, k := range []dsync.Kind{dsync.KindMutex, dsync.KindFairMutex, dsync.KindRWMutex, dsync.KindSemaphore, dsync.KindOnce, dsync.KindWaitGroup, dsync.KindElection} {
 		if k != dsync.KindMutex && k != dsync.KindFairMutex { // free locks may have expired
 			assert.True(t, kinds[k], "Inspect did not report a %s", k)
 		}
@@ -179,7 +350,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	}
 	// The outsider: NOPERM from every primitive, naming it.
 	c3 := newDsync(t, srv.Addr, "dsync", lease, as("outsider", "outpw"))
-	octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+	octx, ocancel = context.WithTimeout(ctx, 5*time.Second)
 	defer ocancel()
 	checks := map[string]error{}
 	_, checks["Mutex"] = c3.NewMutex("m").LockContext(octx)
@@ -190,6 +361,10 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	_, checks["OnceValue"] = dsync.OnceValue(c3, "ov2", func(context.Context) (int, error) { return 1, nil })(octx)
 	checks["WaitGroup"] = c3.NewWaitGroup("wg").Add(octx, 1)
 	_, checks["MultiLock"] = c3.NewMultiLock([]string{"m1", "m2"}).LockContext(octx)
+	_, checks["Election"] = c3.NewElection("el").Campaign(octx, "x")
+	_, checks["Election.Leader"] = c3.NewElection("el").Leader(octx)
+	_, _, checks["Group"] = dsync.NewGroup[string](c3, "g").Do(octx, "k", func(context.Context) (string, error) { return "", nil })
+	checks["Cond"] = c3.NewCond(c3.NewMutex("cm")).Broadcast(octx)
 	_, checks["Inspect"] = c3.Inspect(octx, "m")
 	for what, err := range checks {
 		if assert.Error(t, err, "outsider's %s", what) {
@@ -197,7 +372,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		}
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "outsider's %s waited out its context instead of failing", what)
 	}
-	addRow(reportRow{Scenario: "j security: ACL", Primitive: "Mutex, FairMutex, MultiLock, RWMutex, Semaphore, Once, OnceValue, WaitGroup, Inspect, List",
+	addRow(reportRow{Scenario: "j security: ACL", Primitive: strings.Join(prims, ", "),
 		Size:   fmt.Sprintf("a user limited to ~dsync:* &dsync:* and %d commands; an outsider", len(strings.Fields(dsyncAllCommands))),
 		Faults: "another user's keys and channels", NoCounts: true, Leaked: -1, RecoveryNote: "—", Failed: t.Failed(),
 		Check:   fmt.Sprintf("the restricted user ran every primitive with contention, wakeups and renewals (Inspect saw %d kinds, List %d names); the outsider got NOPERM naming the primitive from %d calls", len(kinds), len(names), len(checks)),

@@ -32,10 +32,38 @@ import (
 const (
 	fuzzOwners = 3
 	fuzzNames  = 2
-	fuzzSize   = 3 // semaphore size
+	fuzzSize   = 3  // semaphore size
+	fuzzOps    = 28 // operations: op % fuzzOps
 )
 
+// fuzzGroupKeys are the keys of the Groups' calls.
+var fuzzGroupKeys = [2]string{"a", "b{%}"}
+
 var fuzzSeq atomic.Int64
+
+// fuzzPrims names the primitive of each operation (op % fuzzOps);
+// fuzzRan marks the operations that ran (for the row).
+var (
+	fuzzPrims = [fuzzOps]string{"Mutex", "Mutex", "Mutex", "RWMutex", "RWMutex", "RWMutex", "RWMutex", "Semaphore", "Semaphore", "Semaphore",
+		"FairMutex", "FairMutex", "Once", "WaitGroup", "WaitGroup", "WaitGroup", "OnceValue", "MultiLock", "MultiLock", "MultiLock",
+		"Election", "Election", "Election", "Election", "Group", "Group", "Cond", "Cond"}
+	fuzzRan [fuzzOps]atomic.Bool
+)
+
+// fuzzRanList lists the primitives whose operations ran, each once.
+func fuzzRanList() string {
+	ran := map[string]bool{}
+	for i, p := range fuzzPrims {
+		ran[p] = ran[p] || fuzzRan[i].Load()
+	}
+	var out []string
+	for _, p := range []string{"Mutex", "FairMutex", "RWMutex", "Semaphore", "Once", "OnceValue", "WaitGroup", "MultiLock", "Election", "Group", "Cond"} {
+		if ran[p] {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ", ")
+}
 
 // fuzzModel is the reference: per name a Mutex, an RWMutex and a
 // Semaphore. Holders are owner indexes; counts are acquisitions.
@@ -55,6 +83,10 @@ type fuzzModel struct {
 	// MultiLock acquisitions (over both names' Mutexes) by owner, through
 	// the MultiLock of the owner's Client.
 	ml [fuzzOwners]int
+	// Election: the leader (an owner, -1 for none).
+	leader [fuzzNames]int
+	// Group (results kept a minute): the result recorded per key.
+	group [fuzzNames]map[string]string
 }
 
 func newFuzzModel() *fuzzModel {
@@ -65,6 +97,8 @@ func newFuzzModel() *fuzzModel {
 		m.rw[k].w = -1
 		m.rw[k].r = map[int]int{}
 		m.sem[k] = map[int]int64{}
+		m.leader[k] = -1
+		m.group[k] = map[string]string{}
 	}
 	return m
 }
@@ -107,8 +141,11 @@ type fuzzEnv struct {
 	names  [fuzzNames]string
 	vnames [fuzzNames]string   // OnceValue's names (its Inspect kind is a Once's)
 	mls    [2]*dsync.MultiLock // per Client, over the Mutexes of both names
-	m      *fuzzModel
-	log    []string
+	// terms are the leadership contexts of the last Campaign of each owner
+	// per name (ended ones too: their Resign must return ErrNotHeld).
+	terms [fuzzNames][fuzzOwners]context.Context
+	m     *fuzzModel
+	log   []string
 }
 
 func (e *fuzzEnv) client(o int) *dsync.Client { return e.cs[o%2] }
@@ -138,12 +175,12 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		}
 		wantOK = grant()
 	}
-	switch op % 20 {
+	switch op % fuzzOps {
 	case 0, 1: // Mutex TryLockContext / LockContext where it cannot wait
 		mx := c.NewMutex(name)
 		s := &m.mu[k]
 		free := s.owner == -1 || s.owner == o
-		blocking := op%20 == 1 && (free || cancelled)
+		blocking := op%fuzzOps == 1 && (free || cancelled)
 		what = fmt.Sprintf("mutex(%d).lock(o%d, blocking %v, cancelled %v)", k, o, blocking, cancelled)
 		acq(func(ctx context.Context) (bool, error) {
 			if blocking {
@@ -305,7 +342,7 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		require.Equal(t, wantRan, ran, "%s: f ran (model, Redis)", what)
 	case 13, 14: // WaitGroup Add of 0..2, or of -1..-3
 		d := int64(arg&0x7f) % 3
-		if op%20 == 14 {
+		if op%fuzzOps == 14 {
 			d = -d - 1
 		}
 		what = fmt.Sprintf("wg(%d).add(o%d, %d, cancelled %v)", k, o, d, cancelled)
@@ -390,13 +427,120 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 		what = fmt.Sprintf("multi.unlock(o%d, cancelled %v)", o, cancelled)
 		got = e.mls[o%2].UnlockContext(ctx)
 		want = m.multiUnlock(o)
+	case 20, 21: // Election Campaign; cut short by 50 ms where another owner leads
+		el := c.NewElection(name)
+		leader := m.leader[k]
+		what = fmt.Sprintf("election(%d).campaign(o%d, leader o%d, cancelled %v)", k, o, leader, cancelled)
+		acq(func(ctx context.Context) (bool, error) {
+			d := 5 * time.Second
+			if leader >= 0 && leader != o {
+				d = 50 * time.Millisecond
+			}
+			cctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			term, err := el.Campaign(cctx, fmt.Sprintf("v%d", o))
+			if err == nil {
+				e.terms[k][o] = term
+			}
+			return err == nil, err
+		}, func() bool {
+			switch {
+			case leader == o:
+				want = dsync.ErrInvalidArgument // use Proclaim
+				return false
+			case leader >= 0:
+				want = context.DeadlineExceeded
+				return false
+			}
+			m.leader[k] = o
+			return true
+		})
+	case 22: // Election Resign, of the owner's last term (or of a context with no term), cancelled or not
+		term := e.terms[k][o]
+		if term == nil {
+			term = e.ctxs[o]
+		}
+		if cancelled {
+			tc, cancel := context.WithCancel(term)
+			cancel()
+			term = tc
+		}
+		what = fmt.Sprintf("election(%d).resign(o%d, cancelled %v)", k, o, cancelled)
+		got = c.NewElection(name).Resign(term)
+		// Resign "runs even if lctx is already cancelled".
+		if m.leader[k] != o {
+			want = dsync.ErrNotHeld
+		} else {
+			m.leader[k] = -1
+		}
+	case 23: // Election Leader
+		what = fmt.Sprintf("election(%d).leader(o%d, cancelled %v)", k, o, cancelled)
+		var l dsync.Leader
+		l, got = c.NewElection(name).Leader(ctx)
+		switch {
+		case cancelled:
+			want = context.Canceled
+		case m.leader[k] < 0:
+			want = dsync.ErrNoLeader
+		default:
+			lo := m.leader[k]
+			require.Equal(t, []string{e.owners[lo], fmt.Sprintf("v%d", lo), fmt.Sprint(tokenOf(e.terms[k][lo]))},
+				[]string{l.Owner, l.Value, fmt.Sprint(l.Term)}, "%s: the leader's owner, value and term (model, Redis)", what)
+		}
+	case 24: // Group Do (results kept): runs fn unless a result is recorded
+		key := fuzzGroupKeys[arg&1]
+		what = fmt.Sprintf("group(%d).do(o%d, %q, cancelled %v)", k, o, key, cancelled)
+		ran, val := false, fmt.Sprintf("g%d.%d", o, len(e.log))
+		v, shared, err := dsync.NewGroup[string](c, name, dsync.WithResultTTL(time.Minute)).Do(ctx, key, func(context.Context) (string, error) {
+			ran = true
+			return val, nil
+		})
+		got = err
+		rec, done := m.group[k][key]
+		switch {
+		case cancelled:
+			want = context.Canceled
+		case done:
+			val = rec
+		default:
+			m.group[k][key] = val
+		}
+		wantRan := !cancelled && !done
+		require.Equal(t, wantRan, ran, "%s: fn ran (model, Redis)", what)
+		if err == nil {
+			require.Equal(t, []string{val, fmt.Sprint(done)}, []string{v, fmt.Sprint(shared)}, "%s: the value and shared (model, Redis)", what)
+		}
+	case 25: // Group Forget
+		key := fuzzGroupKeys[arg&1]
+		what = fmt.Sprintf("group(%d).forget(o%d, %q, cancelled %v)", k, o, key, cancelled)
+		got = dsync.NewGroup[string](c, name, dsync.WithResultTTL(time.Minute)).Forget(ctx, key)
+		if cancelled {
+			want = context.Canceled
+		} else {
+			delete(m.group[k], key)
+		}
+	case 26: // Cond Wait on the name's Mutex: cancelled, cut short, or signalled by the other Client
+		e.condWait(o, k, arg, cancelled, &what, &ok, &wantOK, &got, &want)
+	case 27: // Cond Signal or Broadcast: nobody waits between steps
+		broadcast := arg&1 != 0
+		what = fmt.Sprintf("cond(%d).signal(o%d, broadcast %v, cancelled %v)", k, o, broadcast, cancelled)
+		cd := c.NewCond(c.NewMutex(name))
+		if broadcast {
+			got = cd.Broadcast(ctx)
+		} else {
+			got = cd.Signal(ctx)
+		}
+		if cancelled {
+			want = context.Canceled
+		}
 	}
+	fuzzRan[op%fuzzOps].Store(true)
 	e.log = append(e.log, fmt.Sprintf("%s = %v, %v", what, ok, got))
 	if got != nil {
 		require.True(t, documented(got), "undocumented error from %s: %v", what, got)
 	}
 	switch {
-	case want == nil && op%20 >= 7 && op%20 <= 8 && cancelled:
+	case want == nil && op%fuzzOps >= 7 && op%fuzzOps <= 8 && cancelled:
 		// An invalid count with a cancelled context: ErrInvalidArgument or
 		// context.Canceled, nothing granted.
 		require.Error(t, got, "%s: want a refusal", what)
@@ -409,10 +553,87 @@ func (e *fuzzEnv) step(op, who, arg byte) {
 	e.compare(what)
 }
 
+// condWait is step 26: where the name's Mutex is free, owner o locks it
+// and Waits with the lock context: cancelled (Wait returns
+// context.Canceled, the lock still held), with a 20 ms deadline
+// (DeadlineExceeded, the lock released), or signalled by the other Client
+// once Redis shows the waiter (Signal or Broadcast: Wait returns holding
+// the lock). Where the Mutex is held, Wait with a context that is no lock
+// context returns ErrWrongContext and changes nothing.
+func (e *fuzzEnv) condWait(o, k int, arg byte, cancelled bool, what *string, ok, wantOK *bool, got, want *error) {
+	t, m := e.t, e.m
+	c, name := e.client(o), e.names[k]
+	mx := c.NewMutex(name)
+	cd := c.NewCond(mx)
+	if s := m.mu[k]; s.owner != -1 {
+		*what = fmt.Sprintf("cond(%d).wait(o%d, mutex held by o%d)", k, o, s.owner)
+		_, *got = cd.Wait(e.ctxs[o])
+		*want = dsync.ErrWrongContext
+		return
+	}
+	mode := "signal"
+	switch {
+	case cancelled:
+		mode = "cancelled"
+	case arg&1 == 0:
+		mode = "deadline"
+	case arg&2 != 0:
+		mode = "broadcast"
+	}
+	*what = fmt.Sprintf("cond(%d).wait(o%d, %s)", k, o, mode)
+	lctx, locked, err := mx.TryLockContext(e.ctxs[o])
+	require.NoError(t, err, "%s: lock", *what)
+	require.True(t, locked, "%s: lock of the free Mutex", *what)
+	m.mu[k].owner, m.mu[k].count = o, 1
+	switch mode {
+	case "cancelled":
+		wctx, cancel := context.WithCancel(lctx)
+		cancel()
+		_, *got = cd.Wait(wctx)
+		*want = context.Canceled // the lock still held
+	case "deadline":
+		wctx, cancel := context.WithTimeout(lctx, 20*time.Millisecond)
+		_, *got = cd.Wait(wctx)
+		cancel()
+		*want = context.DeadlineExceeded
+		m.mu[k].owner, m.mu[k].count = -1, 0 // On error the lock is not held
+	default:
+		woke := make(chan error, 1)
+		go func() {
+			_, err := cd.Wait(lctx)
+			woke <- err
+		}()
+		waitFor(t, 5*time.Second, *what+": Redis shows the waiter", func() bool {
+			sts, err := e.cs[0].Inspect(context.Background(), name)
+			require.NoError(t, err)
+			for _, st := range sts {
+				if st.Kind == dsync.KindCond && len(st.Waiters) == 1 {
+					return true
+				}
+			}
+			return false
+		})
+		oc := e.cs[(o+1)%2]
+		ocd := oc.NewCond(oc.NewMutex(name))
+		if mode == "broadcast" {
+			require.NoError(t, ocd.Broadcast(context.Background()), "%s: Broadcast", *what)
+		} else {
+			require.NoError(t, ocd.Signal(context.Background()), "%s: Signal", *what)
+		}
+		select {
+		case *got = <-woke:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the waiter was not woken within 5 s", *what)
+		}
+		*ok, *wantOK = *got == nil, true // it returns holding the lock
+	}
+}
+
 var errFuzzF = errors.New("f failed")
 
 func documented(err error) bool {
 	return errors.Is(err, errFuzzF) || errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, dsync.ErrInvalidArgument) ||
+		errors.Is(err, dsync.ErrNoLeader) || errors.Is(err, dsync.ErrWrongContext) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
@@ -427,6 +648,8 @@ func (e *fuzzEnv) compare(after string) {
 		var mx, rw, sem, fair dsync.LockState
 		semFound, onceDone := false, false
 		var counter int64
+		var leader string
+		var elHolders, groupDone []string
 		for _, st := range sts {
 			switch st.Kind {
 			case dsync.KindFairMutex:
@@ -442,6 +665,18 @@ func (e *fuzzEnv) compare(after string) {
 				rw = st
 			case dsync.KindSemaphore:
 				sem, semFound = st, true
+			case dsync.KindElection:
+				leader = st.Leader.Owner
+				for _, h := range st.Holders {
+					elHolders = append(elHolders, h.Owner)
+				}
+			case dsync.KindGroup:
+				require.Empty(t, st.Holders, "after %s: Group %d key %q shows a run in progress", after, k, st.Key)
+				if st.Done {
+					groupDone = append(groupDone, st.Key)
+				}
+			case dsync.KindCond:
+				require.Empty(t, st.Holders, "after %s: Cond %d shows holders", after, k)
 			default:
 				t.Fatalf("Inspect after %s shows a %s", after, st.Kind)
 			}
@@ -465,6 +700,19 @@ func (e *fuzzEnv) compare(after string) {
 		}
 		require.Equal(t, m.done[k], onceDone, "after %s, name %d: Once done (model, Redis)", after, k)
 		require.Equal(t, m.wg[k], counter, "after %s, name %d: WaitGroup counter (model, Redis)", after, k)
+		wantLeader, wantEl := "", []string(nil)
+		if lo := m.leader[k]; lo >= 0 {
+			wantLeader, wantEl = e.owners[lo], []string{e.owners[lo]}
+		}
+		require.Equal(t, wantLeader, leader, "after %s, name %d: Election leader (model, Redis)", after, k)
+		require.Equal(t, wantEl, elHolders, "after %s, name %d: Election lock holders (model, Redis)", after, k)
+		var wantDone []string
+		for key := range m.group[k] {
+			wantDone = append(wantDone, key)
+		}
+		sort.Strings(wantDone)
+		sort.Strings(groupDone)
+		require.Equal(t, wantDone, groupDone, "after %s, name %d: Group keys with a result (model, Redis)", after, k)
 		rs := m.rw[k]
 		mode := ""
 		if rs.w >= 0 {
@@ -517,7 +765,9 @@ func (e *fuzzEnv) compare(after string) {
 // waiting goroutine gives up (Mutex.unregister; LockState.Waiters says a
 // Mutex's waiters are as of each Client's last attempt), so a step whose
 // wait ended may return before Redis no longer shows it: allow that
-// removal 5 s. Every other kind's waiters are checked at once by compare.
+// removal 5 s. So is a woken Cond waiter's place (Cond.Wait leaves it in
+// the background once woken). Every other kind's waiters are checked at
+// once by compare.
 func (e *fuzzEnv) inspectSettled(name, after string) []dsync.LockState {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -525,7 +775,7 @@ func (e *fuzzEnv) inspectSettled(name, after string) []dsync.LockState {
 		require.NoError(e.t, err, "Inspect after %s", after)
 		waiting := false
 		for _, st := range sts {
-			waiting = waiting || st.Kind == dsync.KindMutex && len(st.Waiters) > 0
+			waiting = waiting || (st.Kind == dsync.KindMutex || st.Kind == dsync.KindCond) && len(st.Waiters) > 0
 		}
 		if !waiting || time.Now().After(deadline) {
 			return sts
@@ -549,6 +799,10 @@ func (e *fuzzEnv) cleanup() {
 		}
 	}
 	for k, name := range e.names {
+		if lo := m.leader[k]; lo >= 0 {
+			require.NoError(e.t, e.client(lo).NewElection(name).Resign(e.terms[k][lo]), "cleanup: election resign")
+			m.leader[k] = -1
+		}
 		for m.mu[k].owner >= 0 {
 			o := m.mu[k].owner
 			require.NoError(e.t, e.client(o).NewMutex(name).UnlockContext(e.ctxs[o]), "cleanup: mutex unlock")
@@ -592,17 +846,20 @@ func FuzzOperations(f *testing.F) {
 	// FairMutex, Once and WaitGroup; names with braces, '%', binary bytes,
 	// and long ones (see fuzzName).
 	plain := []byte{}
-	f.Add(plain, []byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                                                                                                  // mutex re-entry, foreign and extra unlock
-	f.Add([]byte("{a}\xffb}{"), []byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})                                                                 // rw upgrade, downgrade
-	f.Add([]byte("%7D%25\xff}"), []byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})                                                                // rw upgrade blocked by another reader
-	f.Add([]byte("\x00\x01\xfe\xff"), []byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3})                                                  // permits
-	f.Add([]byte("\x80long{name}"), []byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81})                                                    // cancelled contexts
-	f.Add(plain, []byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})                                                                                // blocking lock where it cannot wait
-	f.Add([]byte("fair}\xff\x80{x"), []byte{10, 0, 0, 10, 0, 0, 10, 1, 0, 11, 1, 0, 11, 0, 0, 10, 1, 0, 11, 0, 0, 11, 0, 0, 11, 1, 0, 2, 0, 0})                                 // fair re-entry, foreign unlock
-	f.Add([]byte("once{}"), []byte{12, 0, 1, 12, 1, 0x81, 12, 1, 0, 12, 0, 0, 12, 3, 1, 12, 3, 0})                                                                              // once: fail, cancelled, run, done
-	f.Add([]byte("\x81v{\xff\xff}\x00"), []byte{16, 0, 1, 16, 1, 0x80, 16, 4, 0, 16, 0, 0, 16, 3, 1, 16, 5, 0})                                                                 // oncevalue: fail, cancelled, run, value seen by the other Client
-	f.Add([]byte("m{x}\xff\xffm{y}"), []byte{0, 3, 0, 17, 0, 0, 17, 0, 0, 17, 1, 0, 19, 0, 0, 2, 3, 0, 17, 1, 0, 19, 1, 0, 2, 0, 0, 19, 0, 0, 19, 0, 0, 17, 2, 0x80, 18, 2, 0}) // multilock: re-entry over a held member, blocked, foreign and extra unlock
-	f.Add([]byte("wg\x00}"), []byte{15, 0, 0, 13, 0, 2, 15, 1, 0, 14, 0, 0, 14, 1, 2, 13, 1, 0x81, 14, 0, 0, 15, 0, 0, 14, 0, 0})                                               // wait group
+	f.Add(plain, []byte{0, 0, 0, 0, 0, 0, 2, 1, 0, 2, 0, 0, 2, 0, 0, 2, 0, 0})                                                                                                                             // mutex re-entry, foreign and extra unlock
+	f.Add([]byte("{a}\xffb}{"), []byte{4, 0, 0, 3, 0, 0, 4, 1, 0, 5, 0, 0, 3, 0, 0, 6, 0, 0, 6, 0, 0, 5, 0, 0})                                                                                            // rw upgrade, downgrade
+	f.Add([]byte("%7D%25\xff}"), []byte{4, 0, 0, 4, 1, 0, 3, 0, 0, 3, 1, 0, 6, 1, 0, 3, 0, 0, 5, 0, 0, 6, 0, 0})                                                                                           // rw upgrade blocked by another reader
+	f.Add([]byte("\x00\x01\xfe\xff"), []byte{7, 0, 2, 7, 1, 2, 7, 2, 1, 9, 1, 1, 9, 1, 1, 9, 1, 2, 7, 2, 4, 9, 0, 0, 9, 0, 3})                                                                             // permits
+	f.Add([]byte("\x80long{name}"), []byte{0, 0, 0x80, 1, 1, 0x80, 3, 0, 0x80, 7, 0, 0x82, 0, 0, 0, 2, 0, 0x80, 9, 1, 0x81})                                                                               // cancelled contexts
+	f.Add(plain, []byte{1, 0, 0, 1, 0, 0, 1, 3, 0, 2, 3, 0, 2, 0, 0, 1, 3, 0, 2, 0, 0, 2, 3, 0})                                                                                                           // blocking lock where it cannot wait
+	f.Add([]byte("fair}\xff\x80{x"), []byte{10, 0, 0, 10, 0, 0, 10, 1, 0, 11, 1, 0, 11, 0, 0, 10, 1, 0, 11, 0, 0, 11, 0, 0, 11, 1, 0, 2, 0, 0})                                                            // fair re-entry, foreign unlock
+	f.Add([]byte("once{}"), []byte{12, 0, 1, 12, 1, 0x81, 12, 1, 0, 12, 0, 0, 12, 3, 1, 12, 3, 0})                                                                                                         // once: fail, cancelled, run, done
+	f.Add([]byte("\x81v{\xff\xff}\x00"), []byte{16, 0, 1, 16, 1, 0x80, 16, 4, 0, 16, 0, 0, 16, 3, 1, 16, 5, 0})                                                                                            // oncevalue: fail, cancelled, run, value seen by the other Client
+	f.Add([]byte("m{x}\xff\xffm{y}"), []byte{0, 3, 0, 17, 0, 0, 17, 0, 0, 17, 1, 0, 19, 0, 0, 2, 3, 0, 17, 1, 0, 19, 1, 0, 2, 0, 0, 19, 0, 0, 19, 0, 0, 17, 2, 0x80, 18, 2, 0})                            // multilock: re-entry over a held member, blocked, foreign and extra unlock
+	f.Add([]byte("wg\x00}"), []byte{15, 0, 0, 13, 0, 2, 15, 1, 0, 14, 0, 0, 14, 1, 2, 13, 1, 0x81, 14, 0, 0, 15, 0, 0, 14, 0, 0})                                                                          // wait group
+	f.Add([]byte("el{}\xff\xffe%"), []byte{23, 0, 0, 20, 0, 0, 20, 0, 0, 20, 1, 0, 23, 1, 0, 22, 1, 0, 22, 0, 0x80, 22, 0, 0, 22, 0, 0, 21, 1, 0, 20, 2, 0x80, 23, 2, 0x80, 23, 2, 0, 21, 3, 0, 21, 4, 0}) // election: no leader, re-campaign, blocked, foreign, cancelled and repeated resign, takeover
+	f.Add([]byte("g{x}"), []byte{24, 0, 0, 24, 1, 0, 24, 2, 1, 24, 0, 0x80, 25, 1, 0, 24, 1, 0, 25, 0, 0x81, 24, 3, 1, 24, 4, 1, 25, 3, 1, 24, 5, 1})                                                      // group: run, shared result across Clients, cancelled, forget, run again
+	f.Add([]byte("c%}"), []byte{27, 0, 0, 27, 1, 1, 27, 0, 0x80, 26, 0, 0x80, 26, 1, 1, 2, 0, 0, 26, 1, 0, 26, 2, 1, 2, 2, 0, 26, 0, 3, 0, 1, 0, 2, 0, 0, 26, 4, 1, 26, 3, 2})                             // cond: signals with no waiter, cancelled, held (wrong context), deadline, signalled, broadcast
 	// Random seeds from a fixed source.
 	r := rand.New(rand.NewPCG(8, 10))
 	for range 6 {
@@ -622,7 +879,7 @@ func FuzzOperations(f *testing.F) {
 	cs := [2]*dsync.Client{newDsync(f, srv.Addr, prefix, lease), newDsync(f, srv.Addr, prefix, lease)}
 	var inputs, steps, failed atomic.Int64
 	f.Cleanup(func() {
-		addRow(reportRow{Scenario: "k fuzz: operations against a model", Primitive: "Mutex, FairMutex, RWMutex, Semaphore, Once, OnceValue, WaitGroup, MultiLock",
+		addRow(reportRow{Scenario: "k fuzz: operations against a model", Primitive: fuzzRanList(),
 			Size:   fmt.Sprintf("%d inputs (the seed corpus), %d steps", inputs.Load(), steps.Load()),
 			Faults: "random owners, counts, cancelled contexts, invalid arguments, odd names", NoCounts: true, Leaked: -1, RecoveryNote: "—", Failed: failed.Load() > 0,
 			Check:   fmt.Sprintf("after every step Inspect equals the model and every call returns what the model says: %d inputs failed", failed.Load()),
