@@ -963,6 +963,9 @@ func childChaos(c *dsync.Client, res remote) int {
 			fmt.Fprintln(os.Stderr, "chaos child: opening its Client:", err)
 			return 2
 		}
+		if tags := os.Getenv("FAULTS_DEPLOY_SCAN"); tags != "" {
+			dep.scan = strings.Split(tags, ",")
+		}
 		stop, stopped := make(chan struct{}), make(chan struct{})
 		go func() { defer close(stopped); dep.run(stop) }()
 		defer func() { close(stop); <-stopped; dep.close() }()

@@ -120,6 +120,13 @@ type chaosDeploy struct {
 	// deploy's Close strikes a holder inside (trapped).
 	trap   atomic.Bool
 	sprung chan struct{}
+	// scan, when set, are the hash tags of the only names this process's
+	// workers use ("{c0}"): leftBy reads their keys (and the probes')
+	// instead of every key under the prefix (the soak's: tens of
+	// thousands of Once keys, read one by one through the proxy right
+	// after the Close, the scan took over 10 s and loaded the process and
+	// the proxy whose waiters the deploy's window measures).
+	scan []string
 	// dial, when set, makes each Client's own rueidis client (the network
 	// rows: a new connection through the proxy per Client), closed after
 	// the Client's Close; rc then serves only the prober and leftBy.
@@ -408,9 +415,35 @@ var hex32 = regexp.MustCompile(`[0-9a-f]{32}`)
 func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	keys, err := d.rc.Do(ctx, d.rc.B().Keys().Pattern(d.prefix+":*").Build()).AsStrSlice()
-	if err != nil {
-		return []string{"KEYS: " + err.Error()}
+	patterns := []string{d.prefix + ":*"}
+	if len(d.scan) > 0 {
+		patterns = []string{d.prefix + ":{probe*"}
+		for _, tag := range d.scan {
+			patterns = append(patterns, d.prefix+":"+tag+":*")
+		}
+	}
+	var keys []string
+	for _, p := range patterns {
+		ks, err := d.rc.Do(ctx, d.rc.B().Keys().Pattern(p).Build()).AsStrSlice()
+		if err != nil {
+			return []string{"KEYS: " + err.Error()}
+		}
+		keys = append(keys, ks...)
+	}
+	// The server's time, once: undone entries are scored with their
+	// expiry (ms, server time).
+	var serverMS int64
+	serverTime := func() (int64, error) {
+		if serverMS != 0 {
+			return serverMS, nil
+		}
+		tm, err := d.rc.Do(ctx, d.rc.B().Time().Build()).AsStrSlice()
+		var sec int64
+		if err == nil && len(tm) > 0 {
+			sec, err = strconv.ParseInt(tm[0], 10, 64)
+		}
+		serverMS = sec * 1000
+		return serverMS, err
 	}
 	id := g.ident
 	if _, after, ok := strings.Cut(id, "/"); ok {
@@ -440,16 +473,12 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 		if strings.HasSuffix(k, ":sem:undone") || strings.HasSuffix(k, ":run:undone") || strings.Contains(k, ":group:u:") {
 			// Undone calls and waiters, each scored with its expiry (ms,
 			// server time); the key itself may live longer.
-			tm, err := d.rc.Do(ctx, d.rc.B().Time().Build()).AsStrSlice()
-			var sec int64
-			if err == nil && len(tm) > 0 {
-				sec, err = strconv.ParseInt(tm[0], 10, 64)
-			}
+			nowMS, err := serverTime()
 			if err != nil {
 				left = append(left, fmt.Sprintf("TIME failed: %v", err))
 				continue
 			}
-			upto := float64(sec*1000 + time.Minute.Milliseconds())
+			upto := float64(nowMS + time.Minute.Milliseconds())
 			zs, _ := d.rc.Do(ctx, d.rc.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
 			for _, z := range zs {
 				if z.Score > upto {

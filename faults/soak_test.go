@@ -245,7 +245,8 @@ func TestFaultSoak(t *testing.T) {
 		children.slot++
 		slot := children.slot
 		c := startChild(t, "chaos", px.Addr, prefix, lease, "FAULTS_STORE="+mutexRun.url, "FAULTS_KIND=mutex",
-			"FAULTS_G=2", "FAULTS_ID="+strconv.Itoa(10+slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "FAULTS_DEPLOY=1")
+			"FAULTS_G=2", "FAULTS_ID="+strconv.Itoa(10+slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "FAULTS_DEPLOY=1",
+			"FAULTS_DEPLOY_SCAN={c0}")
 		children.cur, children.ready = c, false
 		cwg.Add(1)
 		go func() {
