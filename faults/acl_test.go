@@ -50,10 +50,39 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		t.Helper()
 		require.NoError(t, err, "restricted user, %s", what)
 	}
+	// renewed waits (two leases at most) until Redis shows name's holds
+	// renewed, or its waiters' places if nothing holds it: the most time
+	// left that Inspect reports grows, which between renewals it only
+	// shrinks. So a renewal refused to the restricted user fails here (a
+	// wait of half a lease, as before, would not have seen it: the hold
+	// outlives that unrenewed).
+	renewed := func(what, name string) {
+		t.Helper()
+		left := func() time.Duration {
+			sts, err := c1.Inspect(ctx, name)
+			must("Inspect "+name, err)
+			var held, placed time.Duration
+			for _, st := range sts {
+				for _, h := range st.Holders {
+					held = max(held, h.Lease)
+				}
+				for _, w := range st.Waiters {
+					placed = max(placed, w.Place)
+				}
+			}
+			if held > 0 {
+				return held
+			}
+			return placed
+		}
+		l0 := left()
+		waitFor(t, 2*lease, what+": a renewal seen in Redis", func() bool { return left() > l0 })
+	}
 	// contend holds with first, has second wait (woken over pub/sub),
-	// keeps the hold across a renewal, releases, and expects the waiter in.
+	// keeps the hold across a renewal of name (none: no hold to renew),
+	// releases, and expects the waiter in.
 	var prims []string // the primitives that ran, for the row
-	contend := func(what string, first func() (func() error, error), second func() (func() error, error)) {
+	contend := func(what, name string, first func() (func() error, error), second func() (func() error, error)) {
 		t.Helper()
 		rel1, err := first()
 		must(what+": first acquire", err)
@@ -69,7 +98,9 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			chans, _ := srv.do(t, "PUBSUB", "CHANNELS", "dsync:{*").AsStrSlice() // a lock's channel
 			return len(chans) > 0
 		})
-		time.Sleep(lease / 2) // the fault: hold across a renewal while the other waits
+		if name != "" {
+			renewed(what, name) // the fault: hold across a renewal while the other waits
+		}
 		must(what+": release", rel1())
 		select {
 		case err := <-got:
@@ -94,13 +125,13 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		return f(l1), f(l2)
 	}
 	a, b := lockers(c1.NewMutex("m"), c2.NewMutex("m"))
-	contend("Mutex", a, b)
+	contend("Mutex", "m", a, b)
 	a, b = lockers(c1.NewFairMutex("f"), c2.NewFairMutex("f"))
-	contend("FairMutex", a, b)
+	contend("FairMutex", "f", a, b)
 	a, b = lockers(c1.NewMultiLock([]string{"m1", "m2"}), c2.NewMultiLock([]string{"m2", "m1"}))
-	contend("MultiLock", a, b)
+	contend("MultiLock", "m1", a, b)
 	rw1, rw2 := c1.NewRWMutex("rw"), c2.NewRWMutex("rw")
-	contend("RWMutex",
+	contend("RWMutex", "rw",
 		func() (func() error, error) {
 			lctx, err := rw1.RLockContext(ctx)
 			return func() error { return rw1.RUnlockContext(lctx) }, err
@@ -110,7 +141,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			return func() error { return rw2.UnlockContext(lctx) }, err
 		})
 	s1, s2 := c1.NewSemaphore("s", 2), c2.NewSemaphore("s", 2)
-	contend("Semaphore",
+	contend("Semaphore", "s",
 		func() (func() error, error) {
 			lctx, err := s1.Acquire(ctx, 2)
 			return func() error { return s1.Release(lctx, 2) }, err
@@ -123,7 +154,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	// without running f.
 	release := make(chan struct{})
 	ran := 0
-	contend("Once",
+	contend("Once", "o",
 		func() (func() error, error) {
 			started := make(chan struct{})
 			done := make(chan error, 1)
@@ -145,7 +176,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	assert.Equal(t, []string{"first", "first"}, []string{v1, v2}, "restricted user: the OnceValue results")
 	prims = append(prims, "OnceValue")
 	wg1, wg2 := c1.NewWaitGroup("wg"), c2.NewWaitGroup("wg")
-	contend("WaitGroup",
+	contend("WaitGroup", "",
 		func() (func() error, error) {
 			return func() error { return wg1.Done(ctx) }, wg1.Add(ctx, 1)
 		},
@@ -195,7 +226,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(lease / 2) // the term renewed while the candidate waits
+	renewed("Election", "el") // the term renewed while the candidate waits
 	must("Election: term 1 across a renewal", term1.Err())
 	must("Election.Resign", el1.Resign(term1))
 	select {
@@ -247,7 +278,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(lease / 2) // the run renewed while the other caller waits
+	renewed("Group", "g") // the run renewed while the other caller waits
 	close(gRelease)
 	for _, ch := range []chan gres{gLeader, gJoiner} {
 		select {
@@ -299,7 +330,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			return condWaiters() == i+1
 		})
 	}
-	time.Sleep(lease / 2) // the waiters renew their places
+	renewed("Cond", "cm") // the waiters renew their places
 	awake := func(what string) {
 		t.Helper()
 		select {
