@@ -39,6 +39,8 @@ type stopTrap struct {
 	slot   chan int // buffered 1
 	frozen chan struct{}
 	name   func(k int) bool // the names whose reads spring it (nil: all)
+	k      int              // set by the read that sprang it (before slot): its name
+	tok    uint64           // and its token
 }
 
 // armStop sets a trap for a read of a name that name accepts (nil: any);
@@ -64,7 +66,7 @@ func (s *chaosStore) disarm(tr *stopTrap) bool {
 
 // spring: a fenced read of name k by a live process springs an armed
 // trap and waits until the process is frozen.
-func (s *chaosStore) spring(slot int, op string, k int) {
+func (s *chaosStore) spring(slot int, op string, k int, tok uint64) {
 	if op != "fr" {
 		return
 	}
@@ -76,6 +78,7 @@ func (s *chaosStore) spring(slot int, op string, k int) {
 	}
 	s.trap = nil
 	s.mu.Unlock()
+	tr.k, tr.tok = k, tok
 	tr.slot <- slot
 	<-tr.frozen
 }
@@ -242,7 +245,7 @@ func (s *chaosStore) serve(t testing.TB) string {
 		tok, _ := strconv.ParseUint(r.FormValue("tok"), 10, 64)
 		v, _ := strconv.ParseInt(r.FormValue("v"), 10, 64)
 		slot, _ := strconv.Atoi(r.FormValue("s"))
-		s.spring(slot, r.FormValue("op"), k)
+		s.spring(slot, r.FormValue("op"), k, tok)
 		fmt.Fprint(w, s.op(slot, r.FormValue("op"), k, tok, v))
 	})
 	srv := httptest.NewServer(mux)
@@ -255,6 +258,16 @@ type storeFigures struct {
 	fencedAccepted, fencedRejected, fencedLost, staleReads int64
 	puts, lostUpdates, overlaps, torn                      int64
 	semMost, semOver                                       int64
+}
+
+// rejected is how many stale fenced reads and writes the fence refused.
+func (s *chaosStore) rejected() (n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.f {
+		n += c.rejected
+	}
+	return n
 }
 
 func (s *chaosStore) figures() (f storeFigures) {
