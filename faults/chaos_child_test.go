@@ -166,8 +166,10 @@ type wend struct {
 const chaosSemSize = 3
 
 // chaosMultiNames is how many names a MultiLock's subsets are drawn from
-// (c0..c2); the other lock kinds contend on c0, WaitGroups use w0..w3 and
-// Onces go through o0, o1, ... in sequence.
+// (m0..m2: its members are Mutexes, which must not be the Mutex kind's c0
+// where both run at once with one key prefix, as in the soak); the other
+// lock kinds contend on c0, WaitGroups use w0..w15 and Onces go through o0,
+// o1, ... in sequence.
 const chaosMultiNames = 3
 
 type chaosWorker struct {
@@ -480,7 +482,7 @@ func (w *chaosWorker) lockKind(kind string) lockOps {
 			var ls []dsync.ContextLocker
 			for i := range chaosMultiNames {
 				if m&(1<<i) != 0 {
-					tl := &tokLocker{m: c.NewMutex(fmt.Sprint("c", i))}
+					tl := &tokLocker{m: c.NewMutex(fmt.Sprint("m", i))}
 					ls = append(ls, tl)
 					lockers[m] = append(lockers[m], tl)
 				}

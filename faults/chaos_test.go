@@ -656,7 +656,7 @@ func chaosFenced(k string) bool { return k != "sem" && k != "wg" }
 func chaosUsedNames(kind string, ev []cev) []string {
 	switch kind {
 	case "multi":
-		return []string{"c0", "c1", "c2"}
+		return []string{"m0", "m1", "m2"}
 	case "election":
 		return []string{"\x00election:c0"} // the FairMutex of election c0
 	case "group":

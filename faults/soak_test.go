@@ -467,19 +467,18 @@ func TestFaultSoak(t *testing.T) {
 		} else {
 			// The child's deploys, measured as scenario 1's (without the
 			// waits that gave up, which the in-process workers do not
-			// record), and reported: not asserted. In the soak (every
-			// worker's connection through the in-process proxy, the test
-			// process under -race) waiters of other Clients wait over
-			// 100 ms beyond the lock's being free after most of the
-			// child's deploys (2026-11-28, five runs of 2-4 min: 20 of 27
-			// deploys, the stretch beginning 12-340 ms after the Close at
-			// an in-process worker's release), and in 6 of 27 control
-			// windows without one: not a lost wakeup (in a run with
-			// dsync's wait timer logged, no waiter of {c0} woke by its
-			// timer then), not the deploy's
-			// probe (a run without it: 6 of 8) nor its scan of Redis
-			// (since limited to the child's names: 4 of 5). Scenario 1 and
-			// the network rows, without that proxy load, assert it.
+			// record) and asserted as there (checkDeploys): no waiter of
+			// another Client waits over 100 ms beyond the lock's being
+			// free after a Close, and nothing of the closed Client stays
+			// in Redis. Until 2026-11-28 this was only reported: the
+			// MultiLock's member c0 was the Mutex kind's c0 under the one
+			// key prefix, so the MultiLock workers' holds, absent from the
+			// Mutex's history, looked like stretches in which the lock was
+			// free (the 30-minute soak of 1a3dc8c: 45 of 78 deploys and 26
+			// of 78 control windows over 100 ms). With the MultiLock on
+			// m0..m2, a 4-minute soak: 8 deploys, the worst 13 ms; 8
+			// control windows, the worst 64 ms, 56 ms of it the test
+			// process's own scheduling lateness.
 			children.Lock()
 			ds := deployStalls("mutex", kr.ev, nil, children.deploys)
 			children.Unlock()
@@ -500,15 +499,11 @@ func TestFaultSoak(t *testing.T) {
 			cf := deployFigures(deployStalls("mutex", kr.ev, nil, ctl))
 			ctlText := fmt.Sprintf("control windows without a deploy: %d, waiters waited ≤%v beyond the lock's being free, %d free stretches, %d windows over %v", cf.n, ms(cf.worst.stall), cf.gaps, cf.over, deployBound)
 			t.Logf("soak Mutex: %s", ctlText)
-			row.Faults += "; the child's " + df.String() + " (reported, not asserted); " + ctlText
+			row.Faults += "; the child's " + df.String() + "; " + ctlText
 			if df.n == 0 {
 				t.Errorf("soak: no deploy of the child struck")
 			}
-			for _, d := range ds {
-				if d.note.Err != "" || len(d.note.Left) > 0 || d.stall > int64(deployBound) {
-					t.Logf("soak: deploy of slot %d (%s, Close %v): Err %q, stall %v (%s), left %v", d.note.Slot, d.note.Name, ms(d.note.End-d.note.Start), d.note.Err, ms(d.stall), d.waiter, d.note.Left)
-				}
-			}
+			checkDeploys(t, ds)
 		}
 		row.Failed = t.Failed()
 		addRow(row)
