@@ -63,7 +63,9 @@ func (c *Client) NewCond(l *Mutex) *Cond {
 // signal too (the lock context's own cancellation cannot: the release
 // cancels it). A waiter
 // whose process cannot renew its place for a lease (it was frozen) wakes
-// as if signalled.
+// as if signalled. A Redis error while it waits (the server restarting,
+// say) ends Wait with that error, the lock not held; Wait does not retry
+// through it.
 func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	if cd.m == nil {
 		return nil, fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)

@@ -134,6 +134,13 @@
 // can thus outlast its context only behind a dial that follows a
 // connection lost silently, while no call was in flight.
 //
+// A Redis error ends a wait that takes a context: LockContext, Acquire,
+// Once's Do, Group's Do, Cond's Wait, WaitGroup's Wait and Campaign return
+// it, wrapped with the primitive's kind and name, with nothing held. A server
+// restart thus ends the waits under way as soon as their next call to
+// Redis fails; call again to wait again. Lock, the sync.Locker, retries
+// through Redis errors instead.
+//
 // A wait leaves nothing behind in Redis. If it gave up on the reply to an
 // acquisition, the acquisition is undone in the background, exactly:
 //

@@ -17,7 +17,11 @@ const maxObservePending = 16
 // happened. A reader that falls behind misses intermediate states only:
 // the last state delivered is always the current one. The channel is
 // closed when ctx ends or the Client closes; it is closed at once if the
-// name is invalid, ctx is nil or done, or the Client is closed.
+// name is invalid, ctx is nil or done, or the Client is closed. It is also
+// closed if Redis refuses the election's read for good (the Client's ACL
+// user lacks a command it needs): the Client's logger says so, with
+// Redis's error. Other Redis errors do not end it: it reads again with a
+// backoff of up to a second.
 //
 // Observe is driven by the election's published changes and does not poll
 // while nothing changes. A leader's death publishes nothing, so while there
@@ -113,6 +117,9 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			st, err := e.read(ctx, o.seen)
 			switch {
 			case ctx.Err() != nil:
+				return
+			case refused(err):
+				c.cfg.logger.Error("dsync: Observe ended: Redis refuses the election's read (grant the Client's ACL user the commands dsync needs)", "name", shortName(e.name), "err", err)
 				return
 			case err != nil:
 				fails++

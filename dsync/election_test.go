@@ -3,12 +3,15 @@ package dsync_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -362,4 +365,33 @@ func TestElectionBadInput(t *testing.T) {
 	require.ErrorIs(t, e.Resign(lctx), dsync.ErrClosed)
 	waitClosed(t, e.Observe(ctx))
 	require.True(t, errors.Is(err, dsync.ErrClosed))
+}
+
+// An observer whose Client's ACL user may not run a command the election's
+// read needs (here LLEN) ends: its channel closes, long before its context
+// does, and the Client's logger says why. (It used to retry forever,
+// neither delivering nor closing.)
+func TestElectionObserveRefused(t *testing.T) {
+	s := server(t)
+	user := "observe-" + testPrefix(t)
+	require.NoError(t, s.Do(t, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-llen").Error())
+	t.Cleanup(func() { _ = s.Do(t, "ACL", "DELUSER", user).Error() })
+	var logged atomic.Int64
+	log := slog.New(logCount{msg: "dsync: Observe ended: Redis refuses the election's read (grant the Client's ACL user the commands dsync needs)", n: &logged})
+	c := newClientOn(t, s.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = user, "pw" }), dsync.WithLogger(log))
+	_, err := c.NewElection("refused").Leader(ctxT(t))
+	require.Error(t, err, "Leader reads as Observe does: refused")
+	require.NotErrorIs(t, err, dsync.ErrNoLeader)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ch := c.NewElection("refused").Observe(ctx)
+	select {
+	case l, ok := <-ch:
+		require.False(t, ok, "a refused observer delivered %+v", l)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a refused observer's channel is still open after 5 s")
+	}
+	require.NoError(t, ctx.Err(), "closed by the refusal, not by its context")
+	require.EqualValues(t, 1, logged.Load(), "the refusal logged once")
 }

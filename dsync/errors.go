@@ -130,6 +130,18 @@ func ownErr(err error) error {
 	return err
 }
 
+// refused says whether Redis refused a command for good: the Client's ACL
+// user may not run it (NOPERM, or inside a script the error Redis 7 gives
+// for a command the user lacks). Retrying does not help.
+func refused(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
+}
+
 func isRedisErr(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)
 	return ok

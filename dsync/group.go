@@ -111,7 +111,10 @@ func WithResultTTL(d time.Duration) LockOption {
 // and cancels fn's lock context (with cause ErrClosed, unless ctx ended it
 // first); the leader's Do returns what fn returned. Likewise ctx ends
 // only this caller's wait: Do then returns an error for which
-// errors.Is(err, ctx.Err()) holds, and leaves nothing behind in Redis.
+// errors.Is(err, ctx.Err()) holds, and leaves nothing behind in Redis. A
+// Redis error while the callers of this process wait for a run elsewhere
+// (the server restarting, say) ends their Do with that error; Do does not
+// retry through it.
 //
 // fn receives a lock context derived from ctx, carrying the run's owner
 // and fencing token and cancelled with cause ErrLockLost if the run's lease
