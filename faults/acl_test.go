@@ -50,6 +50,18 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		t.Helper()
 		require.NoError(t, err, "restricted user, %s", what)
 	}
+	// waiters is how many waiters Inspect shows for the kind's lock name.
+	waiters := func(kind dsync.Kind, name string) int {
+		t.Helper()
+		sts, err := c1.Inspect(ctx, name)
+		must("Inspect "+name, err)
+		for _, st := range sts {
+			if st.Kind == kind {
+				return len(st.Waiters)
+			}
+		}
+		return 0
+	}
 	// renewed waits (two leases at most) until Redis shows name's holds
 	// renewed, or its waiters' places if nothing holds it: the most time
 	// left that Inspect reports grows, which between renewals it only
@@ -216,16 +228,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		term2, err = el2.Campaign(ctx, "two")
 		took <- err
 	}()
-	waitFor(t, 5*time.Second, "Election: the second candidate in line", func() bool {
-		sts, err := c1.Inspect(ctx, "el")
-		must("Inspect el", err)
-		for _, st := range sts {
-			if st.Kind == dsync.KindElection && len(st.Waiters) > 0 {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, 5*time.Second, "Election: the second candidate in line", func() bool { return waiters(dsync.KindElection, "el") > 0 })
 	renewed("Election", "el") // the term renewed while the candidate waits
 	must("Election: term 1 across a renewal", term1.Err())
 	must("Election.Resign", el1.Resign(term1))
@@ -268,16 +271,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		v, shared, err := g2.Do(ctx, "k", func(context.Context) (string, error) { gRan++; return "own", nil })
 		gJoiner <- gres{v, shared, err}
 	}()
-	waitFor(t, 5*time.Second, "Group: the second caller waiting for the flight", func() bool {
-		sts, err := c1.Inspect(ctx, "g")
-		must("Inspect g", err)
-		for _, st := range sts {
-			if st.Kind == dsync.KindGroup && len(st.Waiters) > 0 {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, 5*time.Second, "Group: the second caller waiting for the flight", func() bool { return waiters(dsync.KindGroup, "g") > 0 })
 	renewed("Group", "g") // the run renewed while the other caller waits
 	close(gRelease)
 	for _, ch := range []chan gres{gLeader, gJoiner} {
@@ -298,16 +292,6 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 	cm1, cm2 := c1.NewMutex("cm"), c2.NewMutex("cm")
 	cd1, cd2 := c1.NewCond(cm1), c2.NewCond(cm2)
 	woke := make(chan error, 2)
-	condWaiters := func() int {
-		sts, err := c1.Inspect(ctx, "cm")
-		must("Inspect cm", err)
-		for _, st := range sts {
-			if st.Kind == dsync.KindCond {
-				return len(st.Waiters)
-			}
-		}
-		return 0
-	}
 	for i, p := range []struct {
 		m  *dsync.Mutex
 		cd *dsync.Cond
@@ -327,7 +311,7 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 				t.Fatalf("restricted user, Cond: Wait returned before any signal: %v", err)
 			default:
 			}
-			return condWaiters() == i+1
+			return waiters(dsync.KindCond, "cm") == i+1
 		})
 	}
 	renewed("Cond", "cm") // the waiters renew their places

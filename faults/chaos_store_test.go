@@ -260,16 +260,6 @@ type storeFigures struct {
 	semMost, semOver                                       int64
 }
 
-// rejected is how many stale fenced reads and writes the fence refused.
-func (s *chaosStore) rejected() (n int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.f {
-		n += c.rejected
-	}
-	return n
-}
-
 func (s *chaosStore) figures() (f storeFigures) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -313,7 +313,7 @@ func runChaos(t *testing.T, kind string) {
 	// left waiting), the next stop is past the lease again, while the
 	// run has time for one (a lease before the end, up to 3 s frozen).
 	longStopAgain := func() bool {
-		return chaosFenced(kind) && nlong > 0 && store.rejected() == 0 && time.Until(until) > 3*chaosLease/2+2*chaosLease
+		return chaosFenced(kind) && nlong > 0 && store.figures().fencedRejected == 0 && time.Until(until) > 3*chaosLease/2+2*chaosLease
 	}
 	// A deploy of process s: SIGUSR1 asks the child to close its Client
 	// and open another, and the monkey waits for its answer (deployNote).
