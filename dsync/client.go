@@ -14,21 +14,16 @@ import (
 )
 
 // A Client gives access to the locks under one key prefix of one Redis
-// deployment. It owns the machinery every lock shares: one renewal loop for
-// all held locks, one pub/sub connection for wakeups (in a Redis 7 cluster,
-// sharded subscriptions on the rueidis client's connections to the masters
-// instead), and the local queues that let goroutines of this process wait
-// for a lock without each talking to Redis.
-//
-// A Client is safe for concurrent use. Create one per process and prefix,
-// and Close it when done. Close does not close a rueidis client passed to
-// NewClient; it closes the one Dial made.
-//
-// Guards (lock order: see locking.go): the fields NewClient sets are
-// read-only after it; the atomics are atomic; mu guards nbg, bgIdle,
-// sealed and the maps and lists from mutexes to the peaks (and each
-// mutexState's refs); the WaitGroups and channels are their own.
+// deployment, and runs what they share: the renewal of held locks, the
+// wakeups, the local queues. A Client is safe for concurrent use. Its zero
+// value is not usable: create one per process and prefix with Dial or
+// NewClient, and Close it when done.
 type Client struct {
+	// Guards (lock order: see locking.go): the fields NewClient sets are
+	// read-only after it; the atomics are atomic; mu guards nbg, bgIdle,
+	// sealed and the maps and lists from mutexes to the peaks (and each
+	// mutexState's refs); the WaitGroups and channels are their own.
+
 	rc    rueidis.Client
 	owned rueidis.Client // made by Dial, closed by Close; nil from NewClient
 	// connDoubt is when a call last failed without a reply from Redis (unix
@@ -117,7 +112,7 @@ func (c *Client) attemptID() string {
 
 // NewClient returns a Client using rc, which may be a standalone, sentinel
 // or cluster rueidis client. The caller keeps ownership of rc and must not
-// close it before the Client.
+// close it before the Client; Close leaves it open.
 func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidArgument)
@@ -179,38 +174,12 @@ func newConfig(opts []Option) (config, error) {
 // expires with its lease.
 const closeTimeout = 2 * time.Second
 
-// Close takes back everything the Client has in Redis and stops it. In
-// order:
-//
-//   - Calls after Close (and Close's own start) return ErrClosed; every
-//     wait in progress ends with ErrClosed: a Mutex, FairMutex, RWMutex or
-//     Semaphore acquisition, an Election's Campaign, a Cond's Wait, a
-//     WaitGroup's Wait, a Once's or Group's wait for another run.
-//   - Close waits for those calls to return, and each wait, as any wait
-//     that ends without the lock, takes back its place: it leaves its
-//     queue (FairMutex, RWMutex readers and writers, Semaphore, Election
-//     candidates, Cond and Group waiters), removes a Mutex's waiting
-//     registration, and a grant a release published to it meanwhile is
-//     handed on to the next waiter in the same script.
-//   - Every hold still held through the Client is released with its
-//     primitive's own release (a Mutex's by the owner and token Redis
-//     names, whichever goroutine of the Client holds it after local
-//     handoffs), waking the waiters of other Clients as a release does; an
-//     Election's term is first ended as Resign ends it (recorded "no
-//     leader" and published to observers). Their lock contexts are
-//     cancelled with cause ErrClosed, and their hold tags
-//     (Observer.HoldTag) are removed.
-//   - The renewal loop, the wakeup subscription and Election observers
-//     stop (Observe's channels are closed).
-//
-// All of it is bounded by closeTimeout (2 s): Redis that does not answer
-// by then leaves the rest to the leases. (So Close called from inside a
-// call of the same Client, such as an Observer hook, returns only after
-// closeTimeout: it waits for that call.) A Once's or Group's f running
-// when Close is called is not waited for: its run's hold is released as
-// failed (the next caller runs f) and its lock context cancelled. No
-// goroutine of the Client outlives Close. A Client made by Dial closes
-// its rueidis client last. Close is idempotent.
+// Close releases every hold of the Client, cancelling its lock context with
+// cause ErrClosed, ends every wait with ErrClosed, and stops the Client;
+// calls after Close return ErrClosed. A running Once or Group f is not
+// waited for: its run fails. Close gives Redis 2 s; what is left then
+// expires with its lease. It closes the rueidis client Dial made. No
+// goroutine of the Client outlives Close. Close is idempotent.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil

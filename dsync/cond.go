@@ -11,22 +11,10 @@ import (
 
 // A Cond is a condition variable tied to a Mutex, for goroutines in any
 // processes that wait for a change the holders of the Mutex make: the
-// cross-process counterpart of sync.Cond. Its waiters queue in Redis in
-// arrival order, each keeping its place under a lease it renews while it
-// waits (every lease/3), so a waiter whose process died drops out within a
-// lease.
-//
-// Wait registers the waiter in Redis before it releases the lock, so a
-// Signal or Broadcast made after the release, in any process, always
-// reaches it. (The release may be a handoff inside the Client, without a
-// round trip, so it cannot be one script with the registration; being
-// registered first is what makes the signal impossible to miss.)
-//
-// Signal wakes the longest-waiting live waiter; a signal given to a waiter
-// that then gives up (its context ends) or dies before taking it passes on
-// to the next waiter, so no signal is lost, at the price of a rare extra
-// wakeup. As with sync.Cond, a woken waiter must check its condition again
-// under the lock: another holder may have changed it first.
+// cross-process counterpart of sync.Cond. No signal is lost: a Signal or
+// Broadcast after a Wait released the lock reaches that waiter, and a signal
+// whose waiter gave up passes on. A waiter may rarely wake without a signal,
+// so, as with sync.Cond, check the condition again.
 //
 // A Cond is safe for concurrent use. Its zero value is not usable; create
 // Conds with Client.NewCond. A Cond may be copied.
@@ -48,24 +36,13 @@ func (c *Client) NewCond(l *Mutex) *Cond {
 		info: Lock{Kind: KindCond, Name: l.info.Name, N: 1}}
 }
 
-// Wait atomically (see Cond) registers the caller as a waiter and releases
-// the lock that lctx holds, waits for a Signal or Broadcast, and
-// re-acquires the lock for the same owner before it returns the new lock
-// context. On error the lock is not held.
-//
-// lctx must be the lock context of the Cond's Mutex (or a context derived
-// from it), held through the Mutex's Client and not re-entered; otherwise
-// Wait returns ErrNotHeld (ErrWrongContext if lctx is no lock context of
-// the Mutex; ErrInvalidArgument if re-entered) and leaves
-// the lock as it was. After the release the wait runs under the context
-// the lock was acquired with, which ends the wait (and the re-acquisition)
-// with its error; a deadline lctx adds, if sooner, bounds the wait for a
-// signal too (the lock context's own cancellation cannot: the release
-// cancels it). A waiter
-// whose process cannot renew its place for a lease (it was frozen) wakes
-// as if signalled. A Redis error while it waits (the server restarting,
-// say) ends Wait with that error, the lock not held; Wait does not retry
-// through it.
+// Wait atomically releases the lock lctx holds and waits for a Signal or
+// Broadcast, then re-acquires the lock for the same owner and returns the
+// new lock context. On error the lock is not held. lctx must be the Mutex's
+// lock context, held through the Mutex's Client and not re-entered:
+// otherwise Wait returns ErrWrongContext, ErrNotHeld or ErrInvalidArgument
+// and leaves the lock as it was. The wait ends with the context the lock was
+// acquired with, at lctx's deadline, or at a Redis error.
 func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	if cd.m == nil {
 		return nil, fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
@@ -140,8 +117,8 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 // may be called with or without the lock held.
 func (cd *Cond) Signal(ctx context.Context) error { return cd.signal(ctx, "one") }
 
-// Broadcast wakes every waiter waiting when it runs, in any process. It
-// may be called with or without the lock held.
+// Broadcast wakes every waiter waiting when it runs, in any process. It may
+// be called with or without the lock held.
 func (cd *Cond) Broadcast(ctx context.Context) error { return cd.signal(ctx, "all") }
 
 func (cd *Cond) signal(ctx context.Context, which string) error {

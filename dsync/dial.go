@@ -14,31 +14,20 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Dial connects to Redis and returns a Client that owns the connection: its
-// Close closes it. url is one of
+// Dial connects to Redis and returns a Client whose Close closes the
+// connection. url is one of
 //
-//	127.0.0.1:6379                      one server, no scheme (port 6379 if left out)
-//	10.0.0.1:7000,10.0.0.2:7000         several: the seeds of a Redis Cluster
+//	127.0.0.1:6379                      one server (port 6379 if left out)
+//	10.0.0.1:7000,10.0.0.2:7000         the seeds of a Redis Cluster
 //	redis://user:pass@host:6379/0       one server; rediss:// for TLS, unix:///path/to/sock
-//	redis://h1:7000?addr=h2:7000        a cluster (also redis://h1:7000,h2:7000)
+//	redis://h1:7000?addr=h2:7000        a cluster
 //	redis-sentinel://s1:26379,s2:26379/0#mymaster
-//	                                    through Sentinel (rediss-sentinel:// for TLS;
-//	                                    the master may also be ?master_set=mymaster or
-//	                                    the path /mymaster/0); sentinels default to port 26379
+//	                                    through Sentinel (rediss-sentinel:// for TLS)
 //
-// URLs are read by rueidis.ParseURL, with its query parameters (db,
-// dial_timeout, write_timeout, protocol, skip_verify, client_name,
-// master_set, addr); parameters it does not know are ignored. Whether a
-// server is one node or a cluster is asked of the server, as rueidis does.
-// The credentials of a redis-sentinel URL are the master's; the sentinels
-// are reached without. Client-side caching is off (dsync does not use it);
-// WithDialOption changes anything else rueidis offers.
-//
-// ctx bounds the connection: Dial returns, with an error that errors.Is
-// ctx.Err(), when ctx ends first. An address or URL that cannot be used
+// URLs are read by rueidis.ParseURL. ctx bounds the connection: Dial returns
+// an error matching ctx.Err() when ctx ends first. A bad address or URL
 // returns ErrInvalidArgument, naming what is wrong; errors never show the
-// URL's password. Use NewClient instead to share a rueidis client you
-// already have.
+// password.
 func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: Dial needs a context: pass context.Background() or one with a deadline", ErrInvalidArgument)
@@ -79,8 +68,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 }
 
 // WithDialOption lets f change the rueidis options Dial builds from its URL
-// (a TLS configuration with your CA, timeouts, ...) before it connects.
-// NewClient ignores it.
+// (a TLS configuration, timeouts) before it connects. NewClient ignores it.
 func WithDialOption(f func(*rueidis.ClientOption)) Option {
 	return func(c *config) {
 		if f != nil {

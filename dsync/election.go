@@ -13,14 +13,11 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// KindElection names an Election in events, Inspect and List. An
-// Election's events are those of its lock: an acquisition is a campaign, a
-// hold is a term.
+// KindElection names an Election in events, Inspect and List. An Election's
+// acquisition is a campaign, its hold a term.
 const KindElection Kind = "election"
 
 // MaxLeaderValueLen is the longest value a leader may proclaim, in bytes.
-// The record keeps the last few values (for observers that fall behind a
-// little), so values are meant to be small: an address, an ID.
 const MaxLeaderValueLen = 64 << 10
 
 // A Leader is the leader of an Election, as its record says.
@@ -33,26 +30,9 @@ type Leader struct {
 
 // An Election elects one leader per name across every Client and process
 // using the same key prefix and name, as etcd's concurrency.Election does.
-//
-// Candidates queue in arrival order: an Election is built on a FairMutex,
-// and leadership is holding it. The term is the lock's fencing token, so
-// it grows with every new leader and a store can reject a deposed one; the
-// leadership context Campaign returns is the lock context, cancelled when
-// the leadership ends (resigned, lost, or the Client closed), and kept
-// alive by the watchdog like any lock unless WithLeaseTime is given. A
-// leader that dies without resigning is replaced within one lease.
-//
-// Client.Close ends a term as Resign does, before it returns: the
-// leadership context is cancelled (cause ErrClosed), the end is recorded
-// ("no leader") and published, so observers on other Clients see Leader{}
-// at once, and the lock passes to the next candidate in line. A Campaign
-// waiting in line when its Client closes returns ErrClosed and leaves the
-// line (a grant that reached it meanwhile goes to the next candidate), and
-// the Client's Observe channels are closed.
-//
-// Beside the lock, the election keeps a leader record: the value, owner,
-// term and start of the current term, and its last few changes, each with
-// a version. Every change is published, and Observe delivers them.
+// Candidates are served in arrival order. The term is a fencing token, so a
+// store can reject a deposed leader. A leader that dies is replaced within
+// one lease; Client.Close resigns.
 //
 // An Election is safe for concurrent use. Its zero value is not usable;
 // create Elections with Client.NewElection. An Election may be copied only
@@ -86,13 +66,10 @@ func electionLockName(name string) string {
 	return "\x00election#" + hex.EncodeToString(sum[:])
 }
 
-// NewElection returns the election called name. An invalid name (empty, or
-// longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
-// The options are those of the lock a leader holds: WithLeaseTime gives
-// every term a fixed lease (no watchdog: the term ends when it runs out).
-// The election's keys are those of the FairMutex called "\x00election:"
-// followed by name (a hash for names within 11 bytes of MaxNameLen), so no
-// FairMutex should be given such a name.
+// NewElection returns the election called name. An invalid name makes every
+// call fail with ErrInvalidArgument. The options are those of a FairMutex:
+// WithLeaseTime gives every term a fixed lease. No FairMutex should be named
+// "\x00election:" followed by name.
 func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 	ln := electionLockName(name)
 	fm := c.NewFairMutex(ln, opts...)
@@ -140,17 +117,9 @@ func checkValue(v string) error {
 // Campaign waits in line until the owner ctx carries (a fresh one if none)
 // leads the election, or ctx is done, and then proclaims value. It returns
 // the leadership context: a lock context whose FencingToken is the term,
-// cancelled when the leadership ends, with cause ErrLockLost if it was
-// lost. A wait ended by ctx returns an error for which errors.Is(err,
-// ctx.Err()) holds, and leaves nothing behind: the candidate leaves the
-// line at once, and a leadership gained just as ctx ended is resigned.
-//
-// ctx bounds the wait only: the leadership context carries ctx's values,
-// but once Campaign has returned, ctx's end does not cancel it; only the
-// end of the term does (Resign, a lost lease, the Client's Close).
-//
-// Campaign with a context whose owner already leads the election fails with
-// ErrInvalidArgument: use Proclaim to change the value.
+// cancelled when the term ends (Resign, a lost lease, Close), not when ctx
+// does. Campaign by an owner that already leads returns ErrInvalidArgument:
+// use Proclaim.
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
 	c := e.c
 	if err := c.checkCall(ctx, e.err); err != nil {
@@ -226,12 +195,8 @@ func (e *Election) leadership(lctx context.Context) (string, uint64, error) {
 }
 
 // Proclaim changes the leader's value without ending the term: lctx is the
-// leadership context Campaign returned (or one derived from it). It returns
-// ErrNotHeld if lctx does not lead the election (any more), and lctx's
-// error if lctx was cancelled by its caller. Proclaiming the current value
-// changes nothing and tells no observer. A Proclaim that failed with its
-// context's error may still have been applied, as any write whose reply
-// never came; observers see it if it was.
+// leadership context. It returns ErrNotHeld if lctx does not lead the
+// election. Proclaiming the current value tells no observer.
 func (e *Election) Proclaim(lctx context.Context, value string) error {
 	if lctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -258,13 +223,10 @@ func (e *Election) Proclaim(lctx context.Context, value string) error {
 	return wrapErr(KindElection, e.name, err)
 }
 
-// Resign ends the leadership of lctx (the leadership context Campaign
-// returned, or one derived from it): observers are told there is no
-// leader, the leadership context is cancelled and the next candidate in
-// line takes over. It runs even if lctx is already cancelled. It returns
-// ErrNotHeld if lctx does not lead the election (never did, resigned, or
-// lost it). If Redis cannot be reached the leadership may go on; the
-// leadership context says whether it does, and Resign may be called again.
+// Resign ends the leadership of lctx, even if lctx is cancelled, and the
+// next candidate takes over. It returns ErrNotHeld if lctx does not lead the
+// election. If Redis cannot be reached the leadership may go on (its context
+// says whether): call Resign again.
 func (e *Election) Resign(lctx context.Context) error {
 	if lctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -331,9 +293,7 @@ func (e *Election) keep(lctx context.Context, owner string, term uint64) {
 // token and record lifetime.
 type termRecord struct{ keys, args []string }
 
-// Leader returns the current leader, or ErrNoLeader when there is none:
-// nobody campaigned, the leader resigned, or it lost its lease and no
-// candidate has taken over yet.
+// Leader returns the current leader, or ErrNoLeader when there is none.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.c.checkCall(ctx, e.err); err != nil {
 		return Leader{}, err

@@ -11,24 +11,11 @@ import (
 // state.
 const maxObservePending = 16
 
-// Observe returns a channel that delivers the election's leader now and
-// then every change: a new leader, a new value, and no leader (Leader{},
-// when the leader resigns or its lease runs out) in the order they
-// happened. A reader that falls behind misses intermediate states only:
-// the last state delivered is always the current one. The channel is
-// closed when ctx ends or the Client closes; it is closed at once if the
-// name is invalid, ctx is nil or done, or the Client is closed. It is also
-// closed if Redis refuses the election's read for good (the Client's ACL
-// user lacks a command it needs): the Client's logger says so, with
-// Redis's error. Other Redis errors do not end it: it reads again with a
-// backoff of up to a second.
-//
-// Observe is driven by the election's published changes and does not poll
-// while nothing changes. A leader's death publishes nothing, so while there
-// is a leader the observer also looks when its lease would run out unless
-// renewed (about once per lease). After a break of the pub/sub connection
-// it looks again, so no change is lost for good; while the connection is
-// down it looks with a backoff of up to a second.
+// Observe returns a channel that delivers the election's leader now and then
+// every change, in order: a new leader, a new value, no leader (Leader{}). A
+// slow reader misses intermediate states only: the last delivered is the
+// current one. The channel is closed when ctx ends, the Client closes, or
+// Redis refuses the election's read for good (logged).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	c := e.c

@@ -11,12 +11,11 @@ import (
 
 var (
 	// ErrNotHeld is returned by a release when the owner in the context does
-	// not hold the lock (never acquired it, already released it, or lost it).
+	// not hold the lock.
 	ErrNotHeld = errors.New("dsync: lock not held by this owner")
 
-	// ErrLockLost is the cause (see context.Cause) of a lock context that was
-	// cancelled because the lock was lost: its lease ran out before it could
-	// be renewed, or the key was removed from Redis.
+	// ErrLockLost is the cause (see context.Cause) of a lock context
+	// cancelled because the lock was lost.
 	ErrLockLost = errors.New("dsync: lock lost")
 
 	// ErrClosed is returned by every call on a Client after Close, and is the
@@ -28,17 +27,13 @@ var (
 	ErrInvalidArgument = errors.New("dsync: invalid argument")
 
 	// ErrNoLeader is returned by Election.Leader when the election has no
-	// leader: nobody campaigned, the leader resigned, or it lost its lease
-	// and no candidate has taken over yet.
+	// leader.
 	ErrNoLeader = errors.New("dsync: election has no leader")
 
-	// ErrWrongContext is returned (wrapped, naming the lock) by a release
-	// whose context carries no hold of the lock: no owner at all (the
-	// parent context passed to LockContext instead of the lock context it
-	// returned, or an UnlockContext after Lock), or the lock context of
-	// another lock. The lock stays held: release it with the lock context
-	// its acquisition returned, or with Unlock if Lock took it. It matches
-	// ErrNotHeld too.
+	// ErrWrongContext is returned, naming the lock, by a release whose
+	// context carries no hold of the lock: the parent context instead of
+	// the lock context, an UnlockContext after Lock, or another lock's
+	// context. The lock stays held. It matches ErrNotHeld too.
 	ErrWrongContext error = notHeldError("dsync: the context carries no hold of this lock")
 
 	// errReleased is the cause of a lock context cancelled by its release.

@@ -8,25 +8,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// A FairMutex is a Mutex that is granted in arrival order across every
-// Client and process using the same key prefix and name.
-//
-// Waiters queue in Redis: a list in arrival order, and for each waiter a
-// place with a lease on the server clock, renewed every lease/3 while it
-// waits (see WithLease). A waiter that dies drops out of the queue within
-// one lease; a waiter whose context ends leaves at once. A release grants
-// the lock to the head of the queue in the same atomic step, and tells that
-// waiter alone, on a channel its Client subscribes once: the waiter sends
-// nothing more to Redis to take the lock. Goroutines of one process queue
-// in Redis like any other waiter, so they never overtake earlier arrivals
-// elsewhere.
-//
-// TryLock and TryLockContext fail while others wait, even when the lock is
-// free: taking it would jump the queue.
-//
-// Like Mutex, a FairMutex is reentrant by owner, returns a fencing token
-// per acquisition, and is renewed by the watchdog unless WithLeaseTime is
-// given. Lock, Unlock and TryLock make it a sync.Locker.
+// A FairMutex is a Mutex granted in arrival order across every Client and
+// process using the same key prefix and name. A waiter that dies drops out
+// of the queue within one lease. TryLock fails while others wait, even when
+// the lock is free.
 //
 // A FairMutex is safe for concurrent use. Its zero value is not usable;
 // create FairMutexes with Client.NewFairMutex. A FairMutex may be copied
@@ -37,8 +22,8 @@ type FairMutex struct {
 	lk lockerHolds // the hold taken by Lock or TryLock
 }
 
-// NewFairMutex returns the fair mutex called name. An invalid name (empty,
-// or longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
+// NewFairMutex returns the fair mutex called name. An invalid name makes
+// every call fail with ErrInvalidArgument.
 func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 	key := c.lockKey("fair", name)
 	lc := newLockConfig(opts)
@@ -104,8 +89,8 @@ func (p *fairProto) closing(*hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
 // Lock acquires f, blocking until it is held, as Mutex.Lock does.
 func (f *FairMutex) Lock() { lockerLock(&f.q, &f.lk) }
 
-// TryLock tries to acquire f without waiting and reports whether it did.
-// It returns false on any error, and while others wait.
+// TryLock tries to acquire f without waiting and reports whether it did. It
+// returns false on any error, and while others wait.
 func (f *FairMutex) TryLock() bool { return lockerTryLock(&f.q, &f.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
@@ -114,11 +99,8 @@ func (f *FairMutex) Unlock() {
 	lockerUnlock(&f.q, &f.lk, "unlock")
 }
 
-// LockContext acquires f for the owner ctx carries (a fresh one if none),
-// waiting in the queue until its turn or until ctx is done. It returns the
-// lock context, as Mutex.LockContext does. A wait ended by ctx returns an
-// error for which errors.Is(err, ctx.Err()) holds, and leaves the queue at
-// once, so later waiters lose no time.
+// LockContext acquires f for the owner ctx carries, waiting in the queue
+// until its turn, as Mutex.LockContext does.
 func (f *FairMutex) LockContext(ctx context.Context) (context.Context, error) {
 	lctx, _, err := f.q.lock(ctx, false)
 	return lctx, err
@@ -130,11 +112,8 @@ func (f *FairMutex) TryLockContext(ctx context.Context) (context.Context, bool, 
 	return f.q.lock(ctx, true)
 }
 
-// UnlockContext releases one acquisition by the owner ctx carries, and on
-// the last one grants the lock to the next waiter in the queue. It returns ErrNotHeld if
-// that owner does not hold f, and ErrWrongContext (which is an ErrNotHeld)
-// if ctx carries no hold of f at all: pass the lock context LockContext
-// returned, not its parent.
+// UnlockContext releases one acquisition by the owner ctx carries, as
+// Mutex.UnlockContext does; the last one grants the lock to the next waiter.
 func (f *FairMutex) UnlockContext(ctx context.Context) error { return f.q.unlock(ctx) }
 
 func flag(b bool) string {

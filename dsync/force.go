@@ -12,27 +12,13 @@ import (
 )
 
 // ForceUnlock releases every primitive called name, whoever holds it, and
-// wakes its waiters: the Mutex and FairMutex holders, every RWMutex hold
-// (write and read), every Semaphore permit, a running Once run (its result,
-// if any, is not recorded; a waiter runs f next), every running run of a
-// Group's keys (likewise: the key is forgotten, see Group.Forget), and it
-// resets a WaitGroup
-// counter to zero (every Wait returns). It is the operator's last resort for
-// a holder that is stuck but still renewing (a holder that died frees the
-// lock by itself when its lease runs out). It tells the holders at once:
-// every Client of the key prefix that holds a lock called name, this one
-// included, is told by a message on the connection its wakeups use,
-// checks its holds in Redis, and cancels the lock contexts of those that
-// are gone with ErrLockLost, within a round trip (milliseconds). A holder
-// that cannot be told then (its Client's subscription is broken, its
-// process stopped) finds out at its next renewal; meanwhile it may still
-// act as the holder, so only fencing tokens protect the data it writes. A
-// hold with a fixed lease (WithLeaseTime) that is not a Mutex's or a
-// FairMutex's is not told: it ends with its lease. The fencing sequences
-// continue after a forced release.
-//
-// ForceUnlock returns the primitives it released; none, and no error, when
-// nothing was held. ForceUnlockTell also says which holders were told.
+// wakes its waiters; a running Once or Group run's result is not recorded, a
+// WaitGroup's counter is reset to zero. It is the last resort for a holder
+// that is stuck but still renewing. Holders are told at once, their lock
+// contexts cancelled with ErrLockLost; one that cannot be told learns it at
+// its next renewal (fixed leases: at their end) and may act as holder
+// meanwhile, so only fencing protects the data. It returns the primitives it
+// released.
 func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error) {
 	out, err := c.forceUnlock(ctx, name)
 	if len(out) > 0 {
@@ -43,13 +29,8 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) ([]LockRef, error
 	return out, err
 }
 
-// ForceUnlockTell is ForceUnlock, and returns the holders it told at once:
-// those whose Client answered that it cancelled their lock contexts. It
-// waits for the answers of every Client that received the message (in a
-// cluster without sharded pub/sub, of those on the node that took it), up
-// to a second or until ctx ends. A holder released but not in told was not
-// reached: its process is gone (its lease has ended or will), stopped, or
-// cut off from Redis; it finds out at its next renewal, if any.
+// ForceUnlockTell is ForceUnlock, and also returns the holders whose Client
+// answered, within a second, that it cancelled their lock contexts.
 func (c *Client) ForceUnlockTell(ctx context.Context, name string) (released []LockRef, told []ToldHolder, err error) {
 	out, err := c.forceUnlock(ctx, name)
 	if len(out) == 0 {

@@ -15,20 +15,8 @@ import (
 
 // A Group runs a function once among all concurrent callers of one key, in
 // every process whose Client uses the same key prefix and group name: the
-// cross-process counterpart of golang.org/x/sync/singleflight.Group.
-//
-// The caller that runs fn (the leader) holds a running marker in Redis
-// under a lease the Client's watchdog renews while fn runs (or a fixed one,
-// with WithLeaseTime). Its result travels through Redis, JSON-encoded
-// (encoding/json), to every caller waiting for it, so V must survive a
-// JSON round trip (exported fields, no channels or funcs); callers in the
-// leader's process get fn's value itself. The record of a key goes away
-// when the last caller waiting for it has the result, or, with
-// WithResultTTL, no sooner than that long after the run ended; a call made
-// while it is there gets that result.
-//
-// The callers of one key in one process share one wait in Redis: one of
-// them talks to Redis, the others wait for it in the process.
+// cross-process counterpart of golang.org/x/sync/singleflight.Group. Results
+// reach other processes as JSON, so V must survive encoding/json.
 //
 // A Group is safe for concurrent use. Its zero value is not usable; create
 // Groups with NewGroup. A Group must not be copied after first use.
@@ -68,11 +56,9 @@ type groupCall[V any] struct {
 	tried bool
 }
 
-// NewGroup returns the Group called name of c. Its options are
-// WithLeaseTime (the leader's lease) and WithResultTTL. An invalid name
-// makes every call fail with ErrInvalidArgument.
-//
-// Every key of one Group lives in the Redis Cluster slot of its name.
+// NewGroup returns the Group called name of c. Its options are WithLeaseTime
+// (the leader's lease) and WithResultTTL. An invalid name makes every call
+// fail with ErrInvalidArgument.
 func NewGroup[V any](c *Client, name string, opts ...LockOption) *Group[V] {
 	g := &Group[V]{c: c, name: name, base: c.lockKey("group", name), err: checkName(name), lc: newLockConfig(opts),
 		info: Lock{Kind: KindGroup, Name: name, N: 1}, calls: make(map[string]*groupCall[V])}
@@ -84,10 +70,8 @@ func NewGroup[V any](c *Client, name string, opts ...LockOption) *Group[V] {
 }
 
 // WithResultTTL keeps each result of a Group in Redis for d after its run
-// ended, so that calls in that time get it without running fn again (a
-// cache of d; Forget drops it). Without it, a key's record goes away when
-// the last caller that waited for it has the result. Other primitives
-// ignore it.
+// ended, so that calls in that time get it without running fn again. Other
+// primitives ignore it.
 func WithResultTTL(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if d > 0 {
@@ -98,29 +82,15 @@ func WithResultTTL(d time.Duration) LockOption {
 
 // Do runs fn and returns its result, unless a call of the same key is
 // running in any process: then it waits for that call and returns its
-// result, with shared true. A call that ends with an error shares it: the
-// callers waiting in the leader's process get fn's error itself, those in
-// other processes an error with the same message that wraps nothing.
+// result, with shared true. An error is shared too (in other processes, as
+// an error with the same message). If the running call ends without a result
+// (its ctx ended, fn panicked, its process died), a waiting caller runs fn
+// instead. If fn panics, Do panics with the same value.
 //
-// The leader's own end is not shared: if its ctx ends (fn then returns,
-// whatever its error), fn panics (Do panics with the same value in the
-// leader's goroutine), or its process dies (its lease lapses), a waiting
-// caller runs fn instead, and no other caller sees that. So does its
-// Client's Close: it does not wait for fn, it ends the run in Redis before
-// it returns (a caller elsewhere may then run fn while this fn still runs)
-// and cancels fn's lock context (with cause ErrClosed, unless ctx ended it
-// first); the leader's Do returns what fn returned. Likewise ctx ends
-// only this caller's wait: Do then returns an error for which
-// errors.Is(err, ctx.Err()) holds, and leaves nothing behind in Redis. A
-// Redis error while the callers of this process wait for a run elsewhere
-// (the server restarting, say) ends their Do with that error; Do does not
-// retry through it.
-//
-// fn receives a lock context derived from ctx, carrying the run's owner
-// and fencing token and cancelled with cause ErrLockLost if the run's lease
-// is lost. Calling Do for the same key from inside fn with fn's context
-// returns ErrInvalidArgument (it would wait for itself). An empty key, or
-// one longer than MaxNameLen, returns ErrInvalidArgument.
+// fn's context is a lock context, carrying the run's fencing token and
+// cancelled with cause ErrLockLost if the run's lease is lost. Calling Do
+// for the same key from inside fn with fn's context returns
+// ErrInvalidArgument, as does an invalid key.
 func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) (V, error)) (v V, shared bool, err error) {
 	if err := g.check(ctx, key); err != nil {
 		return v, false, err
@@ -332,11 +302,9 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 	return v, false, nil, true
 }
 
-// Forget drops key's record, in this process and in Redis, so that the
-// next call of key runs fn again, even if a result is kept (WithResultTTL)
-// or a run is in progress: that run goes on for its callers, but its
-// result is not recorded, and the callers that wait in other processes
-// wait for the next run (one of them runs it).
+// Forget drops key's record, in this process and in Redis, so that the next
+// call of key runs fn again, even if a result is kept or a run is in
+// progress: that run's result is then not recorded.
 func (g *Group[V]) Forget(ctx context.Context, key string) error {
 	if err := g.check(ctx, key); err != nil {
 		return err

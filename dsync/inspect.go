@@ -15,87 +15,65 @@ import (
 // maxInspectWaiters bounds the queue Inspect reads for one lock.
 const maxInspectWaiters = 1000
 
-// LockState is a snapshot of one lock in Redis, as Inspect reports it. It
-// is read atomically per lock, but is out of date as soon as it returns:
-// use it to look, never to decide who holds a lock.
+// LockState is a snapshot of one lock in Redis, as Inspect reports it: read
+// atomically, out of date as soon as it returns. Use it to look, never to
+// decide who holds a lock.
 type LockState struct {
 	Kind Kind
 	Name string
-	// Holders is empty when the lock is free: for a Mutex, FairMutex or
-	// the writer of an RWMutex at most one; for RWMutex readers and
-	// Semaphore permits any number; for a Once, the caller running f.
+	// Holders is empty when the lock is free; for a Once, the caller
+	// running f.
 	Holders []Holder
-	// LastToken is the latest fencing token issued or reserved for the lock,
-	// also kept for a while after it was released; 0 when unknown. A Mutex
-	// reserves a few tokens per acquisition for handoffs inside the holder's
-	// Client, so its LastToken may be above the holder's token.
+	// LastToken is the latest fencing token issued or reserved for the
+	// lock (a Mutex's may be above its holder's); 0 when unknown.
 	LastToken uint64
-	// Waiters are the waiters queued in Redis, first in line first: for a
-	// FairMutex, the writers of an RWMutex, and a Semaphore. Only waiters
-	// whose place in the queue is live are reported, at most 1000. A Mutex
-	// keeps no queue in Redis (its waiters queue inside their process): its
-	// Waiters are the Clients waiting for it, in no order, each with the
-	// number of its goroutines that wait (Waiter.Count), as of that
-	// Client's last attempt (at least every lease/3); the entry of a
-	// Client whose last waiting goroutine gave up is removed in the
-	// background just after that goroutine returns. Goroutines waiting
-	// behind a holder of their own Client are handed the lock there and
-	// are not counted.
+	// Waiters are the live waiters queued in Redis, first in line first,
+	// at most 1000; for a Mutex, the Clients whose goroutines wait, in no
+	// order.
 	Waiters []Waiter
 	// Mode is "read" or "write" for a held RWMutex, "" otherwise.
 	Mode string
-	// Size and Free are the permits of a Semaphore (Free counts permits
-	// whose holders' leases have not lapsed); 0 for other kinds.
+	// Size and Free are the permits of a Semaphore.
 	Size, Free int64
 	// Done reports that a Once's function has succeeded.
 	Done bool
 	// Counter is a WaitGroup's counter.
 	Counter int64
-	// Key is, for a Group, the key this state is of (one state per key
-	// with a record: its leader as the holder, the processes waiting for
-	// it as Waiters, and Done when the result is there).
+	// Key is, for a Group, the key of this state (one per key with a
+	// record; Done when the result is there).
 	Key string
-	// Leader is an Election's leader as its record says (Leader{} when it
-	// has none); its Holders are the leader's hold of the election's lock,
-	// its Waiters the candidates in line.
+	// Leader is an Election's leader (Leader{} when it has none); its
+	// Waiters are the candidates.
 	Leader Leader
 }
 
 // Holder is one owner holding a lock.
 type Holder struct {
 	Owner string
-	// Count is the number of acquisitions not yet released as Redis
-	// counts them: re-entries through the Client that holds the lock are
-	// counted by that Client alone, re-entries through other Clients here.
-	// It is 0 for a Semaphore, whose holders hold Permits.
+	// Count is the number of acquisitions not yet released, as Redis
+	// counts them (not re-entries through the holding Client); 0 for a
+	// Semaphore.
 	Count int64
-	// Token is the fencing token of the hold as Redis records it: for a
-	// Mutex, the last of the tokens reserved by the holder's Client (the
-	// holder's own is at most that); 0 where the layout keeps none per
-	// holder (Semaphore). Owner is likewise the owner Redis knows: after a
-	// handoff inside one Client, the one that acquired in Redis.
+	// Token is the fencing token Redis records (for a Mutex, the last its
+	// Client reserved, at least the holder's); 0 for a Semaphore. Owner is
+	// the owner that acquired in Redis.
 	Token uint64
-	// Lease is how long the hold has left in Redis unless renewed; -1 if
-	// it has no expiry.
+	// Lease is how long the hold has left unless renewed; -1: no expiry.
 	Lease time.Duration
 	// Permits is the number of Semaphore permits held; 1 for other kinds.
 	Permits int64
 }
 
-// Waiter is one owner queued for a lock, or, for a Mutex, one Client
-// whose goroutines wait for it.
+// Waiter is one owner queued for a lock, or, for a Mutex, one Client whose
+// goroutines wait for it.
 type Waiter struct {
-	// Owner is the waiting owner; for a Mutex, the waiting Client ("<client
-	// name>/<16 hex digits>", see WithClientName).
+	// Owner is the waiting owner; for a Mutex, the waiting Client.
 	Owner string
-	// Place is how long its place in the queue has left unless the waiter
-	// renews it (which a live waiter does every lease/3).
+	// Place is how long its place has left unless renewed.
 	Place time.Duration
-	// Permits is the number of permits a Semaphore waiter asks for; 1
-	// otherwise.
+	// Permits is what a Semaphore waiter asks for; 1 otherwise.
 	Permits int64
-	// Count is the number of waiters the entry stands for: for a Mutex,
-	// the goroutines of that Client that wait; 1 otherwise.
+	// Count is, for a Mutex, the Client's waiting goroutines; 1 otherwise.
 	Count int64
 }
 
@@ -133,12 +111,8 @@ var otherLayouts = []struct {
 }
 
 // Inspect returns the state of every primitive called name under the
-// Client's prefix, one LockState per kind found: holders with their owner,
-// re-entry count, fencing token and remaining lease; the queue in order
-// (FairMutex, RWMutex writers, Semaphore); the permits held and free
-// (Semaphore); the done state (Once); the counter (WaitGroup). A primitive
-// that has never been used, or whose keys have expired, is not reported, so
-// an unknown name returns no states and no error.
+// Client's prefix, one LockState per kind found. A name never used, or whose
+// keys have expired, returns no states and no error.
 func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) {
 	if err := c.checkCall(ctx, checkName(name)); err != nil {
 		return nil, err
@@ -331,11 +305,10 @@ func globEscape(s string) string {
 }
 
 // List returns the locks under the Client's prefix whose name matches the
-// glob pattern (Redis MATCH syntax: *, ?, [...], \ to escape; "" or "*"
-// for all), sorted by name and kind. It walks the keyspace of every node
-// with SCAN, never KEYS, so it does not block Redis, and like SCAN it may
-// miss locks created or removed while it runs. A '%' or '}' in the pattern
-// matches itself. It is meant for tools, not for hot paths.
+// glob pattern (Redis MATCH syntax; "" or "*" for all), sorted by name and
+// kind. It walks every node with SCAN, not KEYS, so it does not block Redis,
+// and like SCAN it may miss locks created or removed meanwhile. It is meant
+// for tools, not for hot paths.
 func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
 	if err := c.checkCall(ctx, nil); err != nil {
 		return nil, err

@@ -26,17 +26,11 @@ type orderedLocker interface {
 
 func (m *Mutex) orderKey() string { return m.key }
 
-// A MultiLock holds several locks as one: all of them, or none. The locks
-// may live in different cluster slots, on different servers, or behind
-// different Clients.
-//
-// To rule out deadlock between MultiLocks over overlapping sets, members are
-// always acquired in one global order: dsync Mutexes (and RedLocks) by their
-// Redis key, and other lockers after them in the order given, which callers
-// must then keep the same everywhere.
-//
-// Every member is acquired for the same owner, the one the context carries,
-// so a MultiLock re-enters members that owner already holds.
+// A MultiLock holds several locks as one: all of them, or none, in any
+// slots, servers or Clients. Members are acquired in one global order, so
+// MultiLocks over overlapping sets do not deadlock: dsync locks by their
+// Redis key, then other lockers in the order given, which callers must keep
+// the same everywhere.
 //
 // A MultiLock is safe for concurrent use. Its zero value is not usable;
 // create one with NewMultiLock or Client.NewMultiLock. It must not be copied
@@ -56,9 +50,8 @@ type multiHold struct {
 	cancel context.CancelCauseFunc
 }
 
-// NewMultiLock returns a lock over lockers. Duplicate dsync locks (same
-// Redis key) are taken once. With no lockers every call fails with
-// ErrInvalidArgument.
+// NewMultiLock returns a lock over lockers. Duplicate dsync locks are taken
+// once. With no lockers every call fails with ErrInvalidArgument.
 func NewMultiLock(lockers ...ContextLocker) *MultiLock {
 	var keyed, rest []ContextLocker
 	seen := make(map[string]bool)
@@ -90,14 +83,10 @@ func (c *Client) NewMultiLock(names []string, opts ...LockOption) *MultiLock {
 	return NewMultiLock(lockers...)
 }
 
-// LockContext acquires every member for the owner ctx carries (a fresh one
-// if none), waiting until all are held or ctx is done. On failure it
-// releases the members it took and returns the error; a wait ended by ctx
-// returns an error for which errors.Is(err, ctx.Err()) holds.
-//
-// The returned lock context carries the owner and no fencing token (each
-// member has its own). It is cancelled when the MultiLock is released, or,
-// with cause ErrLockLost, as soon as any member is lost.
+// LockContext acquires every member for the owner ctx carries, waiting until
+// all are held or ctx is done; on failure it releases those it took. The
+// lock context carries no fencing token (each member has its own) and is
+// cancelled, with cause ErrLockLost, as soon as any member is lost.
 func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -151,8 +140,8 @@ func (ml *MultiLock) undo(mh *multiHold) error {
 
 // UnlockContext releases the innermost acquisition by the owner ctx carries,
 // every member, even if some fail (the errors are joined). It returns
-// ErrNotHeld if that owner holds no acquisition of ml through it
-// (ErrWrongContext, an ErrNotHeld, if ctx carries no owner at all).
+// ErrNotHeld (ErrWrongContext if ctx carries no owner) if that owner holds
+// no acquisition of ml.
 func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -166,10 +155,8 @@ func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	return err
 }
 
-// Lock acquires every member, blocking until all are held, as
-// sync.Mutex.Lock does (each attempt with a fresh owner). It retries after
-// errors, logging them, and panics on errors waiting cannot cure
-// (ErrClosed, ErrInvalidArgument). (The adapter in locker.go.)
+// Lock acquires every member, blocking until all are held, as Mutex.Lock
+// does.
 func (ml *MultiLock) Lock() { lockerLock(ml, &ml.lk) }
 
 // Unlock releases the hold taken by Lock. It is a run-time error (a panic)

@@ -19,23 +19,11 @@ import (
 const freeMarkerTTL = time.Hour
 
 // A Mutex is a mutual exclusion lock shared by every Client, in any process,
-// that uses the same key prefix and name. It is reentrant by owner: an
-// acquisition whose context carries the owner of the current hold re-enters
-// it (see WithOwner), and each acquisition needs its own release.
-//
-// Lock, Unlock and TryLock make a Mutex a sync.Locker: each Lock takes a
-// fresh owner, so, as with sync.Mutex, a second Lock blocks until Unlock,
-// and any goroutine may call Unlock.
-//
-// Goroutines of one Client that wait for the same Mutex queue locally and
-// are handed the lock without a round trip (see WithMaxLocalHandoffs); Redis
-// then still names the owner that acquired it there. So a holder that got
-// the lock by such a handoff re-enters and releases it through the same
-// Client only; and while its Client may hand the lock on that way (it
-// reserved tokens for it, because goroutines of its own were waiting when
-// it acquired), no owner re-enters through another Client: the owner Redis
-// names may already have handed the lock on, and another Client's
-// acquisition with that owner waits like any other.
+// that uses the same key prefix and name. It is reentrant by owner (see
+// WithOwner): each acquisition needs its own release. Lock, Unlock and
+// TryLock make it a sync.Locker that, like sync.Mutex, is not reentrant and
+// may be unlocked by any goroutine. A hold handed on inside a Client (see
+// WithMaxLocalHandoffs) is re-entered and released through that Client only.
 //
 // A Mutex is safe for concurrent use. Its zero value is not usable; create
 // Mutexes with Client.NewMutex. A Mutex may be copied only before first use.
@@ -92,21 +80,18 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	return m
 }
 
-// Lock acquires m, blocking until it is held. Redis errors do not end the
-// wait: Lock logs them, reports them to the observer and retries with
-// backoff. Lock panics if the Client is closed or the name is invalid,
-// errors that waiting cannot cure. (The adapter in locker.go.)
+// Lock acquires m, blocking until it is held. It retries through Redis
+// errors, logging them, and panics if the Client is closed or the name is
+// invalid.
 func (m *Mutex) Lock() { lockerLock(m, &m.lk) }
 
-// TryLock tries to acquire m without waiting and reports whether it did.
-// It returns false on any error.
+// TryLock tries to acquire m without waiting and reports whether it did. It
+// returns false on any error.
 func (m *Mutex) TryLock() bool { return lockerTryLock(m, &m.lk) }
 
 // Unlock releases the hold taken by Lock or TryLock. It is a run-time error
-// (a panic) if m was not locked by Lock or TryLock; the panic says so when
-// m is held through LockContext (release that with UnlockContext). A release that fails
-// (the lock was lost, Redis is unreachable) is logged; the lock then
-// expires with its lease.
+// (a panic) if m was not locked by Lock or TryLock. A failed release is
+// logged; the lock then expires with its lease.
 func (m *Mutex) Unlock() { lockerUnlock(m, &m.lk, "unlock") }
 
 func (m *Mutex) lockFor(ctx context.Context, try bool) (context.Context, bool, error) {
@@ -123,29 +108,24 @@ func (m *Mutex) lockerEnv() (string, string, *slog.Logger, *Client) {
 // LockContext acquires m for the owner ctx carries (a fresh one if none),
 // waiting until it is held or ctx is done. It returns the lock context:
 // derived from ctx, carrying the owner and the fencing token, and cancelled
-// when the hold is released (cause: released) or lost (cause: ErrLockLost).
-// Being derived from ctx, it also ends with ctx; that does not release m.
-//
-// A wait ended by ctx returns an error for which errors.Is(err, ctx.Err())
-// holds, and leaves nothing behind in Redis.
+// when the hold is released or lost (cause ErrLockLost). It also ends with
+// ctx, which does not release m. A wait ended by ctx returns an error
+// matching ctx.Err().
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
 	lctx, _, err := m.lock(ctx, false)
 	return lctx, err
 }
 
-// TryLockContext is LockContext without waiting: when another owner holds
-// m it returns false and a nil error.
+// TryLockContext is LockContext without waiting: when another owner holds m
+// it returns false and a nil error.
 func (m *Mutex) TryLockContext(ctx context.Context) (context.Context, bool, error) {
 	return m.lock(ctx, true)
 }
 
-// UnlockContext releases one acquisition by the owner ctx carries (the lock
-// context, or any context with the same owner). It returns ErrNotHeld if
-// that owner does not hold m, and ErrWrongContext (which is an ErrNotHeld)
-// if ctx carries no hold of m at all (the parent context passed instead of
-// the lock context, or m was locked by Lock): m then stays held. The
-// release runs even if ctx is already cancelled, since a lost lock's
-// context is.
+// UnlockContext releases one acquisition by the owner ctx carries, even if
+// ctx is cancelled. It returns ErrNotHeld if that owner does not hold m, and
+// ErrWrongContext if ctx carries no hold of m (the parent context, say): m
+// then stays held.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	var owner string
 	var ok bool

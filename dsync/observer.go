@@ -16,12 +16,9 @@ const (
 	KindSemaphore Kind = "semaphore"
 	KindOnce      Kind = "once"
 	KindWaitGroup Kind = "wait_group"
-	// A Group call that goes to Redis is an acquisition, Acquired when it
-	// runs fn (the run is a hold, Released when fn returns).
+	// A Group run is a hold.
 	KindGroup Kind = "group"
-	// A Cond's Wait is an acquisition while it waits for a signal, never
-	// Acquired (Err says why it ended early); its release and
-	// re-acquisition of the lock are the Mutex's events.
+	// A Cond's Wait for a signal is an acquisition, never Acquired.
 	KindCond Kind = "cond"
 )
 
@@ -51,19 +48,8 @@ type Observer struct {
 	// receives the tags of the holders it waited for in
 	// AcquireDone.BlockedBy. The otel/ package stores the hold span's
 	// context, so that a waiter's span links to the span of whoever
-	// blocked it.
-	//
-	// A tag lives exactly as long as its hold: the release removes it, and
-	// so does Client.Close for every hold it releases (before Close
-	// returns, within its closeTimeout). Each tag carries its own expiry,
-	// one lease from its last write (a fixed lease's end, with
-	// WithLeaseTime), and the renewal loop renews it with its hold; so the
-	// tag of a holder that died without releasing is gone (pruned by the
-	// next tag write of the lock, or with the lock's tag hash) within one
-	// lease of its hold's end, whatever other holders of the lock do. The
-	// cost, only while it is set: one Redis command per hold, one per
-	// release and one per tagged hold per renewal round (pipelined with
-	// the round), and two per acquisition that waits.
+	// blocked it. A tag ends with its hold (a dead holder's within a
+	// lease).
 	HoldTag func(ctx context.Context, e AcquireDone) string
 }
 

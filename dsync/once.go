@@ -11,14 +11,9 @@ import (
 
 // A Once runs a function successfully at most once per name across every
 // Client, in any process, that uses the same key prefix: the cross-process
-// counterpart of sync.Once, for failures that are worth another try.
-//
-// The done state is durable in Redis (it has no expiry; delete the keys of
-// the name to run the function again). While a caller runs f it holds a
-// "running" marker under a lease the Client's watchdog renews (or a fixed
-// one, with WithLeaseTime); other callers wait for it. If f returns an
-// error, panics, or its process dies (the lease lapses), the next caller
-// runs f instead.
+// counterpart of sync.Once, for failures that are worth another try. Its
+// done state is durable in Redis. If f fails, panics, or its process dies,
+// the next caller runs f.
 //
 // A Once is safe for concurrent use. Its zero value is not usable; create
 // Onces with Client.NewOnce. A Once may be copied only before first use.
@@ -45,27 +40,16 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 	return o
 }
 
-// Do calls f if and only if no call of f for this name has succeeded yet,
-// in any process, and no other call is running; if one is running, Do waits
-// for it and returns nil if it succeeded, or runs f itself if it failed.
+// Do calls f if and only if no call of f for this name has succeeded yet, in
+// any process, and no other call is running; if one is running, Do waits for
+// it and returns nil if it succeeded, or runs f itself if it failed. Do
+// returns f's error; if f panics, Do panics with the same value.
 //
-// f receives a lock context derived from ctx that carries the run's owner
-// and fencing token, and is cancelled with cause ErrLockLost if the run's
-// lease is lost; a storage system can use the token to reject a run that
-// lost its lease. Do returns f's error; if f panics, Do gives up the run
-// and panics with the same value. Once f has returned, its outcome is
-// recorded in Redis even if ctx ended meanwhile (Do gives Redis up to 2 s
-// for it), so a run that succeeded is not run again because its caller's
-// deadline passed while f ran. If the run's lease was lost and another
-// run took over, the result is not recorded: Do returns an error that
-// errors.Is ErrLockLost while that run has not succeeded, and nil once it
-// has (the Once is done; OnceValue then returns that run's value).
-//
-// Calling Do from inside f with f's context (or one derived from it)
-// returns ErrInvalidArgument (sync.Once would deadlock). That is decided per
-// call, not per owner: concurrent calls whose contexts carry the same owner
-// wait for the run like any other. A wait ended by ctx returns an error for
-// which errors.Is(err, ctx.Err()) holds.
+// f's context is a lock context, carrying the run's fencing token and
+// cancelled with cause ErrLockLost if the run's lease is lost; Do then
+// returns an error matching ErrLockLost, or nil if another run has
+// succeeded. f's outcome is recorded even if ctx ended while f ran. Calling
+// Do from inside f with f's context returns ErrInvalidArgument.
 func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 	if f == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
@@ -75,14 +59,9 @@ func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 }
 
 // OnceValue returns a function that calls f at most once successfully per
-// name across all processes (through a Once of c named name) and returns
-// its result. The result is stored in Redis JSON-encoded (encoding/json),
-// so every process, including ones that start later, gets the same value;
-// T must therefore survive a JSON round trip (exported fields, no
-// channels or funcs). The value is cached in the returned function after
-// the first successful call. A failed call returns f's error and lets the
-// next call try again.
-//
+// name across all processes and returns its result, which every process
+// gets: it is stored in Redis as JSON, so T must survive encoding/json. A
+// failed call returns f's error and lets the next call try again.
 // OnceValue's names are separate from those of NewOnce.
 func OnceValue[T any](c *Client, name string, f func(context.Context) (T, error)) func(context.Context) (T, error) {
 	o := c.newOnce("oncevalue", name, nil)

@@ -13,14 +13,9 @@ import (
 const (
 	// DefaultKeyPrefix starts every key and channel dsync writes.
 	DefaultKeyPrefix = "dsync"
-	// DefaultLease is the watchdog lease: a held lock lives this long in
-	// Redis past its last renewal, and is renewed every DefaultLease/3.
+	// DefaultLease is the watchdog lease (see WithLease).
 	DefaultLease = 30 * time.Second
-	// DefaultMaxLocalHandoffs is how many times in a row a Mutex is handed
-	// from one goroutine to another inside one Client before the Client
-	// asks Redis whether other processes wait for it (and if so releases it
-	// to them). It is also the number of fencing tokens one acquisition
-	// reserves, so that those handoffs need no round trip.
+	// DefaultMaxLocalHandoffs: see WithMaxLocalHandoffs.
 	DefaultMaxLocalHandoffs = 32
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 4096
@@ -79,15 +74,14 @@ func (c *config) validate() error {
 	return nil
 }
 
-// WithKeyPrefix sets the prefix of every key and channel; DefaultKeyPrefix if
-// not set. Clients that should see the same locks must use the same prefix.
-// The prefix must not contain '{' or '}' (they would change the hash tag).
+// WithKeyPrefix sets the prefix of every key and channel (DefaultKeyPrefix
+// if not set). Clients that share locks must share the prefix. A prefix with
+// '{' or '}' makes NewClient fail.
 func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
-// WithLease sets the watchdog lease (DefaultLease if not set or d <= 0).
-// Locks acquired without WithLeaseTime live d in Redis after each renewal
-// and are renewed every d/3 while held, so a crashed holder's lock frees
-// itself within d.
+// WithLease sets the watchdog lease (DefaultLease if d <= 0): a held lock
+// lives d in Redis after each renewal, and is renewed every d/3, so a
+// crashed holder's lock frees itself within d.
 func WithLease(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
@@ -96,15 +90,12 @@ func WithLease(d time.Duration) Option {
 	}
 }
 
-// WithObserver installs hooks called on lock events (see Observer). The
-// otel/ package provides one that records OpenTelemetry spans and metrics.
+// WithObserver installs hooks called on lock events (see Observer). Package
+// dsyncotel (the otel/ module) provides one that records spans and metrics.
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
-// WithLogger sets the logger for events nobody asked about directly, such as
-// a failed renewal, a lost lock or a retried Lock (whose errors have no
-// other way out). Without it, or with nil, the Client logs to
-// slog.Default() as it is when NewClient runs; to silence it, pass
-// slog.New(slog.DiscardHandler).
+// WithLogger sets the logger for what no caller is told, such as a lost lock
+// or a retried Lock (default: slog.Default() at NewClient).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
@@ -113,24 +104,17 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithClientName names the Client: the owners it makes for calls that
-// bring none read "<name>/<random>", so Inspect, the CLI and the observer's
-// spans show which Client holds or waits. The default is "<host>:<pid>".
-// Spaces, control characters, '/', '{' and '}' become '_', and the name is
-// cut at 64 bytes.
+// WithClientName names the Client in the owners it makes
+// ("<name>/<random>"), so Inspect, the CLI and spans show which Client holds
+// or waits. The default is "<host>:<pid>".
 func WithClientName(name string) Option {
 	return func(c *config) { c.name = ownerName(name) }
 }
 
-// WithMaxLocalHandoffs sets how many consecutive in-process handoffs of one
-// Mutex pass before the Client checks for waiters in other processes
-// (DefaultMaxLocalHandoffs if not set): with some, it releases the lock to
-// them; with none, it goes on handing off, at most 8n times in a row. Each
-// acquisition in Redis reserves n fencing tokens, so handoffs within a block
-// cost no round trip; a larger n is faster under contention inside one
-// process and makes other processes wait longer for their turn. 0 disables
-// handoff: every unlock goes through Redis and waiters of this process
-// compete like remote ones.
+// WithMaxLocalHandoffs sets how many consecutive handoffs of one Mutex
+// between goroutines of the Client, without Redis, pass before the lock goes
+// to waiters in other processes (DefaultMaxLocalHandoffs if not set; 0:
+// none). A larger n is faster within a process and makes others wait longer.
 func WithMaxLocalHandoffs(n int) Option {
 	return func(c *config) {
 		if n >= 0 {
@@ -139,7 +123,7 @@ func WithMaxLocalHandoffs(n int) Option {
 	}
 }
 
-// A LockOption configures one lock, semaphore or once.
+// A LockOption configures one lock.
 type LockOption func(*lockConfig)
 
 // lease is the lease of an acquisition under lc by a lock of c: the fixed
@@ -161,25 +145,11 @@ type lockConfig struct {
 	nodeTimeout    time.Duration // WithNodeTimeout: RedLock's per-node bound
 }
 
-// WithLeaseTime gives each acquisition a fixed lease of d and no watchdog:
-// the lock expires d after it was acquired unless released before, and its
-// lock context is then cancelled with ErrLockLost. d <= 0 keeps the watchdog.
-//
-// The lease runs in Redis from the moment the lock became the caller's: the
-// acquire script's run, or, for a FairMutex, RWMutex or Semaphore waiter,
-// the release that granted it the lock, however long after the waiter's
-// last look that came. The lock context's lease clock (and its Deadline)
-// starts no later than that moment on the local clock, read through the
-// server time the grant and the waiter's last attempt carry, and ends
-// d/100 plus a few ms early, so the caller never believes in a lease Redis
-// has already ended; what is left of d is the caller's. A grant seen with
-// less than half of that left (its message came late, or carried no time)
-// is claimed again by one more attempt, which restarts the lease in Redis
-// if the grant is still there and otherwise goes on waiting. An
-// acquisition whose reply came back after its whole lease (d shorter than
-// the round trip, or the process paused meanwhile) releases the lock and
-// fails with ErrLockLost (Lock retries it): no acquisition returns a lock
-// context that is already cancelled.
+// WithLeaseTime gives each acquisition a fixed lease of d and no renewal:
+// the lock expires d after Redis granted it unless released before. Its lock
+// context ends a little early (d/100 plus a few ms), with ErrLockLost, so
+// the caller never believes in a lease Redis has ended; no acquisition
+// returns one already ended. d <= 0 keeps the watchdog.
 func WithLeaseTime(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if d > 0 {

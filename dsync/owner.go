@@ -25,15 +25,11 @@ type ownerVal struct {
 	fresh bool
 }
 
-// WithOwner returns a copy of ctx carrying a fresh owner: 128 random bits
-// from crypto/rand, so no other client can guess it and release or renew a
-// lock it does not hold. Acquisitions made with contexts carrying the same
-// owner re-enter each other's locks.
-//
-// An owner reads "<name>/<32 hex digits>", where name says who made it, so
-// that Inspect and the CLI show which process holds a lock: for WithOwner,
-// "<host>:<pid>"; for an owner a Client makes for a call that brings none,
-// the Client's name (WithClientName, by default "<host>:<pid>" too).
+// WithOwner returns a copy of ctx carrying a fresh owner, 128 random bits
+// that no other client can guess. Acquisitions whose contexts carry the same
+// owner re-enter each other's locks. An owner reads "<host>:<pid>/<32 hex
+// digits>" (owners a Client makes use its WithClientName), so Inspect and
+// the CLI show which process holds a lock.
 func WithOwner(ctx context.Context) context.Context {
 	return withOwnerVal(ctx, ownerVal{owner: newOwnerID(processName())})
 }
@@ -50,12 +46,10 @@ func OwnerOf(ctx context.Context) (string, bool) {
 	return v.owner, true
 }
 
-// FencingToken returns the fencing token of the acquisition that returned
-// ctx (or the lock context ctx derives from). Tokens of one lock name grow
-// strictly with every new acquisition, by any owner in any process, so a
-// store that remembers the largest token it has seen can reject writes from
-// a holder that lost the lock. Re-entry returns the token of the hold it
-// re-enters.
+// FencingToken returns the fencing token of the acquisition whose lock
+// context ctx is or derives from. Tokens of one lock name grow strictly with
+// every new acquisition, by any owner in any process (see the package doc);
+// a re-entry has the token of the hold it re-enters.
 func FencingToken(ctx context.Context) (uint64, bool) {
 	if ctx == nil {
 		return 0, false

@@ -10,13 +10,12 @@ import (
 	"time"
 )
 
-// DefaultNodeTimeout bounds one RedLock node's acquisition, so that a node
-// that is down or slow costs little of the lease (see WithNodeTimeout).
+// DefaultNodeTimeout bounds one RedLock node's acquisition.
 const DefaultNodeTimeout = 100 * time.Millisecond
 
 // WithNodeTimeout bounds each node's acquisition in a RedLock
-// (DefaultNodeTimeout if not set or d <= 0). A node that has not answered in
-// d counts as failed for that round. Other locks ignore it.
+// (DefaultNodeTimeout if d <= 0): a node that has not answered in d counts
+// as failed for that round. Other locks ignore it.
 func WithNodeTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if d > 0 {
@@ -31,24 +30,12 @@ var errNodeTimeout = errors.New("dsync: RedLock node timeout")
 
 // A RedLock is the Redlock algorithm: a lock held on a majority of N
 // independent Redis deployments, one Client each, so that it survives a
-// minority of them failing.
+// minority of them failing. It gives no fencing token, and its safety rests
+// on bounded clock drift and process pauses shorter than the lease; see
+// docs/scale-out.md.
 //
-// An acquisition tries every node in parallel, each bounded by the node
-// timeout, and holds the lock if a majority agreed and time remains of the
-// lease: validity = lease - elapsed - drift, with drift = lease/100 + 2ms.
-// Otherwise it releases every node, leaving no partial hold, and (for
-// LockContext) tries again after a short random delay. Each node's hold is
-// renewed by its Client's watchdog; when so many are lost that no majority
-// remains, the lock context is cancelled with ErrLockLost (ErrClosed when
-// those nodes went with their Clients' Close).
-//
-// A RedLock gives no fencing token: each node counts tokens of its own, and
-// no counter is shared that could order holders across nodes. Its safety
-// rests on bounded clock drift and process pauses shorter than the lease;
-// see docs/scale-out.md.
-//
-// A RedLock is safe for concurrent use. Its zero value is not usable;
-// create one with NewRedLock. It must not be copied after first use.
+// A RedLock is safe for concurrent use. Its zero value is not usable; create
+// one with NewRedLock. It must not be copied after first use.
 type RedLock struct {
 	name   string
 	nodes  []*Mutex
@@ -70,10 +57,9 @@ type redHold struct {
 }
 
 // NewRedLock returns the RedLock called name over clients, one per
-// independent Redis deployment; a majority of them must agree. The lease is
-// WithLeaseTime's, or else the shortest watchdog lease of the clients. An
-// invalid name, no clients or a nil client makes every call fail with
-// ErrInvalidArgument.
+// independent Redis deployment. The lease is WithLeaseTime's, or else the
+// shortest lease of the clients. An invalid name, no clients or a nil client
+// makes every call fail with ErrInvalidArgument.
 func NewRedLock(name string, clients []*Client, opts ...LockOption) *RedLock {
 	lc := newLockConfig(opts)
 	rl := &RedLock{name: name, quorum: len(clients)/2 + 1, lease: lc.leaseTime, timeo: lc.nodeTimeout,
@@ -106,11 +92,10 @@ func (rl *RedLock) orderKey() string {
 	return rl.nodes[0].key + ":redlock"
 }
 
-// LockContext acquires rl on a majority of nodes for the owner ctx carries
-// (a fresh one if none), retrying until it is held or ctx is done. It fails
-// at once, with the nodes' errors joined, when fewer than a majority of
-// nodes could be reached. The lock context carries the owner and no fencing
-// token.
+// LockContext acquires rl on a majority of nodes for the owner ctx carries,
+// retrying until it is held or ctx is done; it fails at once when no
+// majority can be reached. The lock context has no fencing token and is
+// cancelled with ErrLockLost when no majority of holds remains.
 func (rl *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 	if err := rl.check(ctx); err != nil {
 		return nil, err
@@ -121,7 +106,7 @@ func (rl *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 }
 
 // TryLockContext is one round of LockContext: false and a nil error when
-// no majority could be had because other owners hold the lock.
+// other owners hold the lock.
 func (rl *RedLock) TryLockContext(ctx context.Context) (context.Context, bool, error) {
 	if err := rl.check(ctx); err != nil {
 		return nil, false, err
@@ -275,8 +260,7 @@ const KindRedLock Kind = "redlock"
 
 // UnlockContext releases the innermost acquisition by the owner ctx carries
 // on every node. It returns nil if a majority released it, and an error
-// matching ErrNotHeld otherwise (the lock was lost, or that owner does not
-// hold rl through it).
+// matching ErrNotHeld otherwise.
 func (rl *RedLock) UnlockContext(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
@@ -293,10 +277,7 @@ func (rl *RedLock) UnlockContext(ctx context.Context) error {
 	return err
 }
 
-// Lock acquires rl, blocking until it is held, as sync.Mutex.Lock does
-// (each attempt with a fresh owner). It retries after errors (a majority
-// down), logging them, and panics on errors waiting cannot cure
-// (ErrClosed, ErrInvalidArgument). (The adapter in locker.go.)
+// Lock acquires rl, blocking until it is held, as Mutex.Lock does.
 func (rl *RedLock) Lock() { lockerLock(rl, &rl.lk) }
 
 // TryLock tries to acquire rl once and reports whether it did.

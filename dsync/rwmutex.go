@@ -10,39 +10,14 @@ import (
 )
 
 // An RWMutex is a reader/writer lock shared by every Client, in any process,
-// that uses the same key prefix and name: any number of readers, or one
-// writer.
-//
-// Admission is phase-fair, so neither side starves:
-//   - Waiting writers are served in arrival order, and once a writer waits,
-//     new readers wait behind it (as with sync.RWMutex, whose RLock blocks
-//     while a writer waits).
-//   - When a writer releases, the readers that were waiting are granted
-//     their read locks before any later writer (as sync.RWMutex's Unlock
-//     admits the readers blocked behind it); the next writer is granted the
-//     lock when they have left. Readers that arrive after that release
-//     wait for the next one. A grant is made by the release itself and
-//     told to each grantee on a channel its Client subscribes once.
-//   - The only reader may take the write lock (an upgrade) ahead of queued
-//     writers, which could not get in before it leaves anyway; with other
-//     readers, the upgrade waits until it is the only reader left, and is
-//     then granted ahead of the queue. sync.RWMutex has no upgrade.
-//   - An owner holding the write lock may take the read lock, then release
-//     the write lock and keep reading (a downgrade). A read lock taken with
-//     the write lock's context is based on the context the write lock was
-//     taken with, not on the write lock context, so releasing the write lock
-//     does not end it.
-//
-// Each hold, read or write, has its own lease, renewed only by its own
-// Client's watchdog (unless WithLeaseTime is given), so a crashed reader's
-// hold lapses within one lease however long the other readers keep theirs.
-// A waiting reader or writer whose process dies drops out within one lease;
-// one whose context ends leaves at once. Both locks are reentrant by owner.
-// Every acquisition gets a fencing token; tokens grow across both modes.
-//
-// Lock, Unlock, RLock and RUnlock follow sync.RWMutex: each call takes a
-// fresh owner, so a second Lock blocks until Unlock, and any goroutine may
-// call Unlock or RUnlock.
+// that uses the same key prefix and name. Admission is phase-fair: writers
+// are served in arrival order; once a writer waits, new readers wait behind
+// it, as with sync.RWMutex; a writer's release admits the readers waiting
+// before any later writer. The only reader may take the write lock (an
+// upgrade); an owner holding the write lock may take the read lock and keep
+// it after releasing the write lock (a downgrade). Each hold has its own
+// lease. Tokens grow across both modes. Lock, Unlock, RLock and RUnlock
+// follow sync.RWMutex.
 //
 // An RWMutex is safe for concurrent use. Its zero value is not usable;
 // create RWMutexes with Client.NewRWMutex. An RWMutex may be copied only
@@ -54,8 +29,8 @@ type RWMutex struct {
 	rlk lockerHolds // the read holds taken by RLock or TryRLock
 }
 
-// NewRWMutex returns the rw mutex called name. An invalid name (empty, or
-// longer than MaxNameLen) makes every call fail with ErrInvalidArgument.
+// NewRWMutex returns the rw mutex called name. An invalid name makes every
+// call fail with ErrInvalidArgument.
 func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 	key := c.lockKey("rw", name)
 	keys := []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"}
@@ -151,9 +126,7 @@ func (rw *RWMutex) TryLock() bool { return lockerTryLock(&rw.w, &rw.wlk) }
 // error (a panic) if rw is not write-locked by Lock or TryLock.
 func (rw *RWMutex) Unlock() { lockerUnlock(&rw.w, &rw.wlk, "unlock") }
 
-// RLock acquires a read lock, blocking until it is held. Redis errors do
-// not end the wait; RLock panics if the Client is closed or the name is
-// invalid.
+// RLock acquires a read lock, blocking until it is held, as Mutex.Lock does.
 func (rw *RWMutex) RLock() { lockerLock(&rw.r, &rw.rlk) }
 
 // TryRLock tries to take a read lock without waiting and reports whether it
@@ -173,11 +146,8 @@ type rlocker RWMutex
 func (r *rlocker) Lock()   { (*RWMutex)(r).RLock() }
 func (r *rlocker) Unlock() { (*RWMutex)(r).RUnlock() }
 
-// LockContext acquires the write lock for the owner ctx carries (a fresh
-// one if none), waiting until it is held or ctx is done; it returns the
-// lock context, as Mutex.LockContext does. A wait ended by ctx returns an
-// error for which errors.Is(err, ctx.Err()) holds, and leaves the writer
-// queue at once.
+// LockContext acquires the write lock for the owner ctx carries, as
+// Mutex.LockContext does.
 func (rw *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
 	lctx, _, err := rw.w.lock(ctx, false)
 	return lctx, err
@@ -189,12 +159,9 @@ func (rw *RWMutex) TryLockContext(ctx context.Context) (context.Context, bool, e
 	return rw.w.lock(ctx, true)
 }
 
-// RLockContext acquires a read lock for the owner ctx carries (a fresh one
-// if none), waiting while another owner holds the write lock or a writer is
-// queued (until the next write release admits it; see RWMutex), until ctx
-// is done. An owner that already holds the read lock, or the write lock,
-// gets it at once; with the write lock's context it gets a read lock that
-// outlives the write lock (a downgrade).
+// RLockContext acquires a read lock for the owner ctx carries, as
+// Mutex.LockContext does. An owner that already holds the read or the write
+// lock gets it at once.
 func (rw *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
 	lctx, _, err := rw.r.lock(ctx, false)
 	return lctx, err
@@ -206,12 +173,10 @@ func (rw *RWMutex) TryRLockContext(ctx context.Context) (context.Context, bool, 
 	return rw.r.lock(ctx, true)
 }
 
-// UnlockContext releases one write acquisition by the owner ctx carries. It
-// returns ErrNotHeld if that owner does not hold the write lock, and
-// ErrWrongContext (an ErrNotHeld) if ctx carries no hold of rw at all.
+// UnlockContext releases one write acquisition by the owner ctx carries, as
+// Mutex.UnlockContext does.
 func (rw *RWMutex) UnlockContext(ctx context.Context) error { return rw.w.unlock(ctx) }
 
-// RUnlockContext releases one read acquisition by the owner ctx carries. It
-// returns ErrNotHeld if that owner does not hold a read lock, and
-// ErrWrongContext (an ErrNotHeld) if ctx carries no hold of rw at all.
+// RUnlockContext releases one read acquisition by the owner ctx carries, as
+// Mutex.UnlockContext does.
 func (rw *RWMutex) RUnlockContext(ctx context.Context) error { return rw.r.unlock(ctx) }

@@ -14,33 +14,12 @@ import (
 
 // A Semaphore is a weighted semaphore shared by every Client, in any
 // process, that uses the same key prefix, name and size: the cross-process
-// counterpart of golang.org/x/sync/semaphore.Weighted.
-//
-// Permits are held by owners (see WithOwner). An owner's permits add up
-// across acquisitions, and each Acquire(n) needs a Release(n). Each
-// acquisition is held under a lease of its own that the Client's watchdog
-// renews (or a fixed one, with WithLeaseTime): a later acquisition by the
-// same owner, whatever its lease, never shortens an earlier one, and the
-// permits of an owner whose process dies come back within one lease. An
-// Acquire that gives up (its context ended, or its reply was lost) is
-// undone exactly: its queue place and any permits it was granted come back
-// at once, and an attempt still on its way to Redis does nothing when it
-// arrives. Time is Redis server time.
-//
-// Waiters are served first come, first served across all processes: a
-// request for many permits at the head of the queue is not overtaken by
-// later small ones. A release grants the permits to the waiters that now
-// fit and tells each on a channel its Client subscribes once. A waiter
-// keeps its place under a lease as well, so a dead waiter does not block
-// the queue for longer than one lease.
-//
-// The size is stored in Redis with the semaphore: using a name with another
-// size than the one in Redis fails with ErrInvalidArgument until the
-// semaphore has been idle (no holder, no waiter) for an hour.
-//
-// Locker(n) makes a Semaphore a sync.Locker for code written against one (a
-// worker pool that takes "a slot", a library that bounds its concurrency
-// with a sync.Locker): its Lock takes n permits, its Unlock gives them back.
+// counterpart of golang.org/x/sync/semaphore.Weighted. An owner's permits
+// (see WithOwner) add up across acquisitions; each Acquire(n) needs a
+// Release(n). A dead owner's permits come back within one lease. Waiters are
+// served in arrival order: a large request is not overtaken by later small
+// ones. Using a name with another size fails with ErrInvalidArgument until
+// the semaphore has been idle for an hour.
 //
 // A Semaphore is safe for concurrent use. Its zero value is not usable;
 // create Semaphores with Client.NewSemaphore. A Semaphore may be copied only
@@ -70,16 +49,10 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 	}
 }
 
-// Acquire acquires n permits for the owner ctx carries (a fresh one if
-// none), waiting until they are available or ctx is done. It returns the
-// lock context: derived from ctx, carrying the owner and a fencing token of
-// its own, and cancelled when these permits are released or lost (cause
-// ErrLockLost).
-//
-// n <= 0 or n above the size fails at once with ErrInvalidArgument. A wait
-// ended by ctx returns an error for which errors.Is(err, ctx.Err()) holds,
-// and leaves the semaphore unchanged: the waiter's queue place is removed
-// at once, and the waiters behind it that now fit are granted their permits.
+// Acquire acquires n permits for the owner ctx carries, as Mutex.LockContext
+// does; the lock context has a fencing token of its own. n <= 0 or n above
+// the size fails with ErrInvalidArgument. On failure it leaves the semaphore
+// unchanged.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, error) {
 	lctx, _, err := s.acquire(ctx, n, false)
 	return lctx, err
@@ -92,26 +65,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, b
 	return s.acquire(ctx, n, true)
 }
 
-// Locker returns a sync.Locker whose Lock acquires n permits of s and whose
-// Unlock releases them. Lock blocks until the permits are held, as
-// Mutex.Lock does: each Lock takes a fresh owner, so goroutines sharing one
-// Locker each hold permits of their own and never re-enter each other's;
-// Redis errors do not end the wait (Lock logs them and retries with
-// backoff); Lock panics only on errors waiting cannot cure: the Client is
-// closed, or the arguments are invalid (ErrInvalidArgument, which includes
-// another size stored in Redis for the name). Unlock releases the permits of one
-// Lock, whichever goroutine calls it. It is a run-time error if the Locker
-// holds no permits taken by Lock or TryLock: Unlock then panics with
-// "dsync: unlock of unlocked Semaphore" and the semaphore's quoted name. A
-// release that fails is logged, and the permits then come back when their
-// lease lapses. The Locker also has a method TryLock() bool, which takes
-// the permits only if they are free at once and no waiter is ahead, and
-// reports whether it did (false on any error).
-//
-// Locker itself never fails: an n outside 1..size (or a Semaphore with an
-// invalid name or size) gives a Locker whose Lock panics with an error
-// matching ErrInvalidArgument and whose TryLock reports false, as a Mutex
-// with an invalid name does.
+// Locker returns a sync.Locker whose Lock acquires n permits of s, as
+// Mutex.Lock does, and whose Unlock releases them, panicking if the Locker
+// holds none. It also has a TryLock method. An n outside 1..size makes Lock
+// panic with ErrInvalidArgument.
 func (s *Semaphore) Locker(n int64) sync.Locker {
 	l := &semLocker{s: s, n: n}
 	if s.err == nil && (n <= 0 || n > s.size) { // (else Lock reports s.err)
@@ -147,20 +104,11 @@ func (l *semLocker) lockerEnv() (string, string, *slog.Logger, *Client) {
 	return "Semaphore", l.s.name, l.s.c.cfg.logger, l.s.c
 }
 
-// Release releases n permits of the owner ctx carries (the lock context of
-// an Acquire, or any context with the same owner) and grants their permits
-// to the waiters that now fit, in queue order, in the same atomic step. If the owner holds fewer than n permits it
-// returns ErrNotHeld and changes nothing (ErrWrongContext, an ErrNotHeld,
-// if ctx carries no owner at all: pass the lock context Acquire returned). The release runs even if ctx is
-// already cancelled, since a lock context is cancelled when lost.
-//
-// The lock contexts cancelled are those of the acquisitions the release
-// covers: the one ctx is the lock context of, if it took n permits, else the
-// latest ones through s. A release whose reply is lost (the connection
-// broke, or ctx ended with the release on its way) is sent again if ctx is
-// the lock context of an acquisition of n permits, for that acquisition
-// alone; otherwise, and if Redis cannot be reached, the permits may stay
-// held until the owner's lease lapses.
+// Release releases n permits of the owner ctx carries, even if ctx is
+// cancelled, and cancels the lock context of their acquisition. If the owner
+// holds fewer than n permits it returns ErrNotHeld (ErrWrongContext if ctx
+// carries no owner) and changes nothing. If Redis cannot be reached, the
+// permits stay held until their lease lapses.
 func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)

@@ -12,19 +12,10 @@ import (
 )
 
 // A WaitGroup waits for a collection of tasks, in any processes, to finish:
-// the cross-process counterpart of sync.WaitGroup (Redisson's
-// CountDownLatch). Its counter lives in Redis under the key prefix and
-// name, so every Client using them shares it.
-//
-// Wait follows sync.WaitGroup's generations: a Wait belongs to the
-// generation it observed (a stretch of the counter above zero), and when
-// the counter reaches zero that generation ends and every Wait of it
-// returns nil, even if an Add raises the counter again before the waiter
-// has looked. The counter is an exact int64.
-//
-// The counter has no lease: a task whose process dies before Done leaves it
-// above zero, as a goroutine that never calls Done would; bound Wait with
-// its context.
+// the cross-process counterpart of sync.WaitGroup. When the counter reaches
+// zero, every Wait that saw it above zero returns, even if an Add raises it
+// again first. The counter has no lease: a task whose process dies before
+// Done leaves it above zero; bound Wait with its context.
 //
 // A WaitGroup is safe for concurrent use. Its zero value is not usable;
 // create WaitGroups with Client.NewWaitGroup. A WaitGroup may be copied.
@@ -44,14 +35,11 @@ func (c *Client) NewWaitGroup(name string) *WaitGroup {
 	return &WaitGroup{c: c, name: name, key: key, gen: key + ":gen", ch: key + ":ch", err: checkName(name)}
 }
 
-// Add adds delta, which may be negative, to the counter. When the counter
-// reaches zero, every Wait in progress returns. If the counter would go
-// negative, or out of the int64 range, Add returns an error that errors.Is
-// ErrInvalidArgument and leaves the counter unchanged (sync.WaitGroup
-// panics instead).
-//
-// Add is not retried after a lost reply, since it is not idempotent: a
-// Redis error leaves it unknown whether delta was applied.
+// Add adds delta, which may be negative, to the counter. If the counter
+// would go negative or overflow, Add returns an error matching
+// ErrInvalidArgument and leaves the counter unchanged (sync.WaitGroup panics
+// instead). After a Redis error it is unknown whether delta was applied: Add
+// is not retried.
 func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 	c := wg.c
 	if err := c.checkCall(ctx, wg.err); err != nil {
@@ -110,12 +98,8 @@ func (wg *WaitGroup) Done(ctx context.Context) error {
 	return wg.Add(ctx, -1)
 }
 
-// Wait blocks until the counter is zero, or the generation it observed has
-// ended (the counter reached zero since, see WaitGroup), or ctx is done. It
-// is woken by a message when the counter reaches zero and, in case the
-// message is lost, looks again at least every lease/3 of the Client. A
-// wait ended by ctx returns an error for which errors.Is(err, ctx.Err())
-// holds.
+// Wait blocks until the counter is zero, or has been zero since Wait saw it
+// above zero, or ctx is done.
 func (wg *WaitGroup) Wait(ctx context.Context) error {
 	c := wg.c
 	if err := c.checkCall(ctx, wg.err); err != nil {
