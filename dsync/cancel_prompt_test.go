@@ -44,7 +44,7 @@ func TestCancelledWaitReturnsWhileRedisStalls(t *testing.T) {
 			// A context with no deadline: rueidis waits out a command in
 			// flight on a connection it uses synchronously until the
 			// reply or the context's deadline, not its cancellation (see
-			// doc.go, "Waiting"); with no deadline it stops at the
+			// docs/design.md, "Waiting"); with no deadline it stops at the
 			// cancellation.
 			wctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
