@@ -106,7 +106,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			case ctx.Err() != nil:
 				return
 			case refused(err):
-				c.cfg.logger.Error("dsync: Observe ended: Redis refuses the election's read (grant the Client's ACL user the commands dsync needs)", "name", shortName(e.name), "err", err)
+				c.cfg.logger.Error("dsync: Observe ended: Redis refuses the election's read (grant the Client's ACL user the commands dsync needs)", "kind", KindElection, "name", shortName(e.name), "err", err)
 				return
 			case err != nil:
 				fails++

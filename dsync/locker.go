@@ -110,7 +110,7 @@ func lockerLock(o lockerOps, hs *lockerHolds) {
 			panic(err)
 		}
 		what, name, log, c := o.lockerEnv()
-		log.Warn("dsync: Lock retrying", "kind", what, "name", shortName(name), "err", err)
+		log.Warn("dsync: Lock retrying", "kind", lockerKind(what), "name", shortName(name), "err", err)
 		if c == nil {
 			time.Sleep(backoff(n))
 		} else if c.sleepCtx(ctx, backoff(n)) != nil {
@@ -139,8 +139,29 @@ func lockerUnlock(o lockerOps, hs *lockerHolds, op string) {
 		panic(unlockPanic(o, op, what, name))
 	}
 	if err := o.unlockFor(owner); err != nil {
-		log.Warn("dsync: Unlock failed", "kind", what, "name", shortName(name), "err", err)
+		log.Warn("dsync: Unlock failed", "kind", lockerKind(what), "name", shortName(name), "err", err)
 	}
+}
+
+// lockerKind is the Kind of the lock that lockerEnv calls what (its Go
+// type, for panics), so that log records spell their "kind" attribute as
+// every other record, event and error does.
+func lockerKind(what string) Kind {
+	switch what {
+	case "Mutex":
+		return KindMutex
+	case "FairMutex":
+		return KindFairMutex
+	case "RWMutex":
+		return KindRWMutex
+	case "Semaphore":
+		return KindSemaphore
+	case "RedLock":
+		return KindRedLock
+	case "MultiLock":
+		return kindMultiLock
+	}
+	return Kind(what)
 }
 
 // ownerOnly is a context carrying owner and nothing else, for a release
