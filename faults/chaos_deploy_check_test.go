@@ -160,6 +160,30 @@ func TestFaultCondCheckCatchesViolations(t *testing.T) {
 	if f.missed != 1 || f.bcastChecked != 2 {
 		t.Errorf("a missed Broadcast: %+v", f)
 	}
+	// A waiter ahead whose process was killed: its place lapsed before
+	// worker 2 registered (a lease after the kill), so it is not ahead,
+	// and two Signals owed worker 2 one; killed later, it may have kept a
+	// signal: not checked.
+	never := []cev{{Op: "cwc", Who: 1, Slot: 1, Call: 100 * msec, Ret: 100 * msec, Hold: 99 * msec}}
+	run.kills = []fault{{slot: 1, at: 150 * msec}}
+	f = check(never, wait(2, 2, 2000, 5000, 4990, "gaveup"), []cev{sig(3, 2100, "one"), sig(3, 2200, "one")})
+	if f.lost != 1 || f.lostChecked != 1 {
+		t.Errorf("a killed waiter's place gone before: %+v", f)
+	}
+	run.kills = []fault{{slot: 1, at: 1500 * msec}}
+	f = check(never, wait(2, 2, 2000, 5000, 4990, "gaveup"), []cev{sig(3, 2100, "one"), sig(3, 2200, "one")})
+	if f.lost != 0 || f.lostChecked != 0 {
+		t.Errorf("a killed waiter's place maybe still there: %+v", f)
+	}
+	// A deploy of the waiter ahead does not exempt worker 2: Close hands
+	// on a signal given to its waiters.
+	run.kills = nil
+	run.deploys = []deployNote{{Slot: 1, Start: 150 * msec, End: 160 * msec}}
+	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "one"), sig(3, 300, "one")})
+	if f.lost != 1 || f.lostChecked != 1 {
+		t.Errorf("a deploy of the waiter ahead: %+v", f)
+	}
+	run.deploys = nil
 	// Worker 2's process was stopped meanwhile: not checked.
 	run.stops = []fault{{slot: 2, at: 150 * msec, till: 700 * msec}}
 	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "all"), sig(3, 300, "one")})

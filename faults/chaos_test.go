@@ -494,6 +494,9 @@ func runChaos(t *testing.T, kind string) {
 	if kind == "cond" {
 		cf := checkCond(t, ev, run)
 		t.Logf("%v", cf)
+		// Neither check may pass by having nothing to check.
+		assert.NotZero(t, cf.lostChecked, "Cond: no Wait that gave up was checked for a lost signal (%d gave up)", cf.gaveUp)
+		assert.NotZero(t, cf.bcastChecked, "Cond: no Wait was checked against a Broadcast (%d Broadcasts)", cf.broadcasts)
 		fig.verdict += " (the lock); " + cf.String()
 	}
 	sf := store.figures()
