@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func (w *chaosWorker) condLoop() {
 	var g *chaosGen
 	var m *dsync.Mutex
 	var cd *dsync.Cond
-	for time.Now().Before(w.until) {
+	for w.running() {
 		if ng := w.gen(); ng != g || m == nil {
 			g = ng
 			m = w.c.NewMutex("c0")
@@ -71,6 +72,9 @@ func (w *chaosWorker) condLoop() {
 			actx, cancel = context.WithCancel(g.ownerCtx(context.Background()))
 			ended = &waitEnd{}
 		}
+		// Wait's release of the lock is noted (withReleased) for the
+		// deploys' stall measure.
+		actx, released := withReleased(actx)
 		call := now()
 		lctx, err := m.LockContext(actx)
 		ret := now()
@@ -92,7 +96,7 @@ func (w *chaosWorker) condLoop() {
 			if lctx.Err() != nil {
 				break
 			}
-			lctx, acq, lastValid = w.condWait(g, m, cd, lctx, acq, ret, lastValid, probe, ended)
+			lctx, acq, lastValid = w.condWait(g, m, cd, lctx, acq, ret, lastValid, probe, ended, released)
 			if lctx == nil {
 				cancel()
 				continue // the hold ended in Wait
@@ -149,7 +153,7 @@ func (w *chaosWorker) condLoop() {
 // condWait is one Wait with the lock lctx holds (acquired at held). It
 // returns the lock context the worker holds after it (nil: none), its
 // acquisition and its last valid check.
-func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx context.Context, acq cev, held, lastValid int64, probe bool, ended *waitEnd) (context.Context, cev, int64) {
+func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx context.Context, acq cev, held, lastValid int64, probe bool, ended *waitEnd, released *atomic.Int64) (context.Context, cev, int64) {
 	// The wait for a signal ends after 0.2-3 s (a deadline added to the
 	// lock context): long enough that it cannot end before Wait has
 	// released the lock (a Wait that fails then leaves the lock held).
@@ -165,10 +169,14 @@ func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx
 	wcall := now()
 	w.emit(cev{Op: "cwc", Call: wcall, Ret: wcall, Hold: held})
 	w.emit(cev{Op: "relc", Call: wcall, Ret: wcall}) // Wait releases the lock
+	released.Store(0)
 	nctx, err := cd.Wait(dctx)
 	wret := now()
 	cw := cev{Op: "cw", Call: wcall, Ret: wret, Hold: held, End: ended.end()}
 	rel := cev{Op: "rel", Tok: acq.Tok, Call: wcall, Ret: wret}
+	if r := released.Load(); r >= wcall && r <= wret {
+		rel.Ret = r // the release inside Wait returned then
+	}
 	switch {
 	case err == nil:
 		cw.Out = "woken"
@@ -203,12 +211,12 @@ func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx
 			rel.Call, rel.Ret = ucall, uret
 		} else {
 			cw.Out = "gaveup"
-			w.failedOn(0, err, wcall, wret, ended)
+			w.failedOn(-1, err, wcall, wret, ended) // a wait for a signal, not the lock
 		}
 	case strings.HasPrefix(err.Error(), "dsync: cond "):
 		// Its deadline ended the wait for a signal.
 		cw.Out = "gaveup"
-		w.failedOn(0, err, wcall, wret, ended)
+		w.failedOn(-1, err, wcall, wret, ended) // a wait for a signal, not the lock
 	default:
 		// Woken, and its re-acquisition of the lock ended (its context).
 		cw.Out = "wokenfail"

@@ -73,6 +73,29 @@ func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	}, nil, []deployNote{d})
 	assert.Equal(t, 200*msec, st[0].stall)
 
+	// A Cond: worker 20 waits from 500, is signalled at 1000 by worker
+	// 10, whose hold a Close released at 1010, and returns holding the
+	// lock at 1300: 290 ms beyond its being free (from its signal, not its
+	// Wait's call). Its Wait released the lock at 505 (noted), so worker
+	// 30's acquisition 600..700 was not stalled by it.
+	st = deployStalls("cond", []cev{
+		{Op: "acq", Who: 20, Slot: 2, Call: 400 * msec, Ret: 410 * msec},
+		{Op: "rel", Who: 20, Slot: 2, Call: 500 * msec, Ret: 505 * msec},
+		{Op: "acq", Who: 30, Slot: 3, Call: 600 * msec, Ret: 700 * msec},
+		{Op: "rel", Who: 30, Slot: 3, Call: 710 * msec, Ret: 720 * msec},
+		{Op: "acq", Who: 10, Slot: 1, Call: 800 * msec, Ret: 900 * msec},
+		{Op: "cs", Who: 10, Slot: 1, Call: 990 * msec, Ret: 1000 * msec, Val: "one", Out: "ok"},
+		{Op: "rel", Who: 10, Slot: 1, Call: 1005 * msec, Ret: 1010 * msec, Out: "closed", Cl: true},
+		{Op: "acq", Who: 20, Slot: 2, Call: 500 * msec, Ret: 1300 * msec, Wake: true},
+		{Op: "rel", Who: 20, Slot: 2, Call: 1301 * msec, Ret: 1302 * msec},
+	}, nil, []deployNote{d})
+	assert.Equal(t, 290*msec, st[0].stall, "the woken waiter: %s", st[0].waiter)
+	assert.True(t, st[0].measured)
+	// A WaitGroup has no measure: n/a, not a figure.
+	st = deployStalls("wg", held, nil, []deployNote{d})
+	assert.False(t, st[0].measured)
+	assert.Contains(t, deployFigures(st).String(), "stall n/a")
+
 	// The leftover scan, on a Client that holds a Mutex (its owner and
 	// hold tag) and waits in a FairMutex's queue (its wait id).
 	srv := startRedis(t)
