@@ -268,8 +268,9 @@ type holdCloser interface {
 }
 
 // releaseBatch bounds the holds released by one batch script call at
-// Close (MutexReleaseMany).
-var releaseBatch = 128 // a variable for tests
+// Close (MutexReleaseMany). TestCloseReleasesInBatches counts the calls
+// by it (ReleaseBatch).
+const releaseBatch = 128
 
 // batchReleaser is a holdOps whose holds Close releases many per script
 // call (MutexReleaseMany): releaseKey names the lock's key and the

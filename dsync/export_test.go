@@ -2,6 +2,9 @@ package dsync
 
 import "time"
 
+// ReleaseBatch is how many holds Close releases per batch script call.
+const ReleaseBatch = releaseBatch
+
 // GroupCallers returns how many callers of key wait in g's process (the
 // leader among them), so tests know every caller has joined.
 func GroupCallers[V any](g *Group[V], key string) int {

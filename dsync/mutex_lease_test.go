@@ -217,6 +217,11 @@ func TestCloseEndsEverything(t *testing.T) {
 		_, ok, err := c2.NewMutex("close").TryLockContext(context.Background())
 		require.True(t, ok, "lock not released by Close")
 		require.NoError(t, err, "lock not released by Close")
+		// The fixed-lease hold too (WithLeaseTime's doc): released, not
+		// left to its minute.
+		_, ok, err = c2.NewMutex("close2", dsync.WithLeaseTime(time.Minute)).TryLockContext(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok, "fixed-lease lock not released by Close")
 	}()
 	require.NoError(t, goleak.Find(before))
 }

@@ -149,7 +149,9 @@ type lockConfig struct {
 // the lock expires d after Redis granted it unless released before. Its lock
 // context ends a little early (d/100 plus a few ms), with ErrLockLost, so
 // the caller never believes in a lease Redis has ended; no acquisition
-// returns one already ended. d <= 0 keeps the watchdog.
+// returns one already ended. Client.Close releases such a hold at once,
+// as any other, rather than leave it to its lease. d <= 0 keeps the
+// watchdog.
 func WithLeaseTime(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		if d > 0 {

@@ -182,6 +182,21 @@ type chaosWorker struct {
 	seq   *atomic.Int64
 	rec   func(cev)    // where events go; nil: printed for the parent
 	dep   *chaosDeploy // the process's succession of Clients (deploys); nil: c only
+	// halt, when set, ends the work before until once it is closed.
+	halt <-chan struct{}
+}
+
+// running reports whether the worker goes on: until has not come, nor
+// halt closed.
+func (w *chaosWorker) running() bool {
+	if w.halt != nil {
+		select {
+		case <-w.halt:
+			return false
+		default:
+		}
+	}
+	return time.Now().Before(w.until)
 }
 
 // gen is the worker's current Client when the process deploys (w.c is set
@@ -334,7 +349,7 @@ type lockOps struct {
 
 func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 	var g *chaosGen
-	for time.Now().Before(w.until) {
+	for w.running() {
 		if ng := w.gen(); ng != g {
 			g, ops = ng, w.lockKind(kind) // a deploy: the next Client's
 		}
@@ -605,7 +620,7 @@ var errChaosFail = errors.New("f failed on purpose")
 // (f ran and succeeded here or elsewhere). f fails one time in three.
 func (w *chaosWorker) onceLoop(value bool) {
 	k, _ := strconv.Atoi(os.Getenv("FAULTS_FROM"))
-	for time.Now().Before(w.until) {
+	for w.running() {
 		g := w.gen()
 		name := "o" + strconv.Itoa(k)
 		actx, cancel, ended := waitCtx(g.ownerCtx(context.Background()))
@@ -765,7 +780,7 @@ func (w *chaosWorker) groupLoop() {
 	var gen *chaosGen
 	g := dsync.NewGroup[string](w.c, "g0")
 	seq := 0
-	for time.Now().Before(w.until) {
+	for w.running() {
 		if ng := w.gen(); ng != gen {
 			gen, g = ng, dsync.NewGroup[string](w.c, "g0")
 		}
@@ -885,7 +900,7 @@ func (w *chaosWorker) wgLoop() {
 		w.count(func(t *chaosTally) { t.Acq++ })
 		return err
 	}
-	for time.Now().Before(w.until) {
+	for w.running() {
 		g = w.gen()
 		k := rand.IntN(chaosWaitGroups)
 		switch r := rand.IntN(10); {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,20 +29,23 @@ import (
 // Mutex's history fixes: checkCond checks them against what dsync/cond.go
 // documents (see there).
 
-// condProbe (-chaos.condprobe) reproduces a dsync bug scenario 1's Cond
-// found (2026-11-28 06:43, 1 CI-size run in 3): a waiter whose Wait
-// failed with its context (short: waitCtx) unlocked its lock context to
-// learn whether Wait had released the lock; UnlockContext returned nil
-// after Wait had released it and the Client had handed it to another of
-// its goroutines (whose acquisition had returned 0.6 ms before), the lock
-// went to another process, and the first process went on handing it on
-// locally: two processes held it (porcupine: not linearizable). Run
+// condProbe (-chaos.condprobe) replays the scenario in which scenario 1's
+// Cond found a dsync bug (2026-11-28 06:43, 1 CI-size run in 3; fixed in
+// 8c89f13): a waiter whose Wait failed with its context (short: waitCtx)
+// unlocks its lock context to learn whether Wait had released the lock.
+// Before the fix UnlockContext returned nil after Wait had released the
+// lock and the Client had handed it to another of its goroutines (whose
+// acquisition had returned 0.6 ms before), the lock went to another
+// process, and the first process went on handing it on locally: two
+// processes held it (porcupine: not linearizable). Now such an
+// UnlockContext returns ErrNotHeld (the hold was handed on), and the
+// probe's runs must be linearizable: it is a regression check. Run
 //
 //	cd faults && GOWORK=off go test -race -count=3 -run 'TestFaultChaos/^cond$' -chaos.condprobe .
 //
 // Without it, waiters wait with a deadline of 0.2-3 s added to the lock
 // context, and never unlock a lock context Wait may have released.
-var condProbe = flag.Bool("chaos.condprobe", false, "chaos scenario: Cond waiters unlock their lock context after a failed Wait (reproduces a dsync bug)")
+var condProbe = flag.Bool("chaos.condprobe", false, "chaos scenario: Cond waiters unlock their lock context after a failed Wait (the scenario of a dsync bug fixed in 8c89f13: a regression check)")
 
 // condSlack is how long before a waiter's context ended a signal must have
 // been given to be owed to it: a wakeup's message, or, lost, the waiter's
@@ -52,7 +56,7 @@ func (w *chaosWorker) condLoop() {
 	var g *chaosGen
 	var m *dsync.Mutex
 	var cd *dsync.Cond
-	for time.Now().Before(w.until) {
+	for w.running() {
 		if ng := w.gen(); ng != g || m == nil {
 			g = ng
 			m = w.c.NewMutex("c0")
@@ -68,6 +72,9 @@ func (w *chaosWorker) condLoop() {
 			actx, cancel = context.WithCancel(g.ownerCtx(context.Background()))
 			ended = &waitEnd{}
 		}
+		// Wait's release of the lock is noted (withReleased) for the
+		// deploys' stall measure.
+		actx, released := withReleased(actx)
 		call := now()
 		lctx, err := m.LockContext(actx)
 		ret := now()
@@ -89,7 +96,7 @@ func (w *chaosWorker) condLoop() {
 			if lctx.Err() != nil {
 				break
 			}
-			lctx, acq, lastValid = w.condWait(g, m, cd, lctx, acq, ret, lastValid, probe, ended)
+			lctx, acq, lastValid = w.condWait(g, m, cd, lctx, acq, ret, lastValid, probe, ended, released)
 			if lctx == nil {
 				cancel()
 				continue // the hold ended in Wait
@@ -146,7 +153,7 @@ func (w *chaosWorker) condLoop() {
 // condWait is one Wait with the lock lctx holds (acquired at held). It
 // returns the lock context the worker holds after it (nil: none), its
 // acquisition and its last valid check.
-func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx context.Context, acq cev, held, lastValid int64, probe bool, ended *waitEnd) (context.Context, cev, int64) {
+func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx context.Context, acq cev, held, lastValid int64, probe bool, ended *waitEnd, released *atomic.Int64) (context.Context, cev, int64) {
 	// The wait for a signal ends after 0.2-3 s (a deadline added to the
 	// lock context): long enough that it cannot end before Wait has
 	// released the lock (a Wait that fails then leaves the lock held).
@@ -162,10 +169,14 @@ func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx
 	wcall := now()
 	w.emit(cev{Op: "cwc", Call: wcall, Ret: wcall, Hold: held})
 	w.emit(cev{Op: "relc", Call: wcall, Ret: wcall}) // Wait releases the lock
+	released.Store(0)
 	nctx, err := cd.Wait(dctx)
 	wret := now()
 	cw := cev{Op: "cw", Call: wcall, Ret: wret, Hold: held, End: ended.end()}
 	rel := cev{Op: "rel", Tok: acq.Tok, Call: wcall, Ret: wret}
+	if r := released.Load(); r >= wcall && r <= wret {
+		rel.Ret = r // the release inside Wait returned then
+	}
 	switch {
 	case err == nil:
 		cw.Out = "woken"
@@ -200,12 +211,12 @@ func (w *chaosWorker) condWait(g *chaosGen, m *dsync.Mutex, cd *dsync.Cond, lctx
 			rel.Call, rel.Ret = ucall, uret
 		} else {
 			cw.Out = "gaveup"
-			w.failedOn(0, err, wcall, wret, ended)
+			w.failedOn(-1, err, wcall, wret, ended) // a wait for a signal, not the lock
 		}
 	case strings.HasPrefix(err.Error(), "dsync: cond "):
 		// Its deadline ended the wait for a signal.
 		cw.Out = "gaveup"
-		w.failedOn(0, err, wcall, wret, ended)
+		w.failedOn(-1, err, wcall, wret, ended) // a wait for a signal, not the lock
 	default:
 		// Woken, and its re-acquisition of the lock ended (its context).
 		cw.Out = "wokenfail"
@@ -355,12 +366,23 @@ func checkCond(t *testing.T, ev []cev, run *chaosRun) condFigs {
 			if v == w || !registered(v) || v.call >= w.call || (v.ret != 0 && v.ret <= w.call) {
 				continue
 			}
-			ahead++
-			to := w.end
-			if v.ret != 0 {
-				to = min(to, v.ret)
+			if v.ret == 0 {
+				// Its process was killed: its place lapsed within
+				// condPlaceLapse of the kill. Gone before w registered,
+				// it was not ahead of w; otherwise a signal given to it
+				// passed on only when its place lapsed: not checked.
+				if k, ok := killedAt(run, v.slot); ok && k+int64(condPlaceLapse) < w.call {
+					continue
+				}
+				skip = true
+				break
 			}
-			if v.ret == 0 || faultedProc(run, v.slot, w.call, to) {
+			ahead++
+			// A deploy's Close takes its waiters' places back at once,
+			// handing on a signal given to them (Client.Close): it does
+			// not exempt w. A stop or a kill of v's process may keep a
+			// signal at v's place past w's end.
+			if faultedProcBy(run, v.slot, w.call, min(w.end, v.ret), false) {
 				skip = true
 				break
 			}
@@ -385,9 +407,29 @@ func checkCond(t *testing.T, ev []cev, run *chaosRun) condFigs {
 	return f
 }
 
+// condPlaceLapse is how soon after its process was killed a Cond
+// waiter's place is gone: it renews the place every lease/3, and a place
+// lapses a lease after its last renewal.
+const condPlaceLapse = chaosLease + lateBound
+
+// killedAt is when process slot was killed, if it was.
+func killedAt(run *chaosRun, slot int) (int64, bool) {
+	for _, k := range run.kills {
+		if k.slot == slot {
+			return k.at, true
+		}
+	}
+	return 0, false
+}
+
 // faultedProc reports a fault of process slot (a SIGSTOP, a SIGKILL, a
 // deploy) that overlapped [from, to].
 func faultedProc(run *chaosRun, slot int, from, to int64) bool {
+	return faultedProcBy(run, slot, from, to, true)
+}
+
+// faultedProcBy is faultedProc, deploys counted only with deploys.
+func faultedProcBy(run *chaosRun, slot int, from, to int64, deploys bool) bool {
 	for _, s := range run.stops {
 		if s.slot == slot && s.at <= to && s.till >= from {
 			return true
@@ -399,7 +441,7 @@ func faultedProc(run *chaosRun, slot int, from, to int64) bool {
 		}
 	}
 	for _, d := range run.deploys {
-		if d.Slot == slot && d.Start <= to && d.End >= from {
+		if deploys && d.Slot == slot && d.Start <= to && d.End >= from {
 			return true
 		}
 	}

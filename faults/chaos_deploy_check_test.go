@@ -73,6 +73,29 @@ func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	}, nil, []deployNote{d})
 	assert.Equal(t, 200*msec, st[0].stall)
 
+	// A Cond: worker 20 waits from 500, is signalled at 1000 by worker
+	// 10, whose hold a Close released at 1010, and returns holding the
+	// lock at 1300: 290 ms beyond its being free (from its signal, not its
+	// Wait's call). Its Wait released the lock at 505 (noted), so worker
+	// 30's acquisition 600..700 was not stalled by it.
+	st = deployStalls("cond", []cev{
+		{Op: "acq", Who: 20, Slot: 2, Call: 400 * msec, Ret: 410 * msec},
+		{Op: "rel", Who: 20, Slot: 2, Call: 500 * msec, Ret: 505 * msec},
+		{Op: "acq", Who: 30, Slot: 3, Call: 600 * msec, Ret: 700 * msec},
+		{Op: "rel", Who: 30, Slot: 3, Call: 710 * msec, Ret: 720 * msec},
+		{Op: "acq", Who: 10, Slot: 1, Call: 800 * msec, Ret: 900 * msec},
+		{Op: "cs", Who: 10, Slot: 1, Call: 990 * msec, Ret: 1000 * msec, Val: "one", Out: "ok"},
+		{Op: "rel", Who: 10, Slot: 1, Call: 1005 * msec, Ret: 1010 * msec, Out: "closed", Cl: true},
+		{Op: "acq", Who: 20, Slot: 2, Call: 500 * msec, Ret: 1300 * msec, Wake: true},
+		{Op: "rel", Who: 20, Slot: 2, Call: 1301 * msec, Ret: 1302 * msec},
+	}, nil, []deployNote{d})
+	assert.Equal(t, 290*msec, st[0].stall, "the woken waiter: %s", st[0].waiter)
+	assert.True(t, st[0].measured)
+	// A WaitGroup has no measure: n/a, not a figure.
+	st = deployStalls("wg", held, nil, []deployNote{d})
+	assert.False(t, st[0].measured)
+	assert.Contains(t, deployFigures(st).String(), "stall n/a")
+
 	// The leftover scan, on a Client that holds a Mutex (its owner and
 	// hold tag) and waits in a FairMutex's queue (its wait id).
 	srv := startRedis(t)
@@ -160,6 +183,30 @@ func TestFaultCondCheckCatchesViolations(t *testing.T) {
 	if f.missed != 1 || f.bcastChecked != 2 {
 		t.Errorf("a missed Broadcast: %+v", f)
 	}
+	// A waiter ahead whose process was killed: its place lapsed before
+	// worker 2 registered (a lease after the kill), so it is not ahead,
+	// and two Signals owed worker 2 one; killed later, it may have kept a
+	// signal: not checked.
+	never := []cev{{Op: "cwc", Who: 1, Slot: 1, Call: 100 * msec, Ret: 100 * msec, Hold: 99 * msec}}
+	run.kills = []fault{{slot: 1, at: 150 * msec}}
+	f = check(never, wait(2, 2, 2000, 5000, 4990, "gaveup"), []cev{sig(3, 2100, "one"), sig(3, 2200, "one")})
+	if f.lost != 1 || f.lostChecked != 1 {
+		t.Errorf("a killed waiter's place gone before: %+v", f)
+	}
+	run.kills = []fault{{slot: 1, at: 1500 * msec}}
+	f = check(never, wait(2, 2, 2000, 5000, 4990, "gaveup"), []cev{sig(3, 2100, "one"), sig(3, 2200, "one")})
+	if f.lost != 0 || f.lostChecked != 0 {
+		t.Errorf("a killed waiter's place maybe still there: %+v", f)
+	}
+	// A deploy of the waiter ahead does not exempt worker 2: Close hands
+	// on a signal given to its waiters.
+	run.kills = nil
+	run.deploys = []deployNote{{Slot: 1, Start: 150 * msec, End: 160 * msec}}
+	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "one"), sig(3, 300, "one")})
+	if f.lost != 1 || f.lostChecked != 1 {
+		t.Errorf("a deploy of the waiter ahead: %+v", f)
+	}
+	run.deploys = nil
 	// Worker 2's process was stopped meanwhile: not checked.
 	run.stops = []fault{{slot: 2, at: 150 * msec, till: 700 * msec}}
 	f = check(wait(1, 1, 100, 210, 0, "woken"), wait(2, 2, 110, 3000, 2990, "gaveup"), []cev{sig(3, 200, "all"), sig(3, 300, "one")})

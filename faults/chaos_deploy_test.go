@@ -208,7 +208,7 @@ func (d *chaosDeploy) open() (*chaosGen, error) {
 			return ""
 		}
 		return "tag of " + name
-	}}
+	}, Released: noteReleased}
 	rc := d.rc
 	var own rueidis.Client
 	if d.dial != nil {
@@ -302,6 +302,25 @@ func (d *chaosDeploy) probeIdent(c *dsync.Client, name string) (string, error) {
 		return "", fmt.Errorf("probe: %w", err)
 	}
 	return ident, nil
+}
+
+// releasedKey marks a context whose lock's release returned (Observer.
+// Released, called once the release's round trip or local handoff is
+// done) is noted: a Cond's Wait releases its lock inside the call, and
+// its waiter learns when from the note (withReleased).
+type releasedKey struct{}
+
+// withReleased returns ctx with a note of when a hold acquired under it
+// (its lock context derives from ctx) was last released.
+func withReleased(ctx context.Context) (context.Context, *atomic.Int64) {
+	at := new(atomic.Int64)
+	return context.WithValue(ctx, releasedKey{}, at), at
+}
+
+func noteReleased(ctx context.Context, e dsync.Released) {
+	if at, ok := ctx.Value(releasedKey{}).(*atomic.Int64); ok && e.Complete {
+		at.Store(now())
+	}
 }
 
 // deploy closes the current Client, looks in Redis for what it left, opens
@@ -400,6 +419,77 @@ func (d *chaosDeploy) close() {
 
 var hex32 = regexp.MustCompile(`[0-9a-f]{32}`)
 
+// identID is the id in a Client's "<name>/<id>" (the whole if no name).
+func identID(ident string) string {
+	if _, after, ok := strings.Cut(ident, "/"); ok {
+		return after
+	}
+	return ident
+}
+
+// leftScan returns the keys among KEYS whose name, string value, hash
+// fields and values, or list, set or sorted set members contain one of
+// the ARGV[1] needles that follow it (ARGV[2..]) or a 32-hex-digit run
+// (as hex32 finds them) that is one of the rest of ARGV (owners).
+var leftScan = rueidis.NewLuaScript(`
+local n = tonumber(ARGV[1])
+local owners = {}
+for i = n + 2, #ARGV do owners[ARGV[i]] = true end
+local function hit(s)
+  for i = 2, n + 1 do
+    if ARGV[i] ~= '' and string.find(s, ARGV[i], 1, true) then return true end
+  end
+  for run in string.gmatch(s, '[0-9a-f]+') do
+    for j = 1, #run - 31, 32 do
+      if owners[string.sub(run, j, j + 31)] then return true end
+    end
+  end
+  return false
+end
+local out = {}
+for _, k in ipairs(KEYS) do
+  local found = hit(k)
+  if not found then
+    local t = redis.call('type', k)['ok']
+    local vals = {}
+    if t == 'string' then
+      vals = {redis.call('get', k)}
+    elseif t == 'hash' then
+      local h = redis.call('hgetall', k)
+      for i = 1, #h, 2 do vals[#vals + 1] = h[i] .. '=' .. h[i + 1] end
+    elseif t == 'list' then
+      vals = redis.call('lrange', k, 0, -1)
+    elseif t == 'zset' then
+      vals = redis.call('zrange', k, 0, -1)
+    elseif t == 'set' then
+      vals = redis.call('smembers', k)
+    end
+    for _, v in ipairs(vals) do
+      if hit(v) then found = true break end
+    end
+  end
+  if found then out[#out + 1] = k end
+end
+return out
+`)
+
+// leftCandidates is leftScan over keys, 500 a call.
+func (d *chaosDeploy) leftCandidates(ctx context.Context, keys, needles, owners []string) ([]string, error) {
+	args := append([]string{strconv.Itoa(len(needles))}, needles...)
+	args = append(args, owners...)
+	var out []string
+	for len(keys) > 0 {
+		chunk := keys[:min(500, len(keys))]
+		keys = keys[len(chunk):]
+		hits, err := leftScan.Exec(ctx, d.rc, chunk, args).AsStrSlice()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, hits...)
+	}
+	return out, nil
+}
+
 // leftBy lists the keys under the prefix that name g's Client (its name,
 // in its waiting entries and hold tags; its id, in its wait ids) or an
 // owner it made, with what names it: nothing may be left once its Close
@@ -424,11 +514,34 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 	}
 	var keys []string
 	for _, p := range patterns {
-		ks, err := d.rc.Do(ctx, d.rc.B().Keys().Pattern(p).Build()).AsStrSlice()
-		if err != nil {
-			return []string{"KEYS: " + err.Error()}
+		// SCAN, not KEYS: the soak's prefix holds tens of thousands of
+		// keys (its Onces), and one KEYS would block Redis for all of them.
+		for cur := uint64(0); ; {
+			e, err := d.rc.Do(ctx, d.rc.B().Scan().Cursor(cur).Match(p).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return []string{"SCAN: " + err.Error()}
+			}
+			keys = append(keys, e.Elements...)
+			if cur = e.Cursor; cur == 0 {
+				break
+			}
 		}
-		keys = append(keys, ks...)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	g.mu.Lock()
+	owners := make([]string, 0, len(g.owners))
+	for o := range g.owners {
+		owners = append(owners, o)
+	}
+	g.mu.Unlock()
+	// Only the keys whose name or content names g (its name, tag, id or
+	// an owner it made) are read one by one below: Redis picks them out
+	// (leftScan), 500 keys a call, so that a scan of every key under the
+	// prefix takes a few round trips, not one per key.
+	var err error
+	if keys, err = d.leftCandidates(ctx, keys, []string{g.name + "/", "tag of " + g.name, identID(g.ident)}, owners); err != nil {
+		return []string{"leftScan: " + err.Error()}
 	}
 	// The server's time, once: undone entries are scored with their
 	// expiry (ms, server time).
@@ -445,10 +558,7 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 		serverMS = sec * 1000
 		return serverMS, err
 	}
-	id := g.ident
-	if _, after, ok := strings.Cut(id, "/"); ok {
-		id = after
-	}
+	id := identID(g.ident)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var left []string
@@ -541,6 +651,36 @@ type deployStall struct {
 	waiter string // who, and on what
 	gaps   int    // free stretches measured in the window
 	cut    int    // holds (runs) the Close ended
+	// measured: the kind has a stall measure (not a WaitGroup's).
+	measured bool
+}
+
+// condLockWaits is a Cond history as the lock's waits: an acquisition
+// that a Wait made once woken (Wake) wanted the lock from the signal that
+// woke it, not from its Wait's call. Which signal that was is not known:
+// the latest made (Signal or Broadcast, in any process) between its call
+// and its return is taken, so that its wait is never counted longer than
+// it was (one with no signal in between is not counted).
+func condLockWaits(all []cev) []cev {
+	var sigs []int64 // returns of the signals made
+	for _, e := range all {
+		if e.Op == "cs" && e.Out == "ok" {
+			sigs = append(sigs, e.Ret)
+		}
+	}
+	slices.Sort(sigs)
+	out := slices.Clone(all)
+	for i, e := range out {
+		if e.Op != "acq" || !e.Wake {
+			continue
+		}
+		from := e.Ret
+		if j, _ := slices.BinarySearch(sigs, e.Ret+1); j > 0 && sigs[j-1] >= e.Call {
+			from = sigs[j-1]
+		}
+		out[i].Call = from
+	}
+	return out
 }
 
 // deployStalls measures each deploy's stall. A hold lasts from its
@@ -554,12 +694,18 @@ type deployStall struct {
 // the time it waited beyond the lock's being free; for a Once or Group,
 // only a stretch after a run that did not succeed (a Close cut it, or f
 // failed) counts: after a success, callers return the result. kind's
-// names: a MultiLock's K is a mask of names, others' one name. A
-// WaitGroup has no lock to be free, nor a Cond (its waits for a signal
-// hold none; the lock's releases inside Wait are not seen): only the holds
-// their Close ended are counted.
+// names: a MultiLock's K is a mask of names, others' one name. A Cond's
+// lock is its Mutex: its waiters are the acquisitions of the lock and
+// the waits woken by a signal, each from its latest possible signal
+// (condLockWaits); a Wait's release of the lock ends its hold when the
+// release returned (noted through Observer.Released). A WaitGroup has no
+// lock to be free: only the holds its Close ended are counted, and its
+// stall is "n/a".
 func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []deployStall {
-	measure := kind != "wg" && kind != "cond" // no lock to be free
+	measure := kind != "wg" // no lock to be free
+	if kind == "cond" {
+		all = condLockWaits(all)
+	}
 	runs := kind == "once" || kind == "oncevalue" || kind == "group"
 	names := func(k int) []int {
 		if kind != "multi" {
@@ -618,7 +764,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 	}
 	var out []deployStall
 	for _, d := range deploys {
-		ds := deployStall{note: d}
+		ds := deployStall{note: d, measured: measure}
 		for _, e := range all {
 			if e.Op == "rel" && e.Cl && e.Slot == d.Slot && e.Ret >= d.End && e.Ret <= d.End+int64(time.Second) {
 				ds.cut++
@@ -701,12 +847,15 @@ type deployFigs struct {
 	inside                     int // deploys that struck a worker inside its critical section
 	worst                      deployStall
 	maxClose                   int64 // ns: the longest Close
+	measured                   bool  // the kind has a stall measure
 }
 
 func deployFigures(ds []deployStall) deployFigs {
 	var f deployFigs
+	f.measured = len(ds) > 0
 	for _, d := range ds {
 		f.n++
+		f.measured = f.measured && d.measured
 		if d.note.Quiet {
 			f.quiet++
 		}
@@ -731,8 +880,12 @@ func deployFigures(ds []deployStall) deployFigs {
 }
 
 func (f deployFigs) String() string {
-	return fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close ≤%v; in the %d quiet ones waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v; left in Redis after Close: %d)",
-		f.n, f.cutBy, f.inside, f.cut, ms(f.maxClose), f.quiet, ms(f.worst.stall), f.gaps, f.over, deployBound, f.left)
+	stall := fmt.Sprintf("waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v", ms(f.worst.stall), f.gaps, f.over, deployBound)
+	if !f.measured {
+		stall = "stall n/a (no lock to be free)"
+	}
+	return fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close ≤%v; in the %d quiet ones %s; left in Redis after Close: %d)",
+		f.n, f.cutBy, f.inside, f.cut, ms(f.maxClose), f.quiet, stall, f.left)
 }
 
 // checkDeploys asserts what each deploy must leave: its Close returned

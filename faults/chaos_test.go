@@ -319,9 +319,19 @@ func runChaos(t *testing.T, kind string) {
 	// and open another, and the monkey waits for its answer (deployNote).
 	// A deploy no other fault can have stalled waiters around (1.5 leases
 	// after a kill, whose holds, queue places and grants lapse by then; a
-	// lease after a stop's thaw) is quiet: its stall is asserted.
+	// lease after a stop's thaw) is quiet: its stall is asserted. The
+	// monkey waits for that before it deploys (no other fault strikes
+	// meanwhile, nor in the deploy's window: the next fault comes 0.5 s
+	// at least after the child's answer), so that every deploy is quiet;
+	// one that would not be, with no time left to wait, is not made.
 	var lastKill, lastThaw time.Time
 	deploy := func(s int) bool {
+		if wait := max(time.Until(lastKill.Add(3*chaosLease/2)), time.Until(lastThaw.Add(chaosLease))); wait > 0 {
+			if time.Until(until)-wait < 2*chaosLease {
+				return false
+			}
+			time.Sleep(wait)
+		}
 		run.mu.Lock()
 		if !run.ready[s] || run.killed[s] {
 			// Another child, ready for one (a child that has just
@@ -494,6 +504,9 @@ func runChaos(t *testing.T, kind string) {
 	if kind == "cond" {
 		cf := checkCond(t, ev, run)
 		t.Logf("%v", cf)
+		// Neither check may pass by having nothing to check.
+		assert.NotZero(t, cf.lostChecked, "Cond: no Wait that gave up was checked for a lost signal (%d gave up)", cf.gaveUp)
+		assert.NotZero(t, cf.bcastChecked, "Cond: no Wait was checked against a Broadcast (%d Broadcasts)", cf.broadcasts)
 		fig.verdict += " (the lock); " + cf.String()
 	}
 	sf := store.figures()
@@ -548,7 +561,10 @@ func runChaos(t *testing.T, kind string) {
 
 	assert.Empty(t, busy, "%v after the run Redis still shows", cleanAfter)
 	if deploys {
+		// Every deploy is outside the other faults' windows (the monkey
+		// waits for that), and each one's stall is asserted.
 		assert.NotZero(t, df.n, "deploys: none struck")
+		assert.Equal(t, df.n, df.quiet, "deploys in another fault's window (the monkey waits them out)")
 		checkDeploys(t, fig.stalls)
 	}
 	assert.Empty(t, leaked, "keys without expiry left")

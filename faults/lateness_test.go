@@ -69,8 +69,15 @@ func ms(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecon
 
 // String is the figures as the report gives them.
 func (f lateFigures) String() string {
-	return fmt.Sprintf("latest return %v after its context ended, %d over %v; %d more a SIGSTOP of their process overlapped, %d over, latest %v; timers ending them up to %v late, %d over %v",
-		ms(f.maxLate), f.late, lateBound, f.stopped, f.stoppedLate, ms(f.maxStopped), ms(f.maxTimer), f.timerLate, lateBound)
+	// How soon the runtime ran a goroutine the latest wait's end woke
+	// (waitEnd.woke): a late return whose end's other goroutine ran as
+	// late was the process's scheduling, not the wait's path.
+	woke := "—"
+	if f.worst.Woke != 0 && f.worst.End != 0 {
+		woke = ms(f.worst.Woke - f.worst.End).String()
+	}
+	return fmt.Sprintf("latest return %v after its context ended (a goroutine its end woke ran %s after it), %d over %v; %d more a SIGSTOP of their process overlapped, %d over, latest %v; timers ending them up to %v late, %d over %v",
+		ms(f.maxLate), woke, f.late, lateBound, f.stopped, f.stoppedLate, ms(f.maxStopped), ms(f.maxTimer), f.timerLate, lateBound)
 }
 
 // TestWaitEndMeasuresFromTheEnd: a wait is measured from the moment its
