@@ -59,6 +59,9 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
+	if err := c.otherClient(lctx, KindCond, cd.info.Name, "Wait"); err != nil {
+		return nil, err
+	}
 	lc, _ := lctx.Value(lockCtxKey{}).(*lockCtx)
 	if lc == nil || lc.h.key != m.key || lc.h.c != c {
 		return nil, &lockError{kind: KindCond, name: cd.info.Name, err: fmt.Errorf("%w: pass the lock context that LockContext of the Cond's Mutex returned, through the Cond's Client", ErrWrongContext)}

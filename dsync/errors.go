@@ -32,8 +32,10 @@ var (
 
 	// ErrWrongContext is returned, naming the lock, by a release whose
 	// context carries no hold of the lock: the parent context instead of
-	// the lock context, an UnlockContext after Lock, or another lock's
-	// context. The lock stays held. It matches ErrNotHeld too.
+	// the lock context, an UnlockContext after Lock, another lock's
+	// context, or a lock context of another Client (a lock context is
+	// released only through the Client that took it). The lock stays
+	// held. It matches ErrNotHeld too.
 	ErrWrongContext error = notHeldError("dsync: the context carries no hold of this lock")
 
 	// errReleased is the cause of a lock context cancelled by its release.
@@ -71,6 +73,42 @@ func notHeld(ctx context.Context, kind Kind, name, acquire string, hasOwner bool
 		return &lockError{kind: kind, name: name, err: fmt.Errorf("%w: pass the lock context that %s returned (a lock that Lock took is released by Unlock)", ErrWrongContext, acquire)}
 	}
 	return &lockError{kind: kind, name: name, err: fmt.Errorf("%w (released already, lost, or never acquired by it)", ErrNotHeld)}
+}
+
+// otherClient refuses a release through c of the lock (kind, name), by
+// the call release, with a context that derives from a lock context
+// another Client made: c holds nothing of that hold, and a release that
+// reached Redis would free the lock under the Client that holds it, whose
+// lock context would stay live. nil if ctx derives from no lock context,
+// or from one of c's. It does not allocate unless it refuses.
+func (c *Client) otherClient(ctx context.Context, kind Kind, name, release string) error {
+	lc, ok := ctx.Value(lockCtxKey{}).(*lockCtx)
+	if !ok || lc.h == nil || lc.h.c == c {
+		return nil
+	}
+	h := lc.h
+	return &lockError{kind: kind, name: name, err: fmt.Errorf("%w: it is the lock context of %s %q taken through Client %s, not through this Client (%s): call %s on that Client's %s",
+		ErrWrongContext, h.lock.Kind, shortName(h.lock.Name), h.c.ident, c.ident, release, kindTitle(kind))}
+}
+
+// kindTitle is the Go type of a lock of kind k, for errors that say what
+// to call.
+func kindTitle(k Kind) string {
+	switch k {
+	case KindMutex:
+		return "Mutex"
+	case KindFairMutex:
+		return "FairMutex"
+	case KindRWMutex:
+		return "RWMutex"
+	case KindSemaphore:
+		return "Semaphore"
+	case KindElection:
+		return "Election"
+	case KindCond:
+		return "Cond"
+	}
+	return string(k)
 }
 
 // otherLock reports whether ctx derives from the lock context of a lock

@@ -124,6 +124,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if !ok {
 		return notHeld(ctx, KindSemaphore, s.name, "Acquire", false)
 	}
+	if err := s.c.otherClient(ctx, KindSemaphore, s.name, "Release"); err != nil {
+		return err
+	}
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	tok, _ := FencingToken(ctx)
