@@ -47,7 +47,9 @@ func TestReleaseThroughAnotherClientRefused(t *testing.T) {
 		{"Semaphore", "wc-sem",
 			func(c *dsync.Client) (context.Context, error) { return c.NewSemaphore("wc-sem", 1).Acquire(ctx, 1) },
 			func(c *dsync.Client, l context.Context) error { return c.NewSemaphore("wc-sem", 1).Release(l, 1) },
-			func(c *dsync.Client) bool { return !c.NewSemaphore("wc-sem", 1).Locker(1).(interface{ TryLock() bool }).TryLock() }},
+			func(c *dsync.Client) bool {
+				return !c.NewSemaphore("wc-sem", 1).Locker(1).(interface{ TryLock() bool }).TryLock()
+			}},
 		{"Election Resign", "wc-el",
 			func(c *dsync.Client) (context.Context, error) { return c.NewElection("wc-el").Campaign(ctx, "v") },
 			func(c *dsync.Client, l context.Context) error { return c.NewElection("wc-el").Resign(l) },
