@@ -86,6 +86,11 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 		defer cancel()
 	}
 	owner := lc.h.owner
+	if o, ok := OwnerOf(ctx); !ok || o != owner {
+		// The lock context's owner was made by LockContext (ctx brought
+		// none): the re-acquisition is for it, not for a new one.
+		ctx = withOwnerVal(ctx, ownerVal{owner: owner})
+	}
 	wctx, ob := c.observe(wctx, cd.info, owner, false)
 	w := condWaiter{cd: cd, id: c.attemptID(), lease: leaseMS(c.cfg.lease)}
 	if err := idempotent(lctx, w.register); err != nil {
