@@ -27,7 +27,8 @@ import (
 // URLs are read by rueidis.ParseURL. ctx bounds the connection: Dial returns
 // an error matching ctx.Err() when ctx ends first. A bad address or URL
 // returns ErrInvalidArgument, naming what is wrong; errors never show the
-// password.
+// password, which may hold any character: the credentials end at the
+// URL's last '@' (write a '@' in the query as %40).
 func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: Dial needs a context: pass context.Background() or one with a deadline", ErrInvalidArgument)
