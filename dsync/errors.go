@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -41,6 +42,48 @@ var (
 	// errReleased is the cause of a lock context cancelled by its release.
 	errReleased = errors.New("dsync: lock released")
 )
+
+// An unreachableError is the error of a Redis call whose connection could
+// not be made or broke before the reply (see sharedDial.unreachable): it
+// says which Redis, and that the call may be tried again. errors.Is and
+// errors.As see the error it wraps (io.EOF, a *net.OpError, ...).
+type unreachableError struct {
+	addr string
+	err  error
+	// once: a call that must not be simply repeated says why (see
+	// notIdempotent).
+	once string
+}
+
+func (e *unreachableError) Error() string {
+	var oe *net.OpError
+	sent := !errors.As(e.err, &oe) || oe.Op != "dial"
+	msg := "dsync: Redis at " + e.addr + " could not be reached (" + e.err.Error() + ")"
+	switch {
+	case !sent:
+		msg += ": nothing was sent; the call may be retried once Redis is back"
+	case e.once != "":
+		msg += ": the connection broke before the reply; " + e.once
+	default:
+		msg += ": the connection broke before the reply; the call may be retried once Redis is back (a failed acquisition holds nothing)"
+	}
+	return msg
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// notIdempotent marks err, if Redis could not be reached, as the error of
+// a call that may have been applied and must not be simply repeated: why
+// says so, and what to do.
+func notIdempotent(err error, why string) error {
+	ue, ok := err.(*unreachableError)
+	if !ok {
+		return err
+	}
+	u := *ue
+	u.once = why
+	return &u
+}
 
 // notHeldError is an error that matches ErrNotHeld.
 type notHeldError string
