@@ -134,8 +134,8 @@ func (c *Client) otherClient(ctx context.Context, kind Kind, name, release strin
 		ErrWrongContext, h.lock.Kind, shortName(h.lock.Name), h.c.ident, c.ident, release, kindTitle(kind))}
 }
 
-// kindTitle is the Go type of a lock of kind k, for errors that say what
-// to call.
+// kindTitle is the Go type of a lock of kind k that takes lock contexts,
+// for errors that say what to call.
 func kindTitle(k Kind) string {
 	switch k {
 	case KindMutex:

@@ -154,10 +154,10 @@ func (r *renewer) check(holds []*hold) {
 		v, err := c.rc.Do(ctx, c.rc.B().Get().Key(key).Build()).ToString()
 		cancel()
 		if (err == nil || rueidis.IsRedisNil(err)) && !strings.HasPrefix(v, prefix) {
-			h.renewReply(false, time.Time{}, 0)
+			h.renewReply(false, time.Time{}, 0, whyForced)
 		}
 	}
 	if len(watched) > 0 {
-		_, _ = r.send(r.calls(watched, nil))
+		_, _ = r.send(r.calls(watched, nil), whyForced)
 	}
 }
