@@ -51,6 +51,9 @@ type hold struct {
 	// (Observer.HoldTag), is this hold's (atomic).
 	key string
 	tag atomic.Pointer[string]
+	// byLocker: Lock or TryLock took it, and dropped its lock context
+	// (set just after the acquisition; for what a forced release reports).
+	byLocker atomic.Bool
 
 	// mu guards the fields from here to the end, but for slot and due.
 	mu        sync.Mutex

@@ -108,6 +108,7 @@ func lockerLock(o lockerOps, hs *lockerHolds) {
 	for n := 1; ; n++ {
 		lctx, _, err := o.lockFor(ctx, false)
 		if err == nil {
+			lockerHeld(lctx)
 			owner, _ := OwnerOf(lctx)
 			hs.push(owner)
 			return
@@ -130,12 +131,21 @@ func lockerLock(o lockerOps, hs *lockerHolds) {
 	}
 }
 
+// lockerHeld marks the hold of lctx, which Lock or TryLock took and drops,
+// as one without a lock context to cancel (see ToldHolder.Locker).
+func lockerHeld(lctx context.Context) {
+	if lc, ok := lctx.(*lockCtx); ok {
+		lc.h.byLocker.Store(true)
+	}
+}
+
 // lockerTryLock is sync.Locker's TryLock over o.
 func lockerTryLock(o lockerOps, hs *lockerHolds) bool {
 	lctx, ok, err := o.lockFor(context.Background(), true)
 	if err != nil || !ok {
 		return false
 	}
+	lockerHeld(lctx)
 	owner, _ := OwnerOf(lctx)
 	hs.push(owner)
 	return true

@@ -108,8 +108,9 @@ waiter runs it next); a WaitGroup's counter is reset to zero, so its Waits
 return. A holder may still be working: its Client is told at once and
 cancels its lock context within milliseconds, and each released hold's
 line says whether its holder was told (and by which Client); a holder
-that could not be told (its process gone, stopped or cut off from Redis)
-finds out at its next renewal. Both flags are required. Exit status 3 if
+that took the lock with Lock has no lock context, so its Client only logs
+the loss; a holder that could not be told (its process gone, stopped or
+cut off from Redis) finds out at its next renewal. Both flags are required. Exit status 3 if
 nothing was held.
 `,
 }
@@ -561,10 +562,11 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 			Kind   string `json:"kind"`
 			Owner  string `json:"owner"`
 			Client string `json:"client"`
+			Locker bool   `json:"locker"` // taken by Lock: no lock context was cancelled
 		}
 		tj := []toldJSON{}
 		for _, h := range told {
-			tj = append(tj, toldJSON{string(h.Kind), h.Owner, h.Client})
+			tj = append(tj, toldJSON{string(h.Kind), h.Owner, h.Client, h.Locker})
 		}
 		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs)), "told": tj})
 	}
@@ -600,6 +602,9 @@ func heldOnly(states []dsync.LockState, refs []dsync.LockRef) []dsync.LockState 
 // at once (its Client cancelled its lock context), and by which Client.
 func toldNote(told []dsync.ToldHolder, owner string) string {
 	for _, t := range told {
+		if t.Owner == owner && t.Locker {
+			return "its holder's Client " + t.Client + " saw the release at once, but the holder took the lock with Lock, which has no lock context to cancel: nothing stops its work (its Client only logged the loss)"
+		}
 		if t.Owner == owner {
 			return "its holder was told at once (Client " + t.Client + " cancelled its lock context)"
 		}
