@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -226,6 +227,9 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		// holder, so it is never the default and never a single flag.
 		return fmt.Errorf("%w: refusing to unlock %q: it releases the lock whoever holds it, and the holder may still be working; pass --force --yes", errUsage, pos[0])
 	}
+	if err := checkAddr(o.addr); err != nil {
+		return fmt.Errorf("%w: --addr (or REDIS_ADDR): %v", errUsage, err)
+	}
 	c, rc, closeAll, err := connect(ctx, o)
 	if err != nil {
 		return err
@@ -251,6 +255,23 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 	default:
 		return unlock(ctx, c, o, pos[0], stdout)
 	}
+}
+
+// checkAddr checks --addr before connecting: host:port with a port in
+// 1..65535. A URL or credentials are refused without being echoed, since
+// they may hold a password.
+func checkAddr(addr string) error {
+	if strings.Contains(addr, "@") || strings.Contains(addr, "://") {
+		return errors.New("takes host:port, not a URL or credentials (not shown here): give the user with --user and the password in REDIS_PASSWORD")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: bad port %q: want 1 to 65535", addr, port)
+	}
+	return nil
 }
 
 func connect(ctx context.Context, o options) (*dsync.Client, rueidis.Client, func(), error) {

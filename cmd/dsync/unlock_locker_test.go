@@ -37,3 +37,19 @@ func TestCLIUnlockForceLockerHolder(t *testing.T) {
 	assert.NotContains(t, out, "cancelled its lock context", "the holder has no lock context")
 	assert.Contains(t, out, "took the lock with Lock, which has no lock context to cancel")
 }
+
+// TestCLIAddrCheckedWithoutSecrets (issue 38, sweep: the CLI): --addr (or
+// REDIS_ADDR) holding a URL with a password is refused with exit status 2
+// and without showing the password; a port outside 1..65535 is refused
+// before connecting.
+func TestCLIAddrCheckedWithoutSecrets(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, addr := range []string{"redis://:S3CR3T@127.0.0.1:1", "app:S3CR3T@127.0.0.1:1", "127.0.0.1:99999", "127.0.0.1"} {
+		e.vars["REDIS_ADDR"] = addr
+		code, out, errs := e.run(ctx, "list")
+		assert.Equal(t, 2, code, "%s: exit status; out %q, err %q", addr, out, errs)
+		assert.NotContains(t, out+errs, "S3CR3T", addr)
+		assert.Contains(t, errs, "--addr", addr)
+	}
+}
