@@ -94,3 +94,27 @@ func TestReleaseThroughAnotherClientRefused(t *testing.T) {
 	require.NoError(t, a.NewMutex("wc-own").UnlockContext(lctx))
 	require.Error(t, lctx.Err())
 }
+
+// TestCondOfAnotherClientsMutex (issue 38, sweep: wrong-client use): a
+// Cond made by one Client for another Client's Mutex fails every call with
+// ErrInvalidArgument naming it, instead of mixing the two Clients' keys
+// and channels; the lock stays held.
+func TestCondOfAnotherClientsMutex(t *testing.T) {
+	a := newClient(t)
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, a)))
+	ctx := ctxT(t)
+	m := a.NewMutex("cond-mixed")
+	cd := b.NewCond(m)
+	lctx, err := m.LockContext(ctx)
+	require.NoError(t, err)
+	_, err = cd.Wait(lctx)
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), `"cond-mixed"`)
+	require.NoError(t, lctx.Err(), "the lock is still held")
+	for _, f := range []func(context.Context) error{cd.Signal, cd.Broadcast} {
+		err := f(ctx)
+		require.ErrorIs(t, err, dsync.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), `"cond-mixed"`)
+	}
+	require.NoError(t, m.UnlockContext(lctx))
+}
