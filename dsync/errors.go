@@ -174,12 +174,16 @@ func renameErr(kind Kind, name string, err error) error {
 }
 
 // wrapErr names the lock in an error: a Redis error, a wait ended by its
-// context, ErrNotHeld. errors.Is and errors.As see through it. ErrClosed
-// and ErrInvalidArgument pass unchanged (they are about the Client or the
-// call), and so does an error that names a lock already.
+// context, ErrNotHeld, an ErrInvalidArgument that does not name it (a nil
+// context, a bad name). errors.Is and errors.As see through it. ErrClosed
+// passes unchanged (it is about the Client), and so does an error that
+// names a lock already.
 func wrapErr(kind Kind, name string, err error) error {
-	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+	if err == nil || errors.Is(err, ErrClosed) {
 		return err
+	}
+	if errors.Is(err, ErrInvalidArgument) && strings.Contains(err.Error(), fmt.Sprintf("%q", shortName(name))) {
+		return err // names the lock already
 	}
 	var le *lockError
 	if errors.As(err, &le) {

@@ -2,7 +2,7 @@ package dsync
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -142,7 +142,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 // unlock releases one acquisition by owner (ok false: ctx carried none).
 func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	if ctx == nil {
-		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+		return &lockError{kind: KindMutex, name: m.info.Name, err: fmt.Errorf("%w: nil context: pass the lock context LockContext returned", ErrInvalidArgument)}
 	}
 	if m.err != nil {
 		return m.err

@@ -2,7 +2,7 @@ package dsync
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -246,7 +246,7 @@ func (q *qlock) ended(h *hold, lost bool) {
 // runs even if ctx is already cancelled, since a lost lock's context is.
 func (q *qlock) unlock(ctx context.Context) error {
 	if ctx == nil {
-		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+		return &lockError{kind: q.info.Kind, name: q.info.Name, err: fmt.Errorf("%w: nil context: pass the lock context %s returned", ErrInvalidArgument, q.acquireName())}
 	}
 	if q.err != nil {
 		return q.err

@@ -111,7 +111,7 @@ func (l *semLocker) lockerEnv() (string, string, *slog.Logger, *Client) {
 // permits stay held until their lease lapses.
 func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+		return &lockError{kind: KindSemaphore, name: s.name, err: fmt.Errorf("%w: nil context: pass the lock context Acquire returned", ErrInvalidArgument)}
 	}
 	if err := s.check(n); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package dsync_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/dsync/dsync/dsync"
@@ -40,4 +41,34 @@ func TestSemaphoreErrorsSayWhatToDo(t *testing.T) {
 	assert.Contains(t, err.Error(), `"sem-size"`)
 	assert.Contains(t, err.Error(), "open it with size 3", "says which size to use")
 	require.NoError(t, big.Release(l2, 1))
+}
+
+// TestNilContextErrorsNameTheLock (issue 38, sweep: errors without the
+// lock's name): a nil context, to an acquisition or a release, and a bad
+// name fail with ErrInvalidArgument naming the primitive and the lock and
+// saying what to pass.
+func TestNilContextErrorsNameTheLock(t *testing.T) {
+	c := newClient(t)
+	//lint:ignore SA1012 the nil context is the misuse under test
+	var nilCtx context.Context
+	m, f, s := c.NewMutex("nil-m"), c.NewFairMutex("nil-f"), c.NewSemaphore("nil-s", 2)
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil-m", func() error { _, err := m.LockContext(nilCtx); return err }()},
+		{"nil-m", m.UnlockContext(nilCtx)},
+		{"nil-f", func() error { _, err := f.LockContext(nilCtx); return err }()},
+		{"nil-f", f.UnlockContext(nilCtx)},
+		{"nil-s", func() error { _, err := s.Acquire(nilCtx, 1); return err }()},
+		{"nil-s", s.Release(nilCtx, 1)},
+	} {
+		require.ErrorIs(t, tc.err, dsync.ErrInvalidArgument, tc.name)
+		assert.Contains(t, tc.err.Error(), `"`+tc.name+`"`, "names the lock")
+		assert.Contains(t, tc.err.Error(), "pass ", "says what to pass")
+	}
+	_, err := c.NewMutex("").LockContext(context.Background())
+	require.ErrorIs(t, err, dsync.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "mutex", "names the primitive")
+	assert.Contains(t, err.Error(), "give it a name")
 }
