@@ -49,7 +49,6 @@ func TestSemaphoreErrorsSayWhatToDo(t *testing.T) {
 // saying what to pass.
 func TestNilContextErrorsNameTheLock(t *testing.T) {
 	c := newClient(t)
-	//lint:ignore SA1012 the nil context is the misuse under test
 	var nilCtx context.Context
 	m, f, s := c.NewMutex("nil-m"), c.NewFairMutex("nil-f"), c.NewSemaphore("nil-s", 2)
 	for _, tc := range []struct {
