@@ -28,7 +28,7 @@ func (c *Client) checkOpen() error {
 // checkCall validates what every call that reaches Redis needs.
 func (c *Client) checkCall(ctx context.Context, nameErr error) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil context: pass context.Background() if there is none", ErrInvalidArgument)
 	}
 	if nameErr != nil {
 		return nameErr

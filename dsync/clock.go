@@ -149,7 +149,10 @@ func (k *leaseClock) fire() {
 	k.armLocked()
 	k.mu.Unlock()
 	for _, h := range expired {
-		h.end(ErrLockLost, true)
+		h.mu.Lock()
+		deadline := h.deadline
+		h.mu.Unlock()
+		h.end(h.expiredCause(deadline, now), true)
 	}
 }
 

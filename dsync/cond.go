@@ -23,17 +23,23 @@ type Cond struct {
 	keys []string // waiters, places, signalled (cond_lib.lua)
 	ch   string   // this Client's wakeup channel
 	info Lock
+	err  error // made by another Client than its Mutex's: every call fails
 }
 
 // NewCond returns the condition variable of l, shared by every Client that
-// makes one for a Mutex of the same name. c must be l's Client.
+// makes one for a Mutex of the same name. c must be l's Client: otherwise
+// every call of the Cond fails with ErrInvalidArgument.
 func (c *Client) NewCond(l *Mutex) *Cond {
 	if l == nil {
 		return &Cond{}
 	}
 	base := c.lockKey("cond", l.info.Name)
-	return &Cond{m: l, keys: []string{base, base + ":places", base + ":sig"}, ch: base + ":ch:" + c.id[:16],
+	cd := &Cond{m: l, keys: []string{base, base + ":places", base + ":sig"}, ch: base + ":ch:" + c.id[:16],
 		info: Lock{Kind: KindCond, Name: l.info.Name, N: 1}}
+	if l.c != c {
+		cd.err = &lockError{kind: KindCond, name: l.info.Name, err: fmt.Errorf("%w: NewCond was called on Client %s with a Mutex of Client %s: make the Cond with the Mutex's own Client", ErrInvalidArgument, c.ident, l.c.ident)}
+	}
+	return cd
 }
 
 // Wait atomically releases the lock lctx holds and waits for a Signal or
@@ -47,6 +53,9 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	if cd.m == nil {
 		return nil, fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
 	}
+	if cd.err != nil {
+		return nil, cd.err
+	}
 	m := cd.m
 	c := m.c
 	if err := c.checkCall(context.Background(), m.err); err != nil {
@@ -58,6 +67,9 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	defer c.exit()
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	if err := c.otherClient(lctx, KindCond, cd.info.Name, "Wait"); err != nil {
+		return nil, err
 	}
 	lc, _ := lctx.Value(lockCtxKey{}).(*lockCtx)
 	if lc == nil || lc.h.key != m.key || lc.h.c != c {
@@ -83,6 +95,11 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 		defer cancel()
 	}
 	owner := lc.h.owner
+	if o, ok := OwnerOf(ctx); !ok || o != owner {
+		// The lock context's owner was made by LockContext (ctx brought
+		// none): the re-acquisition is for it, not for a new one.
+		ctx = withOwnerVal(ctx, ownerVal{owner: owner})
+	}
 	wctx, ob := c.observe(wctx, cd.info, owner, false)
 	w := condWaiter{cd: cd, id: c.attemptID(), lease: leaseMS(c.cfg.lease)}
 	if err := idempotent(lctx, w.register); err != nil {
@@ -124,6 +141,9 @@ func (cd *Cond) Broadcast(ctx context.Context) error { return cd.signal(ctx, "al
 func (cd *Cond) signal(ctx context.Context, which string) error {
 	if cd.m == nil {
 		return fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
+	}
+	if cd.err != nil {
+		return cd.err
 	}
 	if err := cd.m.c.checkCall(ctx, cd.m.err); err != nil {
 		return err

@@ -27,7 +27,8 @@ import (
 // URLs are read by rueidis.ParseURL. ctx bounds the connection: Dial returns
 // an error matching ctx.Err() when ctx ends first. A bad address or URL
 // returns ErrInvalidArgument, naming what is wrong; errors never show the
-// password.
+// password, which may hold any character: the credentials end at the
+// URL's last '@' (write a '@' in the query as %40).
 func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: Dial needs a context: pass context.Background() or one with a deadline", ErrInvalidArgument)
@@ -81,6 +82,11 @@ func WithDialOption(f func(*rueidis.ClientOption)) Option {
 const sentinelPort = "26379"
 
 // parseDialURL turns Dial's argument into rueidis options.
+//
+// The credentials are cut off first, at the last '@' (a password may hold
+// any character, '/', '?', '#' and '@' included; a '@' in the query or the
+// fragment must be escaped as %40), so that no parser sees them and no
+// error can show them: errors print the address as redactURL does.
 func parseDialURL(raw string) (rueidis.ClientOption, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {
@@ -88,11 +94,30 @@ func parseDialURL(raw string) (rueidis.ClientOption, error) {
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
+		if strings.Contains(s, "@") {
+			return rueidis.ClientOption{}, fmt.Errorf("%w: Dial address %s: credentials need a URL: redis://USER:PASSWORD@host:port", ErrInvalidArgument, redactURL(s))
+		}
 		addrs, err := splitHosts(s, "6379")
 		if err != nil {
 			return rueidis.ClientOption{}, fmt.Errorf("%w: Dial address %q: %v", ErrInvalidArgument, s, err)
 		}
 		return rueidis.ClientOption{InitAddress: addrs}, nil
+	}
+	bad := func(format string, a ...any) (rueidis.ClientOption, error) {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: "+format, append([]any{ErrInvalidArgument, redactURL(s)}, a...)...)
+	}
+	var user, pass string
+	hasUser := false
+	if creds, after, ok := cutCreds(rest); ok {
+		rest, hasUser = after, true
+		u, p, _ := strings.Cut(creds, ":")
+		var err error
+		if user, err = url.PathUnescape(u); err != nil {
+			return bad("the user name has a bad %%-escape")
+		}
+		if pass, err = url.PathUnescape(p); err != nil {
+			return bad("the password has a bad %%-escape (write %%25 for a %%)")
+		}
 	}
 	// The authority may list several hosts (h1:p1,h2:p2), which net/url
 	// does not read: keep the first in the URL and the others apart.
@@ -100,26 +125,32 @@ func parseDialURL(raw string) (rueidis.ClientOption, error) {
 	if end < 0 {
 		end = len(rest)
 	}
-	user, hosts := "", rest[:end]
-	if at := strings.LastIndex(hosts, "@"); at >= 0 {
-		user, hosts = hosts[:at+1], hosts[at+1:]
-	}
+	hosts := rest[:end]
 	first, others, _ := strings.Cut(hosts, ",")
-	u, err := url.Parse(scheme + "://" + user + first + rest[end:])
+	u, err := url.Parse(scheme + "://" + first + rest[end:])
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			err = ue.Err // its message would show the password
+			err = ue.Err // its message repeats the URL
 		}
-		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(raw), err)
+		return bad("%v", err)
+	}
+	if p := u.Port(); p != "" {
+		if err := checkPort(p); err != nil {
+			return bad("host %q: %v", first, err)
+		}
 	}
 	sentinel, port := false, "6379"
 	switch strings.ToLower(u.Scheme) {
 	case "redis-sentinel", "rediss-sentinel", "redis+sentinel", "rediss+sentinel":
 		sentinel, port = true, sentinelPort
-	case "redis", "rediss", "valkey", "valkeys", "unix":
+	case "unix":
+		if strings.TrimSpace(u.Path) == "" {
+			return bad("no socket path: write unix:///path/to/redis.sock")
+		}
+	case "redis", "rediss", "valkey", "valkeys":
 	default:
-		return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: unknown scheme %q: use redis://, rediss://, redis-sentinel://, rediss-sentinel://, unix:// or host:port", ErrInvalidArgument, redactURL(raw), u.Scheme)
+		return bad("unknown scheme %q: use redis://, rediss://, redis-sentinel://, rediss-sentinel://, unix:// or host:port", u.Scheme)
 	}
 	// The other hosts, and addr= parameters (rueidis and go-redis spell a
 	// cluster's seeds so), get their port here: rueidis would give an
@@ -132,23 +163,51 @@ func parseDialURL(raw string) (rueidis.ClientOption, error) {
 		}
 		addrs, err := splitHosts(list, port)
 		if err != nil {
-			return rueidis.ClientOption{}, fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(raw), err)
+			return bad("%v", err)
 		}
 		extra = append(extra, addrs...)
 	}
 	q.Del("addr")
+	var o rueidis.ClientOption
 	if sentinel {
-		return sentinelURL(raw, u, q, extra)
+		o, err = sentinelURL(s, u, q, extra)
+	} else {
+		for _, a := range extra {
+			q.Add("addr", a)
+		}
+		u.RawQuery = q.Encode()
+		o, err = rueidis.ParseURL(u.String())
+		if err != nil {
+			err = fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(s), err)
+		}
 	}
-	for _, a := range extra {
-		q.Add("addr", a)
-	}
-	u.RawQuery = q.Encode()
-	o, err := rueidis.ParseURL(u.String())
 	if err != nil {
-		return o, fmt.Errorf("%w: Dial URL %s: %v", ErrInvalidArgument, redactURL(raw), err)
+		return rueidis.ClientOption{}, err
+	}
+	if hasUser {
+		o.Username, o.Password = user, pass
 	}
 	return o, nil
+}
+
+// cutCreds cuts the credentials "user[:password]" off s, the part of a URL
+// after "scheme://" (or a scheme-less address): everything before its last
+// '@'.
+func cutCreds(s string) (creds, rest string, ok bool) {
+	at := strings.LastIndex(s, "@")
+	if at < 0 {
+		return "", s, false
+	}
+	return s[:at], s[at+1:], true
+}
+
+// checkPort checks a port number: 1 to 65535.
+func checkPort(p string) error {
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return fmt.Errorf("bad port %q: want 1 to 65535", p)
+	}
+	return nil
 }
 
 // sentinelURL reads redis-sentinel://[user:pass@]s1[:port][,s2[:port]...][/master][/db][?query][#master],
@@ -223,8 +282,8 @@ func splitHosts(s, defPort string) ([]string, error) {
 				return nil, fmt.Errorf("host %q: %v", h, err)
 			}
 		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return nil, fmt.Errorf("host %q: bad port %q", h, port)
+		if err := checkPort(port); err != nil {
+			return nil, fmt.Errorf("host %q: %v", h, err)
 		}
 		addrs = append(addrs, net.JoinHostPort(orLocalhost(host), port))
 	}
@@ -238,25 +297,24 @@ func orLocalhost(h string) string {
 	return h
 }
 
-// redactURL returns raw with any password replaced by xxxxx.
+// redactURL returns raw with its credentials replaced: "user:xxxxx@"
+// for a user and a password, "xxxxx@" for a lone one (it may be a password
+// given without a user). The credentials end at the last '@' (see
+// parseDialURL), so a password holding '/', '?', '#' or '@' is hidden
+// whole, in a URL or a scheme-less address alike.
 func redactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
+	head, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		head, rest = raw[:i+3], raw[i+3:]
+	}
+	creds, after, ok := cutCreds(rest)
 	if !ok {
 		return raw
 	}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
+	if user, _, hasPass := strings.Cut(creds, ":"); hasPass {
+		return head + user + ":xxxxx@" + after
 	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
-	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return raw
-	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	return head + "xxxxx@" + after
 }
 
 // dialBound makes Dial's context bound the connections rueidis opens while

@@ -31,7 +31,8 @@
 // context, carrying the owner and fencing token, that is cancelled when the
 // lock is released or lost (context.Cause ErrLockLost). Work under it and
 // pass it to UnlockContext; another context (the parent, say) returns
-// ErrWrongContext and the lock stays held. TryLockContext does not wait.
+// ErrWrongContext and the lock stays held, as does a release through
+// another Client than the one that took it. TryLockContext does not wait.
 // Acquisitions whose contexts carry the same owner (WithOwner) re-enter;
 // each needs its own release.
 //

@@ -215,6 +215,9 @@ func (e *Election) Proclaim(lctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.otherClient(lctx, KindElection, e.name, "Proclaim"); err != nil {
+		return err
+	}
 	args := []string{owner, strconv.FormatUint(term, 10), value, e.ttl, e.ch}
 	code, err := c.lua(scripts.ElectionProclaim).Exec(lctx, c.rc, e.keys, args).AsInt64()
 	if err == nil && code == 0 {
@@ -242,6 +245,9 @@ func (e *Election) Resign(lctx context.Context) error {
 	term, ok2 := FencingToken(lctx)
 	if !ok || !ok2 {
 		return notHeld(lctx, KindElection, e.name, "Campaign", false)
+	}
+	if err := e.c.otherClient(lctx, KindElection, e.name, "Resign"); err != nil {
+		return err
 	}
 	return wrapErr(KindElection, e.name, e.resign(lctx, owner, term))
 }

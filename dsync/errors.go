@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -32,13 +33,57 @@ var (
 
 	// ErrWrongContext is returned, naming the lock, by a release whose
 	// context carries no hold of the lock: the parent context instead of
-	// the lock context, an UnlockContext after Lock, or another lock's
-	// context. The lock stays held. It matches ErrNotHeld too.
+	// the lock context, an UnlockContext after Lock, another lock's
+	// context, or a lock context of another Client (a lock context is
+	// released only through the Client that took it). The lock stays
+	// held. It matches ErrNotHeld too.
 	ErrWrongContext error = notHeldError("dsync: the context carries no hold of this lock")
 
 	// errReleased is the cause of a lock context cancelled by its release.
 	errReleased = errors.New("dsync: lock released")
 )
+
+// An unreachableError is the error of a Redis call whose connection could
+// not be made or broke before the reply (see sharedDial.unreachable): it
+// says which Redis, and that the call may be tried again. errors.Is and
+// errors.As see the error it wraps (io.EOF, a *net.OpError, ...).
+type unreachableError struct {
+	addr string
+	err  error
+	// once: a call that must not be simply repeated says why (see
+	// notIdempotent).
+	once string
+}
+
+func (e *unreachableError) Error() string {
+	var oe *net.OpError
+	sent := !errors.As(e.err, &oe) || oe.Op != "dial"
+	msg := "dsync: Redis at " + e.addr + " could not be reached (" + e.err.Error() + ")"
+	switch {
+	case !sent:
+		msg += ": nothing was sent; the call may be retried once Redis is back"
+	case e.once != "":
+		msg += ": the connection broke before the reply; " + e.once
+	default:
+		msg += ": the connection broke before the reply; the call may be retried once Redis is back (a failed acquisition holds nothing)"
+	}
+	return msg
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// notIdempotent marks err, if Redis could not be reached, as the error of
+// a call that may have been applied and must not be simply repeated: why
+// says so, and what to do.
+func notIdempotent(err error, why string) error {
+	ue, ok := err.(*unreachableError)
+	if !ok {
+		return err
+	}
+	u := *ue
+	u.once = why
+	return &u
+}
 
 // notHeldError is an error that matches ErrNotHeld.
 type notHeldError string
@@ -73,6 +118,42 @@ func notHeld(ctx context.Context, kind Kind, name, acquire string, hasOwner bool
 	return &lockError{kind: kind, name: name, err: fmt.Errorf("%w (released already, lost, or never acquired by it)", ErrNotHeld)}
 }
 
+// otherClient refuses a release through c of the lock (kind, name), by
+// the call release, with a context that derives from a lock context
+// another Client made: c holds nothing of that hold, and a release that
+// reached Redis would free the lock under the Client that holds it, whose
+// lock context would stay live. nil if ctx derives from no lock context,
+// or from one of c's. It does not allocate unless it refuses.
+func (c *Client) otherClient(ctx context.Context, kind Kind, name, release string) error {
+	lc, ok := ctx.Value(lockCtxKey{}).(*lockCtx)
+	if !ok || lc.h == nil || lc.h.c == c {
+		return nil
+	}
+	h := lc.h
+	return &lockError{kind: kind, name: name, err: fmt.Errorf("%w: it is the lock context of %s %q taken through Client %s, not through this Client (%s): call %s on that Client's %s",
+		ErrWrongContext, h.lock.Kind, shortName(h.lock.Name), h.c.ident, c.ident, release, kindTitle(kind))}
+}
+
+// kindTitle is the Go type of a lock of kind k that takes lock contexts,
+// for errors that say what to call.
+func kindTitle(k Kind) string {
+	switch k {
+	case KindMutex:
+		return "Mutex"
+	case KindFairMutex:
+		return "FairMutex"
+	case KindRWMutex:
+		return "RWMutex"
+	case KindSemaphore:
+		return "Semaphore"
+	case KindElection:
+		return "Election"
+	case KindCond:
+		return "Cond"
+	}
+	return string(k)
+}
+
 // otherLock reports whether ctx derives from the lock context of a lock
 // other than (kind, name).
 func otherLock(ctx context.Context, kind Kind, name string) bool {
@@ -93,12 +174,16 @@ func renameErr(kind Kind, name string, err error) error {
 }
 
 // wrapErr names the lock in an error: a Redis error, a wait ended by its
-// context, ErrNotHeld. errors.Is and errors.As see through it. ErrClosed
-// and ErrInvalidArgument pass unchanged (they are about the Client or the
-// call), and so does an error that names a lock already.
+// context, ErrNotHeld, an ErrInvalidArgument that does not name it (a nil
+// context, a bad name). errors.Is and errors.As see through it. ErrClosed
+// passes unchanged (it is about the Client), and so does an error that
+// names a lock already.
 func wrapErr(kind Kind, name string, err error) error {
-	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+	if err == nil || errors.Is(err, ErrClosed) {
 		return err
+	}
+	if errors.Is(err, ErrInvalidArgument) && strings.Contains(err.Error(), fmt.Sprintf("%q", shortName(name))) {
+		return err // names the lock already
 	}
 	var le *lockError
 	if errors.As(err, &le) {

@@ -85,8 +85,14 @@ func (c *Client) forceAnswers(ctx context.Context, reply string, n int64) ([]Tol
 				continue
 			}
 			owner, _ := strconv.Unquote(qowner)
-			name, _ := strconv.Unquote(strings.TrimPrefix(rest[len(qowner):], " "))
-			told = append(told, ToldHolder{Kind: Kind(kind), Name: name, Owner: owner, Client: lines[0]})
+			rest = strings.TrimPrefix(rest[len(qowner):], " ")
+			qname, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				continue
+			}
+			name, _ := strconv.Unquote(qname)
+			locker := strings.TrimSpace(rest[len(qname):]) == "locker"
+			told = append(told, ToldHolder{Kind: Kind(kind), Name: name, Owner: owner, Client: lines[0], Locker: locker})
 		}
 	}
 	return told, nil

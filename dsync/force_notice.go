@@ -21,14 +21,16 @@ import (
 //
 // The message is "<reply> <name>": reply is "-", or a list key on which
 // each Client that received it pushes one answer, "<client>" followed by a
-// line "<kind> <owner>" for each hold it ended (ForceUnlockTell).
+// line "<kind> <owner> <name>[ locker]" for each hold it ended, "locker"
+// for a hold Lock or TryLock took (ForceUnlockTell).
 
 // forceAnswerWait bounds how long ForceUnlockTell waits for the Clients'
 // answers.
 const forceAnswerWait = time.Second
 
 // A ToldHolder is a holder that a forced release reached at once: its
-// Client found its hold gone and cancelled its lock context.
+// Client found its hold gone and cancelled its lock context (or, with
+// Locker, only logged the loss).
 type ToldHolder struct {
 	Kind  Kind
 	Name  string
@@ -36,6 +38,9 @@ type ToldHolder struct {
 	// Client names the holder's Client: "<name>/<id>", the name being
 	// WithClientName's (the process's name by default).
 	Client string
+	// Locker: the hold was taken by Lock or TryLock, which return no lock
+	// context: nothing stops the holder's work; its Client logged the loss.
+	Locker bool
 }
 
 // holdCheck asks the renewal loop to check holds in Redis now.
@@ -120,6 +125,9 @@ func (c *Client) forced(ctx context.Context, reply, name string) {
 			kind = KindElection
 		}
 		b.WriteString("\n" + string(kind) + " " + strconv.Quote(h.owner) + " " + strconv.Quote(n))
+		if h.byLocker.Load() {
+			b.WriteString(" locker")
+		}
 	}
 	cmds := c.rc.B()
 	for _, r := range c.rc.DoMulti(ctx,
@@ -154,10 +162,10 @@ func (r *renewer) check(holds []*hold) {
 		v, err := c.rc.Do(ctx, c.rc.B().Get().Key(key).Build()).ToString()
 		cancel()
 		if (err == nil || rueidis.IsRedisNil(err)) && !strings.HasPrefix(v, prefix) {
-			h.renewReply(false, time.Time{}, 0)
+			h.renewReply(false, time.Time{}, 0, whyForced)
 		}
 	}
 	if len(watched) > 0 {
-		_, _ = r.send(r.calls(watched, nil))
+		_, _ = r.send(r.calls(watched, nil), whyForced)
 	}
 }

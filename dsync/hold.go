@@ -51,6 +51,9 @@ type hold struct {
 	// (Observer.HoldTag), is this hold's (atomic).
 	key string
 	tag atomic.Pointer[string]
+	// byLocker: Lock or TryLock took it, and dropped its lock context
+	// (set just after the acquisition; for what a forced release reports).
+	byLocker atomic.Bool
 
 	// mu guards the fields from here to the end, but for slot and due.
 	mu        sync.Mutex
@@ -58,10 +61,11 @@ type hold struct {
 	deadline  time.Time // when the lease clock runs out
 	watchdog  bool      // (not guarded by mu: see ops)
 	ended     bool
-	releasing bool // a release is on its way: a renewal that finds the hold gone raced with it
-	gone      bool // a renewal found the hold gone while releasing: no local handoff (handOff)
-	expiring  bool // the lease clock ran out: a renewal that succeeds now is too late
-	used1     bool // lctx1 was handed out
+	cause     error // why it ended (set with ended): its lock contexts' cause
+	releasing bool  // a release is on its way: a renewal that finds the hold gone raced with it
+	gone      bool  // a renewal found the hold gone while releasing: no local handoff (handOff)
+	expiring  bool  // the lease clock ran out: a renewal that succeeds now is too late
+	used1     bool  // lctx1 was handed out
 	// slot and due are the hold's entry in the Client's leaseClock,
 	// guarded by leaseClock.mu, not by hold.mu: its index in the heap (-1
 	// when not watched) and the deadline it was pushed with (see tick).
@@ -170,8 +174,9 @@ func (h *hold) newCtx(parent context.Context) context.Context {
 	}
 	*lctx = lockCtx{Context: cctx, parent: parent, h: h}
 	if h.ended {
+		cause := h.cause
 		h.mu.Unlock()
-		cancel(ErrLockLost)
+		cancel(cause)
 		return lctx
 	}
 	h.cancels = append(h.cancels, cancel)
@@ -264,8 +269,9 @@ func (h *hold) overdue() bool {
 		return false
 	}
 	h.expiring = true // a renewal reply that comes now is too late
+	deadline := h.deadline
 	h.mu.Unlock()
-	h.end(ErrLockLost, true)
+	h.end(h.expiredCause(deadline, time.Now()), true)
 	return true
 }
 
@@ -305,6 +311,7 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 		return false
 	}
 	h.ended = true
+	h.cause = cause
 	cancels := h.cancels
 	h.cancels = nil
 	h.mu.Unlock()
@@ -324,7 +331,7 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 		cancels[i](cause)
 	}
 	if lost {
-		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name))
+		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name), "cause", cause)
 	}
 	c.untag(h)
 	return true
@@ -379,8 +386,9 @@ func (h *hold) handOff(nh *hold) (time.Time, bool) {
 // (being handed over) keeps the new end for trackUntil. Gone: the hold is
 // lost, unless a release is on its way, which may have removed it itself:
 // the release's own script then says whether it was still held, and a
-// handoff without a round trip is refused (handOff).
-func (h *hold) renewReply(ok bool, sentAt time.Time, lease time.Duration) {
+// handoff without a round trip is refused (handOff). A loss's cause says
+// why: gone (whyGone, whyForced).
+func (h *hold) renewReply(ok bool, sentAt time.Time, lease time.Duration, gone string) {
 	h.mu.Lock()
 	for h.succ != nil {
 		next := h.succ
@@ -397,7 +405,7 @@ func (h *hold) renewReply(ok bool, sentAt time.Time, lease time.Duration) {
 	case h.releasing:
 		h.gone = true
 	default:
-		h.endLocked(ErrLockLost, true)
+		h.endLocked(h.lostCause(gone), true)
 		return
 	}
 	h.mu.Unlock()

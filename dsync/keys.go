@@ -12,10 +12,10 @@ import (
 
 func checkName(name string) error {
 	if name == "" {
-		return fmt.Errorf("%w: empty name", ErrInvalidArgument)
+		return fmt.Errorf("%w: empty name: give it a name of 1 to %d bytes", ErrInvalidArgument, MaxNameLen)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: name of %d bytes exceeds MaxNameLen (%d)", ErrInvalidArgument, len(name), MaxNameLen)
+		return fmt.Errorf("%w: name of %d bytes exceeds MaxNameLen (%d): shorten it (a hash of a long name will do)", ErrInvalidArgument, len(name), MaxNameLen)
 	}
 	return nil
 }

@@ -96,12 +96,19 @@ func (h heldBy[T]) popFor(ctx context.Context, mu *sync.Mutex) (T, string, error
 	return v, owner, nil
 }
 
+// lockRetryLogEvery spaces the warnings of one Lock that retries through
+// Redis errors: the first, then one per interval with the count since.
+const lockRetryLogEvery = 10 * time.Second
+
 // lockerLock is sync.Locker's Lock over o.
 func lockerLock(o lockerOps, hs *lockerHolds) {
 	ctx := context.Background()
+	var logged time.Time
+	unlogged := 0
 	for n := 1; ; n++ {
 		lctx, _, err := o.lockFor(ctx, false)
 		if err == nil {
+			lockerHeld(lctx)
 			owner, _ := OwnerOf(lctx)
 			hs.push(owner)
 			return
@@ -110,12 +117,25 @@ func lockerLock(o lockerOps, hs *lockerHolds) {
 			panic(err)
 		}
 		what, name, log, c := o.lockerEnv()
-		log.Warn("dsync: Lock retrying", "kind", lockerKind(what), "name", shortName(name), "err", err)
+		if now := time.Now(); n == 1 || now.Sub(logged) >= lockRetryLogEvery {
+			log.Warn("dsync: Lock retrying", "kind", lockerKind(what), "name", shortName(name), "err", err, "attempts", n, "unlogged", unlogged)
+			logged, unlogged = now, 0
+		} else {
+			unlogged++
+		}
 		if c == nil {
 			time.Sleep(backoff(n))
 		} else if c.sleepCtx(ctx, backoff(n)) != nil {
 			panic(ErrClosed)
 		}
+	}
+}
+
+// lockerHeld marks the hold of lctx, which Lock or TryLock took and drops,
+// as one without a lock context to cancel (see ToldHolder.Locker).
+func lockerHeld(lctx context.Context) {
+	if lc, ok := lctx.(*lockCtx); ok {
+		lc.h.byLocker.Store(true)
 	}
 }
 
@@ -125,6 +145,7 @@ func lockerTryLock(o lockerOps, hs *lockerHolds) bool {
 	if err != nil || !ok {
 		return false
 	}
+	lockerHeld(lctx)
 	owner, _ := OwnerOf(lctx)
 	hs.push(owner)
 	return true

@@ -20,17 +20,68 @@ type ContextLocker interface {
 
 // orderedLocker is implemented by the dsync locks whose Redis key is known,
 // so that every MultiLock, in any process, takes them in the same order.
+// A lock is its key on its deployment: the same key on two deployments is
+// two locks.
 type orderedLocker interface {
 	orderKey() string
+	// where lists the addresses of the Redis deployment(s) the lock lives
+	// on, sorted: they order locks of one key.
+	where() []string
+	// sameAs reports whether o is the same lock (taking both would take
+	// one twice).
+	sameAs(o orderedLocker) bool
 }
 
 func (m *Mutex) orderKey() string { return m.key }
 
+func (m *Mutex) where() []string { return m.c.addrs() }
+
+// sameAs: a Mutex of the same key through the same Client, or through a
+// Client of the same deployment (one address in common).
+func (m *Mutex) sameAs(o orderedLocker) bool {
+	m2, ok := o.(*Mutex)
+	if !ok || m2.key != m.key {
+		return false
+	}
+	return m2.c == m.c || overlap(m.c.addrs(), m2.c.addrs())
+}
+
+// addrs lists the addresses of the Redis nodes c's rueidis client knows,
+// sorted: its deployment, as far as the Client can tell without a round
+// trip. Two Clients whose lists share an address reach one deployment.
+func (c *Client) addrs() []string {
+	nodes := c.rc.Nodes()
+	a := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		a = append(a, addr)
+	}
+	slices.Sort(a)
+	return a
+}
+
+// overlap reports whether the sorted lists a and b share an element.
+func overlap(a, b []string) bool {
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch cmp.Compare(a[i], b[j]) {
+		case 0:
+			return true
+		case -1:
+			i++
+		default:
+			j++
+		}
+	}
+	return false
+}
+
 // A MultiLock holds several locks as one: all of them, or none, in any
-// slots, servers or Clients. Members are acquired in one global order, so
-// MultiLocks over overlapping sets do not deadlock: dsync locks by their
-// Redis key, then other lockers in the order given, which callers must keep
-// the same everywhere.
+// slots, servers or Clients. A dsync lock is its key on its deployment:
+// Mutexes of one name on two servers are two members; behind two Clients
+// of one deployment, one, taken once. Members are acquired in one global
+// order, so MultiLocks over overlapping sets do not deadlock: dsync locks
+// by their Redis key, then their deployment's addresses (spell them alike
+// everywhere), then other lockers in the order given, which callers must
+// keep the same everywhere.
 //
 // A MultiLock is safe for concurrent use. Its zero value is not usable;
 // create one with NewMultiLock or Client.NewMultiLock. It must not be copied
@@ -50,28 +101,43 @@ type multiHold struct {
 	cancel context.CancelCauseFunc
 }
 
-// NewMultiLock returns a lock over lockers. Duplicate dsync locks are taken
-// once. With no lockers every call fails with ErrInvalidArgument.
+// NewMultiLock returns a lock over lockers. Duplicate dsync locks (same key
+// on the same deployment) are taken once. With no lockers every call fails
+// with ErrInvalidArgument.
 func NewMultiLock(lockers ...ContextLocker) *MultiLock {
-	var keyed, rest []ContextLocker
-	seen := make(map[string]bool)
+	type keyed struct {
+		l     ContextLocker
+		o     orderedLocker
+		key   string
+		where string
+	}
+	var ks []keyed
+	var rest []ContextLocker
+next:
 	for _, l := range lockers {
 		if l == nil {
 			continue
 		}
-		if o, ok := l.(orderedLocker); ok {
-			if !seen[o.orderKey()] {
-				seen[o.orderKey()] = true
-				keyed = append(keyed, l)
-			}
+		o, ok := l.(orderedLocker)
+		if !ok {
+			rest = append(rest, l)
 			continue
 		}
-		rest = append(rest, l)
+		for _, k := range ks {
+			if k.key == o.orderKey() && k.o.sameAs(o) {
+				continue next
+			}
+		}
+		ks = append(ks, keyed{l: l, o: o, key: o.orderKey(), where: strings.Join(o.where(), ",")})
 	}
-	slices.SortStableFunc(keyed, func(a, b ContextLocker) int {
-		return cmp.Compare(a.(orderedLocker).orderKey(), b.(orderedLocker).orderKey())
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.where, b.where))
 	})
-	return &MultiLock{members: append(keyed, rest...), held: heldBy[*multiHold]{}}
+	members := make([]ContextLocker, 0, len(ks)+len(rest))
+	for _, k := range ks {
+		members = append(members, k.l)
+	}
+	return &MultiLock{members: append(members, rest...), held: heldBy[*multiHold]{}}
 }
 
 // NewMultiLock returns a MultiLock over the Mutexes called names.

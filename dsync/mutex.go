@@ -2,7 +2,7 @@ package dsync
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -124,8 +124,8 @@ func (m *Mutex) TryLockContext(ctx context.Context) (context.Context, bool, erro
 
 // UnlockContext releases one acquisition by the owner ctx carries, even if
 // ctx is cancelled. It returns ErrNotHeld if that owner does not hold m, and
-// ErrWrongContext if ctx carries no hold of m (the parent context, say): m
-// then stays held.
+// ErrWrongContext if ctx carries no hold of m (the parent context, say, or
+// a lock context of another Client): m then stays held.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	var owner string
 	var ok bool
@@ -142,7 +142,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 // unlock releases one acquisition by owner (ok false: ctx carried none).
 func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	if ctx == nil {
-		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+		return &lockError{kind: KindMutex, name: m.info.Name, err: fmt.Errorf("%w: nil context: pass the lock context LockContext returned", ErrInvalidArgument)}
 	}
 	if m.err != nil {
 		return m.err
@@ -155,6 +155,9 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	ctx = releaseCtx(ctx)
 	if !ok {
 		return notHeld(ctx, KindMutex, m.info.Name, "LockContext", false)
+	}
+	if err := c.otherClient(ctx, KindMutex, m.info.Name, "UnlockContext"); err != nil {
+		return err
 	}
 	// Redis is told under ctx only if it bounds the release in time; else
 	// under the Client's context, whose Done channel exists already (a
@@ -184,6 +187,11 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 	}
 	if h == nil || h.owner != owner {
 		st.mu.Unlock()
+		if otherLock(ctx, KindMutex, m.info.Name) {
+			// Another lock's lock context, not held here: its owner's
+			// hold through another Client is not ctx's to release.
+			return notHeld(ctx, KindMutex, m.info.Name, "LockContext", true)
+		}
 		// Not held through this Client: the owner may hold it through
 		// another Client, so ask Redis.
 		code, err := m.release(rctx, owner, 0, 0)

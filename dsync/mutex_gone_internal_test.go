@@ -108,7 +108,7 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 				// lock gone: the release is told (renewReply).
 				h := held.(*lockCtx).h
 				h.beginRelease()
-				h.renewReply(false, time.Now(), c.cfg.lease)
+				h.renewReply(false, time.Now(), c.cfg.lease, whyGone)
 				require.NoError(t, held.Err(), "a hold being released was ended by the renewal")
 			}
 			require.ErrorIs(t, m.UnlockContext(held), ErrNotHeld, "release of a hold whose lock is gone")

@@ -84,7 +84,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		w.ch <- nil
 		st.mu.Unlock()
 		if !ok || nh.isEnded() {
-			h.end(ErrLockLost, true)
+			h.end(h.lostCause("it was found lost (its lease clock ran out, or a renewal found it gone) as it was handed on"), true)
 			return ErrNotHeld
 		}
 		// Closed meanwhile: nh never started, so the hold in Redis is still
@@ -111,7 +111,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		if errors.Is(err, ErrNotHeld) {
 			// Not held in Redis any more: lost (FLUSHALL, a restart, an
 			// expiry), not released.
-			h.end(ErrLockLost, true)
+			h.end(h.lostCause(whyHandoff), true)
 		} else {
 			h.end(errReleased, false)
 		}
@@ -146,7 +146,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag)
 	var ended bool
 	if err == nil && code == 0 {
-		ended = h.end(ErrLockLost, true) // gone from Redis: lost, not released
+		ended = h.end(h.lostCause(whyHandoff), true) // gone from Redis: lost, not released
 	} else {
 		ended = h.end(errReleased, false)
 	}

@@ -2,7 +2,7 @@ package dsync
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -246,7 +246,7 @@ func (q *qlock) ended(h *hold, lost bool) {
 // runs even if ctx is already cancelled, since a lost lock's context is.
 func (q *qlock) unlock(ctx context.Context) error {
 	if ctx == nil {
-		return errors.Join(ErrInvalidArgument, errors.New("dsync: nil context"))
+		return &lockError{kind: q.info.Kind, name: q.info.Name, err: fmt.Errorf("%w: nil context: pass the lock context %s returned", ErrInvalidArgument, q.acquireName())}
 	}
 	if q.err != nil {
 		return q.err
@@ -261,6 +261,9 @@ func (q *qlock) unlock(ctx context.Context) error {
 	if !ok {
 		return notHeld(ctx, q.info.Kind, q.info.Name, q.acquireName(), false)
 	}
+	if err := c.otherClient(ctx, q.info.Kind, q.info.Name, q.releaseName()); err != nil {
+		return err
+	}
 	key := q.p.slot(owner)
 	st := c.getMutex(key)
 	defer c.putMutex(key, st)
@@ -268,6 +271,10 @@ func (q *qlock) unlock(ctx context.Context) error {
 	h := st.h
 	if h == nil || h.owner != owner {
 		st.mu.Unlock()
+		if otherLock(ctx, q.info.Kind, q.info.Name) {
+			// Another lock's lock context, not held here (as Mutex.unlock).
+			return notHeld(ctx, q.info.Kind, q.info.Name, q.acquireName(), true)
+		}
 		// Not held through this Client: the owner may hold it through
 		// another Client, so ask Redis.
 		code, err := q.releaseRedis(ctx, owner, 0)
@@ -319,6 +326,17 @@ func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (i
 	defer cancel()
 	err := call(cctx)
 	return code, err
+}
+
+// releaseName names the call that releases q by lock context.
+func (q *qlock) releaseName() string {
+	if q.rwRead != "" {
+		return "RUnlockContext"
+	}
+	if q.info.Kind == KindElection {
+		return "Resign"
+	}
+	return "UnlockContext"
 }
 
 // acquireName names the call whose lock context a release of q takes.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -58,8 +60,9 @@ type redHold struct {
 
 // NewRedLock returns the RedLock called name over clients, one per
 // independent Redis deployment. The lease is WithLeaseTime's, or else the
-// shortest lease of the clients. An invalid name, no clients or a nil client
-// makes every call fail with ErrInvalidArgument.
+// shortest lease of the clients. An invalid name, no clients, a nil client
+// or two clients of one deployment (an address in common) makes every call
+// fail with ErrInvalidArgument.
 func NewRedLock(name string, clients []*Client, opts ...LockOption) *RedLock {
 	lc := newLockConfig(opts)
 	rl := &RedLock{name: name, quorum: len(clients)/2 + 1, lease: lc.leaseTime, timeo: lc.nodeTimeout,
@@ -78,9 +81,32 @@ func NewRedLock(name string, clients []*Client, opts ...LockOption) *RedLock {
 		if lc.leaseTime == 0 && (rl.lease == 0 || c.cfg.lease < rl.lease) {
 			rl.lease = c.cfg.lease
 		}
+		for i, m := range rl.nodes {
+			if m.c == c || overlap(m.c.addrs(), c.addrs()) {
+				rl.err = fmt.Errorf("%w: RedLock %q: clients %d and %d reach the same Redis (%s): give NewRedLock one Client per independent deployment",
+					ErrInvalidArgument, shortName(name), i, len(rl.nodes), strings.Join(c.addrs(), ","))
+				return rl
+			}
+		}
 		rl.nodes = append(rl.nodes, c.NewMutex(name, opts...))
 	}
 	return rl
+}
+
+// where lists the addresses of all of rl's nodes, sorted.
+func (rl *RedLock) where() []string {
+	var a []string
+	for _, m := range rl.nodes {
+		a = append(a, m.c.addrs()...)
+	}
+	slices.Sort(a)
+	return slices.Compact(a)
+}
+
+// sameAs: a RedLock of the same name over the same deployments.
+func (rl *RedLock) sameAs(o orderedLocker) bool {
+	rl2, ok := o.(*RedLock)
+	return ok && rl2.orderKey() == rl.orderKey() && slices.Equal(rl2.where(), rl.where())
 }
 
 func (rl *RedLock) orderKey() string {

@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -33,7 +34,8 @@ func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.
 			alive--
 			lost := alive < rl.quorum
 			closed = closed && errors.Is(cause, ErrClosed)
-			why := ErrLockLost
+			var why error = &lostError{kind: KindRedLock, name: rl.name,
+				why: fmt.Sprintf("fewer than a majority (%d of %d) of its nodes still hold it; the last one lost: %v", alive, len(rh.ctxs), cause)}
 			if closed {
 				why = ErrClosed // the majority went with its Clients' Close
 			}

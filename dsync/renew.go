@@ -3,7 +3,9 @@ package dsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -32,6 +34,9 @@ type renewer struct {
 	// checks are holds to check in Redis now (see Client.forced), on the
 	// loop's goroutine, which alone touches a hold's renewTag.
 	checks chan holdCheck
+	// lastFail is set while renewal rounds fail (nil after one that
+	// succeeds), for the cause of a hold lost meanwhile (expiredCause).
+	lastFail atomic.Pointer[renewFail]
 }
 
 func newRenewer(c *Client) *renewer { return &renewer{c: c, checks: make(chan holdCheck)} }
@@ -105,7 +110,7 @@ func (r *renewer) round() bool {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if f, err := r.send(part); len(f) > 0 {
+			if f, err := r.send(part, whyGone); len(f) > 0 {
 				mu.Lock()
 				failed, failure = append(failed, f...), err
 				mu.Unlock()
@@ -119,7 +124,13 @@ func (r *renewer) round() bool {
 	}
 	wg.Wait()
 	if len(failed) == 0 {
+		r.lastFail.Store(nil)
 		return true
+	}
+	if f := r.lastFail.Load(); f != nil {
+		r.lastFail.Store(&renewFail{since: f.since, err: failure})
+	} else {
+		r.lastFail.Store(&renewFail{since: time.Now(), err: failure})
 	}
 	if f := c.cfg.observer.RenewFailed; f != nil {
 		ids := make([]uint64, len(failed))
@@ -128,7 +139,22 @@ func (r *renewer) round() bool {
 		}
 		f(RenewFailed{Err: failure, Holds: len(failed), HoldIDs: ids})
 	}
-	c.cfg.logger.Warn("dsync: renewal failed", "err", failure, "holds", len(failed))
+	// A hold whose lease clock ran out meanwhile (the process was paused
+	// past its lease, say, which also ends the round's context) is lost:
+	// its loss is logged with its cause, not as a failed renewal.
+	live := 0
+	for _, h := range failed {
+		if !h.overdue() {
+			live++
+		}
+	}
+	if live == 0 {
+		return false
+	}
+	if errors.Is(failure, context.DeadlineExceeded) || errors.Is(failure, context.Canceled) {
+		failure = fmt.Errorf("no reply from Redis within lease/2 (%v): %w", c.cfg.lease/2, failure)
+	}
+	c.cfg.logger.Warn("dsync: renewal failed; retrying before the lease runs out", "err", failure, "holds", live)
 	return false
 }
 
@@ -199,10 +225,11 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 
 // send sends calls in one pipelined round trip, applies the replies, and
 // returns the holds it could not renew (Redis unreachable), with the error.
+// A hold found gone is lost for the reason why (whyGone, whyForced).
 // A term's record not kept (Redis unreachable) is kept at the next round,
 // as before its lock's lease runs out; one whose lock is no longer the
 // term's is not kept again.
-func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
+func (r *renewer) send(calls []renewCall, why string) (failed []*hold, failure error) {
 	c := r.c
 	// c.ctx ends with Close, which must not wait for a slow round. A
 	// pipeline may take up to lease/2: its holds' lease clocks, not this
@@ -245,7 +272,7 @@ func (r *renewer) send(calls []renewCall) (failed []*hold, failure error) {
 			// A hold handed on inside the Client while the renewal was in
 			// flight is the same hold in Redis: the reply is its
 			// successor's, renewal or loss alike (renewReply).
-			h.renewReply(ok, sentAt, c.cfg.lease)
+			h.renewReply(ok, sentAt, c.cfg.lease, why)
 			if f := c.cfg.test.renewReplied; f != nil {
 				f(h, ok, sentAt)
 			}

@@ -40,7 +40,7 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 	base := c.lockKey("sem", name)
 	err := checkName(name)
 	if err == nil && size <= 0 {
-		err = fmt.Errorf("%w: semaphore size %d <= 0", ErrInvalidArgument, size)
+		err = fmt.Errorf("%w: semaphore %q: size %d: give NewSemaphore a size of at least 1", ErrInvalidArgument, shortName(name), size)
 	}
 	return &Semaphore{
 		c: c, name: name, size: size, err: err, lc: newLockConfig(opts),
@@ -111,7 +111,7 @@ func (l *semLocker) lockerEnv() (string, string, *slog.Logger, *Client) {
 // permits stay held until their lease lapses.
 func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+		return &lockError{kind: KindSemaphore, name: s.name, err: fmt.Errorf("%w: nil context: pass the lock context Acquire returned", ErrInvalidArgument)}
 	}
 	if err := s.check(n); err != nil {
 		return err
@@ -123,6 +123,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	owner, ok := OwnerOf(ctx)
 	if !ok {
 		return notHeld(ctx, KindSemaphore, s.name, "Acquire", false)
+	}
+	if err := s.c.otherClient(ctx, KindSemaphore, s.name, "Release"); err != nil {
+		return err
 	}
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
@@ -155,6 +158,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		return s.sizeMismatch(r.n)
 	}
 	if err == nil && r.code == semRelNotHeld {
+		if r.n > 0 {
+			return &lockError{kind: KindSemaphore, name: s.name, err: fmt.Errorf("%w: the owner holds %d permits, fewer than the %d to release; nothing was released: release as many as its acquisitions took (Release(lctx, n) with the n of that Acquire)", ErrNotHeld, r.n, n)}
+		}
 		return notHeld(ctx, KindSemaphore, s.name, "Acquire", true)
 	}
 	ended := s.take(owner, tok, n, err == nil && r.n == 0)
@@ -244,7 +250,7 @@ func (s *Semaphore) check(n int64) error {
 		return err
 	}
 	if n <= 0 || n > s.size {
-		return fmt.Errorf("%w: %d permits of semaphore %q (size %d)", ErrInvalidArgument, n, shortName(s.name), s.size)
+		return fmt.Errorf("%w: %d permits of semaphore %q (size %d): n must be between 1 and the size", ErrInvalidArgument, n, shortName(s.name), s.size)
 	}
 	return nil
 }

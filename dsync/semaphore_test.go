@@ -108,8 +108,11 @@ func TestSemaphoreInvalid(t *testing.T) {
 	_, ok, _ := c2.NewSemaphore("inv", 3).TryAcquire(ctx, 3)
 	require.False(t, ok, "size mismatch changed the semaphore")
 	// A release through another size is refused too, and releases nothing:
-	// the permit is still l's below.
-	require.ErrorIs(t, c2.NewSemaphore("inv", 5).Release(l, 1), dsync.ErrInvalidArgument, "Release through another size")
+	// the permit is still l's below. (Through l's own Client: through
+	// c2, l is refused as another Client's lock context before Redis is
+	// asked, TestReleaseThroughAnotherClientRefused.)
+	require.ErrorIs(t, c.NewSemaphore("inv", 5).Release(l, 1), dsync.ErrInvalidArgument, "Release through another size")
+	require.ErrorIs(t, c2.NewSemaphore("inv", 5).Release(l, 1), dsync.ErrWrongContext, "Release through another Client")
 	require.NoError(t, s.Release(l, 1))
 	c.Close()
 	_, err = s.Acquire(ctx, 1)

@@ -173,8 +173,8 @@ func (s *Semaphore) undoLater(ctx context.Context, waiter string) {
 // sizeMismatch is the error of a call through s when Redis stores another
 // size for the semaphore.
 func (s *Semaphore) sizeMismatch(stored int64) error {
-	return fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d",
-		ErrInvalidArgument, shortName(s.name), stored, s.size)
+	return fmt.Errorf("%w: semaphore %q has size %d in Redis, opened with size %d: open it with size %d (a new size takes once the semaphore has had no holder and no waiter for an hour)",
+		ErrInvalidArgument, shortName(s.name), stored, s.size, stored)
 }
 
 // releaseArgs are the release script's arguments for n permits of owner.

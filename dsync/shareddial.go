@@ -3,6 +3,10 @@ package dsync
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -62,9 +66,54 @@ func (d sharedDial) Do(ctx context.Context, cmd rueidis.Completed) (resp rueidis
 		err := resp.NonRedisError()
 		d.failed(err)
 		if i == dialResends || !othersDial(ctx, err) {
-			return resp
+			return d.unreachable(resp, err)
 		}
 	}
+}
+
+// unreachable returns resp with its error err, if the connection failed
+// (see connFailed), wrapped in an unreachableError: the one place where
+// every Redis call's error passes, so that every error that follows says
+// which Redis could not be reached. Nothing is allocated otherwise.
+func (d sharedDial) unreachable(resp rueidis.RedisResult, err error) rueidis.RedisResult {
+	if err == nil || !connFailed(err) {
+		return resp
+	}
+	return rueidis.NewErrorResult(&unreachableError{addr: d.addrOf(err), err: err})
+}
+
+// connFailed reports whether err says that the connection to Redis could
+// not be made or broke: a network error (a dial, a reset, a timeout of the
+// connection), or EOF. Not a context's end, nor a closed client.
+func connFailed(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// addrOf names the Redis that err came from: the address in err, if any,
+// else the node the client knows, or up to three of its nodes.
+func (d sharedDial) addrOf(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Addr != nil {
+		return oe.Addr.String()
+	}
+	var addrs []string
+	for a := range d.Client.Nodes() {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	switch {
+	case len(addrs) == 0:
+		return "(no node known)"
+	case len(addrs) == 1:
+		return addrs[0]
+	case len(addrs) > 3:
+		return "one of " + strings.Join(addrs[:3], ", ") + ", ..."
+	}
+	return "one of " + strings.Join(addrs, ", ")
 }
 
 func (d sharedDial) DoMulti(ctx context.Context, multi ...rueidis.Completed) (resp []rueidis.RedisResult) {
@@ -74,14 +123,22 @@ func (d sharedDial) DoMulti(ctx context.Context, multi ...rueidis.Completed) (re
 			d.failed(resp[0].NonRedisError())
 		}
 		if i == dialResends || len(resp) == 0 {
-			return resp
+			return d.unreachableAll(resp)
 		}
 		// Resent only when no command got through: they all waited for
 		// the same dial.
 		for _, r := range resp {
 			if !othersDial(ctx, r.NonRedisError()) {
-				return resp
+				return d.unreachableAll(resp)
 			}
 		}
 	}
+}
+
+// unreachableAll is unreachable for each result of a pipeline.
+func (d sharedDial) unreachableAll(resp []rueidis.RedisResult) []rueidis.RedisResult {
+	for i, r := range resp {
+		resp[i] = d.unreachable(r, r.NonRedisError())
+	}
+	return resp
 }

@@ -51,7 +51,7 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 		err = errors.New("dsync: unexpected reply from the wait group script")
 	}
 	if err != nil {
-		return wrapErr(KindWaitGroup, wg.name, err)
+		return wrapErr(KindWaitGroup, wg.name, notIdempotent(err, "it is unknown whether the delta was applied: Add is not idempotent, so do not simply add it again"))
 	}
 	switch r.code {
 	case wgAddApplied:

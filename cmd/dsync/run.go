@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -108,8 +109,9 @@ waiter runs it next); a WaitGroup's counter is reset to zero, so its Waits
 return. A holder may still be working: its Client is told at once and
 cancels its lock context within milliseconds, and each released hold's
 line says whether its holder was told (and by which Client); a holder
-that could not be told (its process gone, stopped or cut off from Redis)
-finds out at its next renewal. Both flags are required. Exit status 3 if
+that took the lock with Lock has no lock context, so its Client only logs
+the loss; a holder that could not be told (its process gone, stopped or
+cut off from Redis) finds out at its next renewal. Both flags are required. Exit status 3 if
 nothing was held.
 `,
 }
@@ -225,6 +227,9 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 		// holder, so it is never the default and never a single flag.
 		return fmt.Errorf("%w: refusing to unlock %q: it releases the lock whoever holds it, and the holder may still be working; pass --force --yes", errUsage, pos[0])
 	}
+	if err := checkAddr(o.addr); err != nil {
+		return fmt.Errorf("%w: --addr (or REDIS_ADDR): %v", errUsage, err)
+	}
 	c, rc, closeAll, err := connect(ctx, o)
 	if err != nil {
 		return err
@@ -250,6 +255,23 @@ func runErr(ctx context.Context, args []string, getenv func(string) string, stdo
 	default:
 		return unlock(ctx, c, o, pos[0], stdout)
 	}
+}
+
+// checkAddr checks --addr before connecting: host:port with a port in
+// 1..65535. A URL or credentials are refused without being echoed, since
+// they may hold a password.
+func checkAddr(addr string) error {
+	if strings.Contains(addr, "@") || strings.Contains(addr, "://") {
+		return errors.New("takes host:port, not a URL or credentials (not shown here): give the user with --user and the password in REDIS_PASSWORD")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: bad port %q: want 1 to 65535", addr, port)
+	}
+	return nil
 }
 
 func connect(ctx context.Context, o options) (*dsync.Client, rueidis.Client, func(), error) {
@@ -561,10 +583,11 @@ func unlock(ctx context.Context, c *dsync.Client, o options, name string, w io.W
 			Kind   string `json:"kind"`
 			Owner  string `json:"owner"`
 			Client string `json:"client"`
+			Locker bool   `json:"locker"` // taken by Lock: no lock context was cancelled
 		}
 		tj := []toldJSON{}
 		for _, h := range told {
-			tj = append(tj, toldJSON{string(h.Kind), h.Owner, h.Client})
+			tj = append(tj, toldJSON{string(h.Kind), h.Owner, h.Client, h.Locker})
 		}
 		return json.NewEncoder(w).Encode(map[string]any{"released": toJSON(heldOnly(before, refs)), "told": tj})
 	}
@@ -600,6 +623,9 @@ func heldOnly(states []dsync.LockState, refs []dsync.LockRef) []dsync.LockState 
 // at once (its Client cancelled its lock context), and by which Client.
 func toldNote(told []dsync.ToldHolder, owner string) string {
 	for _, t := range told {
+		if t.Owner == owner && t.Locker {
+			return "its holder's Client " + t.Client + " saw the release at once, but the holder took the lock with Lock, which has no lock context to cancel: nothing stops its work (its Client only logged the loss)"
+		}
 		if t.Owner == owner {
 			return "its holder was told at once (Client " + t.Client + " cancelled its lock context)"
 		}
