@@ -275,7 +275,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 	} else {
 		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
 		st.queue = append(st.queue, w)
-		c.blockedBy(ctx, st.h)
+		c.blockedBy(ctx, m.key)
 	}
 	st.mu.Unlock()
 	for {

@@ -73,9 +73,11 @@ var (
 	ForceSem     = script("force_sem.lua")
 	ForceOther   = script("force_other.lua")
 
-	// TagClear removes a hold's tag (see dsync's Observer.HoldTag) if it is
-	// still the one the hold wrote.
-	TagClear = script("tag_clear.lua")
+	// TagSync applies a Client's queued hold-tag changes for one lock
+	// (see dsync's Observer.HoldTag): tags of holds that began, tags of
+	// holds that ended removed and the holds recorded in the lock's
+	// history, which waiters read when their wait ends.
+	TagSync = script("tag_sync.lua")
 	// TagSet writes or renews a hold's tag, each with its own expiry, and
 	// prunes expired ones.
 	TagSet = script("tag_set.lua")
