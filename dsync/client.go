@@ -65,6 +65,9 @@ type Client struct {
 	notify *notifier
 	renew  *renewer
 	clock  leaseClock
+	// waits are the goroutines waiting in this Client's Mutex queues, for
+	// Inspect.
+	waits localWaiters
 	// tags keeps the holds' tags when the observer tags holds
 	// (Observer.HoldTag); nil otherwise.
 	tags *tagger
@@ -144,6 +147,7 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
 	c.renew = newRenewer(c)
+	c.waits.c = c
 	if cfg.observer.HoldTag != nil {
 		c.tags = newTagger(c)
 	}

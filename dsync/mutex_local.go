@@ -276,6 +276,10 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
 		st.queue = append(st.queue, w)
 		c.blockedBy(ctx, m.key)
+		// For Inspect: a waiter of this Client, in the queue until it
+		// returns (or leads in Redis, where its attempts count it too).
+		c.waits.add(m.key, 1)
+		defer c.waits.add(m.key, -1)
 	}
 	st.mu.Unlock()
 	for {

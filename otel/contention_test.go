@@ -242,3 +242,34 @@ func TestBlockedByFractions(t *testing.T) {
 		}
 	}
 }
+
+// dsync.lock.waiters counts every waiter of the process: 7 goroutines of
+// the holder's Client (queued inside it) and 3 of another Client make 10.
+func TestWaitersMetricCountsHolderClient(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	prefix := newPrefix()
+	holder := client(t, s, prefix, tel.observer())
+	other := client(t, s, prefix, tel.observer())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := holder.NewMutex("ten").LockContext(ctx)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 10 {
+		c := holder
+		if i >= 7 {
+			c = other
+		}
+		wg.Go(func() { _, _ = c.NewMutex("ten").LockContext(wctx) })
+	}
+	waitFor(t, 10*time.Second, "10 waiters in dsync.lock.waiters", func() bool {
+		v, _ := tel.value(t, "dsync.lock.waiters")
+		return v == 10
+	})
+	wcancel()
+	wg.Wait()
+	tel.mustValue(t, "dsync.lock.waiters", 0)
+	require.NoError(t, holder.NewMutex("ten").UnlockContext(held))
+}

@@ -93,9 +93,9 @@ when it was minted). Refreshed every --interval (use a larger one on a big
 keyspace: each refresh SCANs the prefix), until interrupted; with --json,
 one JSON array per refresh. Shows at most --limit rows.
 
-A Mutex's waiters are counted per waiting Client, as of its last attempt
-(at least every lease/3); goroutines waiting behind a holder of their own
-Client are handed the lock inside that process and are not counted. A
+A Mutex's waiters are counted per waiting Client, the holder's own
+included (its goroutines queued behind it), as the Client last wrote them
+(10 ms after its queue changed, at least every lease/3). A
 Mutex's HELD FOR is the age of its hold in Redis: handoffs inside the
 holder's Client keep that hold, so it can span several local holders.
 `,

@@ -73,6 +73,9 @@ var (
 	ForceSem     = script("force_sem.lua")
 	ForceOther   = script("force_other.lua")
 
+	// MutexLocalWaiters records how many goroutines of a Client wait for
+	// a mutex in its local queue, for Inspect.
+	MutexLocalWaiters = script("mutex_local_waiters.lua")
 	// TagSync applies a Client's queued hold-tag changes for one lock
 	// (see dsync's Observer.HoldTag): tags of holds that began, tags of
 	// holds that ended removed and the holds recorded in the lock's
