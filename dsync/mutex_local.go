@@ -299,7 +299,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try, w != nil)
 			attempts += n
 			if h == nil {
 				m.stepDown(st)
