@@ -78,6 +78,7 @@ type blockNote struct {
 	start   time.Time
 	key     string
 	foreign bool
+	gen     uint64 // the lock's tagLock.gen when the wait began to count
 }
 
 type blockKey struct{}

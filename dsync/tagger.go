@@ -51,8 +51,9 @@ type tagger struct {
 	locks    map[string]*tagLock // by lock key
 	ops      []tagOp             // changes not sent yet, in order
 	flushing bool                // a send is due (started by kick)
-	// flushFn is send as a cleanup, made once.
+	// flushFn is send as a cleanup, made once; wake cuts its wait short.
 	flushFn func(context.Context)
+	wake    chan struct{}
 }
 
 // tagLock is what the tagger knows of one lock: it exists while this
@@ -87,9 +88,6 @@ type holdTag struct {
 	tag   string
 	val   string
 	start int64
-	// sent: its end is queued for Redis already, ahead of its release
-	// (see release); guarded by tagger.mu.
-	sent bool
 }
 
 // tagOp is one change queued for Redis: a tagged hold began (set) or
@@ -127,7 +125,7 @@ func wallUS(t time.Time) int64 { return epochUS + int64(t.Sub(epoch)/time.Micros
 func (h *hold) startUS() int64 { return epochUS + h.start/int64(time.Microsecond) }
 
 func newTagger(c *Client) *tagger {
-	t := &tagger{c: c, locks: map[string]*tagLock{}}
+	t := &tagger{c: c, locks: map[string]*tagLock{}, wake: make(chan struct{}, 1)}
 	t.flushFn = t.flush
 	return t
 }
@@ -159,7 +157,7 @@ func (t *tagger) waiting(n *blockNote, key string, foreign bool) {
 	}
 	tl := t.lockLocked(key)
 	if n.key == "" {
-		n.key = key
+		n.key, n.gen = key, tl.gen
 		tl.waits++
 	}
 	if foreign && !n.foreign {
@@ -219,21 +217,25 @@ func (t *tagger) endAt(h *hold, ht *holdTag, end int64, local bool) {
 		}
 		t.dropIdleLocked(h.key, tl)
 	}
-	if ht.sent {
-		t.mu.Unlock()
-		return
-	}
 	kick := t.queueEndLocked(h, ht, end)
 	t.mu.Unlock()
 	if kick {
 		t.kick()
+	}
+	if !local {
+		// The lock may be another Client's now: its waiters find the
+		// hold ended the sooner the better (until then they take it
+		// for current).
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // queueEndLocked queues the end of h (tag ht) at end for Redis, and
 // reports whether a send must be started (kick). t.mu must be held.
 func (t *tagger) queueEndLocked(h *hold, ht *holdTag, end int64) bool {
-	ht.sent = true
 	// A tag not sent yet need not be: the entry says it all.
 	for i := len(t.ops) - 1; i >= 0; i-- {
 		if t.ops[i].h == h {
@@ -272,6 +274,8 @@ func (t *tagger) flush(ctx context.Context) {
 	timer := time.NewTimer(tagDelay)
 	select {
 	case <-timer.C:
+	case <-t.wake:
+		timer.Stop()
 	case <-t.c.done:
 		timer.Stop()
 	}
@@ -322,19 +326,18 @@ var (
 	maxHistoryArg = strconv.Itoa(maxHistory)
 )
 
-// release sends the queue, with the end of h's tag now, ahead of its
-// release in Redis (see Client.beforeRelease): a waiter of another Client
-// that the release lets in finds it ended (a round trip early). Its
-// Client's own waiters see it end when it has ended (ended, when the
-// release is done).
+// release sends the queue ahead of the release of h in Redis (see
+// Client.beforeRelease): h's tag, if not sent yet, and the ends of the
+// holds before it, so that a waiter of another Client that the release
+// lets in finds them all: h as current until its end, queued when the
+// release is done (ended), reaches Redis, without delay.
 func (t *tagger) release(h *hold) {
-	if h != nil {
-		if ht := h.tag.Load(); ht != nil {
-			t.mu.Lock()
-			if !ht.sent {
-				t.queueEndLocked(h, ht, wallUS(time.Now()))
-			}
-			t.mu.Unlock()
+	if h == nil || h.tag.Load() == nil {
+		t.mu.Lock()
+		empty := len(t.ops) == 0
+		t.mu.Unlock()
+		if empty {
+			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.c.cleanCtx, cleanupTimeout)
@@ -403,7 +406,11 @@ func (t *tagger) collect(n *blockNote, kind Kind, acquired bool) ([]Blocker, int
 	if n.foreign {
 		own = 1
 	}
-	remote := n.foreign || tl.foreign > own || tl.foreignTo >= ws
+	// Holds of other Clients may have overlapped the wait if it, or a
+	// goroutine of this Client meanwhile, found the lock held in Redis, or
+	// if a hold of this Client ended other than by a handoff inside it
+	// (the lock may have gone to another Client in between).
+	remote := n.foreign || tl.foreign > own || tl.foreignTo >= ws || tl.gen != n.gen
 	var cached []blockRec
 	if remote && kind == KindMutex && tl.remote != nil && tl.remoteGen == tl.gen {
 		cached, remote = tl.remote, false
