@@ -29,7 +29,7 @@ import (
 type localWaiters struct {
 	c       *Client
 	mu      sync.Mutex
-	n       map[string]int  // goroutines queued, by lock key
+	n       map[string]waitCount // by lock key
 	dirty   map[string]bool // changed since written
 	running bool
 	kick    chan struct{} // a change while run waits
@@ -40,16 +40,27 @@ type localWaiters struct {
 // before it is written.
 const countDelay = 10 * time.Millisecond
 
+// waitCount is what localWaiters knows of one Mutex: its goroutines
+// queued in the Client, and those that wait in Redis without having
+// queued (a leader, which the queued ones may be behind).
+type waitCount struct{ queued, leaders int }
+
 // add counts d more goroutines waiting in the local queue of the Mutex
-// with key (d -1: one left it).
-func (lw *localWaiters) add(key string, d int) {
+// with key (d -1: one left it); with leader, waiting in Redis instead.
+func (lw *localWaiters) add(key string, d int, leader bool) {
 	lw.mu.Lock()
 	if lw.n == nil {
-		lw.n, lw.dirty = map[string]int{}, map[string]bool{}
+		lw.n, lw.dirty = map[string]waitCount{}, map[string]bool{}
 		lw.fn = lw.run
 		lw.kick = make(chan struct{}, 1)
 	}
-	lw.n[key] += d
+	n := lw.n[key]
+	if leader {
+		n.leaders += d
+	} else {
+		n.queued += d
+	}
+	lw.n[key] = n
 	lw.dirty[key] = true
 	start := !lw.running
 	lw.running = true
@@ -82,8 +93,15 @@ func (lw *localWaiters) run(ctx context.Context) {
 			if !lw.dirty[key] && !refresh {
 				continue
 			}
-			execs = append(execs, rueidis.LuaExec{Keys: []string{key + ":waiting"}, Args: []string{c.ident + " local", strconv.Itoa(n), c.args.lease}})
-			if n == 0 {
+			// Written while goroutines are queued: with the one they
+			// queue behind, if it waits in Redis (whose own entry, written
+			// at its attempts, may not count them yet).
+			w := 0
+			if q := n.queued; q > 0 {
+				w = q + n.leaders
+			}
+			execs = append(execs, rueidis.LuaExec{Keys: []string{key, key + ":waiting"}, Args: []string{c.ident + " local", strconv.Itoa(w), c.args.lease}})
+			if n.queued == 0 && n.leaders == 0 {
 				delete(lw.n, key)
 			}
 		}

@@ -278,8 +278,8 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 		c.blockedBy(ctx, m.key)
 		// For Inspect: a waiter of this Client, in the queue until it
 		// returns (or leads in Redis, where its attempts count it too).
-		c.waits.add(m.key, 1)
-		defer c.waits.add(m.key, -1)
+		c.waits.add(m.key, 1, false)
+		defer c.waits.add(m.key, -1, false)
 	}
 	st.mu.Unlock()
 	for {

@@ -147,7 +147,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try, counted: queued}
 	defer func() {
 		if a.counted && !queued {
-			c.waits.add(m.key, -1)
+			c.waits.add(m.key, -1, true)
 		}
 		*a = mutexAttempt{}
 		attemptPool.Put(a)
@@ -356,7 +356,7 @@ func (w mutexWait) waiting() {
 	a := w.a
 	if !a.counted && !a.try {
 		a.counted = true
-		a.m.c.waits.add(a.m.key, 1)
+		a.m.c.waits.add(a.m.key, 1, true)
 	}
 	a.m.c.blocked(a.ctx, a.m.lockInfo(), a.m.key)
 }
