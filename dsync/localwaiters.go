@@ -30,7 +30,7 @@ type localWaiters struct {
 	c       *Client
 	mu      sync.Mutex
 	n       map[string]waitCount // by lock key
-	dirty   map[string]bool // changed since written
+	dirty   map[string]bool      // changed since written
 	running bool
 	kick    chan struct{} // a change while run waits
 	fn      func(context.Context)
