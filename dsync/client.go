@@ -65,6 +65,12 @@ type Client struct {
 	notify *notifier
 	renew  *renewer
 	clock  leaseClock
+	// waits are the goroutines waiting in this Client's Mutex queues, for
+	// Inspect.
+	waits localWaiters
+	// tags keeps the holds' tags when the observer tags holds
+	// (Observer.HoldTag); nil otherwise.
+	tags *tagger
 
 	// mu guards mutexes..mutexesPeak below, nbg, bgIdle and sealed above,
 	// every mutexState's refs, and a hold's tracking (hold.trackUntil):
@@ -141,6 +147,10 @@ func NewClient(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c.sharded = c.cluster && shardedPubSub(rc)
 	c.notify = newNotifier(c)
 	c.renew = newRenewer(c)
+	c.waits.c = c
+	if cfg.observer.HoldTag != nil {
+		c.tags = newTagger(c)
+	}
 	c.loops.Add(3)
 	go c.notify.loop()
 	go c.renew.loop()

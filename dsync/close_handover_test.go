@@ -181,6 +181,8 @@ func TestCloseRemovesHoldTags(t *testing.T) {
 					_, err = c.NewSemaphore("tagged", 30).Acquire(ctx, 1)
 				}
 				require.NoError(t, err, "holder %d", i)
+				// Tags reach Redis in the background, a millisecond on.
+				waitFor(t, 5*time.Second, "the holder's tag in Redis", func() bool { return len(tagFields(t, rc, prefix)) > 0 })
 				require.Len(t, tagFields(t, rc, prefix), 1, "tags with holder %d (its own only)", i)
 				require.NoError(t, c.Close())
 			}
@@ -209,6 +211,8 @@ func TestCrashedHolderTagExpires(t *testing.T) {
 	crashed := newClientOn(t, crc, opts("crashed")...)
 	_, err = crashed.NewSemaphore("s", 2).Acquire(ctx, 1)
 	require.NoError(t, err)
+	// Tags reach Redis in the background, a millisecond on.
+	waitFor(t, 5*time.Second, "both holders' tags in Redis", func() bool { return len(tagFields(t, rc, prefix)) >= 2 })
 	require.Len(t, tagFields(t, rc, prefix), 2)
 	crc.Close() // the crash: nothing of this Client reaches Redis any more
 	crashedAt := time.Now()

@@ -64,8 +64,14 @@ func TestClosePassOnReleases(t *testing.T) {
 		}
 	}()
 	waitUntil(t, 5*time.Second, "the other Client to wait", func() bool {
-		n, _ := rc.Do(ctx, rc.B().Hlen().Key(m.key+":waiting").Build()).AsInt64()
-		return n == 1
+		// Its entry (beside this Client's own, for its queued waiter).
+		all, _ := rc.Do(ctx, rc.B().Hgetall().Key(m.key+":waiting").Build()).AsStrMap()
+		for f := range all {
+			if strings.HasPrefix(f, other.ident+" ") {
+				return true
+			}
+		}
+		return false
 	})
 	// Its release begins, then Close begins: the release is past its
 	// check and has taken the hold out of the lock's state.

@@ -48,9 +48,9 @@ type hold struct {
 	rToken uint64
 	// key is the lock's key, which names its tag hash (set before track,
 	// read-only after); tag, set when the observer tags holds
-	// (Observer.HoldTag), is this hold's (atomic).
+	// (Observer.HoldTag), is this hold's (atomic; see tagger).
 	key string
-	tag atomic.Pointer[string]
+	tag atomic.Pointer[holdTag]
 	// byLocker: Lock or TryLock took it, and dropped its lock context
 	// (set just after the acquisition; for what a forced release reports).
 	byLocker atomic.Bool
@@ -80,6 +80,9 @@ type hold struct {
 	cancel1 [1]context.CancelCauseFunc
 	lctx1   lockCtx
 }
+
+// since is when h was acquired.
+func (h *hold) since() time.Time { return epoch.Add(time.Duration(h.start)) }
 
 // held is how long ago h was acquired.
 func (h *hold) held() time.Duration { return time.Duration(tick(time.Now()) - h.start) }

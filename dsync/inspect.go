@@ -28,8 +28,10 @@ type LockState struct {
 	// lock (a Mutex's may be above its holder's); 0 when unknown.
 	LastToken uint64
 	// Waiters are the live waiters queued in Redis, first in line first,
-	// at most 1000; for a Mutex, the Clients whose goroutines wait, in no
-	// order.
+	// at most 1000; for a Mutex, the Clients whose goroutines wait, the
+	// holder's own included, in no order, each with its goroutines
+	// (Waiter.Count), as the Client last wrote them (10 ms after its
+	// queue changed, at least every lease/3).
 	Waiters []Waiter
 	// Mode is "read" or "write" for a held RWMutex, "" otherwise.
 	Mode string

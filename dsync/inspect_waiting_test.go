@@ -82,5 +82,62 @@ func TestInspectMutexWaiters(t *testing.T) {
 	for range 2 {
 		require.NoError(t, <-errs)
 	}
-	assert.Empty(t, counts(), "waiters after every waiter got the lock")
+	// A Client's goroutines queued behind its own leader or holder are
+	// counted too, by an entry written countDelay (10 ms) after its queue
+	// changes: gone within that once the last one got the lock.
+	waitFor(t, time.Second, "no waiter counted after every waiter got the lock", func() bool { return len(counts()) == 0 })
+}
+
+// Inspect counts every waiter, the holder's own Client's included: 7
+// goroutines of the holder's Client (for a Mutex, in its local queue,
+// which Redis does not see otherwise) and 3 of another Client make 10, per
+// Client as known. When they give up, the counts go.
+func TestInspectCountsHolderClientWaiters(t *testing.T) {
+	for _, kind := range []dsync.Kind{dsync.KindMutex, dsync.KindFairMutex} {
+		t.Run(string(kind), func(t *testing.T) {
+			holder := newClient(t, dsync.WithLease(3*time.Second), dsync.WithClientName("holder"))
+			other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, holder)), dsync.WithLease(3*time.Second), dsync.WithClientName("other"))
+			type lk struct {
+				lock   func(context.Context) (context.Context, error)
+				unlock func(context.Context) error
+			}
+			mk := func(c *dsync.Client) lk {
+				if kind == dsync.KindFairMutex {
+					m := c.NewFairMutex("ten")
+					return lk{m.LockContext, m.UnlockContext}
+				}
+				m := c.NewMutex("ten")
+				return lk{m.LockContext, m.UnlockContext}
+			}
+			h := mk(holder)
+			held, err := h.lock(ctxT(t))
+			require.NoError(t, err)
+			wctx, cancel := context.WithCancel(ctxT(t))
+			var wg sync.WaitGroup
+			for i := range 10 {
+				c := holder
+				if i >= 7 {
+					c = other
+				}
+				l := mk(c)
+				wg.Go(func() { _, _ = l.lock(wctx) })
+			}
+			count := func() (total int64, per map[string]int64) {
+				st, _ := inspectOne(t, holder, "ten", kind)
+				per = map[string]int64{}
+				for _, w := range st.Waiters {
+					total += w.Count
+					per[w.Owner[:strings.IndexByte(w.Owner, '/')]] += w.Count
+				}
+				return total, per
+			}
+			waitFor(t, 10*time.Second, "10 waiters counted", func() bool { n, _ := count(); return n == 10 })
+			_, per := count()
+			assert.Equal(t, map[string]int64{"holder": 7, "other": 3}, per, "waiters per Client")
+			cancel()
+			wg.Wait()
+			waitFor(t, 10*time.Second, "no waiter counted once they gave up", func() bool { n, _ := count(); return n == 0 })
+			require.NoError(t, h.unlock(held))
+		})
+	}
 }

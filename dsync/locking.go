@@ -13,7 +13,7 @@ package dsync
 //	notifier.subsMu → Client.mu
 //	Group.mu → Client.mu
 //	mutexState.mu → Client.mu → leaseClock.mu → hold.mu
-//	mutexState.mu → blockNote.mu
+//	mutexState.mu → tagger.mu
 //
 // The paths, each checked by reading the code:
 //
@@ -30,7 +30,9 @@ package dsync
 //     leaseClock.mu, untag spawns a cleanup).
 //   - mutexState.mu → hold.mu: newCtx (acquire, shareHoldLocked), handOff,
 //     confirmedWithin, isEnded, depth, pop.
-//   - mutexState.mu → blockNote.mu: blockedBy, as a Mutex waiter queues.
+//   - mutexState.mu → tagger.mu: blockedBy, as a Mutex waiter queues,
+//     and a tagged hold's end in a local handoff (untag); tagger.mu is a
+//     leaf, and tagger.sendMu is taken over no other mutex.
 //   - Client.mu → leaseClock.mu: trackUntil (leaseClock.add), Close
 //     (leaseClock.each, collecting the holds).
 //   - Client.mu → hold.mu: trackUntil, the renewer's round (its Election

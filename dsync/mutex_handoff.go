@@ -107,6 +107,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		st.busy = true
 		st.passes++
 		st.mu.Unlock()
+		c.beforeRelease(h)
 		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
 		if errors.Is(err, ErrNotHeld) {
 			// Not held in Redis any more: lost (FLUSHALL, a restart, an
@@ -143,6 +144,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 	st.passes = 0
 	tag := st.tagForLocked(h)
 	st.mu.Unlock()
+	c.beforeRelease(h)
 	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag)
 	var ended bool
 	if err == nil && code == 0 {

@@ -275,7 +275,11 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 	} else {
 		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
 		st.queue = append(st.queue, w)
-		c.blockedBy(ctx, st.h)
+		c.blockedBy(ctx, m.key)
+		// For Inspect: a waiter of this Client, in the queue until it
+		// returns (or leads in Redis, where its attempts count it too).
+		c.waits.add(m.key, 1, false)
+		defer c.waits.add(m.key, -1, false)
 	}
 	st.mu.Unlock()
 	for {
@@ -295,7 +299,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try, w != nil)
 			attempts += n
 			if h == nil {
 				m.stepDown(st)

@@ -135,14 +135,20 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 //
 // buf is the bytes of a fresh owner (mark's), with room for the hold's value
 // prefix (ownerTag): a new hold's renewTag is made there, before the renewal
-// loop can see the hold, rather than by its first renewal.
-func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, buf []byte, try bool) (h *hold, reentered bool, attempts int, err error) {
+// loop can see the hold, rather than by its first renewal. queued: the
+// caller is counted among the Client's local waiters (it queued before it
+// led); else it is counted there from its first failed attempt on, so
+// that the goroutines queued behind it and it add up (see localWaiters).
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, buf []byte, try, queued bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	// The attempt (arguments and reply in place) comes from a pool: a
 	// held lock's state keeps none.
 	a := attemptPool.Get().(*mutexAttempt)
-	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try}
+	*a = mutexAttempt{m: m, st: st, ctx: ctx, owner: owner, try: try, counted: queued}
 	defer func() {
+		if a.counted && !queued {
+			c.waits.add(m.key, -1, true)
+		}
 		*a = mutexAttempt{}
 		attemptPool.Put(a)
 	}()
@@ -212,6 +218,7 @@ type mutexAttempt struct {
 	ctx        context.Context
 	owner      string
 	try, fresh bool
+	counted    bool // the wait is counted among the Client's local waiters
 	marker     string
 	keys, args []string
 	valBuf     [2]int64  // room for the last attempt's reply
@@ -345,7 +352,14 @@ func (w mutexWait) failed(err error) {
 	}
 }
 
-func (w mutexWait) waiting() { w.a.m.c.blocked(w.a.ctx, w.a.m.lockInfo(), w.a.m.key) }
+func (w mutexWait) waiting() {
+	a := w.a
+	if !a.counted && !a.try {
+		a.counted = true
+		a.m.c.waits.add(a.m.key, 1, true)
+	}
+	a.m.c.blocked(a.ctx, a.m.lockInfo(), a.m.key)
+}
 
 func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis
 

@@ -43,13 +43,17 @@ type Observer struct {
 	Lost func(e Lost)
 	// HoldTag, when set, is called after AcquireDone for every new hold
 	// (not for re-entries). A non-empty string it returns (at most 512
-	// bytes) is kept with the lock in Redis while the hold lasts, and an
-	// acquisition of the same lock, in any process, that has to wait
-	// receives the tags of the holders it waited for in
-	// AcquireDone.BlockedBy. The otel/ package stores the hold span's
-	// context, so that a waiter's span links to the span of whoever
-	// blocked it. A tag ends with its hold (a dead holder's within a
-	// lease).
+	// bytes) tags the hold: every acquisition of the same lock, in any
+	// process, that waited while the hold held the lock receives the tag
+	// in AcquireDone.Blockers, with how much of its wait the hold
+	// accounts for (its own Client's holds, the Mutex's local queue
+	// included, other Clients', other processes'; see Blocker). The otel/
+	// package returns the hold span's context, so that a waiter's span
+	// links to the span of each holder it waited behind. A current hold's
+	// tag ends with its hold (a dead holder's within a lease); the lock's
+	// history of ended holds in Redis (64, each a minute at most) outlives
+	// Close. Without HoldTag none of it runs; otel/doc.go says what it
+	// costs.
 	HoldTag func(ctx context.Context, e AcquireDone) string
 }
 
@@ -80,14 +84,37 @@ type AcquireDone struct {
 	Attempts  int           // acquisition scripts sent to Redis
 	Token     uint64        // fencing token, when acquired
 	Hold      uint64        // identifies the hold in Released and Lost
-	Owner     string        // the owner that acquired or waited ("<name>/<random>", see WithOwner)
-	// BlockedBy are the tags (see Observer.HoldTag) of the holders the
-	// acquisition found holding the lock when it first had to wait: the
-	// holder in its own Client it queued behind, or the holders in Redis,
-	// read just after its first attempt failed (a holder that released in
-	// between is missed; the wait was then short). Set whether or not the
-	// wait ended with the lock; empty unless HoldTag is set.
+	// HeldSince is when the hold began, when acquired (zero otherwise):
+	// when the acquisition's reply arrived, or, for a Mutex handed on
+	// inside its Client, when the holder before it handed it over, which
+	// may be before this acquisition's goroutine has run again. For a
+	// re-entry, when the hold it re-entered began.
+	HeldSince time.Time
+	Owner     string // the owner that acquired or waited ("<name>/<random>", see WithOwner)
+	// BlockedBy are the tags of Blockers, in the same order.
 	BlockedBy []string
+	// Blockers are the tagged holds (see Observer.HoldTag) that held the
+	// lock while the acquisition waited, in the order they began: in its
+	// own Client, in other Clients, in other processes. Set whether or
+	// not the wait ended with the lock; empty unless HoldTag is set, and
+	// for an acquisition that did not wait.
+	Blockers []Blocker
+	// BlockersDropped counts the blockers beyond MaxBlockers that were
+	// left out: those that held the lock for the least of the wait.
+	BlockersDropped int
+}
+
+// A Blocker is a hold that held a lock while an acquisition waited for
+// it.
+type Blocker struct {
+	Tag   string    // the hold's tag (Observer.HoldTag)
+	Start time.Time // when the hold began, on its Client's clock
+	// End is when it ended, on its Client's clock; zero if it was still
+	// held when the wait ended.
+	End time.Time
+	// Overlap is how much of the wait it held the lock: from the later of
+	// its start and the wait's to the earlier of their ends.
+	Overlap time.Duration
 }
 
 // Released describes the end of a hold by release.

@@ -176,6 +176,9 @@ func (q *qlock) acquire(ctx context.Context, owner string, try bool) (lctx conte
 		return nil, nil, false, attempts, err
 	}
 	h = q.newHold(owner, tok)
+	if r.code == acqGranted {
+		h.start = tick(sentAt) // held since the grant, not since it was seen
+	}
 	if !h.track(sentAt, q.lease()) {
 		st.mu.Unlock()
 		_, _ = q.releaseRedis(ctx, owner, tok)
@@ -291,6 +294,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 	st.h = nil
 	st.mu.Unlock()
 	h.beginRelease()
+	c.beforeRelease(h)
 	code, err := q.releaseRedis(ctx, owner, h.token)
 	ended := h.end(errReleased, false)
 	c.putMutex(key, st) // the hold's reference

@@ -130,6 +130,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	tok, _ := FencingToken(ctx)
+	if s.c.tags != nil {
+		s.c.beforeRelease(s.holdFor(owner, tok, n))
+	}
 	args := append(s.releaseArgs(owner, n), strconv.FormatUint(tok, 10))
 	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
 	exact := false
@@ -172,6 +175,20 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		}
 	}
 	return wrapErr(KindSemaphore, s.name, err)
+}
+
+// holdFor returns the hold a release of n permits by owner with token tok
+// releases first (see take), or nil.
+func (s *Semaphore) holdFor(owner string, tok uint64, n int64) *hold {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	hs := s.c.semHolds[s.keys[0]][owner]
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].lock.N == n && (tok == 0 || hs[i].token == tok) {
+			return hs[i]
+		}
+	}
+	return nil
 }
 
 // holdsExactly reports whether this Client holds, for owner, the

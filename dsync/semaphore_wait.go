@@ -37,6 +37,9 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 		return nil, attempts, err
 	}
 	h := s.newHold(owner, a.waiter, n, a.r.token())
+	if a.grant {
+		h.start = tick(a.sentAt) // held since the grant, not since it was seen
+	}
 	if !h.track(a.sentAt, lease) {
 		s.undo(ctx, a.waiter)
 		h.end(ErrClosed, false)
@@ -55,6 +58,7 @@ type semAttempt struct {
 	r      acqReply  // the last attempt's reply (a grant: {1, token})
 	sentAt time.Time // when the last attempt was sent (a grant: when its lease clock starts)
 	srvAt  uint64    // the server time of a waiting reply, in µs (0: unknown)
+	grant  bool      // the permits came by a grant (sentAt is then its time)
 }
 
 // semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
@@ -195,6 +199,6 @@ func (w semWait) granted(tok, at uint64) bool {
 		return false
 	}
 	a.r = acqReply{code: acqAcquired, value: int64(tok)}
-	a.sentAt = start
+	a.sentAt, a.grant = start, true
 	return true
 }

@@ -580,6 +580,22 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 		if strings.HasSuffix(k, "}:election") {
 			continue
 		}
+		if strings.HasSuffix(k, ":taghist") {
+			// A lock's history of ended holds (dsync's Observer.HoldTag),
+			// "<end µs> <start µs> <tag>": a record of holds that have
+			// ended, Close or not, each kept a minute after its end at
+			// most (the Clients' clocks: this machine's); an older one is
+			// reported.
+			hist, _ := d.rc.Do(ctx, d.rc.B().Lrange().Key(k).Start(0).Stop(-1).Build()).AsStrSlice()
+			oldest := time.Now().Add(-time.Minute - time.Second).UnixMicro()
+			for _, v := range hist {
+				end, _, _ := strings.Cut(v, " ")
+				if us, err := strconv.ParseInt(end, 10, 64); err != nil || us < oldest {
+					mark(k, v+" (kept over a minute)")
+				}
+			}
+			continue
+		}
 		if strings.HasSuffix(k, ":sem:undone") || strings.HasSuffix(k, ":run:undone") || strings.Contains(k, ":group:u:") {
 			// Undone calls and waiters, each scored with its expiry (ms,
 			// server time); the key itself may live longer.

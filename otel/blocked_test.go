@@ -228,3 +228,185 @@ func runHolder(spec string) error {
 	}
 	return m.UnlockContext(l)
 }
+
+// ownerSpan returns the span called name whose dsync.lock.owner is owner
+// (the last one, if several).
+func ownerSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, name, owner string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	var out sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if v, _ := attrOf(s, dsyncotel.KeyOwner); s.Name() == name && v.AsString() == owner {
+			out = s
+		}
+	}
+	require.NotNil(t, out, "no %s span of owner %s", name, owner)
+	return out
+}
+
+// chainLinks checks that the acquire span of owner w links, as blocked by,
+// to the hold spans of owners a and b, in that order, each link with the
+// seconds it held the lock during the wait (positive, at most the wait).
+func chainLinks(t *testing.T, tel *telemetry, kind, w, a, b string) {
+	t.Helper()
+	spans := tel.spans.Ended()
+	acq := ownerSpan(t, spans, "dsync."+kind+".acquire", w)
+	ha := ownerSpan(t, spans, "dsync."+kind+".hold", a)
+	hb := ownerSpan(t, spans, "dsync."+kind+".hold", b)
+	var got []trace.SpanID
+	wait := acq.EndTime().Sub(acq.StartTime()).Seconds()
+	for _, l := range acq.Links() {
+		if !isBlockedBy(l) {
+			continue
+		}
+		got = append(got, l.SpanContext.SpanID())
+		for _, kv := range l.Attributes {
+			if kv.Key == dsyncotel.KeyBlockedFor {
+				assert.Positive(t, kv.Value.AsFloat64(), "blocked_for of the link to %v", l.SpanContext.SpanID())
+				assert.LessOrEqual(t, kv.Value.AsFloat64(), wait, "blocked_for of the link to %v, beyond the wait", l.SpanContext.SpanID())
+			}
+		}
+	}
+	assert.Equal(t, []trace.SpanID{ha.SpanContext().SpanID(), hb.SpanContext().SpanID()}, got,
+		"links of the waiter's acquire span: the first holder's hold span, then the second's")
+}
+
+// A chain: a waiter that waited behind two holders, one after the other,
+// links to both, in order: in one Client (a Mutex's local queue), across
+// Clients (a Mutex: the first holder in one Client, the second and the
+// waiter queued in another, the second got it in Redis and handed it on
+// inside its Client), for every kind that queues in Redis (three Clients),
+// an Election's campaign, an RWMutex writer behind a reader and a writer,
+// and a Cond's re-acquisition of its Mutex (in one Client, queued behind
+// the signaller and another goroutine).
+func TestObserverBlockedByChain(t *testing.T) {
+	s := server(t)
+	for _, kind := range []string{"mutex-local", "mutex", "fair", "rw", "semaphore", "election", "cond"} {
+		t.Run(kind, func(t *testing.T) {
+			tel := newTelemetry(t)
+			prefix := newPrefix()
+			c1 := client(t, s, prefix, tel.observer(), dsync.WithClientName("c1"))
+			c2, c3 := c1, c1
+			if kind != "mutex-local" && kind != "cond" {
+				c2 = client(t, s, prefix, tel.observer(), dsync.WithClientName("c2"))
+				c3 = client(t, s, prefix, tel.observer(), dsync.WithClientName("c3"))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ca, cb, cw := dsync.WithOwner(ctx), dsync.WithOwner(ctx), dsync.WithOwner(ctx)
+			oa, _ := dsync.OwnerOf(ca)
+			ob, _ := dsync.OwnerOf(cb)
+			ow, _ := dsync.OwnerOf(cw)
+			waiters := func(c *dsync.Client, n int64) func() bool {
+				return func() bool {
+					states, err := c.Inspect(ctx, "x")
+					var sum int64
+					for _, st := range states {
+						for _, w := range st.Waiters {
+							sum += w.Count
+						}
+					}
+					return err == nil && sum >= n
+				}
+			}
+			type locker struct {
+				lock   func(context.Context) (context.Context, error)
+				unlock func(context.Context) error
+			}
+			mk := func(c *dsync.Client, read bool) locker {
+				switch kind {
+				case "fair":
+					m := c.NewFairMutex("x")
+					return locker{m.LockContext, m.UnlockContext}
+				case "rw":
+					m := c.NewRWMutex("x")
+					if read {
+						return locker{m.RLockContext, m.RUnlockContext}
+					}
+					return locker{m.LockContext, m.UnlockContext}
+				case "semaphore":
+					m := c.NewSemaphore("x", 1)
+					return locker{func(ctx context.Context) (context.Context, error) { return m.Acquire(ctx, 1) },
+						func(ctx context.Context) error { return m.Release(ctx, 1) }}
+				case "election":
+					e := c.NewElection("x")
+					return locker{func(ctx context.Context) (context.Context, error) { return e.Campaign(ctx, "v") }, e.Resign}
+				}
+				m := c.NewMutex("x")
+				return locker{m.LockContext, m.UnlockContext}
+			}
+			span := map[string]string{"mutex-local": "mutex", "mutex": "mutex", "fair": "fair_mutex", "rw": "rw_mutex",
+				"semaphore": "semaphore", "election": "election", "cond": "mutex"}[kind]
+			done := make(chan error, 1)
+			if kind == "cond" {
+				// The waiter holds the Mutex and waits on the Cond; a
+				// takes the Mutex, b queues behind a, and a's signal
+				// wakes the waiter, whose re-acquisition queues behind b.
+				m := c1.NewMutex("x")
+				lw, err := m.LockContext(cw)
+				require.NoError(t, err)
+				cond := c1.NewCond(m)
+				go func() {
+					l, err := cond.Wait(lw)
+					if err == nil {
+						err = m.UnlockContext(l)
+					}
+					done <- err
+				}()
+				waitFor(t, 5*time.Second, "the waiter in Wait", func() bool {
+					l, ok, err := m.TryLockContext(ca)
+					if ok {
+						ca = l // a holds from here
+					}
+					return err == nil && ok
+				})
+				bdone := make(chan error, 1)
+				go func() {
+					lb, err := m.LockContext(cb)
+					if err == nil {
+						err = m.UnlockContext(lb)
+					}
+					bdone <- err
+				}()
+				waitFor(t, 5*time.Second, "b queued behind a", waiters(c1, 1))
+				require.NoError(t, cond.Signal(ctx))
+				waitFor(t, 5*time.Second, "the waiter re-acquiring behind b", waiters(c1, 2))
+				require.NoError(t, m.UnlockContext(ca))
+				require.NoError(t, <-bdone)
+				require.NoError(t, <-done)
+				chainLinks(t, tel, span, ow, oa, ob)
+				return
+			}
+			a, b, w := mk(c1, true), mk(c2, false), mk(c3, false)
+			switch kind {
+			case "mutex-local":
+				b, w = mk(c1, false), mk(c1, false)
+			case "mutex":
+				// b leads c2's goroutines in Redis, w queues behind it.
+				w = mk(c2, false)
+			}
+			la, err := a.lock(ca)
+			require.NoError(t, err)
+			bdone := make(chan error, 1)
+			go func() {
+				lb, err := b.lock(cb)
+				if err == nil {
+					err = b.unlock(lb)
+				}
+				bdone <- err
+			}()
+			waitFor(t, 5*time.Second, "b waiting", waiters(c1, 1))
+			go func() {
+				lw, err := w.lock(cw)
+				if err == nil {
+					err = w.unlock(lw)
+				}
+				done <- err
+			}()
+			waitFor(t, 5*time.Second, "w waiting behind b", waiters(c1, 2))
+			require.NoError(t, a.unlock(la))
+			require.NoError(t, <-bdone)
+			require.NoError(t, <-done)
+			chainLinks(t, tel, span, ow, oa, ob)
+		})
+	}
+}

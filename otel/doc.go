@@ -44,20 +44,52 @@
 //
 // # Who blocked whom
 //
-// An acquisition that had to wait links its acquire span to the hold span
-// of each holder it found holding the lock, whether that holder runs in
-// the same process or in another one. The link carries the attribute
-// dsync.lock.blocked_by=true. It works through the dsync.Observer hook
-// HoldTag: when a hold starts, the observer returns its hold span's
-// context as a W3C traceparent, which dsync keeps with the lock in Redis
-// (a hash "<lock key>:tags", one field per holder, removed at release and
-// at Client.Close, and gone within one lease of the hold's end if its
-// holder died) while the hold lasts; a waiter reads it once, just after
-// its first attempt fails, and the observer turns it into the link. Only
-// sampled hold spans are stored. The price, with the observer installed:
-// one Redis command per hold and one per release, one per tagged hold per
-// renewal round (in the round's pipeline), and two per acquisition that
-// waits (none for one that does not).
+// An acquisition that waited links its acquire span to the hold span of
+// each holder that held the lock at some moment of its wait, in the order
+// the holds began: goroutines of its own Client (a Mutex's local queue and
+// the handoffs inside the Client included), other Clients of the process,
+// other processes. So a wait behind a chain of holders links to every
+// holder of the chain. Each link carries dsync.lock.blocked_by=true and
+// dsync.lock.blocked_for, the seconds of the wait that holder held the
+// lock (its hold's overlap with the wait), so that summing blocked_for per
+// hold span (or per dsync.lock.owner) gives the wait each holder caused.
+// This holds for every primitive: Mutex (LockContext and Lock), FairMutex,
+// RWMutex (readers behind a writer, a writer behind readers), Semaphore
+// (the holders whose release let it in and those holding when it queued),
+// an Election's campaigns, a Cond's re-acquisition of its Mutex (a Mutex
+// acquisition span), a Once or a Group key waiting for a run; for a wait
+// that ended with the lock and for one that gave up. Holders that held
+// the lock together (readers, a Semaphore's holders) each count for the
+// time they held it, so their blocked_for may add up to more than the
+// wait. At most dsync.MaxBlockers (64) links per span: beyond it the
+// holders that held the lock for the least of the wait are dropped, and
+// the span counts them in dsync.lock.blockers_dropped. Only sampled hold
+// spans are linked.
+//
+// It works through the dsync.Observer hook HoldTag: when a hold starts, the
+// observer returns its hold span's context as a W3C traceparent, the
+// hold's tag. The Client keeps each tag with the hold's start; its own
+// waiters find its holds in memory. For the others, it keeps the tags of
+// its current holds with the lock in Redis (a hash "<lock key>:tags",
+// removed at release and at Client.Close, gone within one lease of the
+// hold's end if its holder died) and records each hold that ends (tag,
+// start, end) in the lock's history (a list "<lock key>:taghist" of at
+// most 64 holds, each kept at most a minute after its end, Close or not).
+// A wait that found the lock held in Redis reads both when it ends, and
+// the observer turns what it finds into the links (see
+// dsync.AcquireDone.Blockers). Times are the Clients' wall clocks, in µs:
+// exact between the processes of one machine; between machines an overlap
+// is as exact as their clocks agree (NTP: about a millisecond). The hold
+// span begins when the hold did (for a Mutex handed on inside its Client,
+// at the handoff, which may be before the acquire span ends).
+//
+// The price, with the observer installed: the tag changes of a lock are
+// sent together, one script per lock per millisecond in the background,
+// and before each release in Redis (one round trip, so that the waiter it
+// lets in finds them); one script per tagged hold per renewal round (in
+// the round's pipeline); one round trip when a wait that found the lock
+// held in Redis ends. Acquisitions that do not wait cost nothing more.
+// Without the observer, dsync does none of it.
 //
 // A walkthrough, with two services A and B and the lock "orders":
 //
@@ -68,10 +100,11 @@
 //  2. B's handler (span "GET /orders/7", trace 7c21…, in another process)
 //     calls m.LockContext(ctx) and finds the lock held. Its
 //     "dsync.mutex.acquire" span waits.
-//  3. A releases: its hold span ends (its duration is how long B's wait
-//     was caused by A, from the moment B arrived). B acquires; its acquire
-//     span ends with dsync.lock.attempts=2 and a link to the span 00f0…
-//     of trace 4bf9….
+//  3. A releases: its hold span ends. B acquires; its acquire span ends
+//     with dsync.lock.attempts=2 and a link to the span 00f0… of trace
+//     4bf9…, whose dsync.lock.blocked_for is how long of B's wait A held
+//     the lock. Had another holder taken the lock in between, B's span
+//     would link to both, in order.
 //
 // In a trace viewer, B's slow request shows the acquire span as the long
 // child, and following its link opens A's trace at the hold span: the
@@ -98,6 +131,8 @@
 //	dsync.lock.end            string  hold.duration: "released" or "lost"
 //	dsync.lock.cause          string  the dsync.lock.lost event: why the hold was lost
 //	dsync.lock.blocked_by     bool    links from an acquire span to a blocking hold span
+//	dsync.lock.blocked_for    float   the same links: seconds of the wait the hold held the lock
+//	dsync.lock.blockers_dropped int   acquire spans that waited behind over dsync.MaxBlockers holds
 //	error.type                string  failed acquisitions (spans, wait.duration,
 //	                                  acquisitions); the dsync.lock.renew_failed event
 //	exception.message         string  the dsync.lock.renew_failed event

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/dsync/dsync/dsync"
 	"go.opentelemetry.io/otel"
@@ -28,8 +29,16 @@ const (
 	KeyEnd          = attribute.Key("dsync.lock.end")   // released or lost, on hold durations
 	KeyCause        = attribute.Key("dsync.lock.cause") // why a hold was lost, on the dsync.lock.lost event
 	// KeyLinkBlockedBy marks a link from an acquire span to the hold span
-	// of a holder it waited for.
+	// of a holder it waited for; KeyBlockedFor, on the same link, is how
+	// much of the wait that holder held the lock, in seconds (the overlap
+	// of the hold with the wait), so that a report can sum the wait each
+	// holder caused.
 	KeyLinkBlockedBy = attribute.Key("dsync.lock.blocked_by")
+	KeyBlockedFor    = attribute.Key("dsync.lock.blocked_for")
+	// KeyBlockersDropped, on an acquire span, counts the holders it waited
+	// for beyond dsync.MaxBlockers, left without a link (those that held
+	// the lock for the least of the wait).
+	KeyBlockersDropped = attribute.Key("dsync.lock.blockers_dropped")
 
 	// Semantic-convention attributes: error.type on failed acquisitions
 	// (spans and metrics) and renewal failures, with exception.message on
@@ -229,14 +238,19 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 	}
 
 	span := trace.SpanFromContext(ctx)
-	// Who blocked whom: a link to the hold span of each holder the
-	// acquisition waited for, in this process or another (see holdTag).
-	for _, tag := range e.BlockedBy {
-		if sc, ok := parseTraceparent(tag); ok {
-			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{KeyLinkBlockedBy.Bool(true)}})
+	// Who blocked whom: a link to the hold span of each holder that held
+	// the lock while the acquisition waited, in this process or another,
+	// in the order the holds began, with the time it held it during the
+	// wait (see holdTag).
+	for _, b := range e.Blockers {
+		if sc, ok := parseTraceparent(b.Tag); ok {
+			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{KeyLinkBlockedBy.Bool(true), KeyBlockedFor.Float64(b.Overlap.Seconds())}})
 		}
 	}
 	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
+	if e.BlockersDropped > 0 {
+		attrs = append(attrs, KeyBlockersDropped.Int(e.BlockersDropped))
+	}
 	if e.Owner != "" {
 		// On spans only: owners are unbounded, metrics must not carry them.
 		attrs = append(attrs, KeyOwner.String(e.Owner))
@@ -270,7 +284,15 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 		// The holder, on the span the waiters' blocked-by links reach.
 		hattrs = append(hattrs, KeyOwner.String(e.Owner))
 	}
+	// The hold span begins when the hold did: for a Mutex handed on inside
+	// its Client, at the handoff, before the acquire span ends (the waiter's
+	// goroutine runs some time after).
+	start := e.HeldSince
+	if start.IsZero() {
+		start = time.Now()
+	}
 	_, hs := o.tracer.Start(parent, "dsync."+string(e.Kind)+".hold",
+		trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(o.lockAttrs(e.Lock, hattrs...)...),
 		trace.WithLinks(trace.Link{SpanContext: span.SpanContext()}))

@@ -459,13 +459,26 @@ func TestCLITop(t *testing.T) {
 	go func() {
 		done <- run(tctx, []string{"--prefix", e.prefix, "--interval", "1h", "top"}, func(k string) string { return e.vars[k] }, &out, &errb)
 	}()
-	waitFor(t, 5*time.Second, "a snapshot", func() bool { return strings.Contains(out.String(), "calm") })
+	waitFor(t, 5*time.Second, "a snapshot", func() bool { return strings.Contains(out.String(), "busy") })
 	stop()
 	code := <-done
 	require.Equal(t, 0, code, "top exit %d: %s", code, errb.String())
 	t.Logf("dsync top:\n%s", out.String())
+	assert.NotContains(t, out.String(), "calm", "top lists an idle lock without --all")
+	assert.NotContains(t, out.String(), "\x1b[", "top drew in place on a stream that is not a terminal")
+	// --all lists it, after the busy one.
+	var all syncBuffer
+	actx, astop := context.WithCancel(ctx)
+	adone := make(chan int, 1)
+	go func() {
+		adone <- run(actx, []string{"--prefix", e.prefix, "--interval", "1h", "--all", "top"}, func(k string) string { return e.vars[k] }, &all, &errb)
+	}()
+	waitFor(t, 5*time.Second, "a snapshot with --all", func() bool { return strings.Contains(all.String(), "calm") })
+	astop()
+	require.Equal(t, 0, <-adone, "top --all: %s", errb.String())
+	assert.Less(t, strings.Index(all.String(), "busy"), strings.Index(all.String(), "calm"), "top --all:\n%s", all.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.GreaterOrEqual(t, len(lines), 4, "top did not list the contended fair mutex first:\n%s", out.String())
+	require.GreaterOrEqual(t, len(lines), 3, "top did not list the contended fair mutex first:\n%s", out.String())
 	require.True(t, strings.HasPrefix(lines[2], "fair_mutex"), "top did not list the contended fair mutex first:\n%s", out.String())
 	require.Contains(t, lines[2], "busy", "top did not list the contended fair mutex first:\n%s", out.String())
 	if f := strings.Fields(lines[2]); assert.GreaterOrEqual(t, len(f), 5, "busy row %q: want 1 holder, 2 waiters and a hold age", lines[2]) {
@@ -475,4 +488,34 @@ func TestCLITop(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, c.NewFairMutex("busy").UnlockContext(held))
+}
+
+// rankTop: most waiters first, then the longest waited for (from the
+// first refresh that saw waiters), then the most holders; idle locks only
+// with all; a lock whose waiters are gone starts again.
+func TestTopRank(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	since := map[[2]string]time.Time{}
+	rows := func(r ...topRow) []topRow { return r }
+	names := func(rs []topRow) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	// First refresh: "old" has waiters already.
+	rankTop(rows(topRow{Kind: "mutex", Name: "old", Holders: 1, Waiters: 2}), since, t0, false)
+	got := rankTop(rows(
+		topRow{Kind: "mutex", Name: "idle"},
+		topRow{Kind: "mutex", Name: "held", Holders: 1},
+		topRow{Kind: "mutex", Name: "new", Holders: 1, Waiters: 2},
+		topRow{Kind: "mutex", Name: "old", Holders: 1, Waiters: 2},
+		topRow{Kind: "fair_mutex", Name: "most", Holders: 1, Waiters: 5},
+	), since, t0.Add(3*time.Second), false)
+	assert.Equal(t, []string{"most", "old", "new", "held"}, names(got), "ranked, idle hidden")
+	assert.Equal(t, 3.0, got[1].Waiting, "old has had waiters for 3 s")
+	assert.Equal(t, 0.0, got[2].Waiting, "new's waiters were first seen now")
+	got = rankTop(rows(topRow{Kind: "mutex", Name: "idle"}, topRow{Kind: "mutex", Name: "old", Holders: 1}), since, t0.Add(4*time.Second), true)
+	assert.Equal(t, []string{"old", "idle"}, names(got), "with all: idle listed, last")
+	assert.NotContains(t, since, [2]string{"mutex", "old"}, "old's waiters are gone: forgotten")
 }

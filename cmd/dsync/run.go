@@ -42,7 +42,7 @@ Commands:
   inspect NAME              holders, fencing tokens, leases and waiters of every lock called NAME
   list [PATTERN]            lock names matching a glob (SCAN, never KEYS)
   watch NAME                print the state of NAME each time it changes, until interrupted
-  top [PATTERN]             the most contended locks (waiters, holders, hold age), refreshed every --interval
+  top [PATTERN]             the most contended locks (waiters, wait time, holders), redrawn every --interval
   unlock --force --yes NAME release every hold of NAME (any primitive) and wake its waiters
 
 Flags (before or after the command):
@@ -57,6 +57,7 @@ Flags (before or after the command):
   --interval D         poll interval of watch (default 250ms; with keyspace notifications a fallback)
   --timeout D          bound on connecting and on each command (default 5s)
   --limit N            rows shown by top (default 20)
+  --all                top: list idle locks too (no holder, no waiter)
   -h, --help           this help; after a command, the command's help
 
 Exit status: 0 done, 1 error (Redis unreachable, refused, no such lock),
@@ -87,16 +88,21 @@ wakes it at once; it also looks every --interval, for what sends none.
 `,
 	"top": `dsync top [PATTERN]
 
-Lists the locks matching PATTERN (default all) with the most waiters first,
-then the most holders: kind, name, holders, waiters and how long the oldest
-holder has held (from its fencing token, which is the server clock in µs
-when it was minted). Refreshed every --interval (use a larger one on a big
-keyspace: each refresh SCANs the prefix), until interrupted; with --json,
-one JSON array per refresh. Shows at most --limit rows.
+Lists the locks matching PATTERN (default all) that have holders or
+waiters, the most waiters first, then the longest waited for, then the most
+holders: kind, holders, waiters, how long the oldest holder has held (from
+its fencing token, which is the server clock in µs when it was minted), how
+long the lock has had waiters without a break (WAITING, as top's refreshes
+saw it: from the first refresh that found waiters), and the name. Idle
+locks (no holder, no waiter) are hidden unless --all. Redrawn every
+--interval (use a larger one on a big keyspace: each refresh SCANs the
+prefix), until interrupted: in place (ANSI clear and home) when stdout is a
+terminal, one frame after the other otherwise; with --json, one JSON array
+per refresh. Shows at most --limit rows.
 
-A Mutex's waiters are counted per waiting Client, as of its last attempt
-(at least every lease/3); goroutines waiting behind a holder of their own
-Client are handed the lock inside that process and are not counted. A
+A Mutex's waiters are counted per waiting Client, the holder's own
+included (its goroutines queued behind it), as the Client last wrote them
+(10 ms after its queue changed, at least every lease/3). A
 Mutex's HELD FOR is the age of its hold in Redis: handoffs inside the
 holder's Client keep that hold, so it can span several local holders.
 `,
@@ -119,7 +125,7 @@ nothing was held.
 type options struct {
 	addr, user, password, prefix string
 	tlsCA, tlsServerName         string
-	tls, json, force, yes        bool
+	tls, json, force, yes, all   bool
 	interval, timeout            time.Duration
 	limit                        int
 }
@@ -172,6 +178,7 @@ func parse(args []string, getenv func(string) string) (options, []string, error)
 	fs.DurationVar(&o.interval, "interval", 250*time.Millisecond, "")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "")
 	fs.IntVar(&o.limit, "limit", 20, "")
+	fs.BoolVar(&o.all, "all", false, "")
 	// Flags may come before or after the command and its arguments.
 	var pos []string
 	for {
@@ -413,13 +420,32 @@ type topRow struct {
 	Holders int     `json:"holders"`
 	Waiters int     `json:"waiters"`
 	HeldFor float64 `json:"held_for_s"` // age of the oldest hold, seconds; 0 if free
+	// Waiting is how long the lock has had waiters without a break, as
+	// top's refreshes saw it, seconds; 0 without waiters.
+	Waiting float64 `json:"waiting_s"`
 }
 
-// top prints the most contended locks under the prefix, refreshed every
+// ansiHome clears a terminal and moves the cursor home: top redraws its
+// frame in place.
+const ansiHome = "\x1b[H\x1b[2J"
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// top prints the most contended locks under the prefix, redrawn every
 // --interval until interrupted.
 func top(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pattern string, w io.Writer) error {
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
+	tty := isTerminal(w) && !o.json
+	since := map[[2]string]time.Time{} // when a lock's waiters were first seen, by kind and name
 	for {
 		rows, err := topRows(ctx, c, rc, o, pattern)
 		if ctx.Err() != nil {
@@ -428,6 +454,7 @@ func top(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pat
 		if err != nil {
 			return err
 		}
+		rows = rankTop(rows, since, time.Now(), o.all)
 		if len(rows) > o.limit {
 			rows = rows[:o.limit]
 		}
@@ -437,13 +464,19 @@ func top(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pat
 			}
 		} else {
 			var b strings.Builder
-			fmt.Fprintf(&b, "--- %s\n%-10s %7s %7s %10s  %s\n", time.Now().Format("15:04:05"), "KIND", "HOLDERS", "WAITERS", "HELD FOR", "NAME")
+			if tty {
+				b.WriteString(ansiHome)
+			}
+			fmt.Fprintf(&b, "--- %s\n%-10s %7s %7s %10s %10s  %s\n", time.Now().Format("15:04:05"), "KIND", "HOLDERS", "WAITERS", "HELD FOR", "WAITING", "NAME")
 			for _, r := range rows {
-				held := "-"
+				held, waiting := "-", "-"
 				if r.Holders > 0 {
 					held = (time.Duration(r.HeldFor * float64(time.Second))).Round(time.Millisecond).String()
 				}
-				fmt.Fprintf(&b, "%-10s %7d %7d %10s  %s\n", r.Kind, r.Holders, r.Waiters, held, quote(r.Name))
+				if r.Waiters > 0 {
+					waiting = (time.Duration(r.Waiting * float64(time.Second))).Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(&b, "%-10s %7d %7d %10s %10s  %s\n", r.Kind, r.Holders, r.Waiters, held, waiting, quote(r.Name))
 			}
 			if _, err := io.WriteString(w, b.String()); err != nil {
 				return err
@@ -457,7 +490,51 @@ func top(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pat
 	}
 }
 
-// topRows reads every lock matching pattern, most waiters first.
+// rankTop orders rows as top shows them: most waiters first, then the
+// longest waited for, then the most holders, then by name; idle locks (no
+// holder, no waiter) are left out unless all. since records, across
+// refreshes, when each lock's waiters were first seen (now, for those seen
+// first now); a lock without waiters is forgotten.
+func rankTop(rows []topRow, since map[[2]string]time.Time, now time.Time, all bool) []topRow {
+	seen := map[[2]string]bool{}
+	out := rows[:0]
+	for _, r := range rows {
+		k := [2]string{r.Kind, r.Name}
+		if r.Waiters > 0 {
+			seen[k] = true
+			if _, ok := since[k]; !ok {
+				since[k] = now
+			}
+			r.Waiting = now.Sub(since[k]).Seconds()
+		}
+		if all || r.Holders > 0 || r.Waiters > 0 {
+			out = append(out, r)
+		}
+	}
+	for k := range since {
+		if !seen[k] {
+			delete(since, k)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b topRow) int {
+		if a.Waiters != b.Waiters {
+			return b.Waiters - a.Waiters
+		}
+		if a.Waiting != b.Waiting {
+			if a.Waiting > b.Waiting {
+				return -1
+			}
+			return 1
+		}
+		if a.Holders != b.Holders {
+			return b.Holders - a.Holders
+		}
+		return strings.Compare(a.Name+a.Kind, b.Name+b.Kind)
+	})
+	return out
+}
+
+// topRows reads every lock matching pattern.
 func topRows(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options, pattern string) ([]topRow, error) {
 	cctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -495,16 +572,7 @@ func topRows(ctx context.Context, c *dsync.Client, rc rueidis.Client, o options,
 			rows = append(rows, row)
 		}
 	}
-	slices.SortStableFunc(rows, func(a, b topRow) int {
-		if a.Waiters != b.Waiters {
-			return b.Waiters - a.Waiters
-		}
-		if a.Holders != b.Holders {
-			return b.Holders - a.Holders
-		}
-		return strings.Compare(a.Name+a.Kind, b.Name+b.Kind)
-	})
-	return rows, nil
+	return rows, nil // ranked by rankTop
 }
 
 // keyspaceEvents returns a channel that receives (coalesced) when a key

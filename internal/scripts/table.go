@@ -73,9 +73,14 @@ var (
 	ForceSem     = script("force_sem.lua")
 	ForceOther   = script("force_other.lua")
 
-	// TagClear removes a hold's tag (see dsync's Observer.HoldTag) if it is
-	// still the one the hold wrote.
-	TagClear = script("tag_clear.lua")
+	// MutexLocalWaiters records how many goroutines of a Client wait for
+	// a mutex in its local queue, for Inspect.
+	MutexLocalWaiters = script("mutex_local_waiters.lua")
+	// TagSync applies a Client's queued hold-tag changes for one lock
+	// (see dsync's Observer.HoldTag): tags of holds that began, tags of
+	// holds that ended removed and the holds recorded in the lock's
+	// history, which waiters read when their wait ends.
+	TagSync = script("tag_sync.lua")
 	// TagSet writes or renews a hold's tag, each with its own expiry, and
 	// prunes expired ones.
 	TagSet = script("tag_set.lua")

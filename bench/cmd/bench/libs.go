@@ -82,7 +82,7 @@ var lockerSpec = libSpec{name: "dsync-locker", note: "dsync Mutex through sync.L
 // allSpecs is every lib the report can name: the peers, then the dsync
 // variants that run in some scenarios only.
 func allSpecs() []libSpec {
-	return append(libs[:len(libs):len(libs)], lockerSpec, fifoSpec, wakeSpec)
+	return append(libs[:len(libs):len(libs)], lockerSpec, tracedSpec, fifoSpec, wakeSpec)
 }
 
 func specByName(name string) (libSpec, error) {

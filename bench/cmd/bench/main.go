@@ -22,6 +22,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
@@ -251,6 +252,15 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		i := slices.IndexFunc(specs, func(s libSpec) bool { return s.name == "dsync" })
 		return slices.Insert(specs, i+1, lockerSpec)
 	}
+	// The traced Mutex runs right after dsync in serial, contended and
+	// xproc, when dsync runs.
+	withTraced := func(specs []libSpec) []libSpec {
+		if len(onlyLibs) > 0 && !slices.Contains(onlyLibs, "dsync") && !slices.Contains(onlyLibs, tracedSpec.name) {
+			return specs
+		}
+		i := slices.IndexFunc(specs, func(s libSpec) bool { return s.name == "dsync" })
+		return slices.Insert(specs, i+1, tracedSpec)
+	}
 	notH0 := func(s libSpec) bool { return s.name != "dsync-h0" }
 	keyed := func(s libSpec) bool { return s.keyed != nil }
 	isLock := func(s libSpec) bool { return s.lock }
@@ -263,17 +273,21 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 		f    func(spec libSpec, key string) (sample, error)
 	}
 	scens := []scen{
-		{"serial", withLocker(pick(notH0)), func(s libSpec, k string) (sample, error) { return serial(e, s, k, st.Serial) }},
+		{"serial", withTraced(withLocker(pick(notH0))), func(s libSpec, k string) (sample, error) { return serial(e, s, k, st.Serial) }},
 		{"keys", withLocker(pick(keyed)), func(s libSpec, k string) (sample, error) { return keysLeft(e, s, k, keysCycles) }},
 		{"parallel", pick(notH0), func(s libSpec, k string) (sample, error) { return parallel(e, s, k, st.Parallel) }},
-		{"contended", pick(isLock), func(s libSpec, k string) (sample, error) {
+		{"contended", withTraced(pick(isLock)), func(s libSpec, k string) (sample, error) {
 			l, rt, err := openLib(e, s)
 			if err != nil {
 				return nil, err
 			}
-			return contended(e, s.name, func(int) handle { return l.handle(k) }, l.close, rt, 16, st.Contended)
+			smp, err := contended(e, s.name, func(int) handle { return l.handle(k) }, l.close, rt, 16, st.Contended)
+			if tl, ok := l.(*tracedLib); ok && err == nil {
+				maps.Copy(smp, tl.spans().figures())
+			}
+			return smp, err
 		}},
-		{"xproc", pick(isLock), func(s libSpec, k string) (sample, error) { return crossProcess(e, s, k, 2, 8, st.CrossProcess) }},
+		{"xproc", withTraced(pick(isLock)), func(s libSpec, k string) (sample, error) { return crossProcess(e, s, k, 2, 8, st.CrossProcess) }},
 		{"handoff", append(pick(isLockNotH0), pickFIFO()...), func(s libSpec, k string) (sample, error) {
 			smp, err := handoff(e, s, k, st.HandoffRounds)
 			if err == nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -355,6 +356,7 @@ func crossProcess(e *env, spec libSpec, key string, procs, g int, d time.Duratio
 		}
 	}
 	var all workResult
+	var spans *spanDump // the traced lib's, from every child
 	perProc := make([]int64, 0, procs)
 	for _, k := range kids {
 		line, err := k.expect("result")
@@ -373,6 +375,9 @@ func crossProcess(e *env, spec libSpec, key string, procs, g int, d time.Duratio
 		all.Counts = append(all.Counts, r.Counts...)
 		all.Waits = append(all.Waits, r.Waits...)
 		all.Holds = append(all.Holds, r.Holds...)
+		if r.Spans != nil {
+			spans = spans.merge(r.Spans)
+		}
 		all.Total += r.Total
 		all.RT += r.RT
 		all.Errs += r.Errs
@@ -389,6 +394,9 @@ func crossProcess(e *env, spec libSpec, key string, procs, g int, d time.Duratio
 	}
 	s := summarize(all, d, calls1-calls0)
 	s["proc_fairness"] = jain(perProc)
+	if spans != nil {
+		maps.Copy(s, spans.figures())
+	}
 	return s, nil
 }
 
@@ -426,6 +434,10 @@ func childXproc(addr, libName, key string, g int) error {
 	rt0 := rt.Load()
 	res := work(handles, stopAt)
 	res.RT = rt.Load() - rt0
+	if tl, ok := l.(*tracedLib); ok {
+		tl.close() // every hold span ended (a second close does nothing)
+		res.Spans = tl.spans()
+	}
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err

@@ -17,7 +17,8 @@ type workResult struct {
 	Total    int64           `json:"total"`  // every acquisition, for the cost per acquisition
 	Errs     int64           `json:"errs"`
 	FirstErr string          `json:"first_err,omitempty"`
-	RT       int64           `json:"rt"` // client round trips, filled by the caller
+	RT       int64           `json:"rt"`              // client round trips, filled by the caller
+	Spans    *spanDump       `json:"spans,omitempty"` // the traced lib's spans (an xproc child's)
 }
 
 // mergeGap: holds closer than this are merged before they are shipped or

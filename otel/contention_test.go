@@ -1,0 +1,275 @@
+package dsyncotel_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// blockStats is what the spans say about the waits of one kind: of the
+// acquisitions that got the lock after waiting more than a millisecond,
+// how many link to at least one holder's hold span (blocked_by), and how
+// much of their waiting the linked hold spans cover (the union of each
+// linked hold's overlap with the wait, from the spans' own times).
+type blockStats struct {
+	waited, linked int
+	wait, covered  time.Duration
+}
+
+func (s blockStats) linkedFrac() float64 { return float64(s.linked) / float64(max(s.waited, 1)) }
+func (s blockStats) coveredFrac() float64 {
+	return float64(s.covered) / float64(max(s.wait, 1))
+}
+
+func (s blockStats) String() string {
+	return fmt.Sprintf("%d of %d waits over 1 ms linked (%.1f%%), linked holds cover %v of %v waiting (%.1f%%)",
+		s.linked, s.waited, 100*s.linkedFrac(), s.covered.Round(time.Millisecond), s.wait.Round(time.Millisecond), 100*s.coveredFrac())
+}
+
+// blockedStats reads blockStats from spans: the acquire spans called
+// acquire (those that waited and got the lock, mode "" for any), and every
+// hold span, by span ID.
+func blockedStats(spans []sdktrace.ReadOnlySpan, acquire, mode string) blockStats {
+	type iv struct{ s, e time.Time }
+	holds := map[trace.SpanID]iv{}
+	for _, s := range spans {
+		holds[s.SpanContext().SpanID()] = iv{s.StartTime(), s.EndTime()}
+	}
+	var st blockStats
+	for _, s := range spans {
+		if s.Name() != acquire {
+			continue
+		}
+		if v, _ := attrOf(s, "dsync.lock.outcome"); v.Emit() != "acquired" {
+			continue
+		}
+		if v, _ := attrOf(s, "dsync.lock.mode"); mode != "" && v.Emit() != mode {
+			continue
+		}
+		d := s.EndTime().Sub(s.StartTime())
+		if d <= time.Millisecond {
+			continue
+		}
+		st.waited++
+		st.wait += d
+		var ivs []iv
+		for _, l := range s.Links() {
+			if !isBlockedBy(l) {
+				continue
+			}
+			if h, ok := holds[l.SpanContext.SpanID()]; ok {
+				a, b := h.s, h.e
+				if a.Before(s.StartTime()) {
+					a = s.StartTime()
+				}
+				if b.IsZero() || b.After(s.EndTime()) {
+					b = s.EndTime()
+				}
+				if b.After(a) {
+					ivs = append(ivs, iv{a, b})
+				}
+			}
+		}
+		if hasBlockedBy(s) {
+			st.linked++
+		}
+		st.covered += union(ivs, func(x iv) (time.Time, time.Time) { return x.s, x.e })
+	}
+	return st
+}
+
+func isBlockedBy(l sdktrace.Link) bool {
+	for _, a := range l.Attributes {
+		if a.Key == "dsync.lock.blocked_by" {
+			return true
+		}
+	}
+	return false
+}
+
+func hasBlockedBy(s sdktrace.ReadOnlySpan) bool {
+	for _, l := range s.Links() {
+		if isBlockedBy(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// union is the total length of the intervals of xs.
+func union[T any](xs []T, iv func(T) (time.Time, time.Time)) time.Duration {
+	type p struct{ s, e time.Time }
+	ps := make([]p, 0, len(xs))
+	for _, x := range xs {
+		s, e := iv(x)
+		ps = append(ps, p{s, e})
+	}
+	// Insertion sort: a wait links to few holds.
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].s.Before(ps[j-1].s); j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+	var total time.Duration
+	var cur p
+	for i, x := range ps {
+		if i == 0 || x.s.After(cur.e) {
+			total += cur.e.Sub(cur.s)
+			cur = x
+			continue
+		}
+		if x.e.After(cur.e) {
+			cur.e = x.e
+		}
+	}
+	return total + cur.e.Sub(cur.s)
+}
+
+// contender is one kind's acquire and release, for contend.
+type contender struct {
+	lock   func(ctx context.Context) (context.Context, error)
+	unlock func(lctx context.Context) error
+}
+
+// contenders are the kinds the fractions are asserted for, each made on a
+// Client: name -> (contender, acquire span name, mode of the waits counted).
+var contenders = []struct {
+	name, span, mode string
+	mk               func(c *dsync.Client, g int) contender
+}{
+	{"mutex", "dsync.mutex.acquire", "", func(c *dsync.Client, _ int) contender {
+		m := c.NewMutex("hot")
+		return contender{m.LockContext, m.UnlockContext}
+	}},
+	{"fair", "dsync.fair_mutex.acquire", "", func(c *dsync.Client, _ int) contender {
+		m := c.NewFairMutex("hot")
+		return contender{m.LockContext, m.UnlockContext}
+	}},
+	// Writers and readers (one goroutine in three reads): the writers'
+	// waits are counted.
+	{"rw", "dsync.rw_mutex.acquire", "write", func(c *dsync.Client, g int) contender {
+		m := c.NewRWMutex("hot")
+		if g%3 == 2 {
+			return contender{m.RLockContext, m.RUnlockContext}
+		}
+		return contender{m.LockContext, m.UnlockContext}
+	}},
+	{"semaphore", "dsync.semaphore.acquire", "", func(c *dsync.Client, _ int) contender {
+		s := c.NewSemaphore("hot", 1)
+		return contender{func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, 1) },
+			func(ctx context.Context) error { return s.Release(ctx, 1) }}
+	}},
+}
+
+// contend runs clients Clients of goroutines goroutines each, rounds
+// critical sections of hold each, on the lock mk makes, traced into tel.
+func contend(t *testing.T, tel *telemetry, clients, goroutines, rounds int, hold time.Duration, mk func(c *dsync.Client, g int) contender) {
+	s := server(t)
+	prefix := newPrefix()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*goroutines)
+	ks := make([][]contender, clients)
+	for i := range ks {
+		c := client(t, s, prefix, tel.observer())
+		for g := range goroutines {
+			ks[i] = append(ks[i], mk(c, g))
+		}
+		// A warm-up: connections, scripts and subscriptions made, so that
+		// no wait is the first call's (waiting for nobody).
+		for _, k := range ks[i] {
+			l, err := k.lock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, k.unlock(l))
+		}
+	}
+	tel.spans.Reset()
+	for i := range ks {
+		for _, k := range ks[i] {
+			wg.Go(func() {
+				for range rounds {
+					l, err := k.lock(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					time.Sleep(hold)
+					if err := k.unlock(l); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// TestBlockedByFractions: under contention, in one Client (goroutines
+// queued behind each other) and across Clients, every kind's waits link
+// to the holds they waited behind: at least 95% of the acquisitions that
+// waited over 1 ms carry a blocked_by link, and the linked hold spans
+// cover at least 90% of the waiting (counted from the spans, not from the
+// links' own attribute).
+func TestBlockedByFractions(t *testing.T) {
+	for _, k := range contenders {
+		for _, shape := range []struct{ clients, g int }{{1, 6}, {3, 3}} {
+			if k.name == "rw" && shape.clients == 1 {
+				continue // (below: the writers of three Clients)
+			}
+			t.Run(fmt.Sprintf("%s-%dx%d", k.name, shape.clients, shape.g), func(t *testing.T) {
+				tel := newTelemetry(t)
+				contend(t, tel, shape.clients, shape.g, 6, 2*time.Millisecond, k.mk)
+				st := blockedStats(tel.spans.Ended(), k.span, k.mode)
+				t.Logf("%s %dx%d: %v", k.name, shape.clients, shape.g, st)
+				require.Positive(t, st.waited, "no acquisition waited over 1 ms: nothing was checked")
+				assert.GreaterOrEqual(t, st.linkedFrac(), 0.95, "waits with a blocked_by link: %v", st)
+				assert.GreaterOrEqual(t, st.coveredFrac(), 0.90, "waiting covered by the linked holds: %v", st)
+			})
+		}
+	}
+}
+
+// dsync.lock.waiters counts every waiter of the process: 7 goroutines of
+// the holder's Client (queued inside it) and 3 of another Client make 10.
+func TestWaitersMetricCountsHolderClient(t *testing.T) {
+	s := server(t)
+	tel := newTelemetry(t)
+	prefix := newPrefix()
+	holder := client(t, s, prefix, tel.observer())
+	other := client(t, s, prefix, tel.observer())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := holder.NewMutex("ten").LockContext(ctx)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 10 {
+		c := holder
+		if i >= 7 {
+			c = other
+		}
+		wg.Go(func() { _, _ = c.NewMutex("ten").LockContext(wctx) })
+	}
+	waitFor(t, 10*time.Second, "10 waiters in dsync.lock.waiters", func() bool {
+		v, _ := tel.value(t, "dsync.lock.waiters")
+		return v == 10
+	})
+	wcancel()
+	wg.Wait()
+	tel.mustValue(t, "dsync.lock.waiters", 0)
+	require.NoError(t, holder.NewMutex("ten").UnlockContext(held))
+}
