@@ -1,7 +1,9 @@
 package dsync_test
 
+//lint:file-ignore SA2001 sync's tests lock and unlock with nothing between, as ported here
+
 // Go's own sync tests ($(go env GOROOT)/src/sync: mutex_test.go,
-// rwmutex_test.go, once_test.go, waitgroup_test.go), ported
+// rwmutex_test.go, once_test.go, waitgroup_test.go, cond_test.go), ported
 // to dsync's types, test by test under the same names with a Sync prefix.
 // What code moved from sync may expect of dsync.
 //
@@ -25,13 +27,20 @@ package dsync_test
 // Lock is a Redis round trip, not a CAS); variables a lock guards are
 // atomics, since the race detector does not see the happens-before that a
 // release and an acquisition through Redis give; calls that reach Redis
-// take a context (ctx) and their errors are checked.
+// take a context (ctx) and their errors are checked; sync's c.Wait() with
+// c.L taken by Lock is WaitLocked(ctx).
+//
+// Not ported: TestSemaphore (the runtime's semaphore), TestWaitGroupAlign
+// (memory alignment), TestCondCopy (sync.Cond panics when copied; a
+// dsync.Cond, a handle on state in Redis, may be copied, as its doc says),
+// and the benchmarks.
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,8 +193,10 @@ func TestSyncMutexMisuse(t *testing.T) {
 func TestSyncMutexFairness(t *testing.T) {
 	syncValues(t, func(c *dsync.Client) *dsync.Mutex { return c.NewMutex("fair") }, func(t *testing.T, get func(int) *dsync.Mutex) {
 		stop := make(chan bool)
-		defer close(stop)
+		stopped := make(chan bool) // not in sync's: joined before the Clients close
+		defer func() { close(stop); <-stopped }()
 		go func() {
+			defer close(stopped)
 			mu := get(0)
 			for {
 				mu.Lock()
@@ -509,27 +520,31 @@ func TestSyncWaitGroupRace(t *testing.T) {
 		ctx := ctxT(t)
 		for i := 0; i < 100; i++ { // sync: 1000
 			n := new(int32)
+			// Not in sync's: the goroutines' Done calls return (their
+			// replies can come after Wait's wakeup) before the test ends.
+			var joined sync.WaitGroup
 			// spawn goroutine 1
 			require.NoError(t, get(0).Add(ctx, 1))
-			go func() {
+			joined.Go(func() {
 				atomic.AddInt32(n, 1)
 				if err := get(1).Done(ctx); err != nil {
 					t.Error(err)
 				}
-			}()
+			})
 			// spawn goroutine 2
 			require.NoError(t, get(0).Add(ctx, 1))
-			go func() {
+			joined.Go(func() {
 				atomic.AddInt32(n, 1)
 				if err := get(2).Done(ctx); err != nil {
 					t.Error(err)
 				}
-			}()
+			})
 			// Wait for goroutine 1 and 2
 			require.NoError(t, get(0).Wait(ctx))
 			if atomic.LoadInt32(n) != 2 {
 				t.Fatal("Spurious wakeup from Wait")
 			}
+			joined.Wait()
 		}
 	})
 }
@@ -583,4 +598,292 @@ func TestSyncIssue76126(t *testing.T) {
 	n, err := rc.Do(ctxT(t), rc.B().Get().Key(prefix+":{issue76126}:wg").Build()).AsInt64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the counter after the panicking task")
+}
+
+// ----- cond_test.go
+
+// condPair is a Mutex and its Cond, sync.Cond's L and itself.
+type condPair struct {
+	m  *dsync.Mutex
+	cd *dsync.Cond
+}
+
+func newCondPair(name string) func(c *dsync.Client) condPair {
+	return func(c *dsync.Client) condPair {
+		m := c.NewMutex(name)
+		return condPair{m, c.NewCond(m)}
+	}
+}
+
+// wait is sync's c.Wait(): WaitLocked, whose error fails the test.
+func (p condPair) wait(t *testing.T, ctx context.Context) {
+	if err := p.cd.WaitLocked(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSyncCondSignal(t *testing.T) {
+	syncValues(t, newCondPair("signal"), func(t *testing.T, get func(int) condPair) {
+		ctx := ctxT(t)
+		n := 2
+		running := make(chan bool, n)
+		awake := make(chan bool, n)
+		var joined sync.WaitGroup // not in sync's: each Unlock returns before the Clients close
+		defer joined.Wait()
+		for i := 0; i < n; i++ {
+			joined.Go(func() {
+				p := get(i)
+				p.m.Lock()
+				running <- true
+				p.wait(t, ctx)
+				awake <- true
+				p.m.Unlock()
+			})
+		}
+		for i := 0; i < n; i++ {
+			<-running // Wait for everyone to run.
+		}
+		p := get(n)
+		for n > 0 {
+			select {
+			case <-awake:
+				t.Fatal("goroutine not asleep")
+			default:
+			}
+			p.m.Lock()
+			require.NoError(t, p.cd.Signal(ctx))
+			p.m.Unlock()
+			<-awake // Will deadlock if no goroutine wakes up
+			select {
+			case <-awake:
+				t.Fatal("too many goroutines awake")
+			default:
+			}
+			n--
+		}
+		require.NoError(t, p.cd.Signal(ctx))
+	})
+}
+
+func TestSyncCondSignalGenerations(t *testing.T) {
+	syncValues(t, newCondPair("generations"), func(t *testing.T, get func(int) condPair) {
+		ctx := ctxT(t)
+		n := 20 // sync: 100
+		running := make(chan bool, n)
+		awake := make(chan int, n)
+		p := get(n)
+		var joined sync.WaitGroup // not in sync's: each Unlock returns before the Clients close
+		defer joined.Wait()
+		for i := 0; i < n; i++ {
+			joined.Go(func() {
+				p := get(i)
+				p.m.Lock()
+				running <- true
+				p.wait(t, ctx)
+				awake <- i
+				p.m.Unlock()
+			})
+			if i > 0 {
+				a := <-awake
+				if a != i-1 {
+					t.Fatalf("wrong goroutine woke up: want %d, got %d", i-1, a)
+				}
+			}
+			<-running
+			p.m.Lock()
+			require.NoError(t, p.cd.Signal(ctx))
+			p.m.Unlock()
+		}
+		<-awake // not in sync's: the last one, before the Clients close
+	})
+}
+
+func TestSyncCondBroadcast(t *testing.T) {
+	syncValues(t, newCondPair("broadcast"), func(t *testing.T, get func(int) condPair) {
+		ctx := ctxT(t)
+		n := 8 // sync: 200
+		running := make(chan int, n)
+		awake := make(chan int, n)
+		var exit atomic.Bool
+		exited := make(chan bool, n) // not in sync's: the goroutines end before the Clients close
+		for i := 0; i < n; i++ {
+			go func(g int) {
+				p := get(g)
+				p.m.Lock()
+				for !exit.Load() {
+					running <- g
+					p.wait(t, ctx)
+					awake <- g
+				}
+				p.m.Unlock()
+				exited <- true
+			}(i)
+		}
+		p := get(n)
+		for i := 0; i < n; i++ {
+			for i := 0; i < n; i++ {
+				<-running // Will deadlock unless n are running.
+			}
+			if i == n-1 {
+				p.m.Lock()
+				exit.Store(true)
+				p.m.Unlock()
+			}
+			select {
+			case <-awake:
+				t.Fatal("goroutine not asleep")
+			default:
+			}
+			p.m.Lock()
+			require.NoError(t, p.cd.Broadcast(ctx))
+			p.m.Unlock()
+			seen := make([]bool, n)
+			for i := 0; i < n; i++ {
+				g := <-awake
+				if seen[g] {
+					t.Fatal("goroutine woke up twice")
+				}
+				seen[g] = true
+			}
+		}
+		for i := 0; i < n; i++ {
+			<-exited
+		}
+		select {
+		case <-running:
+			t.Fatal("goroutine did not exit")
+		default:
+		}
+		require.NoError(t, p.cd.Broadcast(ctx))
+	})
+}
+
+func TestSyncRace(t *testing.T) {
+	syncValues(t, newCondPair("race"), func(t *testing.T, get func(int) condPair) {
+		ctx := ctxT(t)
+		var x atomic.Int32
+		done := make(chan bool)
+		go func() {
+			c := get(0)
+			c.m.Lock()
+			x.Store(1)
+			c.wait(t, ctx)
+			if x.Load() != 2 {
+				t.Error("want 2")
+			}
+			x.Store(3)
+			if err := c.cd.Signal(ctx); err != nil {
+				t.Error(err)
+			}
+			c.m.Unlock()
+			done <- true
+		}()
+		go func() {
+			c := get(1)
+			c.m.Lock()
+			for {
+				if x.Load() == 1 {
+					x.Store(2)
+					if err := c.cd.Signal(ctx); err != nil {
+						t.Error(err)
+					}
+					break
+				}
+				c.m.Unlock()
+				runtime.Gosched()
+				c.m.Lock()
+			}
+			c.m.Unlock()
+			done <- true
+		}()
+		go func() {
+			c := get(2)
+			c.m.Lock()
+			for {
+				if x.Load() == 2 {
+					c.wait(t, ctx)
+					if x.Load() != 3 {
+						t.Error("want 3")
+					}
+					break
+				}
+				if x.Load() == 3 {
+					break
+				}
+				c.m.Unlock()
+				runtime.Gosched()
+				c.m.Lock()
+			}
+			c.m.Unlock()
+			done <- true
+		}()
+		<-done
+		<-done
+		<-done
+	})
+}
+
+func TestSyncCondSignalStealing(t *testing.T) {
+	syncValues(t, newCondPair("stealing"), func(t *testing.T, get func(int) condPair) {
+		ctx := ctxT(t)
+		for iters := 0; iters < 20; iters++ { // sync: 1000, each with a new Mutex
+			// Start a waiter.
+			ch := make(chan struct{})
+			go func() {
+				c := get(0)
+				c.m.Lock()
+				ch <- struct{}{}
+				c.wait(t, ctx)
+				c.m.Unlock()
+
+				ch <- struct{}{}
+			}()
+
+			<-ch
+			m := get(1).m
+			m.Lock()
+			m.Unlock()
+
+			// We know that the waiter is in the cond.Wait() call because we
+			// synchronized with it, then acquired/released the mutex it was
+			// holding when we synchronized.
+			//
+			// Start two goroutines that will race: one will broadcast on
+			// the cond var, the other will wait on it.
+			//
+			// The new waiter may or may not get notified, but the first one
+			// has to be notified.
+			var done atomic.Bool
+			broadcast := make(chan bool) // not in sync's: joined before the test ends
+			go func() {
+				if err := get(1).cd.Broadcast(ctx); err != nil {
+					t.Error(err)
+				}
+				close(broadcast)
+			}()
+
+			second := make(chan bool) // not in sync's: the next round reuses the name
+			go func() {
+				c := get(2)
+				c.m.Lock()
+				for !done.Load() {
+					c.wait(t, ctx)
+				}
+				c.m.Unlock()
+				close(second)
+			}()
+
+			// Check that the first waiter does get signaled.
+			<-ch
+
+			// Release the second waiter in case it didn't get the
+			// broadcast.
+			m.Lock()
+			done.Store(true)
+			m.Unlock()
+			require.NoError(t, get(1).cd.Broadcast(ctx))
+			<-second
+			<-broadcast
+		}
+	})
 }
