@@ -6,9 +6,9 @@ redis:
 		echo "installing redis-server"; \
 		apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 
-# The library is the root module; otel/ and examples/ are modules of their
-# own in the workspace (go.work), faults/ and bench/ are outside it.
-MODULES := ./... ./otel/... ./examples/...
+# The library is the root module; otel/, goredis/ and examples/ are modules
+# of their own in the workspace (go.work), faults/ and bench/ are outside it.
+MODULES := ./... ./otel/... ./goredis/... ./examples/...
 
 STATICCHECK := $(shell go env GOPATH)/bin/staticcheck
 

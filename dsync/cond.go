@@ -73,7 +73,7 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	}
 	lc, _ := lctx.Value(lockCtxKey{}).(*lockCtx)
 	if lc == nil || lc.h.key != m.key || lc.h.c != c {
-		return nil, &lockError{kind: KindCond, name: cd.info.Name, err: fmt.Errorf("%w: pass the lock context that LockContext of the Cond's Mutex returned, through the Cond's Client", ErrWrongContext)}
+		return nil, &lockError{kind: KindCond, name: cd.info.Name, err: fmt.Errorf("%w: pass the lock context that LockContext of the Cond's Mutex returned, through the Cond's Client (with a Mutex taken by Lock, call WaitLocked)", ErrWrongContext)}
 	}
 	if lc.h.isEnded() {
 		return nil, wrapErr(KindCond, cd.info.Name, ErrNotHeld)
@@ -128,6 +128,106 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 		return nil, err
 	}
 	return nctx, nil
+}
+
+// WaitLocked is Wait for a Mutex held through Lock, as code written for
+// sync.Cond holds it:
+//
+//	m.Lock()
+//	for !ready() {
+//		if err := cd.WaitLocked(ctx); err != nil {
+//			break // the lock is held all the same
+//		}
+//	}
+//	m.Unlock()
+//
+// It atomically releases the hold Lock took and waits for a Signal or
+// Broadcast, or for ctx to end, then takes the lock again as Lock does
+// (waiting, through Redis errors, for as long as it takes) and returns nil
+// when signalled, else the error that ended the wait (errors.Is ctx.Err()
+// when ctx ended). Either way the lock is held again, so m.Unlock stays
+// right; only ErrClosed returns without it (Close released it). If m is
+// not held through Lock, WaitLocked returns an error matching ErrNotHeld
+// and waits for nothing; a hold taken by LockContext goes to Wait.
+func (cd *Cond) WaitLocked(ctx context.Context) error {
+	if cd.m == nil {
+		return fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
+	}
+	m := cd.m
+	if err := m.c.checkCall(ctx, m.err); err != nil {
+		return wrapErr(KindCond, cd.info.Name, err)
+	}
+	owner, ok := m.lk.pop()
+	if !ok {
+		how := "take it with Lock first"
+		if m.heldByContext() {
+			how = "it is held through LockContext: pass its lock context to Wait"
+		}
+		return &lockError{kind: KindCond, name: cd.info.Name, err: fmt.Errorf("%w: WaitLocked needs the Mutex held through Lock: %s", ErrNotHeld, how)}
+	}
+	registered, err := cd.sleepLocked(ctx, owner)
+	if !registered {
+		m.lk.push(owner) // released nothing: still held
+		return err
+	}
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	if rerr := relock(m); rerr != nil {
+		if err == nil { // signalled, and gone without the lock: the turn passes on
+			m.c.background(func(bctx context.Context) { _ = cd.exec(bctx, "one") })
+		}
+		return rerr
+	}
+	return err
+}
+
+// sleepLocked is WaitLocked's wait: it registers the waiter, releases the
+// hold of owner as Unlock does, and waits for a signal or ctx's end.
+// registered is false when it did neither (and the lock is still held).
+func (cd *Cond) sleepLocked(ctx context.Context, owner string) (registered bool, err error) {
+	m := cd.m
+	c := m.c
+	if err := c.enter(); err != nil {
+		return false, err
+	}
+	defer c.exit()
+	wctx, ob := c.observe(ctx, cd.info, owner, false)
+	w := condWaiter{cd: cd, id: c.attemptID(), lease: leaseMS(c.cfg.lease)}
+	if err := idempotent(ctx, w.register); err != nil {
+		ob.done(nil, false, 0, err)
+		return false, wrapErr(KindCond, cd.info.Name, err)
+	}
+	// Registered first, so a signal sent once the lock is free reaches
+	// this waiter. A failed release is Unlock's: logged, the lock expires
+	// with its lease, and the wait goes on.
+	if err := m.unlockFor(owner); err != nil {
+		c.cfg.logger.Warn("dsync: WaitLocked's release failed", "kind", KindCond, "name", shortName(cd.info.Name), "err", err)
+	}
+	attempts, err := waitLoop(c, wctx, cd.ch, w.id, false, condProto{&w})
+	ob.done(nil, false, attempts, err)
+	if err != nil {
+		w.leave(true)
+		return true, wrapErr(KindCond, cd.info.Name, err)
+	}
+	c.background(func(bctx context.Context) { _ = w.leaveExec(bctx, "0") })
+	return true, nil
+}
+
+// relock takes m again as Lock does; ErrClosed, which Lock panics with,
+// is returned.
+func relock(m *Mutex) (err error) {
+	defer func() {
+		if x := recover(); x != nil {
+			if e, ok := x.(error); ok && errors.Is(e, ErrClosed) {
+				err = e
+				return
+			}
+			panic(x)
+		}
+	}()
+	m.Lock()
+	return nil
 }
 
 // Signal wakes the longest-waiting live waiter, if any, in any process. It

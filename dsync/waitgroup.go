@@ -98,6 +98,33 @@ func (wg *WaitGroup) Done(ctx context.Context) error {
 	return wg.Add(ctx, -1)
 }
 
+// Go calls f in a new goroutine and adds that task to the WaitGroup, as
+// sync.WaitGroup.Go does: Add(ctx, 1), and Done when f returns. If the Add
+// fails, Go returns its error and does not call f. The Done runs under ctx
+// without its cancellation; if it fails, the counter stays up (as after a
+// process that died) and the Client's logger says so. f must not panic: a
+// panic is not recovered and sends no Done. Close does not wait for f.
+func (wg *WaitGroup) Go(ctx context.Context, f func()) error {
+	if f == nil {
+		return fmt.Errorf("%w: WaitGroup %q: Go needs a function", ErrInvalidArgument, shortName(wg.name))
+	}
+	if err := wg.Add(ctx, 1); err != nil {
+		return err
+	}
+	go func() {
+		defer func() {
+			if x := recover(); x != nil {
+				panic(x) // fatal in a goroutine: no Done for Wait to race with
+			}
+			if err := wg.Done(context.WithoutCancel(ctx)); err != nil {
+				wg.c.cfg.logger.Warn("dsync: WaitGroup.Go: Done failed, the counter stays up", "kind", KindWaitGroup, "name", shortName(wg.name), "err", err)
+			}
+		}()
+		f()
+	}()
+	return nil
+}
+
 // Wait blocks until the counter is zero, or has been zero since Wait saw it
 // above zero, or ctx is done.
 func (wg *WaitGroup) Wait(ctx context.Context) error {

@@ -13,13 +13,16 @@
 // The in-process server runs dsync's Lua scripts in a Lua interpreter of
 // its own, single-threaded, with no cluster, replication or persistence: it
 // tests what your code does with the locks, not Redis failures. Use a real
-// Redis for those (NewServer reports which one a test got).
+// Redis for those (NewServer reports which one a test got). Its keys
+// expire as time passes, as Redis's do (at most 10 ms late), so a lease
+// that is not renewed runs out.
 package dsynctest
 
 import (
 	"context"
 	"fmt"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +52,11 @@ type Server struct {
 
 	real *redistest.Server
 	mini *miniredis.Miniredis
+	// stop ends the in-process server's clock (see tick); once makes
+	// Close idempotent, ticking is the clock's goroutine.
+	stop    chan struct{}
+	once    sync.Once
+	ticking sync.WaitGroup
 }
 
 // NewServer starts a Server for tb (see Start), stopped when tb ends.
@@ -79,13 +87,39 @@ func Start() (*Server, error) {
 }
 
 // StartEmbedded starts an in-process server (miniredis) on a free
-// loopback port. The caller must Close it.
+// loopback port, for tests and for programs that should run with nothing
+// installed (the repository's examples). Its keys expire as time passes.
+// The caller must Close it.
 func StartEmbedded() (*Server, error) {
 	m, err := miniredis.Run()
 	if err != nil {
 		return nil, fmt.Errorf("dsynctest: starting the in-process server: %w", err)
 	}
-	return &Server{Addr: m.Addr(), Embedded: true, mini: m}, nil
+	s := &Server{Addr: m.Addr(), Embedded: true, mini: m, stop: make(chan struct{})}
+	s.ticking.Go(s.tick)
+	return s, nil
+}
+
+// expiryTick is how often the in-process server's keys age.
+const expiryTick = 10 * time.Millisecond
+
+// tick ages the in-process server's keys by the time that passes, until
+// Close: miniredis counts a key's time to live down only when told to
+// (FastForward), so without it a lease that nobody renews, or a crashed
+// holder's, would never run out.
+func (s *Server) tick() {
+	t := time.NewTicker(expiryTick)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.mini.FastForward(now.Sub(last))
+			last = now
+		}
+	}
 }
 
 // ClientOption returns rueidis options for a client of s. The in-process
@@ -131,6 +165,12 @@ func (s *Server) Close() {
 		s.real.Stop()
 	}
 	if s.mini != nil {
-		s.mini.Close()
+		s.once.Do(func() {
+			if s.stop != nil {
+				close(s.stop)
+				s.ticking.Wait()
+			}
+			s.mini.Close()
+		})
 	}
 }

@@ -196,3 +196,39 @@ func TestPrimitivesAcrossClients(t *testing.T) {
 		})
 	}
 }
+
+// TestEmbeddedLeaseRunsOut: on the in-process server, a lock whose lease
+// nobody renews (a fixed lease here; a crashed or paused holder's too)
+// runs out, and a waiter of another Client takes it with a larger token,
+// as on Redis. miniredis ages its keys only when told; before the server's
+// clock, the waiter waited until its context ended.
+func TestEmbeddedLeaseRunsOut(t *testing.T) {
+	srv, err := dsynctest.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	a, b := srv.NewClient(t), srv.NewClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	actx, err := a.NewMutex("lease", dsync.WithLeaseTime(300*time.Millisecond)).LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, err := b.NewMutex("lease").LockContext(ctx)
+	if err != nil {
+		t.Fatalf("the waiter did not get the lock after the holder's lease: %v", err)
+	}
+	ta, _ := dsync.FencingToken(actx)
+	tb, _ := dsync.FencingToken(bctx)
+	if tb <= ta {
+		t.Fatalf("token %d after %d", tb, ta)
+	}
+	<-actx.Done() // the holder's lock context ends with its lease
+	if cause := context.Cause(actx); !errors.Is(cause, dsync.ErrLockLost) {
+		t.Fatalf("holder's cause %v, want ErrLockLost", cause)
+	}
+	if err := b.NewMutex("lease").UnlockContext(bctx); err != nil {
+		t.Fatal(err)
+	}
+}

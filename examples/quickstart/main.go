@@ -1,10 +1,12 @@
 // Quickstart: several workers, each with its own dsync.Client (as if in
-// separate processes), increment one shared counter in Redis under a
-// dsync.Mutex. The read-modify-write is deliberately unguarded by Redis
-// itself, so without the lock updates would be lost.
+// separate processes), increment one counter kept in a file, under a
+// dsync.Mutex. The read-modify-write of the file is not atomic, so without
+// the lock updates would be lost.
 //
-//	go run ./examples/quickstart          # embedded server
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/quickstart
+//	go run ./examples/quickstart                             # an embedded server
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/quickstart   # your Redis
+//
+// It uses only dsync's public API: copy it as it is.
 package main
 
 import (
@@ -14,18 +16,18 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
-	"github.com/dsync/dsync/examples/internal/exredis"
+	"github.com/dsync/dsync/dsynctest"
 )
 
 const (
 	workers    = 4
 	increments = 25
-	counterKey = "quickstart:counter"
 )
 
 func main() {
@@ -35,33 +37,38 @@ func main() {
 }
 
 func run(out io.Writer) error {
-	srv, err := exredis.Start()
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	fmt.Fprintln(out, "using", srv.Describe())
-
 	ctx := context.Background()
-	admin, err := srv.Client()
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	admin.Do(ctx, admin.B().Del().Key(counterKey).Build())
-	// Leave nothing behind on a real Redis: the counter, and the lock's
-	// key (a released lock keeps a small marker for its next token).
-	defer exredis.Forget(ctx, admin, counterKey, dsync.DefaultKeyPrefix+":{quickstart}:*")
 
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		rc, err := srv.Client()
+	// dial opens a Client, one per process in a real service. Without
+	// REDIS_ADDR, an in-process server stands in for Redis, so this runs
+	// with nothing installed.
+	addr := os.Getenv("REDIS_ADDR")
+	dial := func(ctx context.Context) (*dsync.Client, error) { return dsync.Dial(ctx, addr) }
+	if addr == "" {
+		srv, err := dsynctest.StartEmbedded()
 		if err != nil {
 			return err
 		}
-		defer rc.Close()
-		client, err := dsync.NewClient(rc)
+		defer srv.Close()
+		dial = func(ctx context.Context) (*dsync.Client, error) { return srv.Dial(ctx) }
+		fmt.Fprintln(out, "using an embedded server (set REDIS_ADDR=host:port to use your Redis)")
+	} else {
+		fmt.Fprintln(out, "using Redis at", addr)
+	}
+
+	// The shared resource: a counter in a file.
+	dir, err := os.MkdirTemp("", "quickstart")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	counter := filepath.Join(dir, "counter")
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		client, err := dial(ctx)
 		if err != nil {
 			return err
 		}
@@ -72,28 +79,36 @@ func run(out io.Writer) error {
 			defer wg.Done()
 			for i := 0; i < increments; i++ {
 				m.Lock() // a sync.Locker, like sync.Mutex
-				n, _ := rc.Do(ctx, rc.B().Get().Key(counterKey).Build()).AsInt64()
-				rc.Do(ctx, rc.B().Set().Key(counterKey).Value(strconv.FormatInt(n+1, 10)).Build())
+				err := increment(counter)
 				m.Unlock()
+				if err != nil {
+					errs <- err
+					return
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
 
-	// The context form: the lock context carries a fencing token.
-	c, err := dsync.NewClient(admin)
+	// The context form: it waits only as long as ctx allows, and the lock
+	// context carries a fencing token (and is cancelled if the lock is lost).
+	client, err := dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	m := c.NewMutex("quickstart")
+	defer client.Close()
+	m := client.NewMutex("quickstart")
 	lctx, err := m.LockContext(ctx)
 	if err != nil {
 		return err
 	}
 	token, _ := dsync.FencingToken(lctx)
-	total, _ := admin.Do(ctx, admin.B().Get().Key(counterKey).Build()).AsInt64()
-	if err := m.UnlockContext(lctx); err != nil {
+	total, err := read(counter)
+	if err := errors.Join(err, m.UnlockContext(lctx)); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "%d workers x %d increments = %d (want %d) in %v\n", workers, increments, total, workers*increments, time.Since(start).Round(time.Millisecond))
@@ -102,4 +117,25 @@ func run(out io.Writer) error {
 		return errors.New("updates were lost")
 	}
 	return nil
+}
+
+// increment reads the counter, and writes it back one higher.
+func increment(file string) error {
+	n, err := read(file)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, []byte(strconv.Itoa(n+1)), 0o600)
+}
+
+// read returns the counter, 0 if the file is not there yet.
+func read(file string) (int, error) {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(string(b))
 }

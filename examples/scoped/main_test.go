@@ -18,7 +18,7 @@ func TestScoped(t *testing.T) {
 	require.NoError(t, err)
 	out := b.String()
 	assert.Contains(t, out, "worker-1: stops before step", "worker-1 did not stop on the lost lock")
-	assert.Contains(t, out, "dsync: lock lost", "worker-1 did not stop on the lost lock")
+	assert.Contains(t, out, `dsync: mutex "report": lock lost`, "worker-1 did not stop on the lost lock")
 	rejected := 0
 	for _, l := range store.log {
 		if strings.HasPrefix(l, "REJECTED worker-1") {

@@ -16,7 +16,8 @@ import (
 // A module that imports only the core package must not see the OpenTelemetry
 // SDK, exporters, gRPC or protobuf in its module graph: those belong to the
 // otel/ and examples/ modules. Before the split, requiring dsync raised a
-// user's gRPC from v1.60.0 to v1.75.0.
+// user's gRPC from v1.60.0 to v1.75.0. Nor go-redis (the goredis/ module)
+// or SQLite (modernc.org, in examples/).
 func TestUserModuleGraph(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
@@ -40,12 +41,15 @@ func TestUserModuleGraph(t *testing.T) {
 	run("mod", "tidy")
 	graph := run("list", "-m", "all")
 	t.Logf("go list -m all:\n%s", graph)
+	require.Contains(t, graph, "github.com/redis/rueidis ", "the graph read lacks the core's own requirement")
 	for _, heavy := range []string{
 		"go.opentelemetry.io/otel/sdk",
 		"go.opentelemetry.io/otel/exporters",
 		"google.golang.org/grpc",
 		"google.golang.org/protobuf",
 		"github.com/grpc-ecosystem",
+		"github.com/redis/go-redis",
+		"modernc.org/",
 	} {
 		for _, line := range strings.Split(graph, "\n") {
 			assert.False(t, strings.HasPrefix(line, heavy), "a module importing only the core package has %q in its graph", line)
