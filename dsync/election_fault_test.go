@@ -2,6 +2,7 @@ package dsync_test
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,13 @@ func TestElectionRedisGone(t *testing.T) {
 	case <-time.After(5 * lease):
 		t.Fatal("the forgotten term's context was not cancelled")
 	}
+	// eb's observer saw the restart on its own connection; eb's calls may
+	// still find theirs broken (an error that says the call may be
+	// retried), until a call has gone through again.
+	require.Eventually(t, func() bool {
+		_, err := eb.Leader(ctx)
+		return err == nil || errors.Is(err, dsync.ErrNoLeader)
+	}, 10*time.Second, 10*time.Millisecond, "eb's reads never reached the restarted Redis")
 	lctx, err = eb.Campaign(ctx, "b")
 	require.NoError(t, err)
 	require.Equal(t, "b", recv(t, obs, 10*time.Second).Value)
