@@ -208,7 +208,7 @@ func (d *chaosDeploy) open() (*chaosGen, error) {
 			return ""
 		}
 		return "tag of " + name
-	}, Released: noteReleased}
+	}, Released: noteReleased, AcquireDone: noteAcquired}
 	rc := d.rc
 	var own rueidis.Client
 	if d.dial != nil {
@@ -321,6 +321,59 @@ func noteReleased(ctx context.Context, e dsync.Released) {
 	if at, ok := ctx.Value(releasedKey{}).(*atomic.Int64); ok && e.Complete {
 		at.Store(now())
 	}
+}
+
+// acquiredKey marks a context whose acquisitions' ends are noted by lock
+// name (withAcquired): Observer.AcquireDone is called once the lock is
+// held, before the hold's tag is written (a round trip) and the call
+// returns, so the hold began in Redis by then. deployStalls starts a hold
+// there, not at the call's return: a waiter that got the lock was not
+// waiting for a free lock while its call wrote the tag (in the soak,
+// 20-70 ms on a loaded machine, counted as the lock's being free).
+type acquiredKey struct{}
+
+// acquiredAt is when each lock acquired under a context was last held
+// (unix ns, by lock name).
+type acquiredAt struct {
+	mu sync.Mutex
+	at map[string]int64
+}
+
+// withAcquired returns ctx with a note of when its acquisitions ended
+// with the lock.
+func withAcquired(ctx context.Context) (context.Context, *acquiredAt) {
+	a := &acquiredAt{at: map[string]int64{}}
+	return context.WithValue(ctx, acquiredKey{}, a), a
+}
+
+func noteAcquired(ctx context.Context, e dsync.AcquireDone) {
+	if a, ok := ctx.Value(acquiredKey{}).(*acquiredAt); ok && e.Acquired {
+		t := now()
+		a.mu.Lock()
+		a.at[e.Name] = t
+		a.mu.Unlock()
+	}
+}
+
+// of is when name was last acquired under the note (0: not seen).
+func (a *acquiredAt) of(name string) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.at[name]
+}
+
+// only is when the one lock acquired under the note was (0: none, or
+// several: a MultiLock's, see of).
+func (a *acquiredAt) only() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.at) != 1 {
+		return 0
+	}
+	for _, t := range a.at {
+		return t
+	}
+	return 0
 }
 
 // deploy closes the current Client, looks in Redis for what it left, opens
@@ -700,7 +753,8 @@ func condLockWaits(all []cev) []cev {
 }
 
 // deployStalls measures each deploy's stall. A hold lasts from its
-// acquire's return to its release's return (for a hold Close released, to
+// acquisition's end (Observer.AcquireDone, cev.Got; for a MultiLock, each
+// member's; without one, its acquire's return) to its release's return (for a hold Close released, to
 // Close's return); a waiter (an acquisition, successful or ended by its
 // context; for a Once or Group, a Do call on the name) waits from its call
 // to its return (or its context's end). For every waiter not of the closed
@@ -762,7 +816,16 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 			}
 			delete(open, e.Who)
 			for _, n := range names(a.K) {
-				holds[n] = append(holds[n], span{from: a.Ret, to: max(e.Ret, a.Ret), ok: e.Out == "ok", who: a.Who, slot: a.Slot, cl: e.Cl})
+				// From when the acquisition held it (acquiredAt), if
+				// noted; a MultiLock's members each from their own.
+				from, got := a.Ret, a.Got
+				if kind == "multi" {
+					got = a.Gots[n]
+				}
+				if got >= a.Call && got < from {
+					from = got
+				}
+				holds[n] = append(holds[n], span{from: from, to: max(e.Ret, a.Ret), ok: e.Out == "ok", who: a.Who, slot: a.Slot, cl: e.Cl})
 			}
 		case "obs":
 			if runs {
