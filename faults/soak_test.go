@@ -527,7 +527,7 @@ func TestFaultSoak(t *testing.T) {
 			deps = append(deps, children.deploys...)
 			children.Unlock()
 		}
-		ds := deployStalls(kr.kind, kr.ev, kr.waits, deps)
+		ds := deployStalls(kr.kind, kr.ev, kr.waits, deps, kr.run.wipes...)
 		df := deployFigures(ds)
 		t.Logf("soak %s: %v", kindTitle(kr.kind), df)
 		row.Faults += "; " + df.String()
