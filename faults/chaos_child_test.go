@@ -54,7 +54,7 @@ type cev struct {
 	Wake  bool      `json:"wake,omitempty"` // an acq: a Cond's Wait re-acquired the lock
 	Hold  int64     `json:"hold,omitempty"` // cwc, cw, cs: when the hold they were made in began (its acquire's return)
 	End   int64     `json:"end,omitempty"`  // cw: when the wait's context ended (0: not by the return)
-	Got   int64     `json:"got,omitempty"`  // an acq: when its lock was held (Observer.AcquireDone, before the call returned; 0: not noted)
+	Got   int64     `json:"got,omitempty"`  // an acq: when its hold began (AcquireDone.HeldSince, before the call returned; 0: not noted)
 	Gots  [3]int64  `json:"gots,omitzero"`  // a MultiLock's acq: its members' Got
 	Slot  int       `json:"-"`              // the process, set by the parent
 	epoch int       // the stretch between server data losses (applyWipes)

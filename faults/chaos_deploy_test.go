@@ -325,13 +325,14 @@ func noteReleased(ctx context.Context, e dsync.Released) {
 	}
 }
 
-// acquiredKey marks a context whose acquisitions' ends are noted by lock
-// name (withAcquired): Observer.AcquireDone is called once the lock is
-// held, before the hold's tag is written (a round trip) and the call
-// returns, so the hold began in Redis by then. deployStalls starts a hold
-// there, not at the call's return: a waiter that got the lock was not
-// waiting for a free lock while its call wrote the tag (in the soak,
-// 20-70 ms on a loaded machine, counted as the lock's being free).
+// acquiredKey marks a context whose acquisitions' holds are noted by lock
+// name (withAcquired): when each began, AcquireDone.HeldSince (its
+// reply's arrival, or a local handoff's), earlier than its call's return,
+// which comes after the observer's own work (its blockers' read from
+// Redis, a round trip). deployStalls starts a hold there: a waiter that
+// got the lock was not waiting for a free lock while its call finished
+// (in the soak, 20-70 ms on a loaded machine, counted as the lock's being
+// free).
 type acquiredKey struct{}
 
 // acquiredAt is when each lock acquired under a context was last held
@@ -351,6 +352,9 @@ func withAcquired(ctx context.Context) (context.Context, *acquiredAt) {
 func noteAcquired(ctx context.Context, e dsync.AcquireDone) {
 	if a, ok := ctx.Value(acquiredKey{}).(*acquiredAt); ok && e.Acquired {
 		t := now()
+		if !e.HeldSince.IsZero() {
+			t = e.HeldSince.UnixNano()
+		}
 		a.mu.Lock()
 		a.at[e.Name] = t
 		a.mu.Unlock()
@@ -873,8 +877,8 @@ func condLockWaits(all []cev) []cev {
 }
 
 // deployStalls measures each deploy's stall. A hold lasts from its
-// acquisition's end (Observer.AcquireDone, cev.Got; for a MultiLock, each
-// member's; without one, its acquire's return) to its release's return (for a hold Close released, to
+// acquisition's reply (Observer.AcquireDone.HeldSince, cev.Got; for a
+// MultiLock, each member's; without one, its acquire's return) to its release's return (for a hold Close released, to
 // Close's return); a waiter (an acquisition, successful or ended by its
 // context; for a Once or Group, a Do call on the name) waits from its call
 // to its return (or its context's end). For every waiter not of the closed
