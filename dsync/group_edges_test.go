@@ -143,17 +143,28 @@ func TestGroupCloseCutsRunAfterCtx(t *testing.T) {
 		err error
 	}
 	done1 := make(chan result, 1)
+	// The caller's context ends once fn runs (it ended fn's context
+	// first; a deadline of 20 ms, as before, could pass before fn began
+	// on a busy machine, and the test then waited for fn forever).
+	dctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	running := make(chan struct{})
 	go func() {
-		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		defer cancel()
 		v, _, err := g1.Do(dctx, "k", func(fctx context.Context) (string, error) {
-			<-fctx.Done() // the caller's deadline ends fn's context first
+			close(running)
+			<-fctx.Done() // the caller's context ends fn's context first
 			inside <- fctx
 			<-release
 			return "first", nil
 		})
 		done1 <- result{v, err}
 	}()
+	select {
+	case <-running:
+	case r := <-done1:
+		t.Fatalf("Do returned without running fn: %v", r.err)
+	}
+	cancel(context.DeadlineExceeded)
 	fctx := <-inside
 	require.ErrorIs(t, context.Cause(fctx), context.DeadlineExceeded)
 	require.NoError(t, c1.Close())

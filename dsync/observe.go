@@ -51,7 +51,16 @@ func (o *observation) done(h *hold, reentered bool, attempts int, err error) {
 		e.Token, e.Hold, e.HeldSince = h.token, h.id, h.since()
 	}
 	if o.note != nil {
-		e.Blockers, e.BlockersDropped = o.c.tags.collect(o.note, o.info.Kind, h != nil)
+		within := time.Duration(-1)
+		if h == nil {
+			// Not acquired: the read of the blockers is a cleanup on the
+			// wait's way out, bounded as one (cleanupNow).
+			within = cleanupGrace
+			if dl, ok := o.octx.Deadline(); ok {
+				within = max(min(within, time.Until(dl)+cleanupGrace), 0)
+			}
+		}
+		e.Blockers, e.BlockersDropped = o.c.tags.collect(o.note, o.info.Kind, h != nil, within)
 		for _, b := range e.Blockers {
 			e.BlockedBy = append(e.BlockedBy, b.Tag)
 		}

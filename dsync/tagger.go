@@ -383,7 +383,15 @@ func (c *Client) renewTags(ctx context.Context, holds []*hold) {
 // collect returns the holds that held the lock while the acquisition n
 // waited, in the order they began, and ends n's wait (acquired: it got the
 // lock, of kind). See Blocker.
-func (t *tagger) collect(n *blockNote, kind Kind, acquired bool) ([]Blocker, int) {
+//
+// A wait that ended without the lock (its context, Close, an error) waits
+// for that read no longer than within (as a cleanup on its way out does,
+// cleanupNow: its deadline, or now, plus cleanupGrace): rueidis can hold
+// a call behind another call's dial whatever its context, and the wait
+// must return by its own. Past it, the read goes on in the background
+// (Close waits for it) and the blockers Redis would have added are
+// missing. within < 0: no bound (an acquisition that got the lock).
+func (t *tagger) collect(n *blockNote, kind Kind, acquired bool, within time.Duration) ([]Blocker, int) {
 	end := time.Now()
 	ws, we := wallUS(n.start), wallUS(end)
 	t.mu.Lock()
@@ -428,7 +436,7 @@ func (t *tagger) collect(n *blockNote, kind Kind, acquired bool) ([]Blocker, int
 	t.dropIdleLocked(key, tl)
 	t.mu.Unlock()
 	if remote {
-		cached = t.read(key)
+		cached = t.readWithin(key, within)
 		if kind == KindMutex && acquired {
 			t.mu.Lock()
 			if tl := t.locks[key]; tl != nil {
@@ -438,6 +446,28 @@ func (t *tagger) collect(n *blockNote, kind Kind, acquired bool) ([]Blocker, int
 		}
 	}
 	return blockers(ws, we, recs, cached)
+}
+
+// readWithin is read, given up after d (d < 0: never; see collect).
+func (t *tagger) readWithin(key string, d time.Duration) []blockRec {
+	if d < 0 {
+		return t.read(key)
+	}
+	if d == 0 {
+		return nil
+	}
+	ch := make(chan []blockRec, 1)
+	if !t.c.spawn(nil, func() { ch <- t.read(key) }) {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case recs := <-ch:
+		return recs
+	case <-tm.C:
+		return nil
+	}
 }
 
 // read returns the holds Redis has of the lock with key: its current

@@ -54,6 +54,8 @@ type cev struct {
 	Wake  bool      `json:"wake,omitempty"` // an acq: a Cond's Wait re-acquired the lock
 	Hold  int64     `json:"hold,omitempty"` // cwc, cw, cs: when the hold they were made in began (its acquire's return)
 	End   int64     `json:"end,omitempty"`  // cw: when the wait's context ended (0: not by the return)
+	Got   int64     `json:"got,omitempty"`  // an acq: when its hold began (AcquireDone.HeldSince, before the call returned; 0: not noted)
+	Gots  [3]int64  `json:"gots,omitzero"`  // a MultiLock's acq: its members' Got
 	Slot  int       `json:"-"`              // the process, set by the parent
 	epoch int       // the stretch between server data losses (applyWipes)
 }
@@ -181,6 +183,7 @@ type chaosWorker struct {
 	mu    *sync.Mutex // guards tl
 	seq   *atomic.Int64
 	rec   func(cev)    // where events go; nil: printed for the parent
+	wrec  func(wend)   // with rec: where the waits that their context ended go (nil: nowhere)
 	dep   *chaosDeploy // the process's succession of Clients (deploys); nil: c only
 	// halt, when set, ends the work before until once it is closed.
 	halt <-chan struct{}
@@ -262,8 +265,12 @@ func (w *chaosWorker) failedOn(k int, err error, call, ret int64, e *waitEnd) {
 			}
 			t.MaxTimer = max(t.MaxTimer, timer)
 		})
-		if w.rec == nil {
-			say("wend", wend{Call: call, Ret: ret, End: end, Timer: timer, Woke: e.woke.Load(), K: k, Who: w.who})
+		we := wend{Call: call, Ret: ret, End: end, Timer: timer, Woke: e.woke.Load(), K: k, Who: w.who}
+		switch {
+		case w.rec == nil:
+			say("wend", we)
+		case w.wrec != nil:
+			w.wrec(we)
 		}
 		return
 	}
@@ -354,7 +361,8 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 			g, ops = ng, w.lockKind(kind) // a deploy: the next Client's
 		}
 		read, n, k := ops.pick()
-		actx, cancel, ended := waitCtx(g.ownerCtx(context.Background()))
+		tctx, got := withAcquired(g.ownerCtx(context.Background()))
+		actx, cancel, ended := waitCtx(tctx)
 		call := now()
 		lctx, err := ops.acquire(actx, read, n)
 		ret := now()
@@ -375,9 +383,12 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		}
 		w.count(func(t *chaosTally) { t.Acq++ })
 		tok, _ := dsync.FencingToken(lctx)
-		acq := cev{Op: "acq", K: k, Read: read, N: n, Call: call, Ret: ret, Tok: tok}
+		acq := cev{Op: "acq", K: k, Read: read, N: n, Call: call, Ret: ret, Tok: tok, Got: got.only()}
 		if ops.toks != nil {
 			acq.Toks = ops.toks()
+			for i := range acq.Gots {
+				acq.Gots[i] = got.of("m" + strconv.Itoa(i))
+			}
 		}
 		w.emit(acq)
 		// The hold existed at some moment of the acquire call; it is
@@ -623,7 +634,8 @@ func (w *chaosWorker) onceLoop(value bool) {
 	for w.running() {
 		g := w.gen()
 		name := "o" + strconv.Itoa(k)
-		actx, cancel, ended := waitCtx(g.ownerCtx(context.Background()))
+		tctx, got := withAcquired(g.ownerCtx(context.Background()))
+		actx, cancel, ended := waitCtx(tctx)
 		var (
 			ran       bool
 			acq       cev
@@ -636,7 +648,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 		f := func(fctx context.Context) (string, error) {
 			ran, fctxSaved = true, fctx
 			tok, _ := dsync.FencingToken(fctx)
-			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok}
+			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok, Got: got.of(name)}
 			w.emit(acq)
 			w.count(func(t *chaosTally) { t.Acq++ })
 			lastValid = call // as in lockLoop: valid from a check on

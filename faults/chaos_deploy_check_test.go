@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,10 +92,49 @@ func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	}, nil, []deployNote{d})
 	assert.Equal(t, 290*msec, st[0].stall, "the woken waiter: %s", st[0].waiter)
 	assert.True(t, st[0].measured)
-	// A WaitGroup has no measure: n/a, not a figure.
-	st = deployStalls("wg", held, nil, []deployNote{d})
-	assert.False(t, st[0].measured)
-	assert.Contains(t, deployFigures(st).String(), "stall n/a")
+	// A WaitGroup: its counter's being zero is its lock's being free.
+	// Worker 20's task (Add 1, Done) ends at 1005: the counter is zero
+	// from then until worker 30's Add at 1400; worker 21, waiting since
+	// 900, returns at 1295, 290 ms later. Worker 31's wait from 1500 is
+	// under 30's task: not counted.
+	wgEv := []cev{
+		{Op: "addc", Who: 20, Slot: 2, K: 3, N: 1, Seq: 1, Call: 800 * msec},
+		{Op: "add", Who: 20, Slot: 2, K: 3, N: 1, Seq: 1, Call: 800 * msec, Ret: 805 * msec, Out: "ok"},
+		{Op: "addc", Who: 20, Slot: 2, K: 3, N: -1, Seq: 2, Call: 1000 * msec},
+		{Op: "add", Who: 20, Slot: 2, K: 3, N: -1, Seq: 2, Call: 1000 * msec, Ret: 1005 * msec, Out: "ok"},
+		{Op: "wait", Who: 21, Slot: 2, K: 3, Call: 900 * msec, Ret: 1295 * msec, Out: "ok"},
+		{Op: "addc", Who: 30, Slot: 3, K: 3, N: 1, Seq: 3, Call: 1400 * msec},
+		{Op: "add", Who: 30, Slot: 3, K: 3, N: 1, Seq: 3, Call: 1400 * msec, Ret: 1405 * msec, Out: "ok"},
+		{Op: "wait", Who: 31, Slot: 3, K: 3, Call: 1500 * msec, Ret: 1600 * msec, Out: "timeout"},
+	}
+	st = deployStalls("wg", wgEv, nil, []deployNote{d})
+	assert.True(t, st[0].measured)
+	assert.Equal(t, 290*msec, st[0].stall, "the waiter after the counter's zero: %s", st[0].waiter)
+	assert.Equal(t, 1, st[0].gaps)
+	assert.Zero(t, st[0].unknown)
+	assert.Contains(t, deployFigures(st).String(), "after the Done that made the counter zero")
+	// The Done's outcome unknown (a Redis error in it): the counter is
+	// unknown from its call on, nothing is measured, and that is said.
+	unk := slices.Clone(wgEv)
+	unk[3].Out = "err"
+	st = deployStalls("wg", unk, nil, []deployNote{d})
+	assert.Zero(t, st[0].stall, st[0].waiter)
+	assert.Zero(t, st[0].gaps)
+	assert.Equal(t, 1, st[0].unknown)
+	// A wipe that no Add overlaps makes it known again (zero): the next
+	// task (Add 1 at 1610, Done) makes it zero from 1705, and worker 21's
+	// second wait, from 1650, returns at 1720 (15 ms) in the deploy
+	// window of 1700.
+	unk = append(unk,
+		cev{Op: "addc", Who: 20, Slot: 2, K: 3, N: 1, Seq: 5, Call: 1610 * msec},
+		cev{Op: "add", Who: 20, Slot: 2, K: 3, N: 1, Seq: 5, Call: 1610 * msec, Ret: 1615 * msec, Out: "ok"},
+		cev{Op: "addc", Who: 20, Slot: 2, K: 3, N: -1, Seq: 4, Call: 1690 * msec},
+		cev{Op: "add", Who: 20, Slot: 2, K: 3, N: -1, Seq: 4, Call: 1690 * msec, Ret: 1705 * msec, Out: "ok"},
+		cev{Op: "wait", Who: 21, Slot: 2, K: 3, Call: 1650 * msec, Ret: 1720 * msec, Out: "ok"})
+	d2 := deployNote{Slot: 1, Start: 1700 * msec, End: 1710 * msec, Quiet: true}
+	st = deployStalls("wg", unk, nil, []deployNote{d2}, wipe{from: 1450 * msec, to: 1460 * msec})
+	assert.Equal(t, 15*msec, st[0].stall, st[0].waiter)
+	assert.Zero(t, st[0].unknown)
 
 	// The leftover scan, on a Client that holds a Mutex (its owner and
 	// hold tag) and waits in a FairMutex's queue (its wait id).

@@ -1,9 +1,11 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -208,7 +210,7 @@ func (d *chaosDeploy) open() (*chaosGen, error) {
 			return ""
 		}
 		return "tag of " + name
-	}, Released: noteReleased}
+	}, Released: noteReleased, AcquireDone: noteAcquired}
 	rc := d.rc
 	var own rueidis.Client
 	if d.dial != nil {
@@ -321,6 +323,63 @@ func noteReleased(ctx context.Context, e dsync.Released) {
 	if at, ok := ctx.Value(releasedKey{}).(*atomic.Int64); ok && e.Complete {
 		at.Store(now())
 	}
+}
+
+// acquiredKey marks a context whose acquisitions' holds are noted by lock
+// name (withAcquired): when each began, AcquireDone.HeldSince (its
+// reply's arrival, or a local handoff's), earlier than its call's return,
+// which comes after the observer's own work (its blockers' read from
+// Redis, a round trip). deployStalls starts a hold there: a waiter that
+// got the lock was not waiting for a free lock while its call finished
+// (in the soak, 20-70 ms on a loaded machine, counted as the lock's being
+// free).
+type acquiredKey struct{}
+
+// acquiredAt is when each lock acquired under a context was last held
+// (unix ns, by lock name).
+type acquiredAt struct {
+	mu sync.Mutex
+	at map[string]int64
+}
+
+// withAcquired returns ctx with a note of when its acquisitions ended
+// with the lock.
+func withAcquired(ctx context.Context) (context.Context, *acquiredAt) {
+	a := &acquiredAt{at: map[string]int64{}}
+	return context.WithValue(ctx, acquiredKey{}, a), a
+}
+
+func noteAcquired(ctx context.Context, e dsync.AcquireDone) {
+	if a, ok := ctx.Value(acquiredKey{}).(*acquiredAt); ok && e.Acquired {
+		t := now()
+		if !e.HeldSince.IsZero() {
+			t = e.HeldSince.UnixNano()
+		}
+		a.mu.Lock()
+		a.at[e.Name] = t
+		a.mu.Unlock()
+	}
+}
+
+// of is when name was last acquired under the note (0: not seen).
+func (a *acquiredAt) of(name string) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.at[name]
+}
+
+// only is when the one lock acquired under the note was (0: none, or
+// several: a MultiLock's, see of).
+func (a *acquiredAt) only() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.at) != 1 {
+		return 0
+	}
+	for _, t := range a.at {
+		return t
+	}
+	return 0
 }
 
 // deploy closes the current Client, looks in Redis for what it left, opens
@@ -667,8 +726,126 @@ type deployStall struct {
 	waiter string // who, and on what
 	gaps   int    // free stretches measured in the window
 	cut    int    // holds (runs) the Close ended
-	// measured: the kind has a stall measure (not a WaitGroup's).
+	// measured: the kind has a stall measure.
 	measured bool
+	// wg: a WaitGroup's (the counter's being zero for the lock's being
+	// free); unknown: how many of its names' counters were unknown at
+	// the deploy's start (wgZeros).
+	wg      bool
+	unknown int
+}
+
+// wgZero is a stretch in which a WaitGroup's counter was known to be zero:
+// from the return of the Done (worker who, process slot) that made it so
+// to the call of the next Add.
+type wgZero struct {
+	from, to  int64
+	who, slot int
+}
+
+// wgZeros finds, per WaitGroup name, the stretches in which its counter
+// was known to be zero, and those in which it was unknown. The Adds of a
+// name, by their call, fall into runs of Adds whose calls overlap (their
+// order in Redis unknown); after a run the counter is the sum of the
+// deltas applied so far (an Add that returned ok applied its delta, one
+// refused, ErrInvalidArgument, none), and if that is zero and the run
+// applied a Done, a zero stretch lasts from the run's last return to the
+// next Add's call. An Add whose outcome is unknown (Out "err": a Close or
+// a Redis error in it; an "addc" without its "add": its process killed)
+// makes the counter unknown from its call until a wipe (FLUSHALL, a
+// restart without persistence) that no Add overlaps resets it to zero.
+func wgZeros(all []cev, wipes []wipe) (zeros map[int][]wgZero, unknown map[int][][2]int64) {
+	type item struct {
+		call, ret int64
+		delta     int64
+		unknown   bool
+		wipe      bool
+		who, slot int
+	}
+	adds := map[int64]cev{}
+	for _, e := range all {
+		if e.Op == "add" {
+			adds[e.Seq] = e
+		}
+	}
+	items := map[int][]item{}
+	var ks []int
+	for _, e := range all {
+		if e.Op != "addc" {
+			continue
+		}
+		if _, ok := items[e.K]; !ok {
+			ks = append(ks, e.K)
+		}
+		it := item{call: e.Call, ret: math.MaxInt64, unknown: true, who: e.Who, slot: e.Slot}
+		if a, ok := adds[e.Seq]; ok {
+			it.ret = a.Ret
+			switch a.Out {
+			case "ok":
+				it.delta, it.unknown = a.N, false
+			case "inval":
+				it.unknown = false
+			}
+		}
+		items[e.K] = append(items[e.K], it)
+	}
+	zeros, unknown = map[int][]wgZero{}, map[int][][2]int64{}
+	for _, k := range ks {
+		its := items[k]
+		for _, w := range wipes {
+			its = append(its, item{call: w.from, ret: w.to, wipe: true})
+		}
+		slices.SortStableFunc(its, func(a, b item) int { return cmp.Compare(a.call, b.call) })
+		var sum int64
+		known := true
+		unknownFrom := int64(0)
+		for i := 0; i < len(its); {
+			// One run: the items whose calls come before the run's last
+			// return.
+			end, done, mixed, wiped := its[i].ret, false, false, false
+			last := its[i]
+			j := i
+			for ; j < len(its) && (j == i || its[j].call < end); j++ {
+				it := its[j]
+				end = max(end, it.ret)
+				switch {
+				case it.wipe:
+					wiped = true
+				case it.unknown:
+					mixed = true
+				default:
+					sum += it.delta
+					if it.delta < 0 {
+						done, last = true, it
+					}
+				}
+			}
+			if wiped && j-i > 1 {
+				mixed = true // an Add overlapped the wipe
+			}
+			switch {
+			case mixed && known:
+				known, unknownFrom = false, its[i].call
+			case wiped && !mixed:
+				if !known {
+					unknown[k] = append(unknown[k], [2]int64{unknownFrom, end})
+				}
+				known, sum, done = true, 0, false
+			}
+			if known && sum == 0 && done && end != math.MaxInt64 {
+				next := int64(math.MaxInt64)
+				if j < len(its) {
+					next = its[j].call
+				}
+				zeros[k] = append(zeros[k], wgZero{from: end, to: next, who: last.who, slot: last.slot})
+			}
+			i = j
+		}
+		if !known {
+			unknown[k] = append(unknown[k], [2]int64{unknownFrom, math.MaxInt64})
+		}
+	}
+	return zeros, unknown
 }
 
 // condLockWaits is a Cond history as the lock's waits: an acquisition
@@ -700,7 +877,8 @@ func condLockWaits(all []cev) []cev {
 }
 
 // deployStalls measures each deploy's stall. A hold lasts from its
-// acquire's return to its release's return (for a hold Close released, to
+// acquisition's reply (Observer.AcquireDone.HeldSince, cev.Got; for a
+// MultiLock, each member's; without one, its acquire's return) to its release's return (for a hold Close released, to
 // Close's return); a waiter (an acquisition, successful or ended by its
 // context; for a Once or Group, a Do call on the name) waits from its call
 // to its return (or its context's end). For every waiter not of the closed
@@ -714,11 +892,15 @@ func condLockWaits(all []cev) []cev {
 // lock is its Mutex: its waiters are the acquisitions of the lock and
 // the waits woken by a signal, each from its latest possible signal
 // (condLockWaits); a Wait's release of the lock ends its hold when the
-// release returned (noted through Observer.Released). A WaitGroup has no
-// lock to be free: only the holds its Close ended are counted, and its
-// stall is "n/a".
-func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []deployStall {
-	measure := kind != "wg" // no lock to be free
+// release returned (noted through Observer.Released). A WaitGroup's
+// "lock free" is its counter's being zero where that is known (wgZeros):
+// its waiters are its Waits, and a stretch in which the counter was zero
+// begins at the return of the Done that made it so; where an Add's
+// outcome is unknown (a Close or a Redis error in it, a process killed in
+// it) the counter is unknown until a wipe, and no stretch is counted
+// (deployStall.unknown says for how many names at the deploy).
+func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wipes ...wipe) []deployStall {
+	measure := true
 	if kind == "cond" {
 		all = condLockWaits(all)
 	}
@@ -762,7 +944,16 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 			}
 			delete(open, e.Who)
 			for _, n := range names(a.K) {
-				holds[n] = append(holds[n], span{from: a.Ret, to: max(e.Ret, a.Ret), ok: e.Out == "ok", who: a.Who, slot: a.Slot, cl: e.Cl})
+				// From when the acquisition held it (acquiredAt), if
+				// noted; a MultiLock's members each from their own.
+				from, got := a.Ret, a.Got
+				if kind == "multi" {
+					got = a.Gots[n]
+				}
+				if got >= a.Call && got < from {
+					from = got
+				}
+				holds[n] = append(holds[n], span{from: from, to: max(e.Ret, a.Ret), ok: e.Out == "ok", who: a.Who, slot: a.Slot, cl: e.Cl})
 			}
 		case "obs":
 			if runs {
@@ -770,8 +961,34 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 			}
 		}
 	}
+	var zeros map[int][]wgZero
+	var unknown map[int][][2]int64
+	if kind == "wg" {
+		// Its Waits are its waiters; the counter's being other than zero
+		// (or unknown) is its "hold".
+		zeros, unknown = wgZeros(all, wipes)
+		for _, e := range byCall {
+			if e.Op == "wait" {
+				ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret})
+			}
+		}
+		ks := map[int]bool{}
+		for _, e := range all {
+			if e.Op == "wait" || e.Op == "addc" {
+				ks[e.K] = true
+			}
+		}
+		for k := range ks {
+			at, by := int64(0), span{}
+			for _, z := range zeros[k] {
+				holds[k] = append(holds[k], span{from: at, to: z.from, who: by.who, slot: by.slot})
+				at, by = z.to, span{who: z.who, slot: z.slot}
+			}
+			holds[k] = append(holds[k], span{from: at, to: math.MaxInt64})
+		}
+	}
 	for _, w := range waits {
-		if w.K >= 0 {
+		if kind != "wg" && w.K >= 0 {
 			ws = append(ws, waiter{who: w.Who, slot: w.Slot, k: w.K, call: w.Call, ret: w.Ret, end: w.End})
 		}
 	}
@@ -780,7 +997,15 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 	}
 	var out []deployStall
 	for _, d := range deploys {
-		ds := deployStall{note: d, measured: measure}
+		ds := deployStall{note: d, measured: measure, wg: kind == "wg"}
+		for _, us := range unknown {
+			for _, u := range us {
+				if u[0] <= d.Start && d.Start < u[1] {
+					ds.unknown++
+					break
+				}
+			}
+		}
 		for _, e := range all {
 			if e.Op == "rel" && e.Cl && e.Slot == d.Slot && e.Ret >= d.End && e.Ret <= d.End+int64(time.Second) {
 				ds.cut++
@@ -848,6 +1073,9 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote) []
 					at = hs[i].to
 					counts = !runs || !hs[i].ok
 					freed = fmt.Sprintf("the release of worker %d (slot %d, by Close %v)", hs[i].who, hs[i].slot, hs[i].cl)
+					if kind == "wg" {
+						freed = fmt.Sprintf("the Done of worker %d (slot %d) that made the counter zero", hs[i].who, hs[i].slot)
+					}
 				}
 			}
 		}
@@ -864,6 +1092,8 @@ type deployFigs struct {
 	worst                      deployStall
 	maxClose                   int64 // ns: the longest Close
 	measured                   bool  // the kind has a stall measure
+	wg                         bool  // a WaitGroup's (deployStall.wg)
+	unknown                    int   // counters unknown at the deploys (deployStall.unknown)
 }
 
 func deployFigures(ds []deployStall) deployFigs {
@@ -872,6 +1102,8 @@ func deployFigures(ds []deployStall) deployFigs {
 	for _, d := range ds {
 		f.n++
 		f.measured = f.measured && d.measured
+		f.wg = d.wg
+		f.unknown += d.unknown
 		if d.note.Quiet {
 			f.quiet++
 		}
@@ -897,8 +1129,11 @@ func deployFigures(ds []deployStall) deployFigs {
 
 func (f deployFigs) String() string {
 	stall := fmt.Sprintf("waiters of other Clients waited ≤%v beyond the lock's being free, %d free stretches, %d over %v", ms(f.worst.stall), f.gaps, f.over, deployBound)
+	if f.wg {
+		stall = fmt.Sprintf("waiters of other Clients returned ≤%v after the Done that made the counter zero, %d zero stretches, %d over %v; at the deploys, %d counters unknown (an Add's outcome unknown: not measured)", ms(f.worst.stall), f.gaps, f.over, deployBound, f.unknown)
+	}
 	if !f.measured {
-		stall = "stall n/a (no lock to be free)"
+		stall = "stall n/a (no deploy measured)"
 	}
 	return fmt.Sprintf("%d deploys (%d of holders, %d inside a critical section, %d holds ended by Close ≤%v; in the %d quiet ones %s; left in Redis after Close: %d)",
 		f.n, f.cutBy, f.inside, f.cut, ms(f.maxClose), f.quiet, stall, f.left)

@@ -1007,7 +1007,7 @@ func checkChaos(t *testing.T, kind string, ev []cev, run *chaosRun, end int64) c
 			checkTokensFast(t, pe)
 		}
 	}
-	return chaosFig{acquisitions: nacq, ops: ops, verdict: verdict, stalls: deployStalls(kind, all, run.waits, run.deploys)}
+	return chaosFig{acquisitions: nacq, ops: ops, verdict: verdict, stalls: deployStalls(kind, all, run.waits, run.deploys, run.wipes...)}
 }
 
 // frozenRuns: a Once run whose f context ended early for a reason other
