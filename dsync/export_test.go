@@ -56,3 +56,6 @@ func withRenewSizes(batch, chunk int) Option {
 func withRenewReplied(f func(h *hold, ok bool, sentAt time.Time)) Option {
 	return func(c *config) { c.test.renewReplied = f }
 }
+
+// CleanupTimeout is the budget of one background cleanup call.
+const CleanupTimeout = cleanupTimeout

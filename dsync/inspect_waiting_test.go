@@ -141,3 +141,37 @@ func TestInspectCountsHolderClientWaiters(t *testing.T) {
 		})
 	}
 }
+
+// The local waiters' counts stay written for as long as goroutines wait,
+// not only for the first cleanup budget (2 s) of the loop that writes
+// them: that loop ran under one background context, so once it was older
+// than cleanupTimeout every write failed, a count stopped changing, and
+// the entry outlived the waits (the soak found one left after a Close).
+// The 2 s wait below is that age, the fault itself.
+func TestLocalWaiterCountsOutliveCleanupBudget(t *testing.T) {
+	c := newClient(t, dsync.WithLease(30*time.Second), dsync.WithClientName("holder"))
+	m := c.NewMutex("aging")
+	held, err := m.LockContext(ctxT(t))
+	require.NoError(t, err)
+	count := func() int64 {
+		st, _ := inspectOne(t, c, "aging", dsync.KindMutex)
+		var n int64
+		for _, w := range st.Waiters {
+			n += w.Count
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	wg.Go(func() { _, _ = c.NewMutex("aging").LockContext(wctx) })
+	waitFor(t, 10*time.Second, "1 waiter counted", func() bool { return count() == 1 })
+	time.Sleep(dsync.CleanupTimeout + 500*time.Millisecond) // the writer's age past its old budget
+	wg.Go(func() { _, _ = c.NewMutex("aging").LockContext(wctx) })
+	waitFor(t, 10*time.Second, "2 waiters counted after the first cleanup budget", func() bool { return count() == 2 })
+	cancel()
+	wg.Wait()
+	waitFor(t, 10*time.Second, "no waiter counted once they gave up", func() bool { return count() == 0 })
+	require.NoError(t, m.UnlockContext(held))
+}

@@ -78,7 +78,7 @@ func (lw *localWaiters) add(key string, d int, leader bool) {
 
 // run writes the counts that changed, countDelay after a change, and all
 // of them every lease/3, until no goroutine waits.
-func (lw *localWaiters) run(ctx context.Context) {
+func (lw *localWaiters) run(context.Context) {
 	c := lw.c
 	refreshAt := time.Now().Add(c.cfg.lease / 3)
 	for {
@@ -108,7 +108,9 @@ func (lw *localWaiters) run(ctx context.Context) {
 		clear(lw.dirty)
 		lw.mu.Unlock()
 		if len(execs) > 0 {
-			cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+			// A budget per write, not the loop's: it runs as long as
+			// goroutines wait.
+			cctx, cancel := context.WithTimeout(c.cleanCtx, cleanupTimeout)
 			c.lua(scripts.MutexLocalWaiters).ExecMulti(cctx, c.rc, execs...)
 			cancel()
 		}

@@ -269,8 +269,9 @@ func (t *tagger) kick() {
 }
 
 // flush sends the queue, tagDelay after it was started, until it is
-// empty.
-func (t *tagger) flush(ctx context.Context) {
+// empty; each send has a cleanup budget of its own, since under steady
+// contention the queue can refill for longer than one budget.
+func (t *tagger) flush(context.Context) {
 	timer := time.NewTimer(tagDelay)
 	select {
 	case <-timer.C:
@@ -279,7 +280,13 @@ func (t *tagger) flush(ctx context.Context) {
 	case <-t.c.done:
 		timer.Stop()
 	}
-	for t.send(ctx, true) {
+	for {
+		ctx, cancel := context.WithTimeout(t.c.cleanCtx, cleanupTimeout)
+		more := t.send(ctx, true)
+		cancel()
+		if !more {
+			return
+		}
 	}
 }
 
