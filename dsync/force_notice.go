@@ -69,6 +69,16 @@ func (c *Client) tellForced(ctx context.Context, name, reply string) (int64, err
 	return c.rc.Do(ctx, c.rc.B().Publish().Channel(ch).Message(msg).Build()).AsInt64()
 }
 
+// tellReleasedByOwner tells the holders of the locks called name that one
+// was released by its owner through this Client, which did not hold it
+// (a WithOwner context passed to another Client): the holding Client
+// checks its holds in Redis at once, as after a forced release, so the
+// lock context of the hold that is gone ends now, not at its next renewal.
+// A failure to tell leaves that to the renewal, as before.
+func (c *Client) tellReleasedByOwner(ctx context.Context, name string) {
+	_, _ = c.tellForced(ctx, name, "-")
+}
+
 // onForce handles a message on the control channel (on rueidis' reader:
 // it must not block).
 func (c *Client) onForce(msg string) {

@@ -30,7 +30,7 @@ const (
 	// another lock of the name) found the hold gone from Redis.
 	whyGone = "a renewal found it gone from Redis or held by another owner (its key expired there, was deleted or force-unlocked, or Redis lost its data)"
 	// whyForced: the check a forced release asked for found it gone.
-	whyForced = "force-unlocked (ForceUnlock, or dsync unlock --force), found gone in Redis right after"
+	whyForced = "force-unlocked (ForceUnlock, dsync unlock --force, or a release by its owner through another Client), found gone in Redis right after"
 	// whyHandoff: the handoff or release script found it gone.
 	whyHandoff = "its release found it gone from Redis or held by another owner (its key expired there, was deleted or force-unlocked, or Redis lost its data)"
 )

@@ -198,6 +198,9 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 		if err == nil && code == 0 {
 			err = notHeld(ctx, KindMutex, m.info.Name, "LockContext", true)
 		}
+		if err == nil {
+			c.tellReleasedByOwner(ctx, m.info.Name)
+		}
 		return wrapErr(KindMutex, m.info.Name, err)
 	}
 	if h.depth() > 1 {

@@ -284,6 +284,9 @@ func (q *qlock) unlock(ctx context.Context) error {
 		if err == nil && code == 0 {
 			err = notHeld(ctx, q.info.Kind, q.info.Name, q.acquireName(), true)
 		}
+		if err == nil {
+			c.tellReleasedByOwner(ctx, q.info.Name)
+		}
 		return wrapErr(q.info.Kind, q.info.Name, err)
 	}
 	if h.pop() > 0 {

@@ -130,6 +130,9 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	tok, _ := FencingToken(ctx)
+	s.c.mu.Lock()
+	local := len(s.c.semHolds[s.keys[0]][owner]) > 0
+	s.c.mu.Unlock()
 	if s.c.tags != nil {
 		s.c.beforeRelease(s.holdFor(owner, tok, n))
 	}
@@ -165,6 +168,11 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 			return &lockError{kind: KindSemaphore, name: s.name, err: fmt.Errorf("%w: the owner holds %d permits, fewer than the %d to release; nothing was released: release as many as its acquisitions took (Release(lctx, n) with the n of that Acquire)", ErrNotHeld, r.n, n)}
 		}
 		return notHeld(ctx, KindSemaphore, s.name, "Acquire", true)
+	}
+	if err == nil && !local {
+		// The owner's permits held through another Client (see
+		// Mutex.unlock).
+		s.c.tellReleasedByOwner(ctx, s.name)
 	}
 	ended := s.take(owner, tok, n, err == nil && r.n == 0)
 	for _, h := range ended {

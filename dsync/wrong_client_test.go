@@ -3,6 +3,7 @@ package dsync_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/stretchr/testify/assert"
@@ -117,4 +118,57 @@ func TestCondOfAnotherClientsMutex(t *testing.T) {
 		assert.Contains(t, err.Error(), `"cond-mixed"`)
 	}
 	require.NoError(t, m.UnlockContext(lctx))
+}
+
+// A release by owner (a WithOwner context, not a lock context) through a
+// Client that does not hold the lock frees it in Redis, as documented;
+// the holding Client's lock context then ends at once (the releasing
+// Client tells it, as a forced release does), not at its next renewal,
+// so its holder does not go on believing it holds a lock another
+// Client can take. The lease is a minute: without the telling, the lock
+// context would stay live for lease/3.
+func TestReleaseByOwnerThroughAnotherClientEndsTheHold(t *testing.T) {
+	a := newClient(t, dsync.WithLease(time.Minute))
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefixOf(t, a)), dsync.WithLease(time.Minute))
+	type prim struct {
+		what    string
+		lock    func(c *dsync.Client, ctx context.Context) (context.Context, error)
+		release func(c *dsync.Client, ctx context.Context) error
+	}
+	prims := []prim{
+		{"Mutex",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewMutex("bo-mutex").LockContext(ctx)
+			},
+			func(c *dsync.Client, ctx context.Context) error { return c.NewMutex("bo-mutex").UnlockContext(ctx) }},
+		{"FairMutex",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewFairMutex("bo-fair").LockContext(ctx)
+			},
+			func(c *dsync.Client, ctx context.Context) error { return c.NewFairMutex("bo-fair").UnlockContext(ctx) }},
+		{"RWMutex",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewRWMutex("bo-rw").LockContext(ctx)
+			},
+			func(c *dsync.Client, ctx context.Context) error { return c.NewRWMutex("bo-rw").UnlockContext(ctx) }},
+		{"Semaphore",
+			func(c *dsync.Client, ctx context.Context) (context.Context, error) {
+				return c.NewSemaphore("bo-sem", 1).Acquire(ctx, 1)
+			},
+			func(c *dsync.Client, ctx context.Context) error { return c.NewSemaphore("bo-sem", 1).Release(ctx, 1) }},
+	}
+	for _, p := range prims {
+		t.Run(p.what, func(t *testing.T) {
+			owner := dsync.WithOwner(ctxT(t))
+			lctx, err := p.lock(a, owner)
+			require.NoError(t, err)
+			require.NoError(t, p.release(b, owner), "a release by owner through another Client")
+			select {
+			case <-lctx.Done():
+				require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost)
+			case <-time.After(2 * time.Second): // the first renewal is 5 s or more away
+				t.Fatal("the holder's lock context outlived the release by its owner through another Client")
+			}
+		})
+	}
 }
