@@ -161,7 +161,7 @@ func (r *renewer) check(holds []*hold) {
 			watched = append(watched, h)
 			continue
 		}
-		key, prefix, ok := h.ops.renewKey(h)
+		key, value, ok := h.ops.renewKey(h)
 		if !ok || h.lock.Kind == KindElection || isElectionLock(h.lock.Name) {
 			// Ends with its lease. (An Election term's lock has the
 			// mutex's layout, but ForceUnlock's doc promises only Mutex
@@ -171,7 +171,8 @@ func (r *renewer) check(holds []*hold) {
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
 		v, err := c.rc.Do(ctx, c.rc.B().Get().Key(key).Build()).ToString()
 		cancel()
-		if (err == nil || rueidis.IsRedisNil(err)) && !strings.HasPrefix(v, prefix) {
+		// (The hold's value prefix: its renewal value less the count.)
+		if (err == nil || rueidis.IsRedisNil(err)) && !strings.HasPrefix(v, value[:len(value)-1]) {
 			h.renewReply(false, time.Time{}, 0, whyForced)
 		}
 	}

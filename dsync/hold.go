@@ -33,8 +33,9 @@ type hold struct {
 	// watchdog holds are renewed by the renewal loop; ops is how (set
 	// before track, read-only after).
 	ops holdOps
-	// renewTag caches the value prefix a batched renewal checks (see
-	// holdOps.renewKey); only the renewal loop's goroutine touches it,
+	// renewTag caches the value a batched renewal expects, "<owner>
+	// <token> 1" (renewValue; its prefix without the "1" is mutexPrefix:
+	// see holdOps.renewKey); only the renewal loop's goroutine touches it,
 	// unless it was set before track (a fresh owner's Mutex hold: its
 	// bytes follow the owner's, see ownerTag), and then nothing writes it.
 	renewTag string
@@ -91,11 +92,12 @@ func (h *hold) held() time.Duration { return time.Duration(tick(time.Now()) - h.
 // releases it, and what it does when the hold ends. Every hold has one.
 type holdOps interface {
 	// renewKey names, for a hold whose lock value has the mutex's layout
-	// "<owner> <token> <count>", the key and the value prefix "<owner>
-	// <token> " that proves the hold is still its owner's: the renewal
-	// loop then renews it in a batch (MutexRenewMany) with every such
-	// hold of the Client, whatever its primitive. ok false: renewIn.
-	renewKey(h *hold) (key, prefix string, ok bool)
+	// "<owner> <token> <count>", the key and the value "<owner> <token> 1"
+	// (renewValue) whose prefix "<owner> <token> " (the value less its
+	// last byte) proves the hold is still its owner's: the renewal loop
+	// then renews it in a batch (MutexRenewMany) with every such hold of
+	// the Client, whatever its primitive. ok false: renewIn.
+	renewKey(h *hold) (key, value string, ok bool)
 	// renewIn names the batch script that renews h with the other holds
 	// of its kind (one of the scripts' *RenewMany, whose ARGV[1] is the
 	// lease), and the keys and args h adds to a batch of it.
@@ -111,13 +113,24 @@ type holdOps interface {
 	ended(h *hold, lost bool)
 }
 
-// mutexPrefix returns (and caches) the value prefix "<owner> <token> " of
-// h as Redis knows it, for renewKey.
-func (h *hold) mutexPrefix() string {
+// renewValue returns (and caches) "<owner> <token> 1", h as Redis knows
+// it with a count of 1 and no flags, for renewKey: what a Mutex hold's
+// value most often is, so that the renewal script, whose MGET then makes
+// a Lua string equal to this argument's, compares it without making one
+// (Lua interns strings: one is found, not allocated and collected) and
+// most often by a pointer comparison (see mutex_renew_many.lua).
+func (h *hold) renewValue() string {
 	if h.renewTag == "" {
-		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " "
+		h.renewTag = h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " 1"
 	}
 	return h.renewTag
+}
+
+// mutexPrefix returns the value prefix "<owner> <token> " of h as Redis
+// knows it: renewValue without its count. (Its string is renewValue's.)
+func (h *hold) mutexPrefix() string {
+	v := h.renewValue()
+	return v[:len(v)-1]
 }
 
 // newHold makes a hold of the lock l points to (the primitive's, shared by

@@ -269,11 +269,11 @@ func (m *Mutex) newHold(owner string, token uint64) *hold {
 // A Mutex is the holdOps of its holds.
 
 func (m *Mutex) renewIn(h *hold) (*rueidis.Lua, []string, []string) {
-	return scripts.MutexRenewMany, []string{m.key}, []string{h.mutexPrefix()}
+	return scripts.MutexRenewMany, []string{m.key}, []string{h.renewValue()}
 }
 
-func (m *Mutex) renewKey(h *hold) (key, prefix string, ok bool) {
-	return m.key, h.mutexPrefix(), true
+func (m *Mutex) renewKey(h *hold) (key, value string, ok bool) {
+	return m.key, h.renewValue(), true
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {

@@ -307,7 +307,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			}
 			var tag string
 			if buf != nil && !again {
-				tag = h.renewTag // ownerTag's, set before track: no renewal writes it
+				tag = h.mutexPrefix() // ownerTag's, set before track: no renewal writes it
 			}
 			st.mu.Lock()
 			st.busy = false

@@ -122,23 +122,24 @@ func newOwnerBuf(key, sep, name string, spare int) []byte {
 }
 
 // ownerTagRoom is the room newOwnerBuf leaves for ownerTag: a space, a
-// token's digits and a space.
-const ownerTagRoom = 2 + 20
+// token's digits, a space and a count of 1.
+const ownerTagRoom = 3 + 20
 
-// ownerTag appends " <token> " to b, the bytes of a fresh owner made by
+// ownerTag appends " <token> 1" to b, the bytes of a fresh owner made by
 // newOwnerBuf with ownerTagRoom to spare after the owner, which starts at
-// b[from:], and returns the hold's value prefix "<owner> <token> " (see
-// hold.mutexPrefix) without an allocation: its bytes follow the owner's in
-// the same array, written only now and never again.
+// b[from:], and returns the hold's renewal value "<owner> <token> 1" (see
+// hold.renewValue; hold.mutexPrefix is its prefix) without an allocation:
+// its bytes follow the owner's in the same array, written only now and
+// never again.
 //
 // Each buffer takes one ownerTag: a second would overwrite the first's.
 func ownerTag(b []byte, from int, token uint64) string {
 	if cap(b)-len(b) < ownerTagRoom {
-		return string(b[from:]) + " " + strconv.FormatUint(token, 10) + " "
+		return string(b[from:]) + " " + strconv.FormatUint(token, 10) + " 1"
 	}
 	b = append(b, ' ')
 	b = strconv.AppendUint(b, token, 10) // at most 20 digits: in place
-	b = append(b, ' ')
+	b = append(b, ' ', '1')
 	return unsafe.String(&b[from], len(b)-from)
 }
 

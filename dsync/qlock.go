@@ -211,11 +211,11 @@ func (q *qlock) newHold(owner string, token uint64) *hold {
 // value has the mutex's layout, so its holds are renewed in the mutex
 // holds' batches.
 
-func (q *qlock) renewKey(h *hold) (key, prefix string, ok bool) {
+func (q *qlock) renewKey(h *hold) (key, value string, ok bool) {
 	if _, _, _, ok := q.p.renew(h.owner, h.token); ok {
 		return "", "", false
 	}
-	return q.base, h.mutexPrefix(), true
+	return q.base, h.renewValue(), true
 }
 
 func (q *qlock) renewIn(h *hold) (*rueidis.Lua, []string, []string) {

@@ -201,8 +201,8 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 		batch.e.Args = append(batch.e.Args, args...)
 	}
 	for _, h := range holds {
-		if key, prefix, ok := h.ops.renewKey(h); ok {
-			add(h, scripts.MutexRenewMany, false, key, prefix, nil, nil)
+		if key, value, ok := h.ops.renewKey(h); ok {
+			add(h, scripts.MutexRenewMany, false, key, value, nil, nil)
 			continue
 		}
 		s, keys, args := h.ops.renewIn(h)
