@@ -22,7 +22,7 @@ import (
 const dsyncAllCommands = "+@connection +client +evalsha +eval +script|load +info " +
 	"+get +set +mget +del +exists +incrby +persist +pexpire +pexpireat +pttl +time +scan +wait " +
 	"+hdel +hexists +hget +hgetall +hincrby +hkeys +hmget +hset +hvals " +
-	"+lindex +llen +lpop +lpush +lrange +lrem +ltrim +rpush +sadd +sismember +srem " +
+	"+lindex +llen +lpop +lpush +lrange +lrem +ltrim +rpop +rpush +sadd +sismember +srem " +
 	"+zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zunionstore " +
 	"+publish +pubsub +subscribe +unsubscribe"
 
