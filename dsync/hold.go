@@ -67,6 +67,9 @@ type hold struct {
 	gone      bool  // a renewal found the hold gone while releasing: no local handoff (handOff)
 	expiring  bool  // the lease clock ran out: a renewal that succeeds now is too late
 	used1     bool  // lctx1 was handed out
+	// kept: the lock stayed in this Client at the hold's end, handed by
+	// a script to a waiter of its own (see tagger.ended).
+	kept bool
 	// slot and due are the hold's entry in the Client's leaseClock,
 	// guarded by leaseClock.mu, not by hold.mu: its index in the heap (-1
 	// when not watched) and the deadline it was pushed with (see tick).

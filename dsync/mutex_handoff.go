@@ -114,6 +114,11 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 			// expiry), not released.
 			h.end(h.lostCause(whyHandoff), true)
 		} else {
+			if nh != nil {
+				h.mu.Lock()
+				h.kept = true
+				h.mu.Unlock()
+			}
 			h.end(errReleased, false)
 		}
 		st.mu.Lock()

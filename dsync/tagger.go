@@ -193,7 +193,10 @@ func (t *tagger) ended(h *hold) {
 		return
 	}
 	h.mu.Lock()
-	local := h.succ != nil // handed on inside the Client: the lock stays here
+	// Handed on inside the Client (without a round trip, or by a handoff
+	// script to a waiter of its own): the lock stays here, so no hold of
+	// another Client can have held it since.
+	local := h.succ != nil || h.kept
 	h.mu.Unlock()
 	t.endAt(h, ht, wallUS(time.Now()), local)
 }
@@ -408,10 +411,12 @@ func (t *tagger) collect(n *blockNote, kind Kind, acquired bool, within time.Dur
 		t.mu.Unlock()
 		return nil, 0
 	}
-	var recs []blockRec
-	for i := len(tl.ended) - 1; i >= 0 && tl.ended[i].end > ws; i-- {
-		recs = append(recs, tl.ended[i])
+	first := len(tl.ended)
+	for first > 0 && tl.ended[first-1].end > ws {
+		first--
 	}
+	recs := make([]blockRec, 0, len(tl.ended)-first+len(tl.live))
+	recs = append(recs, tl.ended[first:]...)
 	for _, h := range tl.live {
 		if ht := h.tag.Load(); ht != nil {
 			recs = append(recs, blockRec{tag: ht.tag, start: ht.start})
@@ -529,15 +534,26 @@ func blockers(ws, we int64, local, remote []blockRec) ([]Blocker, int) {
 	if len(local)+len(remote) == 0 {
 		return nil, 0
 	}
-	byTag := make(map[string]blockRec, len(local)+len(remote))
-	for _, r := range append(local, remote...) {
-		if o, ok := byTag[r.tag]; ok && (o.end != 0 || r.end == 0) {
-			continue
+	recs := local
+	if len(remote) > 0 {
+		// The same hold may be in both, or in Redis twice (current, then
+		// ended): keep one, an ended record before a current one.
+		byTag := make(map[string]blockRec, len(local)+len(remote))
+		for _, r := range append(local, remote...) {
+			if o, ok := byTag[r.tag]; ok && (o.end != 0 || r.end == 0) {
+				continue
+			}
+			byTag[r.tag] = r
 		}
-		byTag[r.tag] = r
+		recs = make([]blockRec, 0, len(byTag))
+		for _, r := range byTag {
+			recs = append(recs, r)
+		}
 	}
-	var out []Blocker
-	for _, r := range byTag {
+	// (This Client's own records are each of one hold: a hold leaves
+	// tagLock.live as it enters tagLock.ended.)
+	out := make([]Blocker, 0, len(recs))
+	for _, r := range recs {
 		s, e := max(r.start, ws), we
 		if r.end != 0 {
 			e = min(r.end, we)
@@ -550,6 +566,9 @@ func blockers(ws, we int64, local, remote []blockRec) ([]Blocker, int) {
 			b.End = time.UnixMicro(r.end)
 		}
 		out = append(out, b)
+	}
+	if len(out) == 0 {
+		return nil, 0
 	}
 	dropped := 0
 	if len(out) > MaxBlockers {

@@ -15,6 +15,9 @@ type config struct {
 	mp        metric.MeterProvider
 	lockNames bool
 	filter    func(attribute.KeyValue) bool
+	// background: the most span endings queued for the background
+	// goroutine (WithBackgroundSpans); 0: none, all in the hooks.
+	background int
 }
 
 func newConfig(opts []Option) config {
@@ -58,4 +61,23 @@ func WithLockNames(on bool) Option {
 // the names of a few well-known locks and drop the rest. Nil keeps all.
 func WithAttributeFilter(keep func(attribute.KeyValue) bool) Option {
 	return func(c *config) { c.filter = keep }
+}
+
+// WithBackgroundSpans ends the spans off the lock's critical path: the
+// hooks only start the hold span (whose context is the hold's tag, see
+// Observer.HoldTag) and take the times; adding the blocked_by links and
+// the attributes, ending the acquire and hold spans (at the times the
+// hooks took, with trace.WithTimestamp) and recording the metrics run on
+// a goroutine of the observer's, started when work is queued and gone
+// once the queue is empty. At most queue endings wait (default 4096 for
+// queue <= 0); beyond that a hook does its own work, as without the
+// option, so nothing is dropped. Spans then reach the span processors a
+// little after the hook returned, not before. Under contention the
+// holder's goroutine goes on with the lock instead of building the spans
+// of the wait that just ended.
+func WithBackgroundSpans(queue int) Option {
+	if queue <= 0 {
+		queue = 4096
+	}
+	return func(c *config) { c.background = queue }
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	dsyncotel "github.com/dsync/dsync/otel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -171,7 +172,7 @@ var contenders = []struct {
 
 // contend runs clients Clients of goroutines goroutines each, rounds
 // critical sections of hold each, on the lock mk makes, traced into tel.
-func contend(t *testing.T, tel *telemetry, clients, goroutines, rounds int, hold time.Duration, mk func(c *dsync.Client, g int) contender) {
+func contend(t *testing.T, tel *telemetry, clients, goroutines, rounds int, hold time.Duration, mk func(c *dsync.Client, g int) contender, opts ...dsyncotel.Option) {
 	s := server(t)
 	prefix := newPrefix()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -180,7 +181,7 @@ func contend(t *testing.T, tel *telemetry, clients, goroutines, rounds int, hold
 	errs := make(chan error, clients*goroutines)
 	ks := make([][]contender, clients)
 	for i := range ks {
-		c := client(t, s, prefix, tel.observer())
+		c := client(t, s, prefix, tel.observer(opts...))
 		for g := range goroutines {
 			ks[i] = append(ks[i], mk(c, g))
 		}
@@ -272,4 +273,39 @@ func TestWaitersMetricCountsHolderClient(t *testing.T) {
 	wg.Wait()
 	tel.mustValue(t, "dsync.lock.waiters", 0)
 	require.NoError(t, holder.NewMutex("ten").UnlockContext(held))
+}
+
+// With WithBackgroundSpans, the spans are ended by the observer's own
+// goroutine at the times the hooks took: every acquisition's and hold's
+// span ends, and the waits link to their holders as in the hooks (the
+// fractions of TestBlockedByFractions, Mutex, one Client and three).
+func TestBackgroundSpans(t *testing.T) {
+	for _, shape := range []struct{ clients, g int }{{1, 6}, {3, 3}} {
+		t.Run(fmt.Sprintf("mutex-%dx%d", shape.clients, shape.g), func(t *testing.T) {
+			tel := newTelemetry(t)
+			const rounds = 6
+			contend(t, tel, shape.clients, shape.g, rounds, 2*time.Millisecond, contenders[0].mk, dsyncotel.WithBackgroundSpans(0))
+			n := shape.clients * shape.g * rounds
+			count := func(name string) int {
+				k := 0
+				for _, s := range tel.spans.Ended() {
+					if s.Name() == name {
+						k++
+					}
+				}
+				return k
+			}
+			// The queue drains after the last release's hook returned.
+			deadline := time.Now().Add(10 * time.Second)
+			for count("dsync.mutex.hold") < n || count("dsync.mutex.acquire") < n {
+				require.True(t, time.Now().Before(deadline), "spans ended: %d acquire, %d hold, want %d", count("dsync.mutex.acquire"), count("dsync.mutex.hold"), n)
+				time.Sleep(time.Millisecond)
+			}
+			st := blockedStats(tel.spans.Ended(), "dsync.mutex.acquire", "")
+			t.Logf("background %dx%d: %v", shape.clients, shape.g, st)
+			require.Positive(t, st.waited, "no acquisition waited over 1 ms: nothing was checked")
+			assert.GreaterOrEqual(t, st.linkedFrac(), 0.95, "waits with a blocked_by link: %v", st)
+			assert.GreaterOrEqual(t, st.coveredFrac(), 0.90, "waiting covered by the linked holds: %v", st)
+		})
+	}
 }

@@ -99,6 +99,8 @@ type observer struct {
 
 	mu    sync.Mutex
 	holds map[holdKey]trace.Span // hold spans not yet ended
+
+	bg *background // WithBackgroundSpans; nil: all in the hooks
 }
 
 // holdKey names a hold. The lock is part of it so that, should one observer
@@ -118,6 +120,9 @@ func newObserver(cfg config) *observer {
 		cfg:    cfg,
 		tracer: cfg.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		holds:  make(map[holdKey]trace.Span),
+	}
+	if cfg.background > 0 {
+		o.bg = &background{max: cfg.background}
 	}
 	m := cfg.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
 	// Instrument errors are reported to the global handler and yield a
@@ -225,6 +230,21 @@ func errorType(err error) string {
 }
 
 func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
+	if o.bg == nil {
+		o.finishAcquire(ctx, e, time.Time{})
+		o.startHold(ctx, e)
+		return
+	}
+	// The hold span now (its context is the hold's tag, which HoldTag
+	// returns next), the rest in the background.
+	end := time.Now()
+	o.startHold(ctx, e)
+	o.bg.do(func() { o.finishAcquire(ctx, e, end) })
+}
+
+// finishAcquire records the end of an acquisition: its metrics, and its
+// span's links and attributes; it ends the span at end (zero: now).
+func (o *observer) finishAcquire(ctx context.Context, e dsync.AcquireDone, end time.Time) {
 	out := outcome(e)
 	kv := []attribute.KeyValue{KeyOutcome.String(out)}
 	if e.Err != nil {
@@ -242,9 +262,14 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 	// the lock while the acquisition waited, in this process or another,
 	// in the order the holds began, with the time it held it during the
 	// wait (see holdTag).
-	for _, b := range e.Blockers {
-		if sc, ok := parseTraceparent(b.Tag); ok {
-			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{KeyLinkBlockedBy.Bool(true), KeyBlockedFor.Float64(b.Overlap.Seconds())}})
+	if len(e.Blockers) > 0 {
+		// One array for every link's two attributes.
+		la := make([]attribute.KeyValue, 0, 2*len(e.Blockers))
+		for _, b := range e.Blockers {
+			if sc, ok := parseTraceparent(b.Tag); ok {
+				la = append(la, blockedByTrue, KeyBlockedFor.Float64(b.Overlap.Seconds()))
+				span.AddLink(trace.Link{SpanContext: sc, Attributes: la[len(la)-2 : len(la) : len(la)]})
+			}
 		}
 	}
 	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
@@ -263,11 +288,20 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 		span.RecordError(e.Err)
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
-	span.End()
+	if end.IsZero() {
+		span.End()
+	} else {
+		span.End(trace.WithTimestamp(end))
+	}
+}
 
+// startHold starts the span of the hold an acquisition made, when the
+// hold began; for a re-entry, it notes it on the hold's span.
+func (o *observer) startHold(ctx context.Context, e dsync.AcquireDone) {
 	if !e.Acquired {
 		return
 	}
+	span := trace.SpanFromContext(ctx)
 	k := holdKey{lock: e.Lock, id: e.Hold}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -318,6 +352,8 @@ func (o *observer) holdTag(_ context.Context, e dsync.AcquireDone) string {
 	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
 }
 
+var blockedByTrue = KeyLinkBlockedBy.Bool(true)
+
 // parseTraceparent reads what holdTag wrote, as a remote span context.
 func parseTraceparent(s string) (trace.SpanContext, bool) {
 	// 00-<32 hex>-<16 hex>-<2 hex>
@@ -356,14 +392,78 @@ func (o *observer) released(ctx context.Context, e dsync.Released) {
 		o.mu.Unlock()
 		return
 	}
-	if hs := o.take(k); hs != nil {
+	hs := o.take(k)
+	if o.bg == nil {
+		o.finishRelease(ctx, e, hs, time.Time{})
+		return
+	}
+	end := time.Now()
+	o.bg.do(func() { o.finishRelease(ctx, e, hs, end) })
+}
+
+// finishRelease ends the span hs (if any) of a hold released, at end
+// (zero: now), and records how long it was held.
+func (o *observer) finishRelease(ctx context.Context, e dsync.Released, hs trace.Span, end time.Time) {
+	if hs != nil {
 		if e.Err != nil {
 			hs.RecordError(e.Err)
 			hs.SetStatus(codes.Error, e.Err.Error())
 		}
-		hs.End()
+		if end.IsZero() {
+			hs.End()
+		} else {
+			hs.End(trace.WithTimestamp(end))
+		}
 	}
 	o.holdDur.Record(ctx, e.Held.Seconds(), metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("released"))...))
+}
+
+// background runs the work the hooks queue (WithBackgroundSpans), in
+// order, on one goroutine, started when work is queued and gone once
+// there is none left; beyond max queued, the hook does its work itself.
+type background struct {
+	mu      sync.Mutex
+	q       []func()
+	spare   []func()
+	running bool
+	max     int
+}
+
+func (b *background) do(f func()) {
+	b.mu.Lock()
+	if len(b.q) >= b.max {
+		b.mu.Unlock()
+		f()
+		return
+	}
+	b.q = append(b.q, f)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.run()
+	}
+}
+
+func (b *background) run() {
+	for {
+		b.mu.Lock()
+		q := b.q
+		if len(q) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.q, b.spare = b.spare[:0], nil
+		b.mu.Unlock()
+		for i, f := range q {
+			f()
+			q[i] = nil
+		}
+		b.mu.Lock()
+		b.spare = q[:0]
+		b.mu.Unlock()
+	}
 }
 
 func (o *observer) lost(e dsync.Lost) {
