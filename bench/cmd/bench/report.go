@@ -306,10 +306,19 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- Go %s, Redis %s (started by the bench on loopback, no persistence)\n", m.Go, m.Redis)
 	fmt.Fprintf(&b, "- mode %s, %d repeats interleaved (lib order rotated per repeat), medians; busy-loop keeper: %s; run took %s\n", mode, st.Reps, spin, r.Elapsed)
 	fmt.Fprintf(&b, "- peers: ")
-	for i, s := range allSpecs() {
-		if i > 0 {
+	ran := map[string]bool{}
+	for _, x := range r.Results {
+		ran[x.Lib] = true
+	}
+	n := 0
+	for _, s := range allSpecs() {
+		if !ran[s.name] {
+			continue // a lib this run did not measure
+		}
+		if n > 0 {
 			b.WriteString("; ")
 		}
+		n++
 		fmt.Fprintf(&b, "`%s` %s", s.name, s.note)
 	}
 	b.WriteString("\n")
