@@ -81,3 +81,43 @@ func TestAttemptMarkerGoneAfterCloseWhenItsDeleteFailed(t *testing.T) {
 		})
 	}
 }
+
+// An acquisition by an owner the caller supplied that Redis applied but
+// the replicas did not acknowledge (WithReplicaSync: ErrNotReplicated) is
+// released by its token before the call returns, and its attempt marker
+// goes with it: nothing of the attempt is left in Redis once Close
+// returns. Before, that path released the hold and kept the marker ("1")
+// for the rest of its lease (here 20 s). A server without replicas: the
+// sync never comes. (The lock's own key stays, as after any release: it
+// keeps the last token.)
+func TestAttemptMarkerGoneAfterNotReplicated(t *testing.T) {
+	s := redistest.Start(t)
+	synced := dsync.WithReplicaSync(1, 50*time.Millisecond)
+	kinds := map[string]func(c *dsync.Client, ctx context.Context) error{
+		"Mutex": func(c *dsync.Client, ctx context.Context) error {
+			_, err := c.NewMutex("m", synced).LockContext(ctx)
+			return err
+		},
+		"FairMutex": func(c *dsync.Client, ctx context.Context) error {
+			_, err := c.NewFairMutex("f", synced).LockContext(ctx)
+			return err
+		},
+		"RWMutex": func(c *dsync.Client, ctx context.Context) error {
+			_, err := c.NewRWMutex("rw", synced).RLockContext(ctx)
+			return err
+		},
+	}
+	for name, lock := range kinds {
+		t.Run(name, func(t *testing.T) {
+			rc := s.Client(t)
+			prefix := "markersync" + name
+			c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(20*time.Second))
+			require.NoError(t, err)
+			require.ErrorIs(t, lock(c, dsync.WithOwner(ctxT(t))), dsync.ErrNotReplicated)
+			require.NoError(t, c.Close())
+			keys, err := rc.Do(context.Background(), rc.B().Keys().Pattern(prefix+"*:a:*").Build()).AsStrSlice()
+			require.NoError(t, err)
+			require.Empty(t, keys, "attempt markers left in Redis after Close returned")
+		})
+	}
+}
