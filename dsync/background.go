@@ -109,13 +109,18 @@ func (c *Client) cleanupNow(ctx context.Context, f func(ctx context.Context) err
 
 // dropMarker deletes the attempt marker of an acquisition whose reply
 // arrived: only a lost reply needs it (for the exact undo), so no key of
-// the acquisition outlives it. Off the caller's path; a marker the delete
-// misses expires with its lease.
+// the acquisition outlives it. Off the caller's path, and retried as the
+// other cleanups are (idempotent: the name is the attempt's alone), so
+// that Close, which waits for the cleanups, leaves none behind; a marker
+// the delete still misses (Redis cut off until closeTimeout) expires with
+// its lease.
 func (c *Client) dropMarker(marker string) {
 	if marker == "" {
 		return
 	}
 	c.background(func(ctx context.Context) {
-		_ = c.rc.Do(ctx, c.rc.B().Del().Key(marker).Build()).Error()
+		_ = idempotent(ctx, func(ctx context.Context) error {
+			return c.rc.Do(ctx, c.rc.B().Del().Key(marker).Build()).Error()
+		})
 	})
 }

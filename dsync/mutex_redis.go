@@ -337,6 +337,9 @@ func (w mutexWait) failed(err error) {
 		// Acquired, not synced: undone by its token before the call
 		// returns, as ErrNotReplicated says.
 		_, _ = m.release(a.ctx, owner, a.r.token()+uint64(a.block)-1, a.r.token())
+		if !a.fresh {
+			c.dropMarker(marker) // "1": the exact undo it is for is not needed
+		}
 	case a.fresh:
 		// An owner made for this call alone holds nothing else: mark the
 		// attempt undone, then release it. Exact, so it runs in the

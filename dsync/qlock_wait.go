@@ -100,7 +100,12 @@ func (w qWait) failed(err error) {
 	owner, wid, marker, r := a.owner, a.wid, a.marker, a.r
 	switch {
 	case notSynced && (r.code == acqAcquired || r.code == acqGranted):
+		// Applied, so the marker is "1": released by the token, it goes
+		// too (the exact undo it is for is not needed).
 		_, _ = q.releaseRedis(a.ctx, owner, r.token())
+		if !a.fresh {
+			q.c.dropMarker(marker)
+		}
 	case notSynced:
 		q.undoAttempt(a.ctx, undo, owner, marker)
 	default:

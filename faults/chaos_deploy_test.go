@@ -129,6 +129,10 @@ type chaosDeploy struct {
 	// after the Close, the scan took over 10 s and loaded the process and
 	// the proxy whose waiters the deploy's window measures).
 	scan []string
+	// scanned, when set, is called by leftBy with the keys its scan found,
+	// before it reads any of them again (a check's test lets keys expire
+	// there).
+	scanned func([]leftKey)
 	// dial, when set, makes each Client's own rueidis client (the network
 	// rows: a new connection through the proxy per Client), closed after
 	// the Client's Close; rc then serves only the prober and leftBy.
@@ -486,16 +490,24 @@ func identID(ident string) string {
 	return ident
 }
 
-// leftScan returns the keys among KEYS whose name, string value, hash
-// fields and values, or list, set or sorted set members contain one of
-// the ARGV[1] needles that follow it (ARGV[2..]) or a 32-hex-digit run
-// (as hex32 finds them) that is one of the rest of ARGV (owners).
+// leftScan reads one page of SCAN (ARGV[1] the cursor, ARGV[2] the
+// pattern, count 1000) and returns the next cursor, then, for each key of
+// the page whose name, string value, hash fields and values, or list, set
+// or sorted set members contain one of the ARGV[3] needles that follow it
+// (ARGV[4..]) or a 32-hex-digit run (as hex32 finds them) that is one of
+// the rest of ARGV (owners): the key, its type, its PTTL and its value (a
+// string's; "" for the other types). One script call, so that what it
+// returns is the keys' state at one instant: a key the check reads again
+// later may have expired meanwhile (an undo's tombstone at the end of its
+// minute, read after the whole scan, looked like a key left without a
+// value: see leftBy).
 var leftScan = rueidis.NewLuaScript(`
-local n = tonumber(ARGV[1])
+local page = redis.call('scan', ARGV[1], 'match', ARGV[2], 'count', 1000)
+local n = tonumber(ARGV[3])
 local owners = {}
-for i = n + 2, #ARGV do owners[ARGV[i]] = true end
+for i = n + 4, #ARGV do owners[ARGV[i]] = true end
 local function hit(s)
-  for i = 2, n + 1 do
+  for i = 4, n + 3 do
     if ARGV[i] ~= '' and string.find(s, ARGV[i], 1, true) then return true end
   end
   for run in string.gmatch(s, '[0-9a-f]+') do
@@ -505,15 +517,15 @@ local function hit(s)
   end
   return false
 end
-local out = {}
-for _, k in ipairs(KEYS) do
+local out = {page[1]}
+for _, k in ipairs(page[2]) do
   local found = hit(k)
-  if not found then
-    local t = redis.call('type', k)['ok']
-    local vals = {}
-    if t == 'string' then
-      vals = {redis.call('get', k)}
-    elseif t == 'hash' then
+  local t = redis.call('type', k)['ok']
+  local vals = {}
+  if t == 'string' then
+    vals = {redis.call('get', k)}
+  elseif not found then
+    if t == 'hash' then
       local h = redis.call('hgetall', k)
       for i = 1, #h, 2 do vals[#vals + 1] = h[i] .. '=' .. h[i + 1] end
     elseif t == 'list' then
@@ -523,30 +535,61 @@ for _, k in ipairs(KEYS) do
     elseif t == 'set' then
       vals = redis.call('smembers', k)
     end
+  end
+  if not found then
     for _, v in ipairs(vals) do
       if hit(v) then found = true break end
     end
   end
-  if found then out[#out + 1] = k end
+  if found then
+    local v = ''
+    if t == 'string' then v = vals[1] end
+    out[#out + 1] = k
+    out[#out + 1] = t
+    out[#out + 1] = tostring(redis.call('pttl', k))
+    out[#out + 1] = v
+  end
 end
 return out
 `)
 
-// leftCandidates is leftScan over keys, 500 a call.
-func (d *chaosDeploy) leftCandidates(ctx context.Context, keys, needles, owners []string) ([]string, error) {
-	args := append([]string{strconv.Itoa(len(needles))}, needles...)
+// leftKey is a key leftScan found, as it was at the scan.
+type leftKey struct {
+	key, typ string
+	pttl     int64  // ms; -1: no expiry
+	val      string // a string's value
+}
+
+// leftCandidates is leftScan over every key matching the patterns, a page
+// a call.
+func (d *chaosDeploy) leftCandidates(ctx context.Context, patterns, needles, owners []string) ([]leftKey, error) {
+	args := append([]string{"0", "", strconv.Itoa(len(needles))}, needles...)
 	args = append(args, owners...)
-	var out []string
-	for len(keys) > 0 {
-		chunk := keys[:min(500, len(keys))]
-		keys = keys[len(chunk):]
-		hits, err := leftScan.Exec(ctx, d.rc, chunk, args).AsStrSlice()
-		if err != nil {
-			return nil, err
+	var out []leftKey
+	for _, p := range patterns {
+		args[0], args[1] = "0", p
+		for {
+			r, err := leftScan.Exec(ctx, d.rc, nil, args).AsStrSlice()
+			if err != nil {
+				return nil, err
+			}
+			if len(r) == 0 || (len(r)-1)%4 != 0 {
+				return nil, fmt.Errorf("leftScan: a reply of %d values", len(r))
+			}
+			for i := 1; i < len(r); i += 4 {
+				pttl, err := strconv.ParseInt(r[i+2], 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("leftScan: PTTL %q of %s", r[i+2], r[i])
+				}
+				out = append(out, leftKey{key: r[i], typ: r[i+1], pttl: pttl, val: r[i+3]})
+			}
+			if args[0] = r[0]; args[0] == "0" {
+				break
+			}
 		}
-		out = append(out, hits...)
 	}
-	return out, nil
+	slices.SortFunc(out, func(a, b leftKey) int { return strings.Compare(a.key, b.key) })
+	return slices.CompactFunc(out, func(a, b leftKey) bool { return a.key == b.key }), nil
 }
 
 // leftBy lists the keys under the prefix that name g's Client (its name,
@@ -571,36 +614,24 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 			patterns = append(patterns, d.prefix+":"+tag+":*")
 		}
 	}
-	var keys []string
-	for _, p := range patterns {
-		// SCAN, not KEYS: the soak's prefix holds tens of thousands of
-		// keys (its Onces), and one KEYS would block Redis for all of them.
-		for cur := uint64(0); ; {
-			e, err := d.rc.Do(ctx, d.rc.B().Scan().Cursor(cur).Match(p).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return []string{"SCAN: " + err.Error()}
-			}
-			keys = append(keys, e.Elements...)
-			if cur = e.Cursor; cur == 0 {
-				break
-			}
-		}
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
 	g.mu.Lock()
 	owners := make([]string, 0, len(g.owners))
 	for o := range g.owners {
 		owners = append(owners, o)
 	}
 	g.mu.Unlock()
-	// Only the keys whose name or content names g (its name, tag, id or
-	// an owner it made) are read one by one below: Redis picks them out
-	// (leftScan), 500 keys a call, so that a scan of every key under the
-	// prefix takes a few round trips, not one per key.
-	var err error
-	if keys, err = d.leftCandidates(ctx, keys, []string{g.name + "/", "tag of " + g.name, identID(g.ident)}, owners); err != nil {
+	// SCAN, not KEYS: the soak's prefix holds tens of thousands of keys
+	// (its Onces), and one KEYS would block Redis for all of them. Only
+	// the keys whose name or content names g (its name, tag, id or an
+	// owner it made) come back: Redis picks them out (leftScan), a SCAN
+	// page of 1,000 keys a call, each with its type, PTTL and value as
+	// they were in that call.
+	keys, err := d.leftCandidates(ctx, patterns, []string{g.name + "/", "tag of " + g.name, identID(g.ident)}, owners)
+	if err != nil {
 		return []string{"leftScan: " + err.Error()}
+	}
+	if d.scanned != nil {
+		d.scanned(keys)
 	}
 	// The server's time, once: undone entries are scored with their
 	// expiry (ms, server time).
@@ -635,7 +666,8 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 			left = append(left, fmt.Sprintf("%q: %q", k, s))
 		}
 	}
-	for _, k := range keys {
+	for _, lk := range keys {
+		k := lk.key
 		if strings.HasSuffix(k, "}:election") {
 			continue
 		}
@@ -672,24 +704,19 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 			}
 			continue
 		}
-		tomb := strings.Contains(k, ":x:")
-		if strings.Contains(k, ":a:") {
-			v, _ := d.rc.Do(ctx, d.rc.B().Get().Key(k).Build()).ToString()
-			tomb = v == "x"
+		// A tombstone, as the scan saw it (not read again: one at the end
+		// of its minute may expire before a second read, which then finds
+		// nothing and cannot tell what the key was). A PTTL of 0 is a key
+		// that Redis 7.0 still had with under 1 ms left.
+		tomb := strings.Contains(k, ":x:") || (strings.Contains(k, ":a:") && lk.typ == "string" && lk.val == "x")
+		if tomb && lk.pttl >= 0 && lk.pttl <= time.Minute.Milliseconds() {
+			continue
 		}
-		if tomb {
-			ttl, err := d.rc.Do(ctx, d.rc.B().Pttl().Key(k).Build()).AsInt64()
-			if err == nil && ttl > 0 && ttl <= time.Minute.Milliseconds() {
-				continue
-			}
-		}
-		typ, _ := d.rc.Do(ctx, d.rc.B().Type().Key(k).Build()).ToString()
+		typ := lk.typ
 		if typ == "string" {
-			v, _ := d.rc.Do(ctx, d.rc.B().Get().Key(k).Build()).ToString()
-			ttl, _ := d.rc.Do(ctx, d.rc.B().Pttl().Key(k).Build()).AsInt64()
-			mark(k, fmt.Sprintf("%s = %q, PTTL %d ms", k, v, ttl))
+			mark(k, fmt.Sprintf("%s = %q, PTTL %d ms", k, lk.val, lk.pttl))
 		} else {
-			mark(k, k)
+			mark(k, fmt.Sprintf("%s (%s, PTTL %d ms)", k, typ, lk.pttl))
 		}
 		var vals []string
 		switch typ {
