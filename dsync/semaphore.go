@@ -130,9 +130,6 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	tok, _ := FencingToken(ctx)
-	s.c.mu.Lock()
-	local := len(s.c.semHolds[s.keys[0]][owner]) > 0
-	s.c.mu.Unlock()
 	if s.c.tags != nil {
 		s.c.beforeRelease(s.holdFor(owner, tok, n))
 	}
@@ -169,12 +166,12 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		}
 		return notHeld(ctx, KindSemaphore, s.name, "Acquire", true)
 	}
+	ended, local := s.take(owner, tok, n, err == nil && r.n == 0)
 	if err == nil && !local {
 		// The owner's permits held through another Client (see
 		// Mutex.unlock).
 		s.c.tellReleasedByOwner(ctx, s.name)
 	}
-	ended := s.take(owner, tok, n, err == nil && r.n == 0)
 	for _, h := range ended {
 		if h.end(errReleased, false) {
 			if f := s.c.cfg.observer.Released; f != nil {
@@ -283,12 +280,13 @@ func (s *Semaphore) check(n int64) error {
 // take removes from s the holds a release of n permits by owner covers: the
 // acquisition with token tok if it took n, else the latest one that took n,
 // else the latest ones as long as they fit in n. all: the owner holds
-// nothing left, so every hold of it ends.
-func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
+// nothing left, so every hold of it ends. had: the owner held permits
+// through this Client.
+func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) (out []*hold, had bool) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	hs := s.c.semHolds[s.keys[0]][owner]
-	var out []*hold
+	had = len(hs) > 0
 	pick := -1
 	for i := len(hs) - 1; i >= 0; i-- {
 		if hs[i].lock.N == n && (pick < 0 || hs[i].token == tok) {
@@ -309,7 +307,7 @@ func (s *Semaphore) take(owner string, tok uint64, n int64, all bool) []*hold {
 		}
 	}
 	s.setHoldsLocked(owner, hs)
-	return out
+	return out, had
 }
 
 // setHoldsLocked stores the holds of owner in the Client's registry
