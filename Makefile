@@ -38,7 +38,7 @@ test: redis vet
 # (-chaos.longstop, -chaos.longshare, -chaos.prims).
 .PHONY: chaos
 chaos: redis
-	go test -race -count=1 -timeout 30m -run '^TestRollingRestart$$' ./dsync/ -rolling.dur 60s -rolling.every 125ms
+	go test -race -count=1 -timeout 30m -run '^TestRollingRestart$$' ./dsync/ -rolling.dur 60s -rolling.every 125ms -rolling.wgwall 100ms
 	cd faults && GOWORK=off go test -race -count=1 -timeout 60m -v . \
 		-run 'TestFaultChaos|TestFaultNetworkPrimitives|TestFaultServerRestartRenewalInterval|TestFaultStopMargin|TestFaultSecurityACLAllPrimitives|FuzzOperations' \
 		-chaos.procs 4 -chaos.g 16 -chaos.dur 60s -reliability ../docs/reliability.md $(CHAOSFLAGS)

@@ -242,6 +242,9 @@ func (w *wakeup) wait(ctx context.Context, hint time.Duration) error {
 	case <-sig:
 		return nil
 	case <-w.timer.C:
+		if c := w.c; c != nil && w.live && c.cfg.test.fallbackPolled != nil {
+			c.cfg.test.fallbackPolled(w.ch)
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

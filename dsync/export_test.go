@@ -45,6 +45,13 @@ func WithWaitGroupObserved(f func()) Option {
 	return func(c *config) { c.test.waitGroupObserved = f }
 }
 
+// WithFallbackPolled sets a function called each time a wait of the
+// Client, subscribed to its channel, is woken by its fallback timer rather
+// than by a message or a reconnect (testHooks.fallbackPolled).
+func WithFallbackPolled(f func(ch string)) Option {
+	return func(c *config) { c.test.fallbackPolled = f }
+}
+
 // withRenewSizes sets the Client's renewal batch (holds a script call) and
 // chunk (holds a pipeline), for tests of rounds sent in several pipelines.
 func withRenewSizes(batch, chunk int) Option {

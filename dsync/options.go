@@ -52,6 +52,11 @@ type testHooks struct {
 	// applied: the hold it was sent for, whether it renewed, and when it
 	// was sent.
 	renewReplied func(h *hold, ok bool, sentAt time.Time)
+	// fallbackPolled, when set, is called when a wait subscribed to its
+	// channel was woken by its fallback timer (lease/3 or the hint), not
+	// by a message or a reconnect: where no hint applies, the signature of
+	// a lost wakeup.
+	fallbackPolled func(ch string)
 }
 
 func defaultConfig() config {
