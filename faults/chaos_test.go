@@ -603,10 +603,18 @@ func runChaos(t *testing.T, kind string) {
 	// their process not stopped meanwhile. In the 13:40 make chaos of
 	// 2026-11-27 one WaitGroup wait of 15,816 returned 107 ms late, its
 	// timer 2 ms late: the worst wait's woke (when a goroutine the end
-	// woke ran) tells whether the runtime ran nothing meanwhile. (Wait
-	// then looked at the counter about every millisecond, a Redis call in
-	// flight nearly all the time, and its look ran inline unless the
-	// Client was in doubt: both fixed in 8c83168.)
+	// woke ran) tells whether the runtime ran nothing meanwhile. Its
+	// cause was Wait's: it looked at the counter about every millisecond,
+	// so a look (MGET) was in flight nearly whenever its context ended,
+	// and the look ran inline unless the Client was in doubt; rueidis
+	// waits out a call in flight until its reply or the context's
+	// deadline, not its cancellation (docs/design.md, "Waiting"), so the
+	// Wait returned with the look's reply. Round trips that long are
+	// measured: with both CPUs busy, the looks of TestRollingRestart's
+	// WaitGroup replicas took 30-110 ms (2026-12-04, ba6ab27). Since
+	// 8c83168 Wait looks once per message (or lease/3) and its look is
+	// bounded by its context always (a goroutine of its own): the wait
+	// returns at its context's end, asserted here at lateBound.
 	if lf.late > 0 {
 		t.Logf("waits that returned more than %v after their context ended, their process not stopped meanwhile: %d (worst %v: %+v; a goroutine woken by its end ran %v after it)", lateBound, lf.late, ms(lf.maxLate), lf.worst, time.Duration(lf.worst.Woke-lf.worst.End))
 	}

@@ -558,21 +558,6 @@ func TestFaultSoak(t *testing.T) {
 		if df.n == 0 {
 			t.Errorf("soak %s: no deploy of its Clients struck", kr.kind)
 		}
-		if kr.kind == "wg" {
-			// A WaitGroup's stall (waiters returning after the Done that
-			// made the counter zero) is reported here, not asserted: on
-			// 2026-12-04 one CI-size soak of 4 had a waiter return 158 ms
-			// after the zero, and TestRollingRestart/WaitGroup with the
-			// CPUs busy 166 ms; the cause is not found yet (issue 39). Its
-			// leftovers and Close's errors are asserted as for the others.
-			ds = slices.Clone(ds)
-			for i := range ds {
-				if ds[i].stall > int64(deployBound) {
-					t.Logf("soak WaitGroup: deploy of slot %d: a waiter returned %v after the zero (bound %v, reported): %s", ds[i].note.Slot, ms(ds[i].stall), deployBound, ds[i].waiter)
-				}
-				ds[i].stall = 0
-			}
-		}
 		checkDeploys(t, ds)
 		row.Failed = t.Failed()
 		addRow(row)
