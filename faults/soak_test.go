@@ -50,6 +50,10 @@ func TestFaultSoak(t *testing.T) {
 	if *soakDur > 0 {
 		dur = *soakDur
 	}
+	// The probes of starvation (starve_test.go): the test process's (it
+	// hosts the proxy and the primitives' own Clients) and each child's.
+	lags := newLagLog()
+	defer startLagProbe(func(s lagSpan) { lags.add(lagTest, s) })()
 	srv := startRedis(t)
 	px := newProxy(t, srv.Addr)
 	prefix := testPrefix()
@@ -254,7 +258,7 @@ func TestFaultSoak(t *testing.T) {
 		children.slot++
 		slot := children.slot
 		c := startChild(t, "chaos", px.Addr, prefix, lease, "FAULTS_STORE="+mutexRun.url, "FAULTS_KIND=mutex",
-			"FAULTS_G=2", "FAULTS_ID="+strconv.Itoa(10+slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "FAULTS_DEPLOY=1")
+			"FAULTS_G=2", "FAULTS_ID="+strconv.Itoa(10+slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "FAULTS_DEPLOY=1", "FAULTS_LAG=1")
 		children.cur, children.ready = c, false
 		cwg.Add(1)
 		go func() {
@@ -268,6 +272,12 @@ func TestFaultSoak(t *testing.T) {
 						children.ready = true
 					}
 					children.Unlock()
+					continue
+				case "lag":
+					var s lagSpan
+					if json.Unmarshal([]byte(rest), &s) == nil {
+						lags.add(slot, s)
+					}
 					continue
 				case "deploy":
 					var n deployNote
@@ -473,6 +483,17 @@ func TestFaultSoak(t *testing.T) {
 		inj = append(inj, fmt.Sprintf("%s x%d", n, injected[n]))
 	}
 	t.Logf("(i) soak %v, faults: %s; children that exited on their own: %d", dur, strings.Join(inj, ", "), exited.Load())
+	// A waiter's (or a deploying Client's) process: the test process for
+	// the primitives' own Clients (slots from 100, soakSlot), else the
+	// child of that slot, with the test process (the proxy).
+	lagOf := func(slot int) [][]lagSpan {
+		l := [][]lagSpan{lags.spans(lagTest)}
+		if slot < 100 {
+			l = append(l, lags.spans(slot))
+		}
+		return l
+	}
+	t.Logf("(i) starvation probes (late ≥%v): %s", lagProbeMin, lags.figures())
 	for _, kr := range runs {
 		slices.SortStableFunc(kr.ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
 		fig := checkChaos(t, kr.kind, kr.ev, kr.run, end)
@@ -530,6 +551,7 @@ func TestFaultSoak(t *testing.T) {
 			children.Unlock()
 		}
 		ds := deployStalls(kr.kind, kr.ev, kr.waits, deps, kr.run.wipes...)
+		excuseStalls(ds, lagOf)
 		df := deployFigures(ds)
 		t.Logf("soak %s: %v", kindTitle(kr.kind), df)
 		row.Faults += "; " + df.String()
