@@ -1240,6 +1240,7 @@ func (f deployFigs) String() string {
 type errorer interface {
 	Helper()
 	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
 }
 
 // checkDeploys asserts what each deploy must leave: its Close returned
@@ -1258,6 +1259,8 @@ func checkDeploys(t errorer, ds []deployStall) {
 		for _, f := range n.OpenFails {
 			if !f.excused {
 				t.Errorf("deploy of slot %d (%s): opening the next Client failed (%d..%d, %v; the harness's connection: %v; the probes late %v in it): %s", n.Slot, n.Name, f.From, f.To, ms(f.To-f.From), f.Dial, ms(f.lag), f.Err)
+			} else {
+				t.Logf("deploy of slot %d (%s): opening the next Client failed, tried again (%d..%d, %v; the harness's connection), excused by starvation: the probes late %v in it: %s", n.Slot, n.Name, f.From, f.To, ms(f.To-f.From), ms(f.lag), f.Err)
 			}
 		}
 		if len(n.Left) > 0 {
@@ -1266,6 +1269,8 @@ func checkDeploys(t errorer, ds []deployStall) {
 		for _, o := range d.over {
 			if !o.excused {
 				t.Errorf("deploy of slot %d (Close %d..%d, %v): a waiter of another Client waited %v beyond the lock's being free (bound %v; the probes late %v in it, less than the excess): %s", n.Slot, n.Start, n.End, ms(n.End-n.Start), ms(o.to-o.from), deployBound, ms(o.lag), o.waiter)
+			} else {
+				t.Logf("deploy of slot %d (Close %d..%d, %v): a waiter of another Client waited %v beyond the lock's being free, excused by starvation: the probes late %v in it (excess %v): %s", n.Slot, n.Start, n.End, ms(n.End-n.Start), ms(o.to-o.from), ms(o.lag), ms(o.to-o.from-int64(deployBound)), o.waiter)
 			}
 		}
 	}

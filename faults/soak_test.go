@@ -585,13 +585,14 @@ func TestFaultSoak(t *testing.T) {
 		addRow(row)
 		kr.ev = nil // histories out of the heap before it is measured
 	}
-	// Nor the harness's other records (the waits' lateness, the faults),
-	// nor the stores' resources (one per Once name): the heap measured is
+	// Nor the harness's other records (the waits' lateness, the faults,
+	// the starvation probes' spans), nor the stores' resources (one per Once name): the heap measured is
 	// what the Clients keep.
 	for _, kr := range runs {
 		kr.run = nil
 		kr.store.clear()
 	}
+	lags.clear()
 	if len(left) > 0 {
 		t.Errorf("%v after the soak Redis still shows %v", took, left)
 	}

@@ -77,6 +77,14 @@ func (l *lagLog) add(proc int, s lagSpan) {
 	l.mu.Unlock()
 }
 
+// clear drops the spans recorded so far (out of the heap before the
+// soak measures it).
+func (l *lagLog) clear() {
+	l.mu.Lock()
+	l.by = map[int][]lagSpan{}
+	l.mu.Unlock()
+}
+
 // spans returns proc's spans, sorted by start.
 func (l *lagLog) spans(proc int) []lagSpan {
 	l.mu.Lock()
@@ -177,7 +185,8 @@ func excuseStalls(ds []deployStall, lagOf func(slot int) [][]lagSpan) {
 // errorsOf records what a check reports (checkDeploys).
 type errorsOf struct{ errs []string }
 
-func (e *errorsOf) Helper() {}
+func (e *errorsOf) Helper()             {}
+func (e *errorsOf) Logf(string, ...any) {}
 func (e *errorsOf) Errorf(format string, args ...any) {
 	e.errs = append(e.errs, fmt.Sprintf(format, args...))
 }
