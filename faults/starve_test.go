@@ -94,40 +94,30 @@ func (l *lagLog) spans(proc int) []lagSpan {
 	return out
 }
 
-// figures: per process, how many late spans, the longest, the total.
+// figures: how many late spans, the longest, the total, for the test
+// process and for the children together.
 func (l *lagLog) figures() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	procs := make([]int, 0, len(l.by))
-	for p := range l.by {
-		procs = append(procs, p)
-	}
-	slices.Sort(procs)
-	var n int
+	var test string
+	var kids, n int
 	var worst, total int64
-	var child string
-	for _, p := range procs {
+	for p, ss := range l.by {
 		var w, tot int64
-		for _, s := range l.by[p] {
+		for _, s := range ss {
 			w = max(w, s.To-s.From)
 			tot += s.To - s.From
 		}
 		if p == lagTest {
-			child = fmt.Sprintf("test process: %d late ≥%v, the longest %v, %v in all", len(l.by[p]), lagProbeMin, ms(w), ms(tot)) + child
+			test = fmt.Sprintf("test process: %d late, the longest %v, %v in all; ", len(ss), ms(w), ms(tot))
 			continue
 		}
-		n += len(l.by[p])
+		kids++
+		n += len(ss)
 		worst = max(worst, w)
 		total += tot
 	}
-	return fmt.Sprintf("%s; %d children: %d late, the longest %v, %v in all", child, len(procs)-boolInt(l.by[lagTest] != nil), n, ms(worst), ms(total))
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	return fmt.Sprintf("%s%d children: %d late, the longest %v, %v in all", test, kids, n, ms(worst), ms(total))
 }
 
 // lagWithin is how long, within [from, to], at least one of the lists'
