@@ -493,7 +493,8 @@ func TestFaultSoak(t *testing.T) {
 		}
 		return l
 	}
-	t.Logf("(i) starvation probes (late ≥%v): %s", lagProbeMin, lags.figures())
+	lagText := fmt.Sprintf("starvation probes (late ≥%v): %s", lagProbeMin, lags.figures())
+	t.Logf("(i) %s", lagText)
 	for _, kr := range runs {
 		slices.SortStableFunc(kr.ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
 		fig := checkChaos(t, kr.kind, kr.ev, kr.run, end)
@@ -542,6 +543,25 @@ func TestFaultSoak(t *testing.T) {
 		// With both out of the way (the first by a one-round-trip read
 		// on b4d3a96), a 75-second soak: 16 deploys of 8 kinds, every
 		// one within 100 ms (the worst 66 ms).
+		// With two `yes >/dev/null` loops beside it (issue 39), the bound
+		// failed on the scheduler, not on dsync: FairMutex 328 ms,
+		// RWMutex 128 ms, Semaphore 182 ms, WaitGroup 296 ms on 90cfeff
+		// (2026-12-04), where dsync's TestRollingRestart saw whole
+		// processes unscheduled up to 103 ms and the waits woken by their
+		// messages at once. A stretch over the bound is therefore weighed
+		// against the starvation probes (starve_test.go): excused only if
+		// the probes of the waiter's process and of the test process (the
+		// proxy) were late within it by at least its excess; the raw worst
+		// stall is still printed, and the excused ones with their lag.
+		// Three 2-minute soaks with both loops on 9ed135b..0ee8123 (2026-12-04):
+		// the test process's probe late 77-93 s in all (the longest
+		// 306-668 ms), 3 stretches over the bound, 102 ms each, all in one
+		// deploy, excused by a lag of 95 ms (an excess of 2 ms), none
+		// over it in the other two; one without the loops (the machine
+		// shared, load 5): the probe late 58 s in all (the soak's own
+		// load), no stretch over the bound, nothing excused. A probe in a
+		// process doing nothing else on the same machine: late 49 ms in
+		// 5 s (the longest 6 ms).
 		kr.mu.Lock()
 		deps := slices.Clone(kr.deploys)
 		kr.mu.Unlock()
@@ -636,7 +656,7 @@ func TestFaultSoak(t *testing.T) {
 		t.Errorf("Redis connections %d, baseline %d", after.conns, base.conns)
 	}
 	addRow(reportRow{Scenario: "i soak, every fault class", Primitive: "all, Clients open", Size: fmt.Sprintf("8 primitives x %v", dur),
-		Faults: fmt.Sprintf("%d faults of %d kinds; %d children exited on their own", total, len(injected), exited.Load()), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
+		Faults: fmt.Sprintf("%d faults of %d kinds; %d children exited on their own; %s", total, len(injected), exited.Load(), lagText), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
 		Check: fmt.Sprintf("back to baseline %v after: goroutines %d (baseline %d, +%d allowed), heap %d KiB (baseline %d KiB, bound %d KiB), Redis connections %d (baseline %d)",
 			backIn.Round(100*time.Millisecond), after.goroutines, base.goroutines, goroutineSlack, after.heap>>10, base.heap>>10, heapBound(base.heap)>>10, after.conns, base.conns),
 		Command: "make soak (30 min); CI: cd faults && GOWORK=off go test -race -count=1 -run TestFaultSoak ."})
