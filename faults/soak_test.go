@@ -544,11 +544,11 @@ func TestFaultSoak(t *testing.T) {
 		// on b4d3a96), a 75-second soak: 16 deploys of 8 kinds, every
 		// one within 100 ms (the worst 66 ms).
 		// With two `yes >/dev/null` loops beside it (issue 39), the bound
-		// failed on the scheduler, not on dsync: FairMutex 328 ms,
-		// RWMutex 128 ms, Semaphore 182 ms, WaitGroup 296 ms on 90cfeff
-		// (2026-12-04), where dsync's TestRollingRestart saw whole
-		// processes unscheduled up to 103 ms and the waits woken by their
-		// messages at once. A stretch over the bound is therefore weighed
+		// failed: FairMutex 328 ms, RWMutex 128 ms, Semaphore 182 ms,
+		// WaitGroup 296 ms on 90cfeff (2026-12-04), with no probe to say
+		// whether the scheduler made them; dsync's TestRollingRestart,
+		// with the same loops, saw whole processes unscheduled up to
+		// 103 ms and the waits woken by their messages at once. A stretch over the bound is therefore weighed
 		// against the starvation probes (starve_test.go): excused only if
 		// the probes of the waiter's process and of the test process (the
 		// proxy) were late within it by at least its excess; the raw worst
