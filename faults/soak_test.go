@@ -546,22 +546,23 @@ func TestFaultSoak(t *testing.T) {
 		// With two `yes >/dev/null` loops beside it (issue 39), the bound
 		// failed: FairMutex 328 ms, RWMutex 128 ms, Semaphore 182 ms,
 		// WaitGroup 296 ms on 90cfeff (2026-12-04), with no probe to say
-		// whether the scheduler made them; dsync's TestRollingRestart,
-		// with the same loops, saw whole processes unscheduled up to
-		// 103 ms and the waits woken by their messages at once. A stretch over the bound is therefore weighed
-		// against the starvation probes (starve_test.go): excused only if
-		// the probes of the waiter's process and of the test process (the
-		// proxy) were late within it by at least its excess; the raw worst
-		// stall is still printed, and the excused ones with their lag.
-		// Three 2-minute soaks with both loops on 9ed135b..0ee8123 (2026-12-04):
-		// the test process's probe late 77-93 s in all (the longest
-		// 306-668 ms), 3 stretches over the bound, 102 ms each, all in one
-		// deploy, excused by a lag of 95 ms (an excess of 2 ms), none
-		// over it in the other two; one without the loops (the machine
-		// shared, load 5): the probe late 58 s in all (the soak's own
-		// load), no stretch over the bound, nothing excused. A probe in a
-		// process doing nothing else on the same machine: late 49 ms in
-		// 5 s (the longest 6 ms).
+		// whether the scheduler made them; dsync's TestRollingRestart, with
+		// the same loops, saw whole processes unscheduled up to 103 ms and
+		// the waits woken by their messages at once. A stretch over the
+		// bound is therefore weighed against the starvation probes
+		// (starve_test.go): excused only if the probes of the waiter's
+		// process and of the test process (the proxy) were late within it by
+		// at least its excess; the raw worst stall is still printed, and the
+		// excused ones with their lag. Four 2-minute soaks with both loops
+		// on 87d6d3b..a8e7bd5 (2026-12-04): the test process's probe late
+		// 77-93 s in all (the longest 306-668 ms), 3 stretches over the
+		// bound, 102 ms each (one free stretch, three waiters), in one
+		// deploy, excused by a lag of 95 ms (an excess of 2 ms), none over
+		// it in the other three; one without the loops (the machine shared,
+		// load 5): the probe late 58 s in all (the soak's own load), no
+		// stretch over the bound, nothing excused. A probe in a process
+		// doing nothing else on the same machine: late 49 ms in 5 s (the
+		// longest 6 ms).
 		kr.mu.Lock()
 		deps := slices.Clone(kr.deploys)
 		kr.mu.Unlock()
