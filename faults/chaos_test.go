@@ -119,6 +119,9 @@ type chaosRun struct {
 	ready    map[int]bool
 	deploys  []deployNote
 	deployed chan deployNote
+	// lags: the children's starvation probes (starve_test.go), where
+	// deploys are measured.
+	lags *lagLog
 }
 
 // A wipe is a stretch of time in which the server lost its data: from
@@ -166,6 +169,11 @@ func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
 			r.mu.Lock()
 			r.waits = append(r.waits, e)
 			r.mu.Unlock()
+		case "lag":
+			var s lagSpan
+			if r.lags != nil && json.Unmarshal([]byte(rest), &s) == nil {
+				r.lags.add(slot, s)
+			}
 		case "ready":
 			r.mu.Lock()
 			r.ready[slot] = true
@@ -220,6 +228,9 @@ func runChaos(t *testing.T, kind string) {
 	until := time.Now().Add(dur)
 	run := &chaosRun{open: map[int]int{}, killed: map[int]bool{}, ready: map[int]bool{}, deployed: make(chan deployNote, 1)}
 	deploys := slices.Contains(strings.Split(*chaosFault, ","), "deploy")
+	if deploys {
+		run.lags = newLagLog()
+	}
 	var wg sync.WaitGroup
 	children := map[int]*child{}
 	nextSlot := 1
@@ -238,7 +249,7 @@ func runChaos(t *testing.T, kind string) {
 		env := []string{"FAULTS_STORE=" + url, "FAULTS_KIND=" + kind, "FAULTS_FROM=" + strconv.Itoa(max(from-2, 0)),
 			"FAULTS_G=" + strconv.Itoa(g), "FAULTS_ID=" + strconv.Itoa(slot), "FAULTS_UNTIL=" + strconv.FormatInt(until.UnixNano(), 10)}
 		if deploys {
-			env = append(env, "FAULTS_DEPLOY=1")
+			env = append(env, "FAULTS_DEPLOY=1", "FAULTS_LAG=1")
 		}
 		if *condProbe {
 			env = append(env, "FAULTS_CONDPROBE=1")
@@ -546,6 +557,13 @@ func runChaos(t *testing.T, kind string) {
 	stops := fmt.Sprintf("%d stop ≤%v, %d past the lease ≤%v (%d inside a critical section)", len(run.stops)-long, *chaosStopMax, long, *chaosLongStop, trapped)
 	tl := run.tally
 	lf := lateness(run.waits, run.stops)
+	if deploys {
+		// A waiter's process is a child (every Client's connection is
+		// direct to Redis): its probe's lag may excuse a stall over the
+		// bound (excuseStalls).
+		excuseStalls(fig.stalls, func(slot int) [][]lagSpan { return [][]lagSpan{run.lags.spans(slot)} })
+		t.Logf("chaos %s: starvation probes (late ≥%v): %s", kindTitle(kind), lagProbeMin, run.lags.figures())
+	}
 	df := deployFigures(fig.stalls)
 	if deploys {
 		stops += ", " + df.String()

@@ -131,6 +131,11 @@ func (c *child) wait(t testing.TB, d time.Duration) {
 
 func runChild(role string) int {
 	lease, _ := time.ParseDuration(os.Getenv("FAULTS_LEASE"))
+	if os.Getenv("FAULTS_LAG") == "1" {
+		// Its starvation probe (starve_test.go), each late span a "lag"
+		// line.
+		defer startLagProbe(func(s lagSpan) { say("lag", s) })()
+	}
 	// A child may start while a fault strikes (the soak replaces a killed
 	// child whatever the network and the server are doing): rueidis fails
 	// when its first connection does, so try again for a while.

@@ -50,6 +50,10 @@ func TestFaultSoak(t *testing.T) {
 	if *soakDur > 0 {
 		dur = *soakDur
 	}
+	// The probes of starvation (starve_test.go): the test process's (it
+	// hosts the proxy and the primitives' own Clients) and each child's.
+	lags := newLagLog()
+	defer startLagProbe(func(s lagSpan) { lags.add(lagTest, s) })()
 	srv := startRedis(t)
 	px := newProxy(t, srv.Addr)
 	prefix := testPrefix()
@@ -254,7 +258,7 @@ func TestFaultSoak(t *testing.T) {
 		children.slot++
 		slot := children.slot
 		c := startChild(t, "chaos", px.Addr, prefix, lease, "FAULTS_STORE="+mutexRun.url, "FAULTS_KIND=mutex",
-			"FAULTS_G=2", "FAULTS_ID="+strconv.Itoa(10+slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "FAULTS_DEPLOY=1")
+			"FAULTS_G=2", "FAULTS_ID="+strconv.Itoa(10+slot), "FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "FAULTS_DEPLOY=1", "FAULTS_LAG=1")
 		children.cur, children.ready = c, false
 		cwg.Add(1)
 		go func() {
@@ -268,6 +272,12 @@ func TestFaultSoak(t *testing.T) {
 						children.ready = true
 					}
 					children.Unlock()
+					continue
+				case "lag":
+					var s lagSpan
+					if json.Unmarshal([]byte(rest), &s) == nil {
+						lags.add(slot, s)
+					}
 					continue
 				case "deploy":
 					var n deployNote
@@ -473,6 +483,18 @@ func TestFaultSoak(t *testing.T) {
 		inj = append(inj, fmt.Sprintf("%s x%d", n, injected[n]))
 	}
 	t.Logf("(i) soak %v, faults: %s; children that exited on their own: %d", dur, strings.Join(inj, ", "), exited.Load())
+	// A waiter's (or a deploying Client's) process: the test process for
+	// the primitives' own Clients (slots from 100, soakSlot), else the
+	// child of that slot, with the test process (the proxy).
+	lagOf := func(slot int) [][]lagSpan {
+		l := [][]lagSpan{lags.spans(lagTest)}
+		if slot < 100 {
+			l = append(l, lags.spans(slot))
+		}
+		return l
+	}
+	lagText := fmt.Sprintf("starvation probes (late ≥%v): %s", lagProbeMin, lags.figures())
+	t.Logf("(i) %s", lagText)
 	for _, kr := range runs {
 		slices.SortStableFunc(kr.ev, func(a, b cev) int { return cmp.Compare(a.Ret, b.Ret) })
 		fig := checkChaos(t, kr.kind, kr.ev, kr.run, end)
@@ -521,6 +543,26 @@ func TestFaultSoak(t *testing.T) {
 		// With both out of the way (the first by a one-round-trip read
 		// on b4d3a96), a 75-second soak: 16 deploys of 8 kinds, every
 		// one within 100 ms (the worst 66 ms).
+		// With two `yes >/dev/null` loops beside it (issue 39), the bound
+		// failed: FairMutex 328 ms, RWMutex 128 ms, Semaphore 182 ms,
+		// WaitGroup 296 ms on 90cfeff (2026-12-04), with no probe to say
+		// whether the scheduler made them; dsync's TestRollingRestart, with
+		// the same loops, saw whole processes unscheduled up to 103 ms and
+		// the waits woken by their messages at once. A stretch over the
+		// bound is therefore weighed against the starvation probes
+		// (starve_test.go): excused only if the probes of the waiter's
+		// process and of the test process (the proxy) were late within it by
+		// at least its excess; the raw worst stall is still printed, and the
+		// excused ones with their lag. Four 2-minute soaks with both loops
+		// on 87d6d3b..a8e7bd5 (2026-12-04): the test process's probe late
+		// 77-93 s in all (the longest 306-668 ms), 3 stretches over the
+		// bound, 102 ms each (one free stretch, three waiters), in one
+		// deploy, excused by a lag of 95 ms (an excess of 2 ms), none over
+		// it in the other three; one without the loops (the machine shared,
+		// load 5): the probe late 58 s in all (the soak's own load), no
+		// stretch over the bound, nothing excused. A probe in a process
+		// doing nothing else on the same machine: late 49 ms in 5 s (the
+		// longest 6 ms).
 		kr.mu.Lock()
 		deps := slices.Clone(kr.deploys)
 		kr.mu.Unlock()
@@ -530,6 +572,7 @@ func TestFaultSoak(t *testing.T) {
 			children.Unlock()
 		}
 		ds := deployStalls(kr.kind, kr.ev, kr.waits, deps, kr.run.wipes...)
+		excuseStalls(ds, lagOf)
 		df := deployFigures(ds)
 		t.Logf("soak %s: %v", kindTitle(kr.kind), df)
 		row.Faults += "; " + df.String()
@@ -563,13 +606,14 @@ func TestFaultSoak(t *testing.T) {
 		addRow(row)
 		kr.ev = nil // histories out of the heap before it is measured
 	}
-	// Nor the harness's other records (the waits' lateness, the faults),
-	// nor the stores' resources (one per Once name): the heap measured is
+	// Nor the harness's other records (the waits' lateness, the faults,
+	// the starvation probes' spans), nor the stores' resources (one per Once name): the heap measured is
 	// what the Clients keep.
 	for _, kr := range runs {
 		kr.run = nil
 		kr.store.clear()
 	}
+	lags.clear()
 	if len(left) > 0 {
 		t.Errorf("%v after the soak Redis still shows %v", took, left)
 	}
@@ -613,7 +657,7 @@ func TestFaultSoak(t *testing.T) {
 		t.Errorf("Redis connections %d, baseline %d", after.conns, base.conns)
 	}
 	addRow(reportRow{Scenario: "i soak, every fault class", Primitive: "all, Clients open", Size: fmt.Sprintf("8 primitives x %v", dur),
-		Faults: fmt.Sprintf("%d faults of %d kinds; %d children exited on their own", total, len(injected), exited.Load()), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
+		Faults: fmt.Sprintf("%d faults of %d kinds; %d children exited on their own; %s", total, len(injected), exited.Load(), lagText), Leaked: len(leaked), RecoveryNote: "—", NoCounts: true, Failed: t.Failed(),
 		Check: fmt.Sprintf("back to baseline %v after: goroutines %d (baseline %d, +%d allowed), heap %d KiB (baseline %d KiB, bound %d KiB), Redis connections %d (baseline %d)",
 			backIn.Round(100*time.Millisecond), after.goroutines, base.goroutines, goroutineSlack, after.heap>>10, base.heap>>10, heapBound(base.heap)>>10, after.conns, base.conns),
 		Command: "make soak (30 min); CI: cd faults && GOWORK=off go test -race -count=1 -run TestFaultSoak ."})
