@@ -66,3 +66,13 @@ func withRenewReplied(f func(h *hold, ok bool, sentAt time.Time)) Option {
 
 // CleanupTimeout is the budget of one background cleanup call.
 const CleanupTimeout = cleanupTimeout
+
+// WithMutexEvents sets a function that sees a Mutex's steps between its
+// holders in the Client: "check" (a handoff through Redis that yields if
+// another Client waits, subscribed), "cap" (one at the hard cap of local
+// handoffs, which yields if another Client waits at all), "handoff" (one
+// without a check), "yield" (the lock went back to Redis for the others)
+// and "holdback" (a local waiter held back yieldWait after a yield).
+func WithMutexEvents(f func(event string)) Option {
+	return func(c *config) { c.test.mutexEvent = f }
+}

@@ -20,8 +20,9 @@ import (
 //	passing    the holder releases (passOnLocked) with waiters queued: to the
 //	           first one with the next token of the reserved block (no
 //	           round trip), or through one handoff script that reserves a
-//	           new block, or (yield) back to Redis when other processes
-//	           wait, the queue head then leading after yieldWait
+//	           new block, or (yield) back to Redis when another Client's
+//	           waiter marked the lock, the queue head then leading after
+//	           yieldWait
 //	releasing  busy while the release script runs; then free, and the
 //	           next waiter leads
 //
@@ -42,7 +43,7 @@ type mutexState struct {
 	queue   []*mutexWaiter
 	passes  int  // consecutive handoffs inside this Client
 	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
-	yielded bool // the lock was just released to other processes' waiters
+	yielded bool // the lock was just yielded to other Clients' waiters
 	// next..last are the fencing tokens reserved in Redis for handoffs
 	// inside this Client (see Mutex.block); empty when next > last.
 	next, last uint64
@@ -294,6 +295,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			st.mu.Unlock()
 			if yielded {
 				// Let the other processes' waiter take it first.
+				c.testEvent("holdback")
 				if err := c.sleepCtx(ctx, yieldWait); err != nil {
 					m.stepDown(st)
 					return nil, nil, false, attempts, err
@@ -381,6 +383,15 @@ func (m *Mutex) stepDown(st *mutexState) {
 }
 
 // yieldWait is how long a Client's next local waiter holds back after the
-// Client yielded a lock to other processes, so that their waiter, woken by
-// the release message, gets it first.
+// Client yielded a lock to other processes (only when another Client's
+// waiter had marked it: see mutex_handoff.lua), so that their waiter, woken
+// by the release message, gets it first.
 const yieldWait = 2 * time.Millisecond
+
+// testEvent tells the Client's test hook, if any, of event (see
+// testHooks.mutexEvent).
+func (c *Client) testEvent(event string) {
+	if f := c.cfg.test.mutexEvent; f != nil {
+		f(event)
+	}
+}
