@@ -149,7 +149,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 			w.woken = false
 			st.queue = append([]*mutexWaiter{w}, st.queue...)
 			st.passes = 0
-			st.yielded = true
+			st.yielded = h.token // the yield's marker: "- <h.token> 0"
 			st.wakeNextLocked()
 		default:
 			// Not handed over: the waiter acquires through Redis.

@@ -131,3 +131,57 @@ func TestMutexLingeringSubscriptionIsNoWait(t *testing.T) {
 	require.Zero(t, ev.get("holdback"), "local waiters held back with no other Client waiting")
 	require.GreaterOrEqual(t, ev.get("check"), 10, "checks for other Clients' waiters")
 }
+
+// After a yield the Client's next local waiter holds back only until the
+// other Client has taken the lock, not for all of yieldWait (here 30 s,
+// beyond the test's 20 s deadline): then its attempt marks the lock, and the other Client yields it
+// back at its next check. (It used to sleep yieldWait whatever happened,
+// so the other Client kept the lock, or it lay free, that long.)
+func TestMutexHoldbackEndsWhenTaken(t *testing.T) {
+	prefix := testPrefix(t)
+	var ev mutexEvents
+	busy := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithMaxLocalHandoffs(2),
+		dsync.WithMutexEvents(ev.add), dsync.WithYieldWait(30*time.Second))
+	other := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	ctx := ctxT(t)
+	m := busy.NewMutex("taken")
+	var started atomic.Bool
+	release := make(chan struct{})
+	got := make(chan error, 1)
+	passAround(t, m, 4, "a held-back waiter to see the other Client take the lock", func() bool {
+		if !started.Swap(true) {
+			go func() {
+				om := other.NewMutex("taken")
+				for {
+					octx, err := om.LockContext(ctx)
+					if err != nil {
+						got <- err
+						return
+					}
+					// Held until the busy Client's held-back waiter saw
+					// it taken; if the lock came by a plain release
+					// instead (busy's queue was empty a moment), nobody
+					// holds back: give it back and wait again.
+					select {
+					case <-release:
+						got <- om.UnlockContext(octx)
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					if err := om.UnlockContext(octx); err != nil {
+						got <- err
+						return
+					}
+				}
+			}()
+		}
+		if ev.get("taken") == 0 {
+			return false
+		}
+		close(release)
+		return true
+	})
+	require.NoError(t, <-got)
+	require.Positive(t, ev.get("yield"), "yields")
+	require.Equal(t, ev.get("holdback"), ev.get("taken"), "holdbacks that did not end when the other Client took the lock")
+}

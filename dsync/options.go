@@ -60,6 +60,8 @@ type testHooks struct {
 	// mutexEvent, when set, sees a Mutex's steps between its holders in
 	// this Client (Client.testEvent).
 	mutexEvent func(event string)
+	// yieldWait, when set, replaces yieldWait.
+	yieldWait time.Duration
 }
 
 func defaultConfig() config {
