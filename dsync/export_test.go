@@ -66,3 +66,20 @@ func withRenewReplied(f func(h *hold, ok bool, sentAt time.Time)) Option {
 
 // CleanupTimeout is the budget of one background cleanup call.
 const CleanupTimeout = cleanupTimeout
+
+// WithMutexEvents sets a function that sees a Mutex's steps between its
+// holders in the Client: "check" (a handoff through Redis that yields if
+// another Client waits, subscribed), "cap" (one at the hard cap of local
+// handoffs, which yields if another Client waits at all), "handoff" (one
+// without a check), "yield" (the lock went back to Redis for the others)
+// "holdback" (a local waiter holds back after a yield) and "taken" (it
+// saw another Client take the lock, and ended its holdback).
+func WithMutexEvents(f func(event string)) Option {
+	return func(c *config) { c.test.mutexEvent = f }
+}
+
+// WithYieldWait sets how long at most the Client's next local waiter holds
+// back after a Mutex yielded to other Clients (yieldWait).
+func WithYieldWait(d time.Duration) Option {
+	return func(c *config) { c.test.yieldWait = d }
+}

@@ -22,10 +22,15 @@ import (
 // m.block-1 handoffs inside this Client need no round trip: the new holder
 // takes the next token and the same hold in Redis. When the block runs out,
 // a handoff script reserves the next one in one round trip, and first asks
-// Redis whether other processes wait (their waiters are subscribed to the
-// lock's channel); if so it releases the lock to them instead: the yield.
-// Without waiters elsewhere the lock keeps passing locally, up to a hard cap
-// of 8 blocks, in case a waiter could not subscribe.
+// Redis whether other processes wait (a waiter of theirs found the lock
+// held and marked it, and they are subscribed to the lock's channel); if
+// so it releases the lock to them instead: the yield, after which this
+// Client's next waiter holds back yieldWait, so that theirs takes it
+// first. Without waiters elsewhere the lock keeps passing locally; every 8
+// blocks (the hard cap) the check asks for the mark alone, in case a
+// waiter could not subscribe. A subscription alone is no wait (a Client
+// stays subscribed a while after its waits), and neither is the cap: the
+// lock is not left free, nor a local waiter held back, for nobody.
 //
 // A handoff without a round trip also needs the hold confirmed in Redis
 // (acquired, handed over or renewed) less than lease/30 ago
@@ -95,19 +100,28 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		return ErrClosed
 	}
 	// A handoff through Redis reserves a new block; with blocks each is a
-	// yield check, without them every bound-th.
-	check := bound > 0 && (m.block > 1 || (st.passes > 0 && st.passes%bound == 0))
-	if len(st.queue) > 0 && bound > 0 && st.passes < 8*bound && !(check && c.cluster && !c.sharded) && !h.isEnded() {
-		// In a cluster without sharded pub/sub, PUBSUB NUMSUB sees only one
-		// node's subscribers, so a check there always yields (the plain
-		// release below).
+	// yield check, without them every bound-th; at the hard cap the check
+	// asks only whether another Client marked the lock as waited for.
+	check := checkNone
+	switch {
+	case bound == 0:
+	case st.passes >= 8*bound:
+		check = checkCap
+	case m.block > 1 || (st.passes > 0 && st.passes%bound == 0):
+		check = checkSubscribed
+	}
+	if len(st.queue) > 0 && bound > 0 && !h.isEnded() {
 		w := st.queue[0]
 		st.queue = st.queue[1:]
 		w.woken = true
 		st.busy = true
 		st.passes++
+		if check == checkCap {
+			st.passes = 0 // the cap is checked again 8 blocks on
+		}
 		st.mu.Unlock()
 		c.beforeRelease(h)
+		c.testEvent(check.event())
 		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
 		if errors.Is(err, ErrNotHeld) {
 			// Not held in Redis any more: lost (FLUSHALL, a restart, an
@@ -131,10 +145,11 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 			st.shareHoldLocked(nh) // other waiters of the same owner re-enter
 		case yielded:
 			// Back to the head of the queue, to compete after the others.
+			c.testEvent("yield")
 			w.woken = false
 			st.queue = append([]*mutexWaiter{w}, st.queue...)
 			st.passes = 0
-			st.yielded = true
+			st.yielded = h.token // the yield's marker: "- <h.token> 0"
 			st.wakeNextLocked()
 		default:
 			// Not handed over: the waiter acquires through Redis.
@@ -145,7 +160,6 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		return err
 	}
 	st.busy = true
-	st.yielded = len(st.queue) > 0 && st.passes > 0
 	st.passes = 0
 	tag := st.tagForLocked(h)
 	st.mu.Unlock()
@@ -167,15 +181,48 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 	return wrapErr(KindMutex, m.info.Name, err)
 }
 
+// yieldCheck is what a handoff through Redis asks before it hands over
+// (mutex_handoff.lua's ARGV[5]).
+type yieldCheck int
+
+const (
+	// checkNone: hand over.
+	checkNone yieldCheck = iota
+	// checkSubscribed: yield if another Client marked the lock as waited
+	// for (" w") and is subscribed to its channel, where its waiter learns
+	// of the yield. In a cluster without sharded pub/sub, PUBSUB NUMSUB
+	// sees one node's subscribers only: there the mark alone decides, as
+	// for checkCap.
+	checkSubscribed
+	// checkCap: the hard cap: yield if another Client marked the lock,
+	// subscribed or not (its waiter may have failed to subscribe and
+	// poll).
+	checkCap
+)
+
+// event names the check for the Client's test hook.
+func (k yieldCheck) event() string {
+	switch k {
+	case checkSubscribed:
+		return "check"
+	case checkCap:
+		return "cap"
+	}
+	return "handoff"
+}
+
 // handoff moves the lock from hold h to owner to in one script and returns
-// the new hold; with check, it yields instead if other processes wait. It
-// returns nil with the reason if it could do neither: ErrNotHeld when h's
-// hold was gone from Redis (lost).
-func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check bool) (nh *hold, yielded bool, err error) {
+// the new hold; with a check, it yields instead if other processes wait
+// (see yieldCheck). It returns nil with the reason if it could do neither:
+// ErrNotHeld when h's hold was gone from Redis (lost).
+func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check yieldCheck) (nh *hold, yielded bool, err error) {
 	c := m.c
 	lease := m.lease()
 	own := "-1"
-	if check {
+	switch {
+	case check == checkCap || check == checkSubscribed && c.cluster && !c.sharded:
+		own = "w"
+	case check == checkSubscribed:
 		own = "0"
 		if c.notify.isLive(m.ch()) {
 			own = "1"

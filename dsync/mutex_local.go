@@ -20,8 +20,9 @@ import (
 //	passing    the holder releases (passOnLocked) with waiters queued: to the
 //	           first one with the next token of the reserved block (no
 //	           round trip), or through one handoff script that reserves a
-//	           new block, or (yield) back to Redis when other processes
-//	           wait, the queue head then leading after yieldWait
+//	           new block, or (yield) back to Redis when another Client's
+//	           waiter marked the lock, the queue head then leading after
+//	           yieldWait
 //	releasing  busy while the release script runs; then free, and the
 //	           next waiter leads
 //
@@ -36,13 +37,16 @@ import (
 // and its methods named ...Locked run under mu. A state whose refs drop to
 // 0 is cleared and reused under Client.mu alone: nobody refers to it then.
 type mutexState struct {
-	refs    int // calls in progress plus one for a hold; guarded by Client.mu
-	mu      sync.Mutex
-	h       *hold
-	queue   []*mutexWaiter
-	passes  int  // consecutive handoffs inside this Client
-	busy    bool // a goroutine is acquiring, releasing or handing off in Redis
-	yielded bool // the lock was just released to other processes' waiters
+	refs   int // calls in progress plus one for a hold; guarded by Client.mu
+	mu     sync.Mutex
+	h      *hold
+	queue  []*mutexWaiter
+	passes int  // consecutive handoffs inside this Client
+	busy   bool // a goroutine is acquiring, releasing or handing off in Redis
+	// yielded, when not 0, is the last token issued under the hold just
+	// yielded to other Clients' waiters: the next leader holds back
+	// (holdBack).
+	yielded uint64
 	// next..last are the fencing tokens reserved in Redis for handoffs
 	// inside this Client (see Mutex.block); empty when next > last.
 	next, last uint64
@@ -290,11 +294,12 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 			}
 			st.mu.Lock()
 			yielded := st.yielded
-			st.yielded = false
+			st.yielded = 0
 			st.mu.Unlock()
-			if yielded {
+			if yielded != 0 {
 				// Let the other processes' waiter take it first.
-				if err := c.sleepCtx(ctx, yieldWait); err != nil {
+				c.testEvent("holdback")
+				if err := m.holdBack(ctx, yielded); err != nil {
 					m.stepDown(st)
 					return nil, nil, false, attempts, err
 				}
@@ -380,7 +385,59 @@ func (m *Mutex) stepDown(st *mutexState) {
 	m.c.putMutex(m.sk(), st)
 }
 
-// yieldWait is how long a Client's next local waiter holds back after the
-// Client yielded a lock to other processes, so that their waiter, woken by
-// the release message, gets it first.
-const yieldWait = 2 * time.Millisecond
+// yieldWait is how long at most a Client's next local waiter holds back
+// after the Client yielded a lock to other processes (only when another
+// Client's waiter had marked it: see mutex_handoff.lua), so that their
+// waiter, woken by the release message, gets it first; it looks every
+// yieldPoll whether they have.
+const (
+	yieldWait = 2 * time.Millisecond
+	yieldPoll = 100 * time.Microsecond
+)
+
+// holdBack waits, after this Client yielded m with tok the last token
+// issued under the hold, until another Client has taken it (the value is no
+// longer the yield's free marker "- <tok> 0": see mutex_handoff.lua), or
+// yieldWait has passed: then the caller, the Client's next leader, tries
+// for it. Taken, its attempt fails and marks the lock, so the other Client
+// yields it back at its next check, after one block of local handoffs,
+// rather than keep it for as long as this Client held back. A GET every
+// yieldPoll: a few commands per yield, none if nobody waits.
+func (m *Mutex) holdBack(ctx context.Context, tok uint64) error {
+	c := m.c
+	marker := "- " + strconv.FormatUint(tok, 10) + " 0"
+	wait := yieldWait
+	if c.cfg.test.yieldWait > 0 {
+		wait = c.cfg.test.yieldWait
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		d := min(yieldPoll, time.Until(deadline))
+		if d <= 0 {
+			return nil
+		}
+		if err := c.sleepCtx(ctx, d); err != nil {
+			return err
+		}
+		v, err := c.rc.Do(ctx, c.rc.B().Get().Key(m.key).Build()).ToString()
+		if err == nil && v == marker {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			c.testEvent("taken")
+		}
+		// Taken, or gone (FLUSHALL), or Redis failed: the attempt tells.
+		return nil
+	}
+}
+
+// testEvent tells the Client's test hook, if any, of event (see
+// testHooks.mutexEvent).
+func (c *Client) testEvent(event string) {
+	if f := c.cfg.test.mutexEvent; f != nil {
+		f(event)
+	}
+}

@@ -57,6 +57,11 @@ type testHooks struct {
 	// by a message or a reconnect: where no hint applies, the signature of
 	// a lost wakeup.
 	fallbackPolled func(ch string)
+	// mutexEvent, when set, sees a Mutex's steps between its holders in
+	// this Client (Client.testEvent).
+	mutexEvent func(event string)
+	// yieldWait, when set, replaces yieldWait.
+	yieldWait time.Duration
 }
 
 func defaultConfig() config {

@@ -2,12 +2,19 @@
 -- Hand the mutex from one owner to another of the same Client in one step,
 -- with a fresh fencing token, instead of a release and an acquire; or, when
 -- asked to check and other processes wait, release it to them instead.
+-- Another Client waits when its attempt found the lock held: it marked the
+-- value " w" (mutex_acquire.lua; the mark stays through handoffs, and goes
+-- with the release, or with the last waiter's unwait). A subscription alone
+-- is no wait: a Client stays subscribed a while after its waits ended.
 --
 -- KEYS[1] lock key, KEYS[2] wakeup channel
 -- ARGV[1] from owner, ARGV[2] from token, ARGV[3] to owner,
 -- ARGV[4] lease in ms for the new holder,
--- ARGV[5] "-1": hand over; n >= 0: yield instead if the channel has more
--- than n subscribers (n being the caller's own subscription, 0 or 1),
+-- ARGV[5] "-1": hand over; n >= 0: yield instead if another Client marked
+-- the value and the channel has more than n subscribers (n being the
+-- caller's own subscription, 0 or 1); "w": yield if another Client marked
+-- the value, subscribed or not (the Client's hard cap, and a cluster whose
+-- PUBSUB NUMSUB sees one node only),
 -- ARGV[6] free-marker lifetime in ms (for a yield),
 -- ARGV[7] tokens to reserve for the new holder's Client (>= 1),
 -- ARGV[8] (optional) the last token issued under the from hold (see
@@ -35,12 +42,11 @@ end
 if o ~= ARGV[1] or t ~= ARGV[2] or c ~= 1 then
   return {0}
 end
-local own = tonumber(ARGV[5])
-if own >= 0 then
+local own = ARGV[5]
+if own ~= '-1' and string.find(w, 'w', 1, true) then
   -- Waiters of other processes are subscribed to the channel while they
   -- wait; the handing Client's own waiters are not (they wait locally).
-  local n = redis.call('pubsub', 'numsub', KEYS[2])[2]
-  if n > own then
+  if own == 'w' or redis.call('pubsub', 'numsub', KEYS[2])[2] > tonumber(own) then
     redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'px', ARGV[6])
     redis.call('publish', KEYS[2], used)
     return {2}

@@ -156,18 +156,30 @@ func TestMutexScripts(t *testing.T) {
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", strconv.FormatInt(h[1], 10), "D", "5000", "-1", "60000", "1"}))
 	require.Equal(t, int64(0), r[0], "handoff with count 2 = %v", r)
 	// With a check, a handoff hands over while only the caller's own
-	// subscription (or none) is on the channel, and yields to other
-	// subscribers: the lock becomes free and they are told.
+	// subscription (or none) is on the channel, or while no waiter of
+	// another Client marked the value (a subscription alone is no wait: a
+	// Client stays subscribed a while after its waits), and yields to
+	// other subscribers once one marked it: the lock becomes free and they
+	// are told.
 	rel("C", 0)                                                                                  // back to count 1
 	cur := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"Z", "10000"})) // {0, pttl}: held by C
 	require.Equal(t, int64(0), cur[0], "C lost the lock: %v", cur)
 	tokC := strconv.FormatInt(h[1], 10)
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"C", tokC, "D", "5000", "1", "60000", "1"}))
 	require.Equal(t, int64(1), r[0], "checked handoff with only the own subscriber (1) = %v, want handed over", r)
-	tokD := strconv.FormatInt(acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{"D", "10000"}))[1], 10)
-	rel("D", 0) // undo the re-entry just made to read the token
+	tokD := strconv.FormatInt(r[1], 10)
 	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
-	require.Equal(t, int64(2), r[0], "checked handoff with a foreign subscriber = %v, want a yield", r)
+	require.Equal(t, int64(1), r[0], "checked handoff with a foreign subscriber but no waiter's mark = %v, want handed over", r)
+	tokE := strconv.FormatInt(r[1], 10)
+	require.Equal(t, "E "+tokE+" 1", get(), "after the handoff the value")
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0002"}, []string{"B", "10000", "client-b", "1", "0"}))
+	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"E", tokE, "F", "5000", "1", "60000", "1"}))
+	require.Equal(t, int64(1), r[0], "checked handoff, marked, with only the own subscriber (1) = %v, want handed over", r)
+	tokD = strconv.FormatInt(r[1], 10)
+	require.Equal(t, "F "+tokD+" 1 w", get(), "a handoff keeps the waiter's mark")
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"F", tokD, "G", "5000", "0", "60000", "1"}))
+	require.Equal(t, int64(2), r[0], "checked handoff, marked, with a foreign subscriber = %v, want a yield", r)
 	require.Equal(t, "- "+tokD+" 0", get(), "after a yield the value")
 	select {
 	case m := <-msgs:
@@ -175,8 +187,22 @@ func TestMutexScripts(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the yield published nothing")
 	}
-	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"D", tokD, "E", "5000", "0", "60000", "1"}))
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"F", tokD, "G", "5000", "0", "60000", "1"}))
 	require.Equal(t, int64(2), r[0], "retried yield = %v", r)
+	// The hard cap's check ("w"): yield if marked, subscribed or not (no
+	// subscriber on this lock's channel).
+	wk, wch := "p:{cap}:mutex", "p:{cap}:mutex:ch"
+	x := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{wk}, []string{"X", "10000"}))
+	require.Equal(t, int64(1), x[0], "acquire = %v", x)
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{wk, wch}, []string{"X", strconv.FormatInt(x[1], 10), "Y", "5000", "w", "60000", "1"}))
+	require.Equal(t, int64(1), r[0], "cap's handoff, not marked = %v, want handed over", r)
+	tokY := strconv.FormatInt(r[1], 10)
+	r = acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{wk, wk + ":a:cb-wait0003"}, []string{"B", "10000", "client-b", "1", "0"}))
+	require.Equal(t, int64(0), r[0], "waiting attempt = %v, want {0, pttl}", r)
+	r = ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{wk, wch}, []string{"Y", tokY, "Z", "5000", "w", "60000", "1"}))
+	require.Equal(t, int64(2), r[0], "cap's handoff, marked, nobody subscribed = %v, want a yield", r)
+	wv, _ := rc.Do(ctx, rc.B().Get().Key(wk).Build()).ToString()
+	require.Equal(t, "- "+tokY+" 0", wv, "after the cap's yield the value")
 	acq("C")
 	acq("C")
 	// Reservations: an acquisition reserving 4 tokens records the last, and
