@@ -61,8 +61,11 @@ func (o *observation) done(h *hold, reentered bool, attempts int, err error) {
 			}
 		}
 		e.Blockers, e.BlockersDropped = o.c.tags.collect(o.note, o.info.Kind, h != nil, within)
-		for _, b := range e.Blockers {
-			e.BlockedBy = append(e.BlockedBy, b.Tag)
+		if len(e.Blockers) > 0 {
+			e.BlockedBy = make([]string, len(e.Blockers))
+			for i, b := range e.Blockers {
+				e.BlockedBy[i] = b.Tag
+			}
 		}
 	}
 	if obs.AcquireDone != nil {

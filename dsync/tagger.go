@@ -593,6 +593,16 @@ func (t *tagger) read(key string) []blockRec {
 	return out
 }
 
+// overlap is how long (µs) r held the lock during a wait from ws to we;
+// <= 0: not during it.
+func (r blockRec) overlap(ws, we int64) int64 {
+	e := we
+	if r.end != 0 {
+		e = min(r.end, we)
+	}
+	return e - max(r.start, ws)
+}
+
 // blockers makes the Blockers of a wait from ws to we (wall µs) of the
 // holds in local (this Client's, first: their times are exact) and
 // remote (Redis's), each hold once (by its tag; an ended record before a
@@ -600,15 +610,52 @@ func (t *tagger) read(key string) []blockRec {
 // at most MaxBlockers (the rest, those that overlapped least, counted as
 // dropped).
 func blockers(ws, we int64, local, remote []blockRec) ([]Blocker, int) {
-	if len(local)+len(remote) == 0 {
+	// Of Redis's, only those that can count: those that overlapped the
+	// wait (most of a read, or of the last one, cached: collect, are the
+	// history's older entries), and the ended records of the holds that a
+	// record has as current (which the ended record overrides, below).
+	var cur []string
+	for _, r := range local {
+		if r.end == 0 {
+			cur = append(cur, r.tag)
+		}
+	}
+	n := 0
+	for _, r := range remote {
+		if r.overlap(ws, we) > 0 {
+			n++
+			if r.end == 0 {
+				cur = append(cur, r.tag)
+			}
+		}
+	}
+	counts := func(r blockRec) bool {
+		return r.overlap(ws, we) > 0 || (r.end != 0 && slices.Contains(cur, r.tag))
+	}
+	if len(cur) > 0 {
+		n = 0
+		for _, r := range remote {
+			if counts(r) {
+				n++
+			}
+		}
+	}
+	if len(local)+n == 0 {
 		return nil, 0
 	}
 	recs := local
-	if len(remote) > 0 {
+	if n > 0 {
+		all := make([]blockRec, 0, len(local)+n)
+		all = append(all, local...)
+		for _, r := range remote {
+			if counts(r) {
+				all = append(all, r)
+			}
+		}
 		// The same hold may be in both, or in Redis twice (current, then
 		// ended): keep one, an ended record before a current one.
-		byTag := make(map[string]blockRec, len(local)+len(remote))
-		for _, r := range append(local, remote...) {
+		byTag := make(map[string]blockRec, len(all))
+		for _, r := range all {
 			if o, ok := byTag[r.tag]; ok && (o.end != 0 || r.end == 0) {
 				continue
 			}
@@ -623,14 +670,11 @@ func blockers(ws, we int64, local, remote []blockRec) ([]Blocker, int) {
 	// tagLock.live as it enters tagLock.ended.)
 	out := make([]Blocker, 0, len(recs))
 	for _, r := range recs {
-		s, e := max(r.start, ws), we
-		if r.end != 0 {
-			e = min(r.end, we)
-		}
-		if e <= s {
+		o := r.overlap(ws, we)
+		if o <= 0 {
 			continue
 		}
-		b := Blocker{Tag: r.tag, Start: time.UnixMicro(r.start), Overlap: time.Duration(e-s) * time.Microsecond}
+		b := Blocker{Tag: r.tag, Start: time.UnixMicro(r.start), Overlap: time.Duration(o) * time.Microsecond}
 		if r.end != 0 {
 			b.End = time.UnixMicro(r.end)
 		}
