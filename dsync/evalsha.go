@@ -35,28 +35,37 @@ func (c *Client) evalMulti(ctx context.Context, s *rueidis.Lua, execs []rueidis.
 }
 
 // execAfter runs script s (keys, args) as its Exec does, after the hold-tag
-// changes pre (if not nil: see tagger.release) in the same pipeline, so
-// that they reach Redis before it without a round trip of their own; pre
-// is sent by the first call only (a retry sends s alone), and is done
-// once sent. A change the server lacked the script for is sent again
+// changes *pre (if not nil: see tagger.release) in the same pipeline, so
+// that they reach Redis before it without a round trip of their own. Once
+// they got an answer, *pre is done and set to nil (a retry of the call
+// sends s alone); without one (the connection, the context), they go
+// again with the next try (applying them twice only repeats history
+// entries, which count once: see blockers), or are sent after the call by
+// finishTags. A change the server lacked the script for is sent again
 // after s (out of order: a rare loss, after a restart or SCRIPT FLUSH).
 func (c *Client) execAfter(ctx context.Context, pre **tagBatch, s *rueidis.Lua, keys, args []string) rueidis.RedisResult {
 	b := *pre
 	if b == nil {
 		return c.lua(s).Exec(ctx, c.rc, keys, args)
 	}
-	*pre = nil
-	defer b.done()
 	cmds := append(b.cmds(), c.evalCmds(s, []rueidis.LuaExec{{Keys: keys, Args: args}})...)
 	res := c.rc.DoMulti(ctx, cmds...)
 	last := res[len(res)-1]
 	if e, ok := rueidis.IsRedisErr(last.Error()); ok && e.IsNoScript() {
 		last = c.lua(s).Exec(ctx, c.rc, keys, args)
 	}
+	answered := true
 	for i, r := range res[:len(res)-1] {
-		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+		err := r.Error()
+		if e, ok := rueidis.IsRedisErr(err); ok && e.IsNoScript() {
 			c.lua(scripts.TagSync).Exec(ctx, c.rc, b.execs[i].Keys, b.execs[i].Args)
+		} else if err != nil && !isRedisErr(err) {
+			answered = false
 		}
+	}
+	if answered {
+		*pre = nil
+		b.done()
 	}
 	return last
 }

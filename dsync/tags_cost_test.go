@@ -2,6 +2,7 @@ package dsync_test
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/dsync/dsync/internal/redistest"
+	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,4 +89,60 @@ func (r *callCounter) count(cmd rueidis.Completed) {
 	if cs := cmd.Commands(); len(cs) > 0 && !strings.EqualFold(cs[0], "SUBSCRIBE") && !strings.EqualFold(cs[0], "PING") {
 		r.calls.Add(1)
 	}
+}
+
+// A release whose first try gets no answer (the connection broke before
+// the pipeline went out) is sent again (idempotent), and the hold-tag
+// changes that went in its pipeline go again with it: the lock's history
+// has the released hold, so a waiter of another Client finds it. Before:
+// the changes were taken as sent by the first try and lost with it (the
+// history stayed empty).
+func TestTracedReleaseRetrySendsTags(t *testing.T) {
+	s := redistest.Start(t)
+	tagSync, _ := scripts.SHA1(scripts.TagSync)
+	rc := &failFirstTags{Client: s.Client(t), sha: tagSync}
+	var seq atomic.Int64
+	obs := dsync.Observer{
+		HoldTag: func(context.Context, dsync.AcquireDone) string { return "h" + strconv.FormatInt(seq.Add(1), 10) },
+	}
+	prefix := testPrefix(t)
+	c := newClientOn(t, rc, dsync.WithKeyPrefix(prefix), dsync.WithObserver(obs))
+	ctx := ctxT(t)
+	m := c.NewMutex("retry")
+	l, err := m.LockContext(ctx)
+	require.NoError(t, err)
+	require.NoError(t, m.UnlockContext(l))
+	require.EqualValues(t, 1, rc.failed.Load(), "the release's first pipeline failed")
+	ctl := s.Client(t)
+	hist, err := ctl.Do(ctx, ctl.B().Lrange().Key(prefix+":{retry}:mutex:taghist").Start(0).Stop(-1).Build()).AsStrSlice()
+	require.NoError(t, err)
+	require.Len(t, hist, 1, "the released hold is in the lock's history")
+	assert.True(t, strings.HasSuffix(hist[0], " h1"), "the entry is the hold's: %q", hist[0])
+	c2 := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix))
+	l2, ok, err := c2.NewMutex("retry").TryLockContext(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok, "the lock is released")
+	if ok {
+		require.NoError(t, c2.NewMutex("retry").UnlockContext(l2))
+	}
+}
+
+// failFirstTags fails, without sending it, the first pipeline that starts
+// with a tag_sync.lua EVALSHA (the tag changes sent ahead of a release),
+// as a broken connection would.
+type failFirstTags struct {
+	rueidis.Client
+	sha    string
+	failed atomic.Int64
+}
+
+func (r *failFirstTags) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	if cs := multi[0].Commands(); len(multi) > 1 && len(cs) > 1 && strings.EqualFold(cs[0], "EVALSHA") && cs[1] == r.sha && r.failed.CompareAndSwap(0, 1) {
+		res := make([]rueidis.RedisResult, len(multi))
+		for i := range res {
+			res[i] = rueidis.NewErrorResult(io.ErrUnexpectedEOF)
+		}
+		return res
+	}
+	return r.Client.DoMulti(ctx, multi...)
 }
