@@ -292,24 +292,28 @@ func (t *tagger) kick() {
 }
 
 // flush sends the queue, tagDelay after it was started, until it is
-// empty; each send has a cleanup budget of its own, since under steady
-// contention the queue can refill for longer than one budget.
+// empty, each send tagDelay after the one before (under steady contention
+// the queue refills at once: the changes of a millisecond go together, not
+// one script per round trip); a hold of this Client that ended other than
+// inside it (wake) or Close cuts the wait short. Each send has a cleanup
+// budget of its own, since under steady contention the queue can refill
+// for longer than one budget.
 func (t *tagger) flush(context.Context) {
 	timer := time.NewTimer(tagDelay)
-	select {
-	case <-timer.C:
-	case <-t.wake:
-		timer.Stop()
-	case <-t.c.done:
-		timer.Stop()
-	}
+	defer timer.Stop()
 	for {
+		select {
+		case <-timer.C:
+		case <-t.wake:
+		case <-t.c.done:
+		}
 		ctx, cancel := context.WithTimeout(t.c.cleanCtx, cleanupTimeout)
 		more := t.send(ctx, true)
 		cancel()
 		if !more {
 			return
 		}
+		timer.Reset(tagDelay)
 	}
 }
 
