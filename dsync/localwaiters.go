@@ -111,7 +111,7 @@ func (lw *localWaiters) run(context.Context) {
 			// A budget per write, not the loop's: it runs as long as
 			// goroutines wait.
 			cctx, cancel := context.WithTimeout(c.cleanCtx, cleanupTimeout)
-			c.lua(scripts.MutexLocalWaiters).ExecMulti(cctx, c.rc, execs...)
+			c.evalMulti(cctx, scripts.MutexLocalWaiters, execs)
 			cancel()
 		}
 		lw.mu.Lock()

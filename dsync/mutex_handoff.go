@@ -120,9 +120,8 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 			st.passes = 0 // the cap is checked again 8 blocks on
 		}
 		st.mu.Unlock()
-		c.beforeRelease(h)
 		c.testEvent(check.event())
-		nh, yielded, err := m.handoff(ctx, h, w.owner, check)
+		nh, yielded, err := m.handoff(ctx, h, w.owner, check, c.tagsBefore(h))
 		if errors.Is(err, ErrNotHeld) {
 			// Not held in Redis any more: lost (FLUSHALL, a restart, an
 			// expiry), not released.
@@ -163,8 +162,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 	st.passes = 0
 	tag := st.tagForLocked(h)
 	st.mu.Unlock()
-	c.beforeRelease(h)
-	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag)
+	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag, c.tagsBefore(h))
 	var ended bool
 	if err == nil && code == 0 {
 		ended = h.end(h.lostCause(whyHandoff), true) // gone from Redis: lost, not released
@@ -214,8 +212,10 @@ func (k yieldCheck) event() string {
 // handoff moves the lock from hold h to owner to in one script and returns
 // the new hold; with a check, it yields instead if other processes wait
 // (see yieldCheck). It returns nil with the reason if it could do neither:
-// ErrNotHeld when h's hold was gone from Redis (lost).
-func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check yieldCheck) (nh *hold, yielded bool, err error) {
+// ErrNotHeld when h's hold was gone from Redis (lost). pre, if not nil,
+// are the hold-tag changes to send ahead of the script in its pipeline
+// (Client.tagsBefore).
+func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check yieldCheck, pre *tagBatch) (nh *hold, yielded bool, err error) {
 	c := m.c
 	lease := m.lease()
 	own := "-1"
@@ -233,9 +233,10 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check yieldChec
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {
 		sentAt = time.Now()
-		vals, err = c.lua(scripts.MutexHandoff).Exec(ctx, c.rc, m.relKeys(), args).AsIntSlice()
+		vals, err = c.execAfter(ctx, &pre, scripts.MutexHandoff, m.relKeys(), args).AsIntSlice()
 		return err
 	})
+	c.finishTags(pre)
 	if err != nil {
 		return nil, false, wrapErr(KindMutex, m.info.Name, err)
 	}

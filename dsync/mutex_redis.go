@@ -20,18 +20,27 @@ import (
 // which the script makes safe, and completes even if ctx ends (see
 // idempotent).
 func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (code int64, err error) {
-	return m.releaseTagged(ctx, owner, token, used, "")
+	return m.releaseTagged(ctx, owner, token, used, "", nil)
 }
 
 // releaseTagged is release with the hold's value prefix "<owner> <token> "
 // (hold.mutexPrefix) when the caller has it ("" otherwise): the token's
-// digits are then taken from it, and the common release allocates nothing.
-func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uint64, tag string) (code int64, err error) {
+// digits are then taken from it, and the common release allocates nothing;
+// and with the hold-tag changes to send ahead of it in its pipeline, if
+// any (pre: see Client.tagsBefore).
+func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uint64, tag string, pre *tagBatch) (code int64, err error) {
 	var buf [4]string
 	args := m.releaseArgsTo(buf[:0], owner, token, used, tag)
 	call := func(ctx context.Context) (err error) {
+		if pre != nil {
+			code, err = m.c.execAfter(ctx, &pre, scripts.MutexRelease, m.relBuf[:1], args).AsInt64()
+			return err
+		}
 		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relBuf[:1], args).AsInt64()
 		return err
+	}
+	if pre != nil {
+		defer func() { m.c.finishTags(pre) }()
 	}
 	if token == 0 {
 		// An owner-only release could decrement twice if repeated: one try.

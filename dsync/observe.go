@@ -61,8 +61,11 @@ func (o *observation) done(h *hold, reentered bool, attempts int, err error) {
 			}
 		}
 		e.Blockers, e.BlockersDropped = o.c.tags.collect(o.note, o.info.Kind, h != nil, within)
-		for _, b := range e.Blockers {
-			e.BlockedBy = append(e.BlockedBy, b.Tag)
+		if len(e.Blockers) > 0 {
+			e.BlockedBy = make([]string, len(e.Blockers))
+			for i, b := range e.Blockers {
+				e.BlockedBy[i] = b.Tag
+			}
 		}
 	}
 	if obs.AcquireDone != nil {
@@ -124,10 +127,28 @@ func (c *Client) untag(h *hold) {
 }
 
 // beforeRelease sends, ahead of the release of hold h in Redis, the
-// tag changes this Client has queued, h's end among them: a waiter that
-// the release lets in then finds every hold it waited behind in Redis.
+// tag changes this Client has queued: a waiter that the release lets in
+// then finds every hold it waited behind in Redis. h's end is queued when
+// it ends (a Semaphore's release may leave its hold in place).
 func (c *Client) beforeRelease(h *hold) {
 	if c.tags != nil {
-		c.tags.release(h)
+		if b := c.tags.release(h, false); b != nil {
+			ctx, cancel := context.WithTimeout(c.cleanCtx, cleanupTimeout)
+			b.send(ctx)
+			cancel()
+		}
 	}
+}
+
+// tagsBefore returns, for a release of hold h in Redis that ends it (a
+// Mutex's, a FairMutex's or an RWMutex's), the tag changes this Client has
+// queued, h's end among them, to send in the release's pipeline ahead of
+// it (Client.execAfter): a waiter that the release lets in then finds
+// every hold it waited behind in Redis. nil: none (no observer tags
+// holds, or nothing is queued).
+func (c *Client) tagsBefore(h *hold) *tagBatch {
+	if c.tags == nil {
+		return nil
+	}
+	return c.tags.release(h, true)
 }

@@ -297,8 +297,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 	st.h = nil
 	st.mu.Unlock()
 	h.beginRelease()
-	c.beforeRelease(h)
-	code, err := q.releaseRedis(ctx, owner, h.token)
+	code, err := q.releaseRedisAfter(ctx, owner, h.token, c.tagsBefore(h))
 	ended := h.end(errReleased, false)
 	c.putMutex(key, st) // the hold's reference
 	if err == nil && (code == 0 || !ended) {
@@ -319,12 +318,19 @@ func (q *qlock) observeRelease(ctx context.Context, h *hold, err error, complete
 // context that ignores ctx's cancellation; a lost reply is retried as every
 // release is (idempotent) where the script makes that safe.
 func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (int64, error) {
+	return q.releaseRedisAfter(ctx, owner, token, nil)
+}
+
+// releaseRedisAfter is releaseRedis with the hold-tag changes pre (if not
+// nil: Client.tagsBefore) sent ahead of it in its pipeline.
+func (q *qlock) releaseRedisAfter(ctx context.Context, owner string, token uint64, pre *tagBatch) (int64, error) {
 	s, e := q.p.release(owner, token)
 	var code int64
 	call := func(ctx context.Context) (err error) {
-		code, err = q.c.lua(s).Exec(ctx, q.c.rc, e.Keys, e.Args).AsInt64()
+		code, err = q.c.execAfter(ctx, &pre, s, e.Keys, e.Args).AsInt64()
 		return err
 	}
+	defer func() { q.c.finishTags(pre) }()
 	if token != 0 && q.p.retryRelease() {
 		err := idempotent(ctx, call)
 		return code, err

@@ -88,17 +88,29 @@ type holdTag struct {
 	tag   string
 	val   string
 	start int64
+	// endQueued: the hold's end was queued for Redis ahead of its release
+	// (tagger.release); its end (tagger.ended) then queues nothing more.
+	// Guarded by tagger.mu.
+	endQueued bool
 }
 
 // tagOp is one change queued for Redis: a tagged hold began (set) or
-// ended.
+// ended (end; unsent: its set was never sent, so Redis has no tag of it
+// to remove, only the history entry to add).
 type tagOp struct {
 	key, owner string
-	set        bool
+	kind       string // opSet, opEnd or opEndUnsent (tag_sync.lua's)
 	life       string // a set's lifetime of the tag in ms
 	val        string // set: "<start> <tag>"; end: "<end> <start> <tag>"
 	h          *hold  // a set's hold, so its end can drop it while unsent
 }
+
+// The kinds of tagOp, as tag_sync.lua reads them.
+const (
+	opSet       = "s"
+	opEnd       = "e"
+	opEndUnsent = "E"
+)
 
 const (
 	// MaxBlockers bounds the blockers one acquisition reports
@@ -174,7 +186,7 @@ func (t *tagger) tag(h *hold, tag string) {
 	t.mu.Lock()
 	tl := t.lockLocked(h.key)
 	tl.live = append(tl.live, h)
-	t.ops = append(t.ops, tagOp{key: h.key, owner: h.rOwner, set: true, life: leaseMS(t.c.tagLife(h)), val: ht.val, h: h})
+	t.ops = append(t.ops, tagOp{key: h.key, owner: h.rOwner, kind: opSet, life: leaseMS(t.c.tagLife(h)), val: ht.val, h: h})
 	kick := t.kickLocked()
 	t.mu.Unlock()
 	if kick {
@@ -220,7 +232,11 @@ func (t *tagger) endAt(h *hold, ht *holdTag, end int64, local bool) {
 		}
 		t.dropIdleLocked(h.key, tl)
 	}
-	kick := t.queueEndLocked(h, ht, end)
+	kick := false
+	if !ht.endQueued {
+		// (Else queued already, ahead of the release: tagger.release.)
+		kick = t.queueEndLocked(h, ht, end)
+	}
 	t.mu.Unlock()
 	if kick {
 		t.kick()
@@ -239,14 +255,18 @@ func (t *tagger) endAt(h *hold, ht *holdTag, end int64, local bool) {
 // queueEndLocked queues the end of h (tag ht) at end for Redis, and
 // reports whether a send must be started (kick). t.mu must be held.
 func (t *tagger) queueEndLocked(h *hold, ht *holdTag, end int64) bool {
-	// A tag not sent yet need not be: the entry says it all.
+	// A tag not sent yet need not be: the entry says it all, and there is
+	// no tag of it in Redis to remove.
+	kind := opEnd
 	for i := len(t.ops) - 1; i >= 0; i-- {
 		if t.ops[i].h == h {
 			t.ops = slices.Delete(t.ops, i, i+1)
+			kind = opEndUnsent
 			break
 		}
 	}
-	t.ops = append(t.ops, tagOp{key: h.key, owner: h.rOwner, val: strconv.FormatInt(end, 10) + " " + ht.val})
+	ht.endQueued = true
+	t.ops = append(t.ops, tagOp{key: h.key, owner: h.rOwner, kind: kind, val: strconv.FormatInt(end, 10) + " " + ht.val})
 	return t.kickLocked()
 }
 
@@ -272,33 +292,63 @@ func (t *tagger) kick() {
 }
 
 // flush sends the queue, tagDelay after it was started, until it is
-// empty; each send has a cleanup budget of its own, since under steady
-// contention the queue can refill for longer than one budget.
+// empty, each send tagDelay after the one before (under steady contention
+// the queue refills at once: the changes of a millisecond go together, not
+// one script per round trip); a hold of this Client that ended other than
+// inside it (wake) or Close cuts the wait short. Each send has a cleanup
+// budget of its own, since under steady contention the queue can refill
+// for longer than one budget.
 func (t *tagger) flush(context.Context) {
 	timer := time.NewTimer(tagDelay)
-	select {
-	case <-timer.C:
-	case <-t.wake:
-		timer.Stop()
-	case <-t.c.done:
-		timer.Stop()
-	}
+	defer timer.Stop()
 	for {
+		select {
+		case <-timer.C:
+		case <-t.wake:
+		case <-t.c.done:
+		}
 		ctx, cancel := context.WithTimeout(t.c.cleanCtx, cleanupTimeout)
 		more := t.send(ctx, true)
 		cancel()
 		if !more {
 			return
 		}
+		timer.Reset(tagDelay)
 	}
 }
 
 // send sends the queued changes, one script per lock, and reports whether
 // there were any; with last, an empty queue ends the flush.
 func (t *tagger) send(ctx context.Context, last bool) bool {
+	b := t.take(nil, last)
+	if b == nil {
+		return false
+	}
+	b.send(ctx)
+	return true
+}
+
+// tagBatch is the queued changes taken for one send, as the scripts that
+// apply them (execs). It holds tagger.sendMu from take until done, so that
+// the changes of a lock reach Redis in the order they were made.
+type tagBatch struct {
+	t     *tagger
+	execs []rueidis.LuaExec
+}
+
+// take takes the queued changes, with the end of h (if not nil, tagged
+// and its end not queued yet) queued first, as of now, and returns them
+// as a batch to send, or nil if there are none; with last, an empty queue
+// ends the flush.
+func (t *tagger) take(h *hold, last bool) *tagBatch {
 	t.sendMu.Lock()
-	defer t.sendMu.Unlock()
 	t.mu.Lock()
+	if h != nil {
+		if ht := h.tag.Load(); ht != nil && !ht.endQueued && t.queueEndLocked(h, ht, wallUS(time.Now())) {
+			// No send was due: the queue is taken now.
+			t.flushing = false
+		}
+	}
 	ops := t.ops
 	t.ops = nil
 	if len(ops) == 0 {
@@ -306,7 +356,8 @@ func (t *tagger) send(ctx context.Context, last bool) bool {
 			t.flushing = false
 		}
 		t.mu.Unlock()
-		return false
+		t.sendMu.Unlock()
+		return nil
 	}
 	t.mu.Unlock()
 	c := t.c
@@ -321,38 +372,60 @@ func (t *tagger) send(ctx context.Context, last bool) bool {
 			execs = append(execs, rueidis.LuaExec{Keys: []string{tagKey(op.key), histKey(op.key)},
 				Args: []string{c.args.lease, histLifeArg, maxHistoryArg, now}})
 		}
-		kind := "e"
-		if op.set {
-			kind = "s"
-		}
-		execs[i].Args = append(execs[i].Args, kind, op.owner, op.life, op.val)
+		execs[i].Args = append(execs[i].Args, op.kind, op.owner, op.life, op.val)
 	}
-	c.lua(scripts.TagSync).ExecMulti(ctx, c.rc, execs...)
-	return true
+	return &tagBatch{t: t, execs: execs}
 }
+
+// send sends b, and is done with it.
+func (b *tagBatch) send(ctx context.Context) {
+	b.t.c.evalMulti(ctx, scripts.TagSync, b.execs)
+	b.done()
+}
+
+// cmds returns b's scripts as EVALSHA commands, for a caller that sends
+// them in its own pipeline (Client.execAfter) and then calls done.
+func (b *tagBatch) cmds() rueidis.Commands {
+	c := b.t.c
+	return c.evalCmds(scripts.TagSync, b.execs)
+}
+
+// done ends b's send.
+func (b *tagBatch) done() { b.t.sendMu.Unlock() }
 
 var (
 	histLifeArg   = leaseMS(histLife)
 	maxHistoryArg = strconv.Itoa(maxHistory)
 )
 
-// release sends the queue ahead of the release of h in Redis (see
-// Client.beforeRelease): h's tag, if not sent yet, and the ends of the
-// holds before it, so that a waiter of another Client that the release
-// lets in finds them all: h as current until its end, queued when the
-// release is done (ended), reaches Redis, without delay.
-func (t *tagger) release(h *hold) {
-	if h == nil || h.tag.Load() == nil {
-		t.mu.Lock()
-		empty := len(t.ops) == 0
-		t.mu.Unlock()
-		if empty {
-			return
+// release takes the queue for Redis ahead of the release of h there (see
+// Client.beforeRelease): the ends of the holds before h and, with end,
+// h's own end, as of now, so that a waiter of another Client that the
+// release lets in finds them all in the lock's history. The caller sends
+// the batch before the release, in the same pipeline (Client.execAfter),
+// or on its own just before it (tagBatch.send). Without end, h (if
+// tagged) goes as it is (its tag, if not sent yet), its end queued when
+// it ends.
+//
+// h's end is then recorded in Redis from just before its release, not
+// just after: a hold's history entry ends up to one round trip early, and
+// a waiter whose wait began in that moment misses its link to it (as one
+// does when the release's first reply is lost and it is sent again).
+func (t *tagger) release(h *hold, end bool) *tagBatch {
+	t.mu.Lock()
+	empty := len(t.ops) == 0
+	t.mu.Unlock()
+	var eh *hold
+	if h != nil && h.tag.Load() != nil {
+		empty = false
+		if end {
+			eh = h
 		}
 	}
-	ctx, cancel := context.WithTimeout(t.c.cleanCtx, cleanupTimeout)
-	defer cancel()
-	t.send(ctx, false)
+	if empty {
+		return nil
+	}
+	return t.take(eh, false)
 }
 
 // tagKey is the hash of the tags of a lock's current holders, by owner in
@@ -386,7 +459,7 @@ func (c *Client) renewTags(ctx context.Context, holds []*hold) {
 		}
 	}
 	if len(execs) > 0 {
-		c.lua(scripts.TagSet).ExecMulti(ctx, c.rc, execs...)
+		c.evalMulti(ctx, scripts.TagSet, execs)
 	}
 }
 
@@ -524,6 +597,16 @@ func (t *tagger) read(key string) []blockRec {
 	return out
 }
 
+// overlap is how long (µs) r held the lock during a wait from ws to we;
+// <= 0: not during it.
+func (r blockRec) overlap(ws, we int64) int64 {
+	e := we
+	if r.end != 0 {
+		e = min(r.end, we)
+	}
+	return e - max(r.start, ws)
+}
+
 // blockers makes the Blockers of a wait from ws to we (wall µs) of the
 // holds in local (this Client's, first: their times are exact) and
 // remote (Redis's), each hold once (by its tag; an ended record before a
@@ -531,15 +614,52 @@ func (t *tagger) read(key string) []blockRec {
 // at most MaxBlockers (the rest, those that overlapped least, counted as
 // dropped).
 func blockers(ws, we int64, local, remote []blockRec) ([]Blocker, int) {
-	if len(local)+len(remote) == 0 {
+	// Of Redis's, only those that can count: those that overlapped the
+	// wait (most of a read, or of the last one, cached: collect, are the
+	// history's older entries), and the ended records of the holds that a
+	// record has as current (which the ended record overrides, below).
+	var cur []string
+	for _, r := range local {
+		if r.end == 0 {
+			cur = append(cur, r.tag)
+		}
+	}
+	n := 0
+	for _, r := range remote {
+		if r.overlap(ws, we) > 0 {
+			n++
+			if r.end == 0 {
+				cur = append(cur, r.tag)
+			}
+		}
+	}
+	counts := func(r blockRec) bool {
+		return r.overlap(ws, we) > 0 || (r.end != 0 && slices.Contains(cur, r.tag))
+	}
+	if len(cur) > 0 {
+		n = 0
+		for _, r := range remote {
+			if counts(r) {
+				n++
+			}
+		}
+	}
+	if len(local)+n == 0 {
 		return nil, 0
 	}
 	recs := local
-	if len(remote) > 0 {
+	if n > 0 {
+		all := make([]blockRec, 0, len(local)+n)
+		all = append(all, local...)
+		for _, r := range remote {
+			if counts(r) {
+				all = append(all, r)
+			}
+		}
 		// The same hold may be in both, or in Redis twice (current, then
 		// ended): keep one, an ended record before a current one.
-		byTag := make(map[string]blockRec, len(local)+len(remote))
-		for _, r := range append(local, remote...) {
+		byTag := make(map[string]blockRec, len(all))
+		for _, r := range all {
 			if o, ok := byTag[r.tag]; ok && (o.end != 0 || r.end == 0) {
 				continue
 			}
@@ -554,14 +674,11 @@ func blockers(ws, we int64, local, remote []blockRec) ([]Blocker, int) {
 	// tagLock.live as it enters tagLock.ended.)
 	out := make([]Blocker, 0, len(recs))
 	for _, r := range recs {
-		s, e := max(r.start, ws), we
-		if r.end != 0 {
-			e = min(r.end, we)
-		}
-		if e <= s {
+		o := r.overlap(ws, we)
+		if o <= 0 {
 			continue
 		}
-		b := Blocker{Tag: r.tag, Start: time.UnixMicro(r.start), Overlap: time.Duration(e-s) * time.Microsecond}
+		b := Blocker{Tag: r.tag, Start: time.UnixMicro(r.start), Overlap: time.Duration(o) * time.Microsecond}
 		if r.end != 0 {
 			b.End = time.UnixMicro(r.end)
 		}

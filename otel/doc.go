@@ -84,12 +84,28 @@
 // at the handoff, which may be before the acquire span ends).
 //
 // The price, with the observer installed: the tag changes of a lock are
-// sent together, one script per lock per millisecond in the background,
-// and before each release in Redis (one round trip, so that the waiter it
-// lets in finds them); one script per tagged hold per renewal round (in
-// the round's pipeline); one round trip when a wait that found the lock
-// held in Redis ends. Acquisitions that do not wait cost nothing more.
-// Without the observer, dsync does none of it.
+// sent together, one script per lock per millisecond in the background
+// (a hold that ends within it never has its tag written: its history
+// entry says it all), and ahead of each release of a Mutex, FairMutex or
+// RWMutex in Redis, in the release's own pipeline (no round trip of their
+// own; a Semaphore's release sends them just before it, one round trip);
+// one script per tagged hold per renewal round (in the round's pipeline);
+// one round trip when a wait that found the lock held in Redis ends.
+// Acquisitions that do not wait cost nothing more. Without the observer,
+// dsync does none of it. The uncontended LockContext/UnlockContext cycle
+// of a Mutex costs 11 Redis commands and 2 round trips traced, against 6
+// and 2 untraced (before issue 37's work on the cost: 21.8 and 4; the
+// bench's serial scenario on fefcb6c, 2026-12-04; dsync's
+// TestMutexTracedCycleCost holds it).
+//
+// What that costs in truth: a released hold's history entry ends when its
+// release is sent, not when Redis has done it (the entry goes in the same
+// pipeline, ahead of the release), so it ends up to one round trip early:
+// a waiter of another Client whose wait began in that moment misses its
+// link to that hold, and the others' blocked_for is short by as much. A
+// release retried after a lost reply (the lock still held meanwhile) is
+// short by the retries. A link is never made to a hold that did not hold
+// the lock during the wait.
 //
 // A walkthrough, with two services A and B and the lock "orders":
 //

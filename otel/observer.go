@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsync/dsync/dsync"
@@ -100,6 +101,14 @@ type observer struct {
 	mu    sync.Mutex
 	holds map[holdKey]trace.Span // hold spans not yet ended
 
+	// sets caches, per lock (kind, mode and, with WithLockNames, name),
+	// the metric attribute sets the hooks record with (see metricSets), so
+	// that an acquisition does not build them (an attribute.Set each:
+	// allocated and sorted); at most maxSets locks, beyond which they are
+	// built per call.
+	sets  sync.Map // lockSetKey -> *lockSets
+	nsets atomic.Int64
+
 	bg *background // WithBackgroundSpans; nil: all in the hooks
 }
 
@@ -169,6 +178,54 @@ func (o *observer) lockAttrs(l dsync.Lock, extra ...attribute.KeyValue) []attrib
 	return o.filter(kv)
 }
 
+// lockSetKey names the locks that share their metric attributes.
+type lockSetKey struct{ kind, mode, name string }
+
+// lockSets are the metric attribute sets of one lock's hooks, made once.
+type lockSets struct {
+	lock     metric.MeasurementOption // lockAttrs alone: waiters, losses
+	acquired metric.MeasurementOption // outcome acquired
+	notAcq   metric.MeasurementOption // outcome not_acquired
+	released metric.MeasurementOption // hold end released
+}
+
+// maxSets bounds the locks whose sets observer.sets keeps.
+const maxSets = 1024
+
+// metricSets returns the sets of lock l, made now if need be; nil past
+// maxSets locks (the caller builds them).
+func (o *observer) metricSets(l dsync.Lock) *lockSets {
+	k := lockSetKey{kind: string(l.Kind), mode: l.Mode}
+	if o.cfg.lockNames {
+		k.name = l.Name
+	}
+	if v, ok := o.sets.Load(k); ok {
+		return v.(*lockSets)
+	}
+	if o.nsets.Load() >= maxSets {
+		return nil
+	}
+	ls := &lockSets{
+		lock:     metric.WithAttributes(o.lockAttrs(l)...),
+		acquired: metric.WithAttributes(o.lockAttrs(l, KeyOutcome.String(OutcomeAcquired))...),
+		notAcq:   metric.WithAttributes(o.lockAttrs(l, KeyOutcome.String(OutcomeNotAcquired))...),
+		released: metric.WithAttributes(o.lockAttrs(l, KeyEnd.String("released"))...),
+	}
+	if v, loaded := o.sets.LoadOrStore(k, ls); loaded {
+		return v.(*lockSets)
+	}
+	o.nsets.Add(1)
+	return ls
+}
+
+// lockSet is the metric attribute set of l alone.
+func (o *observer) lockSet(l dsync.Lock) metric.MeasurementOption {
+	if ls := o.metricSets(l); ls != nil {
+		return ls.lock
+	}
+	return metric.WithAttributes(o.lockAttrs(l)...)
+}
+
 func (o *observer) filter(kv []attribute.KeyValue) []attribute.KeyValue {
 	if o.cfg.filter == nil {
 		return kv
@@ -184,7 +241,7 @@ func (o *observer) filter(kv []attribute.KeyValue) []attribute.KeyValue {
 
 func (o *observer) acquireStart(ctx context.Context, e dsync.AcquireStart) context.Context {
 	if !e.Try {
-		o.waiters.Add(ctx, 1, metric.WithAttributes(o.lockAttrs(e.Lock)...))
+		o.waiters.Add(ctx, 1, o.lockSet(e.Lock))
 	}
 	sctx, _ := o.tracer.Start(ctx, "dsync."+string(e.Kind)+".acquire",
 		trace.WithSpanKind(trace.SpanKindInternal),
@@ -250,11 +307,20 @@ func (o *observer) finishAcquire(ctx context.Context, e dsync.AcquireDone, end t
 	if e.Err != nil {
 		kv = append(kv, KeyErrorType.String(errorType(e.Err)))
 	}
-	mattrs := metric.WithAttributes(o.lockAttrs(e.Lock, kv...)...)
+	var mattrs metric.MeasurementOption
+	ls := o.metricSets(e.Lock)
+	switch {
+	case ls != nil && out == OutcomeAcquired && e.Err == nil:
+		mattrs = ls.acquired
+	case ls != nil && out == OutcomeNotAcquired:
+		mattrs = ls.notAcq
+	default:
+		mattrs = metric.WithAttributes(o.lockAttrs(e.Lock, kv...)...)
+	}
 	o.acquired.Add(ctx, 1, mattrs)
 	o.waitDur.Record(ctx, e.Wait.Seconds(), mattrs)
 	if !e.Try {
-		o.waiters.Add(ctx, -1, metric.WithAttributes(o.lockAttrs(e.Lock)...))
+		o.waiters.Add(ctx, -1, o.lockSet(e.Lock))
 	}
 
 	span := trace.SpanFromContext(ctx)
@@ -415,7 +481,13 @@ func (o *observer) finishRelease(ctx context.Context, e dsync.Released, hs trace
 			hs.End(trace.WithTimestamp(end))
 		}
 	}
-	o.holdDur.Record(ctx, e.Held.Seconds(), metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("released"))...))
+	var opt metric.MeasurementOption
+	if ls := o.metricSets(e.Lock); ls != nil {
+		opt = ls.released
+	} else {
+		opt = metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("released"))...)
+	}
+	o.holdDur.Record(ctx, e.Held.Seconds(), opt)
 }
 
 // background runs the work the hooks queue (WithBackgroundSpans), in
@@ -471,7 +543,7 @@ func (o *observer) lost(e dsync.Lost) {
 	// counted also finds the span ended.
 	defer func() {
 		ctx := context.Background() // the event has none: it comes from a timer or the renewal loop
-		o.losses.Add(ctx, 1, metric.WithAttributes(o.lockAttrs(e.Lock)...))
+		o.losses.Add(ctx, 1, o.lockSet(e.Lock))
 		o.holdDur.Record(ctx, e.Held.Seconds(), metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("lost"))...))
 	}()
 	if hs := o.take(holdKey{lock: e.Lock, id: e.Hold}); hs != nil {

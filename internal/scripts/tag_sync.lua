@@ -13,32 +13,42 @@
 -- are the Clients' clocks), then one change per four arguments: "s",
 -- owner, the tag's lifetime in ms, "<start µs> <tag>" (a hold began), or
 -- "e", owner, "", "<end µs> <start µs> <tag>" (a hold ended: its field is
--- removed if it is still this hold's, and the entry pushed).
+-- removed if it is still this hold's, and the entry pushed), or "E", as
+-- "e" for a hold whose tag was never sent (the entry alone).
 -- The history keeps at most ARGV[3] entries, none that ended more than its
 -- lifetime before the newest push (by the pushing Client's clock), and
--- expires its lifetime after the last push; the hash drops expired fields
--- and lives as long as its latest field.
-local now = server_now()
-local pushed = false
+-- expires its lifetime after the last push; the hash, when a change
+-- touched it, drops expired fields and lives as long as its latest field.
+-- The entries are pushed in one LPUSH (the newest ARGV[3] of them: the
+-- others would be trimmed at once), and the server's clock is read only
+-- for the hash.
+local now
+local touched = false
+local ends = {}
 for i = 5, #ARGV, 4 do
   local op, owner, v = ARGV[i], ARGV[i + 1], ARGV[i + 3]
   if op == 's' then
+    now = now or server_now()
     redis.call('hset', KEYS[1], owner, fmt(now + tonumber(ARGV[i + 2])) .. ' ' .. v)
+    touched = true
   else
-    local cur = redis.call('hget', KEYS[1], owner)
-    local held = string.match(v, '^%d+ (.*)$')
-    if cur and string.match(cur, '^%d+ (.*)$') == held then
-      redis.call('hdel', KEYS[1], owner)
+    if op == 'e' then
+      local cur = redis.call('hget', KEYS[1], owner)
+      local held = string.match(v, '^%d+ (.*)$')
+      if cur and string.match(cur, '^%d+ (.*)$') == held then
+        redis.call('hdel', KEYS[1], owner)
+        touched = true
+      end
     end
-    redis.call('lpush', KEYS[2], v)
-    pushed = true
+    ends[#ends + 1] = v
   end
 end
-if pushed then
-  local hlife = tonumber(ARGV[2])
-  redis.call('ltrim', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+if #ends > 0 then
+  local hlife, most = tonumber(ARGV[2]), tonumber(ARGV[3])
+  redis.call('lpush', KEYS[2], unpack(ends, math.max(1, #ends - most + 1)))
+  redis.call('ltrim', KEYS[2], 0, most - 1)
   local oldest = tonumber(ARGV[4]) - hlife * 1000
-  for _ = 1, tonumber(ARGV[3]) do
+  for _ = 1, most do
     local last = redis.call('lindex', KEYS[2], -1)
     local e = last and tonumber(string.match(last, '^(%d+) '))
     if not e or e >= oldest then
@@ -48,17 +58,20 @@ if pushed then
   end
   redis.call('pexpire', KEYS[2], hlife)
 end
-local keep = 0
-local all = redis.call('hgetall', KEYS[1])
-for i = 1, #all, 2 do
-  local e = tonumber(string.match(all[i + 1], '^(%d+) ') or '0')
-  if e <= now then
-    redis.call('hdel', KEYS[1], all[i])
-  elseif e > keep then
-    keep = e
+if touched then
+  now = now or server_now()
+  local keep = 0
+  local all = redis.call('hgetall', KEYS[1])
+  for i = 1, #all, 2 do
+    local e = tonumber(string.match(all[i + 1], '^(%d+) ') or '0')
+    if e <= now then
+      redis.call('hdel', KEYS[1], all[i])
+    elseif e > keep then
+      keep = e
+    end
   end
-end
-if keep > now then
-  redis.call('pexpire', KEYS[1], keep - now)
+  if keep > now then
+    redis.call('pexpire', KEYS[1], keep - now)
+  end
 end
 return 0
