@@ -88,7 +88,9 @@ func WithResultTTL(d time.Duration) LockOption {
 // instead. If fn panics, Do panics with the same value.
 //
 // fn's context is a lock context, carrying the run's fencing token and
-// cancelled with cause ErrLockLost if the run's lease is lost. Calling Do
+// cancelled with cause ErrLockLost if the run's lease is lost; if that
+// lease has run out before fn can start (a paused or starved process),
+// fn is not run and Do returns an error matching ErrLockLost. Calling Do
 // for the same key from inside fn with fn's context returns
 // ErrInvalidArgument, as does an invalid key.
 func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) (V, error)) (v V, shared bool, err error) {

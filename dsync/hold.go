@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strconv"
 	"sync"
@@ -292,6 +293,24 @@ func (h *hold) overdue() bool {
 	h.mu.Unlock()
 	h.end(h.expiredCause(deadline, time.Now()), true)
 	return true
+}
+
+// lossCause reports the cause of h's loss if h is lost (its lease clock
+// has run out, which ends it here, or it ended with ErrLockLost), nil if
+// it is live or ended otherwise (released, or Close). It reads h's own
+// cause, not a lock context's, which the caller's context may have ended
+// first.
+func (h *hold) lossCause() error {
+	if !h.overdue() {
+		return nil
+	}
+	h.mu.Lock()
+	cause := h.cause
+	h.mu.Unlock()
+	if !errors.Is(cause, ErrLockLost) {
+		return nil
+	}
+	return cause
 }
 
 // pop ends the innermost acquisition; it reports how many remain.

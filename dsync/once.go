@@ -48,8 +48,13 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // f's context is a lock context, carrying the run's fencing token and
 // cancelled with cause ErrLockLost if the run's lease is lost; Do then
 // returns an error matching ErrLockLost, or nil if another run has
-// succeeded. f's outcome is recorded even if ctx ended while f ran. Calling
-// Do from inside f with f's context returns ErrInvalidArgument.
+// succeeded. If the run's lease has run out before f can start (the
+// process was paused or starved, or the reply that started the run came
+// back later than the lease), another run may have begun, and succeeded,
+// since: f is not run, and Do returns an error matching ErrLockLost, or
+// nil if another run has succeeded. f's outcome is recorded even if ctx
+// ended while f ran. Calling Do from inside f with f's context returns
+// ErrInvalidArgument.
 func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 	if f == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)

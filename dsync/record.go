@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -240,6 +241,29 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 			released(err)
 		}
 	}()
+	if cause := h.lossCause(); cause != nil {
+		// The run was lost before f could start: its lease clock had
+		// run out (the begin's reply, or this goroutine, came later
+		// than the lease: a paused or starved process, or a lease
+		// shorter than the round trip), or a renewal found it gone.
+		// Another run may have begun since, and succeeded: f must not
+		// run. The run ends as failed, this call waiting on no longer
+		// (closeEnd); the end's reply says whether a run has succeeded
+		// (code 2, a Once's), else the caller is told why.
+		ok = true
+		h.beginRelease()
+		res, err := r.endRun(context.WithoutCancel(ctx), w.mark, r.closeEnd(), "")
+		released(err)
+		if err == nil && len(res) > 1 {
+			if code, _ := res[0].AsInt64(); code == 2 {
+				e.code = 2
+				e.stored, _ = res[1].ToString()
+				return e
+			}
+		}
+		e.err = fmt.Errorf("%w (before the function could start: it was not run)", cause)
+		return e
+	}
 	e.val, e.err = f(lctx)
 	ok = true
 	kind, msg := "ok", e.val

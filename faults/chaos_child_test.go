@@ -279,7 +279,13 @@ func (w *chaosWorker) failedOn(k int, err error, call, ret int64, e *waitEnd) {
 		time.Sleep(10 * time.Millisecond) // back off a Redis error
 		return
 	}
-	fmt.Fprintf(os.Stderr, "chaos worker %d: %v (%T; %v after its context ended)\n", w.who, err, errors.Unwrap(err), time.Duration(ret-e.end()))
+	// How long after its context ended, only if it did (e nil or End 0:
+	// the call's context had not ended, and ret less 0 is no duration).
+	ended := ""
+	if e != nil && e.end() != 0 {
+		ended = fmt.Sprintf("; %v after its context ended", time.Duration(ret-e.end()))
+	}
+	fmt.Fprintf(os.Stderr, "chaos worker %d: %v (%T%s)\n", w.who, err, errors.Unwrap(err), ended)
 	time.Sleep(10 * time.Millisecond) // back off a Redis error
 }
 

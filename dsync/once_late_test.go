@@ -1,0 +1,155 @@
+package dsync_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+)
+
+// A Once run whose begin reply comes back after its lease never runs f
+// (issue 39: a CI-size soak with both CPUs busy had a Once whose f ran and
+// succeeded twice). Client A's begin starts a run in Redis under a fixed
+// 200 ms lease, and its reply is held on the way back (a proxy in front of
+// A, as a process paused or starved past the lease would see it); the run
+// lapses in Redis; in row "taken over" Client B's Do runs f and records
+// its success; then the reply is delivered. A's Do must not run f: another
+// run may have begun, and succeeded, since. (Before the fix A ran f with a
+// lock context whose lease had run out before f began, and Do returned
+// nil: in row "taken over", two successful runs of f.) A's Do returns nil
+// when B's run succeeded, else an ErrLockLost naming the Once; a later Do
+// of A runs f only if no run has succeeded.
+func TestOnceBeginReplyPastLease(t *testing.T) {
+	for _, takenOver := range []bool{true, false} {
+		name := "taken over"
+		if !takenOver {
+			name = "alone"
+		}
+		t.Run(name, func(t *testing.T) {
+			const lease = 200 * time.Millisecond
+			ctx := ctxT(t)
+			px := newReplyHoldProxy(t, server(t).Addr, "\x00no-such-mark") // held until release
+			rcA, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.addr}, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(rcA.Close)
+			prefix := testPrefix(t)
+			ca := newClientOn(t, rcA, dsync.WithKeyPrefix(prefix))
+			cb := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+			rc := newRueidis(t)
+			// Connections and scripts ready before the fault.
+			require.NoError(t, ca.NewOnce("warm").Do(ctx, func(context.Context) error { return nil }))
+
+			var runsA, runsB atomic.Int32
+			fA := func(context.Context) error {
+				runsA.Add(1)
+				return nil
+			}
+			px.arm()
+			errA := make(chan error, 1)
+			go func() { errA <- ca.NewOnce("late", dsync.WithLeaseTime(lease)).Do(ctx, fA) }()
+			runKey := prefix + ":{late}:once:run"
+			exists := func() bool {
+				n, err := rc.Do(ctx, rc.B().Exists().Key(runKey).Build()).AsInt64()
+				require.NoError(t, err)
+				return n == 1
+			}
+			waitFor(t, 20*time.Second, "A's begin to start a run in Redis", exists)
+			waitFor(t, 20*time.Second, "A's run to lapse in Redis", func() bool { return !exists() })
+			if takenOver {
+				require.NoError(t, cb.NewOnce("late").Do(ctx, func(context.Context) error {
+					runsB.Add(1)
+					return nil
+				}))
+				require.Equal(t, int32(1), runsB.Load(), "B's Do did not run f on a Once whose run had lapsed")
+			}
+			px.release()
+
+			err = <-errA
+			require.Equal(t, int32(0), runsA.Load(), "A ran f on a begin reply that came after its lease")
+			if takenOver {
+				require.NoError(t, err, "A's Do: B's run had succeeded")
+			} else {
+				require.ErrorIs(t, err, dsync.ErrLockLost)
+				require.True(t, strings.Contains(err.Error(), `"late"`), "error %q: want the Once's name", err)
+			}
+			require.NoError(t, ca.NewOnce("late").Do(ctx, fA))
+			want := int32(1)
+			if takenOver {
+				want = 0
+			}
+			require.Equal(t, want, runsA.Load(), "A's later Do: runs of f")
+		})
+	}
+}
+
+// The same for a Group (issue 39): a leader whose begin reply comes back
+// after its lease never runs fn, which would run beside the run that took
+// over. Client A's begin starts a run of key "k" under a fixed 200 ms
+// lease and its reply is held; the run lapses in Redis, Client B's Do
+// starts a run and its fn waits, running; then A's reply is delivered.
+// A's fn must not start while B's runs. (Before the fix it did: two runs
+// of one key at once.)
+func TestGroupBeginReplyPastLease(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	ctx := ctxT(t)
+	px := newReplyHoldProxy(t, server(t).Addr, "\x00no-such-mark") // held until release
+	rcA, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(rcA.Close)
+	prefix := testPrefix(t)
+	ca := newClientOn(t, rcA, dsync.WithKeyPrefix(prefix))
+	cb := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	rc := newRueidis(t)
+	ga := dsync.NewGroup[string](ca, "late", dsync.WithLeaseTime(lease))
+	_, _, err = ga.Do(ctx, "warm", func(context.Context) (string, error) { return "", nil })
+	require.NoError(t, err)
+
+	var runsA atomic.Int32
+	px.arm()
+	errA := make(chan error, 1)
+	go func() {
+		_, _, err := ga.Do(ctx, "k", func(context.Context) (string, error) {
+			runsA.Add(1)
+			return "a", nil
+		})
+		errA <- err
+	}()
+	runKey := prefix + ":{late}:group:r:k"
+	exists := func() bool {
+		n, err := rc.Do(ctx, rc.B().Exists().Key(runKey).Build()).AsInt64()
+		require.NoError(t, err)
+		return n == 1
+	}
+	waitFor(t, 20*time.Second, "A's begin to start a run in Redis", exists)
+	waitFor(t, 20*time.Second, "A's run to lapse in Redis", func() bool { return !exists() })
+	bRuns, bDone := make(chan struct{}), make(chan struct{})
+	errB := make(chan error, 1)
+	go func() {
+		_, _, err := dsync.NewGroup[string](cb, "late").Do(ctx, "k", func(context.Context) (string, error) {
+			close(bRuns)
+			<-bDone
+			return "b", nil
+		})
+		errB <- err
+	}()
+	select {
+	case <-bRuns:
+	case err := <-errB:
+		t.Fatalf("B's Do returned %v without running fn", err)
+	}
+	px.release()
+	err = <-errA
+	ranA := runsA.Load()
+	close(bDone)
+	require.NoError(t, <-errB)
+	require.Equal(t, int32(0), ranA, "A ran fn on a begin reply that came after its lease, while B's run of the key was running")
+	if err != nil {
+		require.ErrorIs(t, err, dsync.ErrLockLost)
+		require.True(t, strings.Contains(err.Error(), `"late"`), "error %q: want the Group's name", err)
+	}
+}
