@@ -116,12 +116,16 @@ func TestMutexLingeringSubscriptionIsNoWait(t *testing.T) {
 		got <- err
 	}()
 	waitMarked(t, rc, key)
-	require.NoError(t, m.UnlockContext(lctx))
-	require.NoError(t, <-got)
 	subscribed := func() bool {
 		n, err := rc.Do(ctx, rc.B().PubsubNumsub().Channel(key+":ch").Build()).AsIntMap()
 		return err == nil && n[key+":ch"] > 0
 	}
+	// A Client just opened may not have its pub/sub connection yet: its
+	// waiter then polls, and subscribes at a later look (with both CPUs
+	// busy the make test of e42b1e2 found it not subscribed here).
+	waitFor(t, 10*time.Second, "the other Client's waiter subscribed", subscribed)
+	require.NoError(t, m.UnlockContext(lctx))
+	require.NoError(t, <-got)
 	require.True(t, subscribed(), "the other Client's subscription did not stay after its wait")
 	passAround(t, m, 4, "10 checks for other Clients' waiters", func() bool {
 		return ev.get("check") >= 10 || ev.get("yield") >= 10
