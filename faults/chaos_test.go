@@ -497,7 +497,9 @@ func runChaos(t *testing.T, kind string) {
 					// that overlapped them: state with an end, not a run.
 					ttl, err := srv.do(t, "PTTL", k).AsInt64()
 					require.NoError(t, err)
-					if ttl > 0 && ttl <= (time.Minute+time.Second).Milliseconds() {
+					if ttl == -2 || ttl > 0 && ttl <= (time.Minute+time.Second).Milliseconds() {
+						// -2: it expired between KEYS and PTTL (make
+						// chaos of c8de45e reported one as left): gone.
 						continue
 					}
 					k += fmt.Sprintf(" (PTTL %d ms: more than a minute, or none)", ttl)
