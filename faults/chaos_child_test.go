@@ -776,10 +776,24 @@ func (w *chaosWorker) onceLoop(value bool) {
 		case err == nil:
 			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: val})
 			k++
+		case w.lostBeforeStart(err, k, call, ret):
 		default:
 			w.failedOn(k, err, call, ret, ended)
 		}
 	}
+}
+
+// lostBeforeStart records a Once or Group call whose run began and was
+// lost before f could start (ErrLockLost, f not run: its process frozen
+// past the lease between the begin and f; record.go's runF): as an
+// Election's grant lost before its term's record, the parent checks that
+// a stop past the lease overlapped the call ("lacq").
+func (w *chaosWorker) lostBeforeStart(err error, k int, call, ret int64) bool {
+	if !errors.Is(err, dsync.ErrLockLost) {
+		return false
+	}
+	w.emit(cev{Op: "lacq", K: k, Call: call, Ret: ret})
+	return true
 }
 
 // chaosGroupKeyEvery is how long the Group workers stay on one key: the
@@ -879,6 +893,7 @@ func (w *chaosWorker) groupLoop() {
 			w.emit(rel)
 		case got != "":
 			w.emit(cev{Op: "obs", K: k, Call: call, Ret: ret, Out: "ok", Val: got})
+		case w.lostBeforeStart(err, k, call, ret):
 		default:
 			w.failedOn(k, err, call, ret, ended)
 		}

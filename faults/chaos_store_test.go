@@ -54,6 +54,14 @@ func (s *chaosStore) armStop(name func(k int) bool) *stopTrap {
 	return tr
 }
 
+// raised says whether a read or write of name k with a token above tok
+// has raised its fence.
+func (s *chaosStore) raised(k int, tok uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fc(k).max > tok
+}
+
 func (s *chaosStore) disarm(tr *stopTrap) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

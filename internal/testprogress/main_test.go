@@ -21,6 +21,9 @@ func TestRun(t *testing.T) {
 	const fail = `{"Action":"run","Package":"q","Test":"TestB"}
 {"Action":"run","Package":"q","Test":"TestB/row"}
 {"Action":"output","Package":"q","Test":"TestB/row","Output":"    b_test.go:3: want 1, got 2\n"}
+{"Action":"output","Package":"q","Test":"TestB/row","Output":"        \tError Trace:\tb_test.go:4\n"}
+{"Action":"output","Package":"q","Test":"TestB/row","Output":"        \tError:      \tShould be zero\n"}
+{"Action":"output","Package":"q","Test":"TestB/row","Output":"        \tMessages:   \tlate waits\n"}
 {"Action":"fail","Package":"q","Test":"TestB/row","Elapsed":0}
 {"Action":"fail","Package":"q","Test":"TestB","Elapsed":0.01}
 {"Action":"output","Package":"q","Output":"FAIL\tq\t0.020s\n"}
@@ -38,8 +41,9 @@ func TestRun(t *testing.T) {
 		not      []string
 	}{
 		{"pass", pass, 0, []string{"[0s] === RUN   TestA\n", "[0s] --- PASS: TestA (1.25s)\n", "PASS\nok  \tp\t1.300s\n"},
-			[]string{"noise", "TestA/sub"}},
-		{"fail", pass + fail, 1, []string{"ok  \tp\t1.300s\n", "b_test.go:3: want 1, got 2", "--- FAIL: TestB (0.01s)", "FAIL\tq\t0.020s\n"}, nil},
+			[]string{"noise", "TestA/sub", "again"}},
+		{"fail", pass + fail, 1, []string{"ok  \tp\t1.300s\n", "b_test.go:3: want 1, got 2", "--- FAIL: TestB (0.01s)", "FAIL\tq\t0.020s\n",
+			"failed assertions, again:\n        \tError:      \tShould be zero\n        \tMessages:   \tlate waits\n"}, nil},
 		{"build", buildFail, 1, []string{"syntax error", "FAIL\tr [build failed]"}, nil},
 		{"nothing", "", 1, nil, nil},
 		{"not json", "go: cannot find main module\n", 1, []string{"go: cannot find main module\n"}, nil},
