@@ -322,6 +322,9 @@ func runChaos(t *testing.T, kind string) {
 			for !store.raised(tr.k, tr.tok) && time.Until(until) > chaosLease {
 				time.Sleep(5 * time.Millisecond)
 			}
+			if !store.raised(tr.k, tr.tok) {
+				t.Logf("trapped stop of slot %d (name %d, token %d): thawed %v after it began, a lease before the run's end, and no other run's read has raised the fence", s, tr.k, tr.tok, time.Duration(now()-at).Round(time.Millisecond))
+			}
 		}
 		c.signal(t, syscall.SIGCONT)
 		f.till = now()
