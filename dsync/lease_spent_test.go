@@ -31,10 +31,14 @@ func TestAcquisitionPastItsLease(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(rc.Close)
 			c := newClientOn(t, rc, dsync.WithKeyPrefix(testPrefix(t)), dsync.WithLease(3*time.Second))
-			l := row.open(c, "spent", dsync.WithLeaseTime(50*time.Millisecond))
-			lctx, err := l.lock(ctxT(t)) // no delay: connections and scripts ready
+			// Connections and scripts ready, through a handle of the same
+			// lock whose lease outlasts a round trip on a loaded machine
+			// (with both CPUs busy one took 55 ms, past 50 ms).
+			warm := row.open(c, "spent", dsync.WithLeaseTime(5*time.Second))
+			lctx, err := warm.lock(ctxT(t)) // no delay
 			require.NoError(t, err)
-			require.NoError(t, l.unlock(lctx))
+			require.NoError(t, warm.unlock(lctx))
+			l := row.open(c, "spent", dsync.WithLeaseTime(50*time.Millisecond))
 
 			p.delay.Store(int64(150 * time.Millisecond)) // the fault
 			lctx, err = l.lock(ctxT(t))

@@ -36,6 +36,8 @@ type telemetry struct {
 	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader
 	mp     *sdkmetric.MeterProvider
+	// lags: the starvation probe's spans of the last contend run.
+	lags [][2]time.Time
 }
 
 func newTelemetry(t *testing.T) *telemetry {
