@@ -23,17 +23,22 @@ func (nopProcessor) ForceFlush(context.Context) error                { return ni
 // BenchmarkContended16 is the bench's contended scenario in small: 16
 // goroutines of one Client on one Mutex, zero-length holds, with tracing
 // off and on (every span sampled, dropped by the processor; the spans
-// ended in the hooks, and in the background: WithBackgroundSpans), to profile
-// what tracing puts on the lock's critical path.
+// ended in the hooks, and in the background: WithBackgroundSpans; and one
+// trace in 10 sampled, TraceIDRatioBased(0.1), spans ended in the hooks),
+// to profile what tracing puts on the lock's critical path.
 func BenchmarkContended16(b *testing.B) {
-	for _, mode := range []string{"off", "traced", "traced-bg"} {
+	for _, mode := range []string{"off", "traced", "traced-bg", "traced-10pct"} {
 		traced := mode != "off"
 		b.Run(mode, func(b *testing.B) {
 			s := server(b)
 			var opts []dsync.Option
 			var tp *sdktrace.TracerProvider
 			if traced {
-				tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(nopProcessor{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+				sampler := sdktrace.AlwaysSample()
+				if mode == "traced-10pct" {
+					sampler = sdktrace.TraceIDRatioBased(0.1)
+				}
+				tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(nopProcessor{}), sdktrace.WithSampler(sampler))
 				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 				oo := []dsyncotel.Option{dsyncotel.WithTracerProvider(tp)}
 				if mode == "traced-bg" {

@@ -98,6 +98,25 @@
 // bench's serial scenario on fefcb6c, 2026-12-04; dsync's
 // TestMutexTracedCycleCost holds it).
 //
+// Under contention the cost is the SDK's, and it is large. With 16
+// goroutines of one Client on one Mutex and zero-length holds (the bench's
+// contended scenario, every span sampled), a traced acquisition waits
+// behind the 15 others, so its acquire span carries 15 blocked_by links;
+// the SDK's work for it (two spans started and ended, the 15 links, the
+// spans' snapshots) is 13-16 µs of CPU (BenchmarkObserverHooksBlocked),
+// while a whole untraced acquisition, handed on inside the Client, takes
+// 6-8 µs of wall time (BenchmarkContended16; the bench: 134,000 a
+// second). Traced, the run spends about 35 µs of CPU per
+// acquisition (its 15.5 KB of allocation, against 0.7 KB, shows in the
+// collector's share), against 8 µs untraced, so on 2 cores it cannot run
+// above about a third of the untraced rate whatever runs where: the bench
+// measured 0.24x (median of 6 -quick runs, dsync-traced against dsync, on
+// 984280f, 2026-12-04, 2 shared cores; 0.22x on 72874ff);
+// BenchmarkContended16 0.20x with the spans ended in the hooks, 0.25x with
+// WithBackgroundSpans, 0.41x with one trace in 10 sampled. An acquisition
+// that did not wait, and a contended one whose trace is not sampled, build
+// no links.
+//
 // What that costs in truth: a released hold's history entry ends when its
 // release is sent, not when Redis has done it (the entry goes in the same
 // pipeline, ahead of the release), so it ends up to one round trip early:

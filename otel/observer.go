@@ -187,6 +187,11 @@ type lockSets struct {
 	acquired metric.MeasurementOption // outcome acquired
 	notAcq   metric.MeasurementOption // outcome not_acquired
 	released metric.MeasurementOption // hold end released
+
+	// For spans: their names, and lockAttrs alone (filtered), which
+	// spanAttrs extends per call.
+	acquireName, holdName string
+	span                  []attribute.KeyValue
 }
 
 // maxSets bounds the locks whose sets observer.sets keeps.
@@ -210,6 +215,10 @@ func (o *observer) metricSets(l dsync.Lock) *lockSets {
 		acquired: metric.WithAttributes(o.lockAttrs(l, KeyOutcome.String(OutcomeAcquired))...),
 		notAcq:   metric.WithAttributes(o.lockAttrs(l, KeyOutcome.String(OutcomeNotAcquired))...),
 		released: metric.WithAttributes(o.lockAttrs(l, KeyEnd.String("released"))...),
+
+		acquireName: "dsync." + string(l.Kind) + ".acquire",
+		holdName:    "dsync." + string(l.Kind) + ".hold",
+		span:        o.lockAttrs(l),
 	}
 	if v, loaded := o.sets.LoadOrStore(k, ls); loaded {
 		return v.(*lockSets)
@@ -226,6 +235,38 @@ func (o *observer) lockSet(l dsync.Lock) metric.MeasurementOption {
 	return metric.WithAttributes(o.lockAttrs(l)...)
 }
 
+// spanAttrs are the attributes of a span of lock l: lockAttrs(l, extra...),
+// from ls when there is one.
+func (o *observer) spanAttrs(ls *lockSets, l dsync.Lock, extra ...attribute.KeyValue) []attribute.KeyValue {
+	if ls == nil {
+		return o.lockAttrs(l, extra...)
+	}
+	kv := make([]attribute.KeyValue, 0, len(ls.span)+len(extra))
+	kv = append(kv, ls.span...)
+	if o.cfg.filter == nil {
+		return append(kv, extra...)
+	}
+	for _, a := range extra {
+		if o.cfg.filter(a) {
+			kv = append(kv, a)
+		}
+	}
+	return kv
+}
+
+// spanName is the name of lock l's acquire span (or hold span, with hold).
+func spanName(ls *lockSets, l dsync.Lock, hold bool) string {
+	switch {
+	case ls != nil && hold:
+		return ls.holdName
+	case ls != nil:
+		return ls.acquireName
+	case hold:
+		return "dsync." + string(l.Kind) + ".hold"
+	}
+	return "dsync." + string(l.Kind) + ".acquire"
+}
+
 func (o *observer) filter(kv []attribute.KeyValue) []attribute.KeyValue {
 	if o.cfg.filter == nil {
 		return kv
@@ -240,12 +281,17 @@ func (o *observer) filter(kv []attribute.KeyValue) []attribute.KeyValue {
 }
 
 func (o *observer) acquireStart(ctx context.Context, e dsync.AcquireStart) context.Context {
+	ls := o.metricSets(e.Lock)
 	if !e.Try {
-		o.waiters.Add(ctx, 1, o.lockSet(e.Lock))
+		if ls != nil {
+			o.waiters.Add(ctx, 1, ls.lock)
+		} else {
+			o.waiters.Add(ctx, 1, o.lockSet(e.Lock))
+		}
 	}
-	sctx, _ := o.tracer.Start(ctx, "dsync."+string(e.Kind)+".acquire",
+	sctx, _ := o.tracer.Start(ctx, spanName(ls, e.Lock, false),
 		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(o.lockAttrs(e.Lock, KeyPermits.Int64(e.N), KeyTry.Bool(e.Try))...))
+		trace.WithAttributes(o.spanAttrs(ls, e.Lock, KeyPermits.Int64(e.N), KeyTry.Bool(e.Try))...))
 	return context.WithValue(sctx, acquireKey{}, ctx)
 }
 
@@ -303,7 +349,10 @@ func (o *observer) acquireDone(ctx context.Context, e dsync.AcquireDone) {
 // span's links and attributes; it ends the span at end (zero: now).
 func (o *observer) finishAcquire(ctx context.Context, e dsync.AcquireDone, end time.Time) {
 	out := outcome(e)
-	kv := []attribute.KeyValue{KeyOutcome.String(out)}
+	// The span's attributes, in one array: the outcome (also the metrics'),
+	// error.type, then the rest.
+	kv := make([]attribute.KeyValue, 1, 7)
+	kv[0] = KeyOutcome.String(out)
 	if e.Err != nil {
 		kv = append(kv, KeyErrorType.String(errorType(e.Err)))
 	}
@@ -320,10 +369,20 @@ func (o *observer) finishAcquire(ctx context.Context, e dsync.AcquireDone, end t
 	o.acquired.Add(ctx, 1, mattrs)
 	o.waitDur.Record(ctx, e.Wait.Seconds(), mattrs)
 	if !e.Try {
-		o.waiters.Add(ctx, -1, o.lockSet(e.Lock))
+		if ls != nil {
+			o.waiters.Add(ctx, -1, ls.lock)
+		} else {
+			o.waiters.Add(ctx, -1, o.lockSet(e.Lock))
+		}
 	}
 
 	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		// Not sampled: links and attributes would be dropped; the span
+		// ends all the same (a no-op, or a non-recording span's end).
+		span.End()
+		return
+	}
 	// Who blocked whom: a link to the hold span of each holder that held
 	// the lock while the acquisition waited, in this process or another,
 	// in the order the holds began, with the time it held it during the
@@ -370,19 +429,26 @@ func (o *observer) startHold(ctx context.Context, e dsync.AcquireDone) {
 	span := trace.SpanFromContext(ctx)
 	k := holdKey{lock: e.Lock, id: e.Hold}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if hs, ok := o.holds[k]; ok {
 		hs.AddEvent("dsync.lock.reentered")
+		o.mu.Unlock()
 		return
 	}
+	o.mu.Unlock()
+	// A new hold: no other hook can see it before this one returns (a
+	// re-entry needs the context LockContext returns after it), so the
+	// span is started outside o.mu, which the other holds' hooks take.
 	parent, _ := ctx.Value(acquireKey{}).(context.Context)
 	if parent == nil {
 		parent = ctx
 	}
-	hattrs := []attribute.KeyValue{KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token))}
+	ls := o.metricSets(e.Lock)
+	var hattrs []attribute.KeyValue
 	if e.Owner != "" {
 		// The holder, on the span the waiters' blocked-by links reach.
-		hattrs = append(hattrs, KeyOwner.String(e.Owner))
+		hattrs = o.spanAttrs(ls, e.Lock, KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token)), KeyOwner.String(e.Owner))
+	} else {
+		hattrs = o.spanAttrs(ls, e.Lock, KeyPermits.Int64(e.N), KeyFencingToken.Int64(int64(e.Token)))
 	}
 	// The hold span begins when the hold did: for a Mutex handed on inside
 	// its Client, at the handoff, before the acquire span ends (the waiter's
@@ -391,12 +457,14 @@ func (o *observer) startHold(ctx context.Context, e dsync.AcquireDone) {
 	if start.IsZero() {
 		start = time.Now()
 	}
-	_, hs := o.tracer.Start(parent, "dsync."+string(e.Kind)+".hold",
+	_, hs := o.tracer.Start(parent, spanName(ls, e.Lock, true),
 		trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(o.lockAttrs(e.Lock, hattrs...)...),
+		trace.WithAttributes(hattrs...),
 		trace.WithLinks(trace.Link{SpanContext: span.SpanContext()}))
+	o.mu.Lock()
 	o.holds[k] = hs
+	o.mu.Unlock()
 }
 
 // holdTag returns the hold span's context as a W3C traceparent
