@@ -100,6 +100,12 @@ type observer struct {
 
 	mu    sync.Mutex
 	holds map[holdKey]trace.Span // hold spans not yet ended
+	// lostEarly: holds whose Lost came before their AcquireDone started
+	// the hold span (dsync tracks a hold, and may find it lost, before it
+	// reports the acquisition): startHold ends such a span at once. Each
+	// entry is taken by its AcquireDone; those older than lostEarlyLife
+	// are dropped as entries are added.
+	lostEarly map[holdKey]lostNote
 
 	// sets caches, per lock (kind, mode and, with WithLockNames, name),
 	// the metric attribute sets the hooks record with (see metricSets), so
@@ -129,6 +135,8 @@ func newObserver(cfg config) *observer {
 		cfg:    cfg,
 		tracer: cfg.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		holds:  make(map[holdKey]trace.Span),
+
+		lostEarly: make(map[holdKey]lostNote),
 	}
 	if cfg.background > 0 {
 		o.bg = &background{max: cfg.background}
@@ -463,8 +471,36 @@ func (o *observer) startHold(ctx context.Context, e dsync.AcquireDone) {
 		trace.WithAttributes(hattrs...),
 		trace.WithLinks(trace.Link{SpanContext: span.SpanContext()}))
 	o.mu.Lock()
-	o.holds[k] = hs
+	ln, lost := o.lostEarly[k]
+	if lost {
+		delete(o.lostEarly, k)
+	} else {
+		o.holds[k] = hs
+	}
 	o.mu.Unlock()
+	if lost {
+		endLost(hs, ln.cause)
+	}
+}
+
+// lostNote is a loss reported before its hold span started.
+type lostNote struct {
+	cause error
+	at    time.Time
+}
+
+// lostEarlyLife is how long a loss waits for its hold's AcquireDone.
+const lostEarlyLife = time.Minute
+
+// endLost ends the hold span hs of a hold lost for cause.
+func endLost(hs trace.Span, cause error) {
+	msg := "lock lost"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	hs.AddEvent("dsync.lock.lost", trace.WithAttributes(KeyCause.String(msg)))
+	hs.SetStatus(codes.Error, msg)
+	hs.End()
 }
 
 // holdTag returns the hold span's context as a W3C traceparent
@@ -614,14 +650,23 @@ func (o *observer) lost(e dsync.Lost) {
 		o.losses.Add(ctx, 1, o.lockSet(e.Lock))
 		o.holdDur.Record(ctx, e.Held.Seconds(), metric.WithAttributes(o.lockAttrs(e.Lock, KeyEnd.String("lost"))...))
 	}()
-	if hs := o.take(holdKey{lock: e.Lock, id: e.Hold}); hs != nil {
-		cause := "lock lost"
-		if e.Cause != nil {
-			cause = e.Cause.Error()
+	k := holdKey{lock: e.Lock, id: e.Hold}
+	o.mu.Lock()
+	hs, ok := o.holds[k]
+	delete(o.holds, k)
+	if !ok {
+		// Its AcquireDone has not started the span yet: it ends it.
+		now := time.Now()
+		for ek, n := range o.lostEarly {
+			if now.Sub(n.at) > lostEarlyLife {
+				delete(o.lostEarly, ek)
+			}
 		}
-		hs.AddEvent("dsync.lock.lost", trace.WithAttributes(KeyCause.String(cause)))
-		hs.SetStatus(codes.Error, cause)
-		hs.End()
+		o.lostEarly[k] = lostNote{cause: e.Cause, at: now}
+	}
+	o.mu.Unlock()
+	if ok {
+		endLost(hs, e.Cause)
 	}
 }
 

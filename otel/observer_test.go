@@ -352,6 +352,34 @@ func TestObserverLost(t *testing.T) {
 	assert.Equal(t, float64(0), v, "metrics record the lock name by default")
 }
 
+// A hold found lost before its acquisition was reported (dsync tracks a
+// hold, and its renewal may find it gone, before AcquireDone runs): its
+// hold span, started by AcquireDone, ends at once as lost, and no span is
+// left open. Before, Lost found no span, AcquireDone then started one that
+// nothing ended.
+func TestObserverLostBeforeAcquireDone(t *testing.T) {
+	tel := newTelemetry(t)
+	o := tel.observer()
+	l := dsync.Lock{Kind: dsync.KindMutex, Name: "early"}
+	ctx := o.AcquireStart(context.Background(), dsync.AcquireStart{Lock: l})
+	o.Lost(dsync.Lost{Lock: l, Hold: 7, Cause: fmt.Errorf("gone: %w", dsync.ErrLockLost)})
+	o.AcquireDone(ctx, dsync.AcquireDone{Lock: l, Acquired: true, Hold: 7, Token: 3, Owner: "a/1"})
+	var hold sdktrace.ReadOnlySpan
+	for _, sp := range tel.spans.Ended() {
+		if sp.Name() == "dsync.mutex.hold" {
+			hold = sp
+		}
+	}
+	require.NotNil(t, hold, "the hold span did not end: spans ended %d, started %d", len(tel.spans.Ended()), len(tel.spans.Started()))
+	assert.True(t, hasEvent(hold, "dsync.lock.lost"), "hold span: events %v", hold.Events())
+	assert.Equal(t, codes.Error, hold.Status().Code, "hold span: status %v", hold.Status())
+	assert.Contains(t, hold.Status().Description, "gone")
+	assert.Len(t, tel.spans.Started(), len(tel.spans.Ended()), "spans started and not ended")
+	// Its release, should one come, ends nothing more.
+	o.Released(ctx, dsync.Released{Lock: l, Hold: 7, Complete: true})
+	assert.Len(t, tel.spans.Started(), len(tel.spans.Ended()))
+}
+
 // TestObserverRenewFailed stalls Redis so that a renewal round fails, and
 // checks the counter and the event on the hold span.
 func TestObserverRenewFailed(t *testing.T) {
