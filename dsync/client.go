@@ -34,9 +34,12 @@ type Client struct {
 	sharded   bool // wakeups use sharded pub/sub (a Redis 7 cluster)
 
 	closed atomic.Bool
-	done   chan struct{}
-	ctx    context.Context // cancelled by Close, for the Client's own calls
-	cancel context.CancelFunc
+	// catchingUp counts the checks of every hold running after the control
+	// channel's subscription was confirmed (controlLive).
+	catchingUp atomic.Int32
+	done       chan struct{}
+	ctx        context.Context // cancelled by Close, for the Client's own calls
+	cancel     context.CancelFunc
 	// cleanCtx is the context of cleanups (background): it outlives ctx,
 	// so that the cleanups of waits that Close ended still run while the
 	// Client closes, and is cancelled when closeTimeout has passed.

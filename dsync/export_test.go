@@ -34,8 +34,11 @@ func InDoubt(c *Client) bool { return c.connDoubt.Load() != 0 }
 func ClientID(c *Client) string { return c.id[:16] }
 
 // ForceSubscribed reports whether c is subscribed to its key prefix's
-// control channel, on which forced releases are told.
-func ForceSubscribed(c *Client) bool { return c.notify.isLive(c.forceChannel()) }
+// control channel, on which forced releases are told, and has checked the
+// holds it had when the subscription was confirmed (controlLive).
+func ForceSubscribed(c *Client) bool {
+	return c.notify.isLive(c.forceChannel()) && c.catchingUp.Load() == 0
+}
 
 // WithWaitGroupObserved sets a function called each time a Wait of the
 // Client has observed its generation, so tests know every Wait belongs to

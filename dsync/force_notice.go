@@ -55,6 +55,47 @@ type holdCheck struct {
 // channel ("<prefix>:{<name>}:...") is named so.
 func (c *Client) forceChannel() string { return c.cfg.prefix + ":force" }
 
+// checkHolds has the renewal loop check holds in Redis now (those found
+// gone end as lost) and reports whether it did before ctx ended.
+func (c *Client) checkHolds(ctx context.Context, holds []*hold) bool {
+	hc := holdCheck{holds: holds, done: make(chan struct{})}
+	select {
+	case c.renew.checks <- hc:
+	case <-ctx.Done():
+		return false
+	case <-c.done:
+		return false
+	}
+	select {
+	case <-hc.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// controlLive runs when the control channel's subscription is confirmed,
+// first or again after a break: a notice published while it was not (a
+// forced release, a release by owner through another Client) reached no
+// one here, so every hold of the Client is checked in Redis now, as a
+// notice would have had it checked.
+//
+// A forced release told while that check runs may find the hold already
+// ended by it: ForceUnlockTell then does not name that holder.
+func (c *Client) controlLive() {
+	c.catchingUp.Add(1)
+	if !c.background(func(ctx context.Context) {
+		defer c.catchingUp.Add(-1)
+		var holds []*hold
+		c.clock.each(func(h *hold) { holds = append(holds, h) })
+		if len(holds) > 0 {
+			c.checkHolds(ctx, holds)
+		}
+	}) {
+		c.catchingUp.Add(-1)
+	}
+}
+
 // tellForced publishes the forced release of the locks called name on the
 // control channel and reports how many Clients received it (in a cluster
 // without sharded pub/sub, those connected to the node that took it only).
@@ -105,17 +146,7 @@ func (c *Client) forced(ctx context.Context, reply, name string) {
 	})
 	var ended []*hold
 	if len(holds) > 0 {
-		hc := holdCheck{holds: holds, done: make(chan struct{})}
-		select {
-		case c.renew.checks <- hc:
-		case <-ctx.Done():
-			return
-		case <-c.done:
-			return
-		}
-		select {
-		case <-hc.done:
-		case <-ctx.Done():
+		if !c.checkHolds(ctx, holds) {
 			return
 		}
 		for _, h := range holds {

@@ -307,11 +307,13 @@ func (n *notifier) receive(ctx context.Context, ch string, cs *channelSubs) {
 // it; after a break they poll until it is back.
 func (n *notifier) setLive(cs *channelSubs, live bool) {
 	n.subsMu.Lock()
+	control := false
 	if cs.live != live {
 		cs.live = live
 		if live {
 			cs.broken = false
 			close(cs.ready)
+			control = cs.fn != nil
 		} else {
 			cs.ready = make(chan struct{})
 		}
@@ -320,6 +322,9 @@ func (n *notifier) setLive(cs *channelSubs, live bool) {
 		signal(s)
 	}
 	n.subsMu.Unlock()
+	if control {
+		n.c.controlLive() // the notices sent before it are lost too
+	}
 }
 
 // isLive reports whether this Client is subscribed to ch right now.
@@ -498,9 +503,11 @@ func (n *notifier) connect(dc rueidis.DedicatedClient) bool {
 	}
 	n.dc = dc
 	n.subsMu.Lock()
+	control := false
 	for _, ch := range chans {
 		if cs := n.subs[ch]; cs != nil {
 			cs.live = true
+			control = control || cs.fn != nil
 		}
 	}
 	// Wake everyone: messages sent while we were away are lost.
@@ -510,6 +517,9 @@ func (n *notifier) connect(dc rueidis.DedicatedClient) bool {
 		}
 	}
 	n.subsMu.Unlock()
+	if control {
+		n.c.controlLive() // and so are the control channel's notices
+	}
 	return true
 }
 
