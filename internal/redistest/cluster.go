@@ -47,7 +47,9 @@ func StartCluster() (*Cluster, error) {
 		cl.Stop()
 		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	if err := cl.WaitOK(30 * time.Second); err != nil {
+	// A minute: with both CPUs kept busy, a new cluster once took longer
+	// than 30 s to agree (make test of 7aff6ec, 2026-12-04).
+	if err := cl.WaitOK(time.Minute); err != nil {
 		cl.Stop()
 		return nil, err
 	}
@@ -103,21 +105,21 @@ func (cl *Cluster) Stop() {
 func (cl *Cluster) WaitOK(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
-		ok := true
+		why := "" // what is not ok yet
 		for _, s := range cl.Nodes {
 			if s.Pid() == 0 {
 				continue
 			}
 			info, err := do(s.Addr, "CLUSTER", "INFO").ToString()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				ok = false
+				why = fmt.Sprintf("%s: CLUSTER INFO %v %q", s.Addr, err, firstLine(info))
 				break
 			}
 			// Replicas are attached after the slots are assigned; until
 			// every node sees all three, a failover has no target.
 			nodes, err := do(s.Addr, "CLUSTER", "NODES").ToString()
 			if err != nil || countReplicas(nodes) != len(cl.Nodes)/2 {
-				ok = false
+				why = fmt.Sprintf("%s: CLUSTER NODES (%v):\n%s", s.Addr, err, nodes)
 				break
 			}
 			// A replica counts once its initial sync is done: before, WAIT
@@ -125,15 +127,15 @@ func (cl *Cluster) WaitOK(d time.Duration) error {
 			repl, err := do(s.Addr, "INFO", "replication").ToString()
 			if err != nil || strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") ||
 				strings.Contains(repl, "role:master") && !strings.Contains(repl, "state=online") {
-				ok = false
+				why = fmt.Sprintf("%s: INFO replication (%v):\n%s", s.Addr, err, repl)
 				break
 			}
 		}
-		if ok {
+		if why == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redistest: cluster not ok within %v", d)
+			return fmt.Errorf("redistest: cluster not ok within %v: %s", d, why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -536,4 +538,10 @@ func (st *Sentinel) Stop() {
 	}
 	st.Replica.Stop()
 	st.Master.Stop()
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(l)
 }
