@@ -563,11 +563,17 @@ func (o *observer) released(ctx context.Context, e dsync.Released) {
 		return
 	}
 	hs := o.take(k)
+	// The hold span ends when dsync recorded the hold's end for its
+	// waiters (its release sent, or its handoff), so that its overlaps
+	// with their waits are their links' blocked_for.
+	end := e.Ended
 	if o.bg == nil {
-		o.finishRelease(ctx, e, hs, time.Time{})
+		o.finishRelease(ctx, e, hs, end)
 		return
 	}
-	end := time.Now()
+	if end.IsZero() {
+		end = time.Now()
+	}
 	o.bg.do(func() { o.finishRelease(ctx, e, hs, end) })
 }
 
