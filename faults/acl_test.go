@@ -63,9 +63,9 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 		return 0
 	}
 	// renewed waits (two leases at most) until Redis shows name's holds
-	// renewed, or its waiters' places if nothing holds it: the most time
-	// left that Inspect reports grows, which between renewals it only
-	// shrinks. So a renewal refused to the restricted user fails here (a
+	// renewed, or its waiters' places if nothing holds it: the latest
+	// expiry that Inspect shows moves on, which between renewals it does
+	// not. So a renewal refused to the restricted user fails here (a
 	// wait of half a lease, as before, would not have seen it: the hold
 	// outlives that unrenewed).
 	renewed := func(what, name string) {
@@ -87,8 +87,20 @@ func TestFaultSecurityACLAllPrimitives(t *testing.T) {
 			}
 			return placed
 		}
-		l0 := left()
-		waitFor(t, 2*lease, what+": a renewal seen in Redis", func() bool { return left() > l0 })
+		// By the expiry it gives (the reply's arrival plus the time left,
+		// late by up to a round trip): it moves on by a renewal's interval
+		// (lease/3) with each renewal, and stays put without one. (Time
+		// left against time left, compared until 2026-12-04, needed a
+		// later look to come as soon after a renewal as the first: with
+		// both CPUs busy, looks 50 ms apart, none did in 2 s.)
+		expiry := func() time.Time {
+			if l := left(); l > 0 {
+				return time.Now().Add(l)
+			}
+			return time.Time{} // nothing left: not renewed
+		}
+		e0 := expiry()
+		waitFor(t, 2*lease, what+": a renewal seen in Redis", func() bool { return expiry().After(e0.Add(lease / 4)) })
 	}
 	// contend holds with first, has second wait (woken over pub/sub),
 	// keeps the hold across a renewal of name (none: no hold to renew),
