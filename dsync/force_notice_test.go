@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -93,6 +94,12 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 	waitFor(t, 10*time.Second, "the control subscriptions", func() bool {
 		return dsync.ForceSubscribed(holder) && dsync.ForceSubscribed(other)
 	})
+	// A time over forceBound is excused only by the lag a starvation probe
+	// measured within it (this process or Redis not run: with both CPUs
+	// busy one took 222 ms, f5934f0, 2026-12-04).
+	probe, err := redistest.StartLagProbe(server(t).Addr)
+	require.NoError(t, err)
+	defer probe.End()
 	for _, kind := range forcedKinds {
 		for _, via := range []struct {
 			name string
@@ -120,8 +127,9 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 				select {
 				case at := <-ended:
 					took := at.Sub(start)
-					t.Logf("lock context cancelled %v after the forced release began", took)
-					assert.LessOrEqual(t, took, forceBound)
+					lag := redistest.Within(start, at, probe.Spans())
+					t.Logf("lock context cancelled %v after the forced release began (the probe late %v in it)", took, lag)
+					assert.LessOrEqual(t, took-lag, forceBound, "cancelled %v after, %v of it starved", took, lag)
 				case <-time.After(5 * time.Second):
 					t.Fatalf("the holder's lock context was not cancelled 5 s after the forced release")
 				}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dsync/dsync/dsync"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,9 @@ func (h logKinds) of(name string) []string {
 func TestLogKindIsKind(t *testing.T) {
 	rec := logKinds{msg: "dsync: Unlock failed", mu: new(sync.Mutex), kinds: map[string][]string{}}
 	c := newClient(t, dsync.WithLogger(slog.New(rec)))
+	// A forced release told before the control subscription is confirmed
+	// (and the check of the holds that follows it) names no holder.
+	waitFor(t, 10*time.Second, "the control subscription", func() bool { return dsync.ForceSubscribed(c) })
 	for _, tc := range []struct {
 		name string
 		kind dsync.Kind

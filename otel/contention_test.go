@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/dsync/dsync/internal/redistest"
 	dsyncotel "github.com/dsync/dsync/otel"
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -25,9 +25,9 @@ import (
 //
 // Starved is the part of the waiting in which no hold span at all covered
 // the wait (the lock was free: a release on its way to Redis, a waiter
-// waking, its acquisition on the way) and the starvation probe (lagProbe)
-// saw this process or redis-server not run: the scheduler's time, not
-// dsync's. It is left out of the waiting the fraction is taken of. On an
+// waking, its acquisition on the way) and the starvation probe
+// (redistest.LagProbe) saw this process or redis-server not run: the
+// scheduler's time, not dsync's. It is left out of the waiting the fraction is taken of. On an
 // idle machine it is nothing or next to it; in make test with both CPUs
 // kept busy (two `yes` loops) a Semaphore 1x6 row covered 89.2% of its
 // waiting (026ba6a, 2026-12-04).
@@ -44,65 +44,6 @@ func (s blockStats) coveredFrac() float64 {
 func (s blockStats) String() string {
 	return fmt.Sprintf("%d of %d waits over 1 ms linked (%.1f%%), linked holds cover %v of %v waiting (%.1f%%; %v of the waiting the lock was free and this process or Redis starved, left out)",
 		s.linked, s.waited, 100*s.linkedFrac(), s.covered.Round(time.Millisecond), s.wait.Round(time.Millisecond), 100*s.coveredFrac(), s.starved.Round(time.Millisecond))
-}
-
-// lagProbe records the stretches in which this process or redis-server
-// was not run: a goroutine sleeps 1 ms in a loop, and each time it wakes
-// a millisecond or more late, [when it was due, when it ran] is a lag
-// span; another sends PING to the server in a loop, and each PING whose
-// reply takes a millisecond or more (on an idle machine: 30-100 µs) is
-// one, [sent, replied].
-type lagProbe struct {
-	mu    sync.Mutex
-	spans [][2]time.Time
-	stop  chan struct{}
-	wg    sync.WaitGroup
-}
-
-func startLagProbe(t *testing.T, addr string) *lagProbe {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	require.NoError(t, err)
-	p := &lagProbe{stop: make(chan struct{})}
-	add := func(a, b time.Time) {
-		if b.Sub(a) >= time.Millisecond {
-			p.mu.Lock()
-			p.spans = append(p.spans, [2]time.Time{a, b})
-			p.mu.Unlock()
-		}
-	}
-	stopped := func() bool {
-		select {
-		case <-p.stop:
-			return true
-		default:
-			return false
-		}
-	}
-	p.wg.Go(func() {
-		for !stopped() {
-			t0 := time.Now()
-			time.Sleep(time.Millisecond)
-			add(t0.Add(time.Millisecond), time.Now())
-		}
-	})
-	p.wg.Go(func() {
-		defer rc.Close()
-		for !stopped() {
-			t0 := time.Now()
-			if rc.Do(context.Background(), rc.B().Ping().Build()).Error() == nil {
-				add(t0, time.Now())
-			}
-			time.Sleep(time.Millisecond)
-		}
-	})
-	return p
-}
-
-// end stops the probe and returns its lag spans.
-func (p *lagProbe) end() [][2]time.Time {
-	close(p.stop)
-	p.wg.Wait()
-	return p.spans
 }
 
 // starvedIn is how much of [s, e] outside every interval of holds is
@@ -317,8 +258,9 @@ func contend(t *testing.T, tel *telemetry, clients, goroutines, rounds int, hold
 		}
 	}
 	tel.spans.Reset()
-	probe := startLagProbe(t, s.Addr)
-	defer func() { tel.lags = probe.end() }()
+	probe, err := redistest.StartLagProbe(s.Addr)
+	require.NoError(t, err)
+	defer func() { tel.lags = probe.End() }()
 	for i := range ks {
 		for _, k := range ks[i] {
 			wg.Go(func() {
