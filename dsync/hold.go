@@ -53,10 +53,6 @@ type hold struct {
 	// (Observer.HoldTag), is this hold's (atomic; see tagger).
 	key string
 	tag atomic.Pointer[holdTag]
-	// tagEnd is when the tagger recorded the hold's end for the waiters
-	// (wall µs; 0: not recorded): its release sent to Redis, or its
-	// handoff inside the Client (Released.Ended).
-	tagEnd atomic.Int64
 	// byLocker: Lock or TryLock took it, and dropped its lock context
 	// (set just after the acquisition; for what a forced release reports).
 	byLocker atomic.Bool
@@ -95,14 +91,6 @@ func (h *hold) since() time.Time { return epoch.Add(time.Duration(h.start)) }
 
 // held is how long ago h was acquired.
 func (h *hold) held() time.Duration { return time.Duration(tick(time.Now()) - h.start) }
-
-// tagEnded is when the tagger recorded h's end (Released.Ended; zero: not).
-func (h *hold) tagEnded() time.Time {
-	if us := h.tagEnd.Load(); us != 0 {
-		return time.UnixMicro(us)
-	}
-	return time.Time{}
-}
 
 // holdOps is a hold's one extension point: how its primitive renews and
 // releases it, and what it does when the hold ends. Every hold has one.

@@ -219,7 +219,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, ok bool) error {
 
 func (m *Mutex) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := m.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: complete, Ended: h.tagEnded()})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: complete})
 	}
 }
 

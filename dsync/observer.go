@@ -124,12 +124,6 @@ type Released struct {
 	Held     time.Duration
 	Err      error
 	Complete bool // false when only a re-entry count was released
-	// Ended, when not zero (the observer tags holds: Observer.HoldTag),
-	// is when the hold's end was recorded for the waiters that report it
-	// among their blockers: when its release was sent to Redis, or it
-	// was handed on inside the Client. Their Blocker overlaps count to
-	// it, so a hold span that ends then agrees with them.
-	Ended time.Time
 }
 
 // RenewFailed describes a renewal round that failed.

@@ -310,7 +310,7 @@ func (q *qlock) unlock(ctx context.Context) error {
 
 func (q *qlock) observeRelease(ctx context.Context, h *hold, err error, complete bool) {
 	if f := q.c.cfg.observer.Released; f != nil {
-		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: complete, Ended: h.tagEnded()})
+		f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: complete})
 	}
 }
 

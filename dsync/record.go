@@ -229,7 +229,7 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	released := func(err error) {
 		h.end(errReleased, false)
 		if f := r.c.cfg.observer.Released; f != nil {
-			f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: true, Ended: h.tagEnded()})
+			f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: true})
 		}
 	}
 	ok := false

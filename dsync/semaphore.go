@@ -175,7 +175,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	for _, h := range ended {
 		if h.end(errReleased, false) {
 			if f := s.c.cfg.observer.Released; f != nil {
-				f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: true, Ended: h.tagEnded()})
+				f(ctx, Released{Lock: *h.lock, Hold: h.id, Held: h.held(), Err: err, Complete: true})
 			}
 		}
 	}

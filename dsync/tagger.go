@@ -217,11 +217,6 @@ func (t *tagger) ended(h *hold) {
 // handed on inside the Client.
 func (t *tagger) endAt(h *hold, ht *holdTag, end int64, local bool) {
 	t.mu.Lock()
-	if e := h.tagEnd.Load(); ht.endQueued && e != 0 {
-		// Its end went to Redis ahead of its release: its waiters here
-		// count to the same moment as those of other Clients.
-		end = e
-	}
 	if tl := t.locks[h.key]; tl != nil {
 		if i := slices.Index(tl.live, h); i >= 0 {
 			tl.live = slices.Delete(tl.live, i, i+1)
@@ -271,7 +266,6 @@ func (t *tagger) queueEndLocked(h *hold, ht *holdTag, end int64) bool {
 		}
 	}
 	ht.endQueued = true
-	h.tagEnd.Store(end)
 	t.ops = append(t.ops, tagOp{key: h.key, owner: h.rOwner, kind: kind, val: strconv.FormatInt(end, 10) + " " + ht.val})
 	return t.kickLocked()
 }

@@ -121,11 +121,7 @@
 // release is sent, not when Redis has done it (the entry goes in the same
 // pipeline, ahead of the release), so it ends up to one round trip early:
 // a waiter of another Client whose wait began in that moment misses its
-// link to that hold, and the others' blocked_for is short by as much. The
-// hold span ends at that same moment (dsync.Released.Ended), not when the
-// release's reply came back, so that the spans and the links agree: a
-// report that sums blocked_for per holder finds what the hold spans'
-// overlaps with the waits show. A
+// link to that hold, and the others' blocked_for is short by as much. A
 // release retried after a lost reply (the lock still held meanwhile) is
 // short by the retries. A link is never made to a hold that did not hold
 // the lock during the wait.

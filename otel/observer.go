@@ -563,17 +563,11 @@ func (o *observer) released(ctx context.Context, e dsync.Released) {
 		return
 	}
 	hs := o.take(k)
-	// The hold span ends when dsync recorded the hold's end for its
-	// waiters (its release sent, or its handoff), so that its overlaps
-	// with their waits are their links' blocked_for.
-	end := e.Ended
 	if o.bg == nil {
-		o.finishRelease(ctx, e, hs, end)
+		o.finishRelease(ctx, e, hs, time.Time{})
 		return
 	}
-	if end.IsZero() {
-		end = time.Now()
-	}
+	end := time.Now()
 	o.bg.do(func() { o.finishRelease(ctx, e, hs, end) })
 }
 
