@@ -9,13 +9,16 @@ import (
 
 // evalCmds are execs of script s (its variant for this Client: Client.lua)
 // as EVALSHA commands. s must be one of the scripts package's (which know
-// their SHA-1).
+// their SHA-1). They are pinned: rueidis recycles a command when DoMulti
+// returns, and when the connection broke under it (CI of 63c820a,
+// TestFaultNetworkPrimitives/sem/limit_data, 2026-12-04) its writer was
+// still reading one that the next Build reused: a data race.
 func (c *Client) evalCmds(s *rueidis.Lua, execs []rueidis.LuaExec) rueidis.Commands {
 	s = c.lua(s)
 	sha, _ := scripts.SHA1(s)
 	cmds := make(rueidis.Commands, len(execs))
 	for i, e := range execs {
-		cmds[i] = c.rc.B().Evalsha().Sha1(sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+		cmds[i] = c.rc.B().Evalsha().Sha1(sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build().Pin()
 	}
 	return cmds
 }
