@@ -46,6 +46,7 @@ type ToldHolder struct {
 // holdCheck asks the renewal loop to check holds in Redis now.
 type holdCheck struct {
 	holds []*hold
+	why   string // why those found gone are lost (whyForced, whyMissed)
 	done  chan struct{}
 }
 
@@ -56,9 +57,10 @@ type holdCheck struct {
 func (c *Client) forceChannel() string { return c.cfg.prefix + ":force" }
 
 // checkHolds has the renewal loop check holds in Redis now (those found
-// gone end as lost) and reports whether it did before ctx ended.
-func (c *Client) checkHolds(ctx context.Context, holds []*hold) bool {
-	hc := holdCheck{holds: holds, done: make(chan struct{})}
+// gone end as lost for the reason why) and reports whether it did before
+// ctx ended.
+func (c *Client) checkHolds(ctx context.Context, holds []*hold, why string) bool {
+	hc := holdCheck{holds: holds, why: why, done: make(chan struct{})}
 	select {
 	case c.renew.checks <- hc:
 	case <-ctx.Done():
@@ -89,7 +91,7 @@ func (c *Client) controlLive() {
 		var holds []*hold
 		c.clock.each(func(h *hold) { holds = append(holds, h) })
 		if len(holds) > 0 {
-			c.checkHolds(ctx, holds)
+			c.checkHolds(ctx, holds, whyMissed)
 		}
 	}) {
 		c.catchingUp.Add(-1)
@@ -146,7 +148,7 @@ func (c *Client) forced(ctx context.Context, reply, name string) {
 	})
 	var ended []*hold
 	if len(holds) > 0 {
-		if !c.checkHolds(ctx, holds) {
+		if !c.checkHolds(ctx, holds, whyForced) {
 			return
 		}
 		for _, h := range holds {
@@ -183,8 +185,9 @@ func (c *Client) forced(ctx context.Context, reply, name string) {
 // check checks holds in Redis now (on the renewal loop's goroutine): those
 // with a watchdog by renewing them, those with a fixed lease and the
 // mutex's layout by reading their key (a renewal would change the lease).
-// Those found gone end as lost, unless a release of theirs is on its way.
-func (r *renewer) check(holds []*hold) {
+// Those found gone end as lost for the reason why, unless a release of
+// theirs is on its way.
+func (r *renewer) check(holds []*hold, why string) {
 	c := r.c
 	var watched []*hold
 	for _, h := range holds {
@@ -204,10 +207,10 @@ func (r *renewer) check(holds []*hold) {
 		cancel()
 		// (The hold's value prefix: its renewal value less the count.)
 		if (err == nil || rueidis.IsRedisNil(err)) && !strings.HasPrefix(v, value[:len(value)-1]) {
-			h.renewReply(false, time.Time{}, 0, whyForced)
+			h.renewReply(false, time.Time{}, 0, why)
 		}
 	}
 	if len(watched) > 0 {
-		_, _ = r.send(r.calls(watched, nil), whyForced)
+		_, _ = r.send(r.calls(watched, nil), why)
 	}
 }

@@ -425,7 +425,7 @@ func (h *hold) handOff(nh *hold) (time.Time, bool) {
 // lost, unless a release is on its way, which may have removed it itself:
 // the release's own script then says whether it was still held, and a
 // handoff without a round trip is refused (handOff). A loss's cause says
-// why: gone (whyGone, whyForced).
+// why: gone (whyGone, whyForced, whyMissed).
 func (h *hold) renewReply(ok bool, sentAt time.Time, lease time.Duration, gone string) {
 	h.mu.Lock()
 	for h.succ != nil {

@@ -31,6 +31,10 @@ const (
 	whyGone = "a renewal found it gone from Redis or held by another owner (its key expired there, was deleted or force-unlocked, or Redis lost its data)"
 	// whyForced: the check a forced release asked for found it gone.
 	whyForced = "force-unlocked (ForceUnlock, dsync unlock --force, or a release by its owner through another Client), found gone in Redis right after"
+	// whyMissed: the check made when the control channel's subscription
+	// was confirmed (a notice may have been missed before) found it gone:
+	// a forced release is one cause among the others.
+	whyMissed = "found gone from Redis or held by another owner when this Client's control subscription came up (its key expired there, was deleted or force-unlocked, or Redis lost its data)"
 	// whyHandoff: the handoff or release script found it gone.
 	whyHandoff = "its release found it gone from Redis or held by another owner (its key expired there, was deleted or force-unlocked, or Redis lost its data)"
 )

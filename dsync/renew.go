@@ -52,7 +52,7 @@ func (r *renewer) loop() {
 		case <-c.done:
 			return
 		case hc := <-r.checks:
-			r.check(hc.holds)
+			r.check(hc.holds, hc.why)
 			close(hc.done)
 			continue
 		case <-t.C:
@@ -225,7 +225,8 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 
 // send sends calls in one pipelined round trip, applies the replies, and
 // returns the holds it could not renew (Redis unreachable), with the error.
-// A hold found gone is lost for the reason why (whyGone, whyForced).
+// A hold found gone is lost for the reason why (whyGone, whyForced,
+// whyMissed).
 // A term's record not kept (Redis unreachable) is kept at the next round,
 // as before its lock's lease runs out; one whose lock is no longer the
 // term's is not kept again.
