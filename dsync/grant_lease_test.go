@@ -49,6 +49,7 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 			var (
 				mu                   sync.Mutex
 				dead, errs, overlong int
+				compared, unread     int // lease ends compared; holds read after both ended
 				first                []string
 				margin               = time.Hour // the least by which Redis's end came after the lock context's
 			)
@@ -77,7 +78,8 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 						dead   error // the lock context's cause as the acquisition returned
 						err    error
 						end    time.Time // the lock context's lease end (its Deadline)
-						inRdb  time.Time // the hold's end in Redis
+						inRdb  time.Time // the hold's end in Redis (zero: gone when read)
+						rdbNow time.Time // Redis's clock when it was read
 						rdbErr error
 					}
 					got := make(chan result, 1)
@@ -93,7 +95,7 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 						}
 						if err == nil {
 							r.end, _ = lctx.Deadline()
-							r.inRdb, r.rdbErr = redisLeaseEnd(ctx, rc, row.name, prefix, name, lctx)
+							r.inRdb, r.rdbNow, r.rdbErr = redisLeaseEnd(ctx, rc, row.name, prefix, name, lctx)
 						}
 						got <- r
 					}()
@@ -128,18 +130,29 @@ func TestFixedLeaseGrantArrivesLive(t *testing.T) {
 					case r.rdbErr != nil:
 						errs++
 						add("try %d: reading the lease in Redis: %v", i, r.rdbErr)
+					case r.inRdb.IsZero() && r.end.After(r.rdbNow.Add(time.Millisecond)):
+						// Gone from Redis at rdbNow, while the lock
+						// context's lease still ran.
+						overlong++
+						add("try %d: the hold was gone from Redis %v before the lock context's lease end", i, r.end.Sub(r.rdbNow))
+					case r.inRdb.IsZero():
+						// Read after both leases ran out (a busy CPU
+						// delayed this goroutine): nothing to compare.
+						unread++
 					case r.end.After(r.inRdb.Add(time.Millisecond)): // (Redis's end in whole ms)
 						overlong++
 						add("try %d: the lock context's lease ends %v after the hold's in Redis", i, r.end.Sub(r.inRdb))
 					default:
+						compared++
 						margin = min(margin, r.inRdb.Sub(r.end))
 					}
 					_ = waiter.unlock(r.lctx)
 				}()
 			}
 			wg.Wait()
-			t.Logf("%s: %d/%d fixed-lease acquisitions returned with a cancelled lock context, %d lease clocks past Redis's (least margin %v), %d errors", row.name, dead, tries, overlong, margin, errs)
+			t.Logf("%s: %d/%d fixed-lease acquisitions returned with a cancelled lock context, %d lease clocks past Redis's (least margin %v, %d compared; %d read after both leases ended), %d errors", row.name, dead, tries, overlong, margin, compared, unread, errs)
 			require.Zero(t, dead+overlong+errs, "first: %q", first)
+			require.Positive(t, compared, "no lease end compared with Redis's")
 		})
 	}
 }
@@ -170,24 +183,39 @@ func waitGrantQueued(ctx context.Context, rc rueidis.Client, kind, prefix, name 
 	return false
 }
 
-// redisLeaseEnd reads when the hold of lctx ends in Redis, on the server's
-// clock (the machine's own: the test's server runs here).
-func redisLeaseEnd(ctx context.Context, rc rueidis.Client, kind, prefix, name string, lctx context.Context) (time.Time, error) {
+// redisLeaseEnd reads when the hold of lctx ends in Redis (zero if it is
+// gone) and Redis's clock then, the server's clock being the machine's own
+// (the test's server runs here).
+func redisLeaseEnd(ctx context.Context, rc rueidis.Client, kind, prefix, name string, lctx context.Context) (end, now time.Time, err error) {
 	owner, _ := dsync.OwnerOf(lctx)
 	var keys, args []string
-	var script string
+	var read string // an expression: the hold's end in ms, or nil
 	switch kind {
 	case "Mutex":
-		keys, script = []string{prefix + ":{" + name + "}:mutex"}, `return redis.call('pexpiretime', KEYS[1])`
+		keys, read = []string{prefix + ":{" + name + "}:mutex"}, `redis.call('pexpiretime', KEYS[1])`
 	case "FairMutex":
-		keys, script = fairKeys(prefix, name)[:1], `return redis.call('pexpiretime', KEYS[1])`
+		keys, read = fairKeys(prefix, name)[:1], `redis.call('pexpiretime', KEYS[1])`
 	case "RWMutexWrite":
-		keys, script = rwKeys(prefix, name)[:1], `return tonumber(redis.call('hget', KEYS[1], 'wexp'))`
+		keys, read = rwKeys(prefix, name)[:1], `tonumber(redis.call('hget', KEYS[1], 'wexp'))`
 	case "RWMutexRead":
-		keys, args, script = rwKeys(prefix, name)[1:2], []string{owner}, `return tonumber(redis.call('zscore', KEYS[1], ARGV[1]))`
+		keys, args, read = rwKeys(prefix, name)[1:2], []string{owner}, `tonumber(redis.call('zscore', KEYS[1], ARGV[1]))`
 	case "Semaphore1":
-		keys, script = []string{prefix + ":{" + name + "}:sem:holders"}, `return tonumber(redis.call('zrange', KEYS[1], -1, -1, 'withscores')[2])`
+		keys, read = []string{prefix + ":{" + name + "}:sem:holders"}, `tonumber(redis.call('zrange', KEYS[1], -1, -1, 'withscores')[2] or '-2')`
 	}
-	ms, err := rc.Do(ctx, rc.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsInt64()
-	return time.UnixMilli(ms), err
+	// With Redis's clock: a hold gone (expired) when read is compared
+	// with the time it was read.
+	script := `local e = ` + read + ` or -2
+local t = redis.call('time')
+return {e, t[1] * 1000 + math.floor(t[2] / 1000)}`
+	vs, err := rc.Do(ctx, rc.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsIntSlice()
+	if err != nil {
+		return end, now, err
+	}
+	switch {
+	case vs[0] == -1:
+		return end, now, fmt.Errorf("the hold's key has no expiry")
+	case vs[0] >= 0:
+		end = time.UnixMilli(vs[0])
+	}
+	return end, time.UnixMilli(vs[1]), nil
 }

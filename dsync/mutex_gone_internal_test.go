@@ -65,7 +65,15 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log attemptLog
-			c, err := NewClient(s.Client(t), WithMaxLocalHandoffs(tc.handoffs), WithLease(3*time.Second), WithObserver(log.observer()), WithLogger(quiet))
+			lease := 3 * time.Second
+			if tc.stale {
+				// Renewals every lease/3 = 5 s; lease/30 = 500 ms: a
+				// renewal, which would find the key gone first, is 4.5 s
+				// away when the hold turns stale (with a 3 s lease it was
+				// 0.9 s, and a make test with both CPUs busy met it).
+				lease = 15 * time.Second
+			}
+			c, err := NewClient(s.Client(t), WithMaxLocalHandoffs(tc.handoffs), WithLease(lease), WithObserver(log.observer()), WithLogger(quiet))
 			require.NoError(t, err)
 			defer c.Close()
 			m := c.NewMutex("gone " + tc.name)
@@ -99,9 +107,8 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 			}
 			require.NoError(t, s.Do(t, "DEL", m.key).Error())
 			if tc.stale {
-				// Renewals every lease/3 = 1 s; lease/30 = 100 ms.
 				h := held.(*lockCtx).h
-				waitUntil(t, time.Second, "lease/30 since the hold was confirmed", func() bool { return !h.confirmedWithin(c.cfg.lease) })
+				waitUntil(t, 2*time.Second, "lease/30 since the hold was confirmed", func() bool { return !h.confirmedWithin(c.cfg.lease) })
 				require.NoError(t, held.Err())
 			} else if tc.local {
 				// A renewal in flight when the release began finds the

@@ -82,7 +82,14 @@ func TestMutexLeaseTimeExpires(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("lock context not cancelled after the fixed lease")
 	}
-	assert.LessOrEqual(t, time.Since(start), 150*time.Millisecond, "lock context cancelled after the acquire, after the lease of 150ms ran out")
+	// The lock context's deadline, where its lease clock ends it, is within
+	// the lease of the acquire's start; when the clock's timer runs and this
+	// goroutine sees it is the scheduler's (156 ms in a make test with both
+	// CPUs busy).
+	end, ok := lctx.Deadline()
+	require.True(t, ok, "a fixed lease's lock context has a deadline")
+	assert.LessOrEqual(t, end.Sub(start), 150*time.Millisecond, "the lock context's deadline: after the lease of 150ms from the acquire ran out")
+	t.Logf("seen ended %v after the acquire began", time.Since(start))
 	require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost, "cause")
 	// Redis expired it too: another owner gets it.
 	waitFor(t, time.Second, "the lock to expire in Redis", func() bool {
