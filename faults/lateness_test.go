@@ -65,6 +65,45 @@ func lateness(waits []wend, stops []fault) lateFigures {
 	return f
 }
 
+// lagLate sums up the waits their context ended in a process whose
+// probe measured its lag: those over lateBound late, and of those the
+// ones the lag within [end, return] explains (without it they would have
+// been within the bound).
+type lagLate struct {
+	waits, late, excused int
+	worst                int64 // ns: the latest not excused
+	worstLag             int64 // ns: its lag
+}
+
+func lateBeyondLag(waits []wend, lag ...[]lagSpan) lagLate {
+	var f lagLate
+	for _, w := range waits {
+		if w.End == 0 { // it returned before its context ended
+			continue
+		}
+		f.waits++
+		late := w.Ret - w.End
+		if late <= int64(lateBound) {
+			continue
+		}
+		f.late++
+		l := lagWithin(w.End, w.Ret, lag...)
+		if l >= late-int64(lateBound) {
+			f.excused++
+			continue
+		}
+		if late > f.worst {
+			f.worst, f.worstLag = late, l
+		}
+	}
+	return f
+}
+
+func (f lagLate) String() string {
+	return fmt.Sprintf("%d waits ended by their context, %d returned over %v after its end, %d of them excused by the probe's lag meanwhile; the latest not excused %v (lag %v)",
+		f.waits, f.late, lateBound, f.excused, ms(f.worst), ms(f.worstLag))
+}
+
 func ms(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
 
 // String is the figures as the report gives them.
@@ -146,4 +185,31 @@ func TestWaitEndMeasuresFromTheEnd(t *testing.T) {
 	require.Equal(t, 1, f.stopped)
 	require.Equal(t, 1, f.stoppedLate)
 	require.Equal(t, 1, f.timerLate)
+}
+
+// TestLateBeyondLag: a wait late by more than the bound is excused only
+// by lag measured between its context's end and its return, at least its
+// excess over the bound.
+func TestLateBeyondLag(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	waits := []wend{
+		{End: ms(1000), Ret: ms(1050)}, // within the bound
+		{End: ms(2000), Ret: ms(2218)}, // 218 ms late, 201 ms of lag within: excused
+		{End: ms(3000), Ret: ms(3218)}, // 218 ms late, 50 ms of lag within: late
+		{End: ms(4000), Ret: ms(4150)}, // 150 ms late, its lag before its end: late
+		{End: 0, Ret: ms(5000)},        // returned before its end: not counted
+		{End: ms(6000), Ret: ms(6101)}, // 101 ms late, 1 ms of lag split in two spans
+	}
+	lag := []lagSpan{
+		{From: ms(2010), To: ms(2211)},
+		{From: ms(3100), To: ms(3150)},
+		{From: ms(3900), To: ms(3999)},
+		{From: ms(6010), To: ms(6010) + ms(1)/2}, {From: ms(6050), To: ms(6050) + ms(1)/2},
+	}
+	f := lateBeyondLag(waits, lag)
+	require.Equal(t, 5, f.waits)
+	require.Equal(t, 4, f.late)
+	require.Equal(t, 2, f.excused, "the 218 ms one with 201 ms of lag and the 101 ms one with 1 ms")
+	require.Equal(t, ms(218), f.worst)
+	require.Equal(t, ms(50), f.worstLag)
 }

@@ -100,6 +100,7 @@ func networkPrim(t *testing.T, kind, fault string) {
 		deps[c] = d
 	}
 	ends := make([]int64, 6) // when each worker stopped
+	var cancelled []wend     // the waits their context ended (under mu)
 	// The strikes come in the first dur; the workers go on until the
 	// deploys are done (halt), up to netRunMax.
 	start := time.Now()
@@ -108,7 +109,8 @@ func networkPrim(t *testing.T, kind, fault string) {
 	for c := range 3 {
 		for g := range 2 {
 			w := &chaosWorker{c: deps[c].gen().c, res: res, who: c*2 + g, until: start.Add(netRunMax), halt: halt, tl: &tl, mu: &tmu, seq: &seq, dep: deps[c],
-				rec: func(e cev) { e.Slot = c; mu.Lock(); ev = append(ev, e); mu.Unlock() }}
+				rec:  func(e cev) { e.Slot = c; mu.Lock(); ev = append(ev, e); mu.Unlock() },
+				wrec: func(e wend) { e.Slot = c; mu.Lock(); cancelled = append(cancelled, e); mu.Unlock() }}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -318,7 +320,18 @@ func networkPrim(t *testing.T, kind, fault string) {
 	defer func() { row.Failed = t.Failed(); addRow(row) }()
 	assert.Empty(t, left, "%v after the fault Redis still shows", netCleanBound)
 	assert.Empty(t, subs, "%v after the fault, every waiter gone and the Clients open, wakeup channels still subscribed", subsAfter)
-	assert.Zero(t, tl.Late, "calls that returned more than 100 ms after their context ended (worst %v: %s)", time.Duration(tl.MaxLate), tl.Worst)
+	// A return over the bound is excused only by the lag the test
+	// process's probe measured between the context's end and the return
+	// (every Client, the proxy and the store run in it): a make test with
+	// both CPUs busy saw a Semaphore wait return 218 ms after its end
+	// while the probe was 201 ms late.
+	mu.Lock()
+	lf := lateBeyondLag(cancelled, lags.spans(lagTest))
+	mu.Unlock()
+	t.Logf("late returns: %s", lf)
+	row.Faults += fmt.Sprintf(" (returns over 100 ms after the context's end: %d, %d of them excused by the probe's lag)", lf.late, lf.excused)
+	assert.EqualValues(t, tl.Late, lf.late, "the waits counted late by the workers and by their records")
+	assert.Zero(t, lf.late-lf.excused, "calls that returned more than 100 ms after their context ended, beyond the lag the probe measured meanwhile (%s; the worst: %s)", lf, tl.Worst)
 	assert.Zero(t, sf.fencedLost, "updates the fenced counter lost")
 	assert.GreaterOrEqual(t, fig.acquisitions, 20, "acquisitions: the scenario did not happen")
 	assert.NotZero(t, tl.Cancelled, "cancelled waits: the scenario did not happen")
