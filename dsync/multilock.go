@@ -176,8 +176,7 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 	mh.cancel = cancel
 	for _, mctx := range mh.ctxs {
 		mh.stops = append(mh.stops, context.AfterFunc(mctx, func() {
-			// A member's context also ends with ctx; only a loss is a loss.
-			if cause := context.Cause(mctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+			if cause := memberLoss(mctx); cause != nil {
 				cancel(cause)
 			}
 		}))
@@ -185,7 +184,54 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 	ml.mu.Lock()
 	ml.held.push(owner, mh)
 	ml.mu.Unlock()
-	return lctx, nil
+	return &compositeCtx{Context: lctx, cancel: cancel, lost: func() error {
+		for _, mctx := range mh.ctxs {
+			if mctx.Err() != nil { // a member's Err ends it if its lease ran out
+				if cause := memberLoss(mctx); cause != nil {
+					return cause
+				}
+			}
+		}
+		return nil
+	}}, nil
+}
+
+// memberLoss is the cause of a member lock context's end if it was a loss
+// (ErrLockLost, or ErrClosed: its Client's Close), nil if it is live or
+// ended otherwise (a member's context also ends with the caller's ctx).
+func memberLoss(mctx context.Context) error {
+	if mctx.Err() == nil {
+		return nil
+	}
+	if cause := context.Cause(mctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+		return cause
+	}
+	return nil
+}
+
+// A compositeCtx is the lock context of a MultiLock or a RedLock: its Err
+// asks the members' lock contexts, whose own Err knows at once that a
+// lease ran out, so a loss is reported on the first look after it, as a
+// Mutex's lock context reports it. (Their cancellation reaches the
+// composite through context.AfterFunc, a goroutine later: a process
+// frozen past its lease (SIGSTOP, a VM pause) and thawed looked before
+// that goroutine ran, and saw its MultiLock valid 1.5 s after another
+// process took a member: TestFaultChaos/multi in CI of 3aa5018.)
+type compositeCtx struct {
+	context.Context
+	cancel context.CancelCauseFunc
+	lost   func() error // the loss the members report now, if any
+}
+
+func (c *compositeCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if cause := c.lost(); cause != nil {
+		c.cancel(cause)
+		return c.Context.Err()
+	}
+	return nil
 }
 
 // undo releases the members of a partial acquisition, innermost first.

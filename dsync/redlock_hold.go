@@ -21,6 +21,7 @@ func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.
 			alive++
 		}
 	}
+	alive0 := alive
 	for _, mctx := range rh.ctxs {
 		if mctx == nil {
 			continue
@@ -48,7 +49,30 @@ func (rl *RedLock) keep(ctx context.Context, owner string, rh *redHold) context.
 	rl.mu.Lock()
 	rl.held.push(owner, rh)
 	rl.mu.Unlock()
-	return lctx
+	return &compositeCtx{Context: lctx, cancel: cancel, lost: func() error {
+		// As the watchers count, but now: the members' Err ends those
+		// whose lease ran out.
+		var lost []error
+		for _, mctx := range rh.ctxs {
+			if mctx == nil {
+				continue
+			}
+			if cause := memberLoss(mctx); cause != nil {
+				lost = append(lost, cause)
+			}
+		}
+		left := alive0 - len(lost)
+		if len(lost) == 0 || left >= rl.quorum {
+			return nil
+		}
+		for _, cause := range lost {
+			if !errors.Is(cause, ErrClosed) {
+				return &lostError{kind: KindRedLock, name: rl.name,
+					why: fmt.Sprintf("fewer than a majority (%d of %d) of its nodes still hold it; one lost: %v", left, len(rh.ctxs), cause)}
+			}
+		}
+		return ErrClosed // the majority went with its Clients' Close
+	}}
 }
 
 // release releases rh on every node, in parallel. A node that failed with
