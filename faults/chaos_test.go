@@ -574,7 +574,11 @@ func runChaos(t *testing.T, kind string) {
 	}
 	stops := fmt.Sprintf("%d stop ≤%v, %d past the lease ≤%v (%d inside a critical section; the longest %v: a trapped writer stays frozen until its fence is raised)", len(run.stops)-long, *chaosStopMax, long, *chaosLongStop, trapped, longest.Round(time.Millisecond))
 	tl := run.tally
-	lf := lateness(run.waits, run.stops)
+	var lagOf func(int) []lagSpan // the children's probes run with deploys
+	if run.lags != nil {
+		lagOf = run.lags.spans
+	}
+	lf := lateness(run.waits, run.stops, lagOf)
 	if deploys {
 		// A waiter's process is a child (every Client's connection is
 		// direct to Redis): its probe's lag may excuse a stall over the

@@ -16,7 +16,8 @@ import (
 // its waits' deadlines returns them late: that is the fault, not dsync),
 // and how late the timers ending them ran.
 type lateFigures struct {
-	waits, late int   // not overlapped by a stop; of those, over 100 ms late
+	waits, late int   // not overlapped by a stop; of those, over 100 ms late beyond their process's lag
+	excused     int   // not overlapped by a stop, over 100 ms late, within it with their process's lag taken out
 	maxLate     int64 // ns
 	worst       wend
 	stopped     int   // overlapped by a SIGSTOP of their process
@@ -28,7 +29,11 @@ type lateFigures struct {
 
 const lateBound = 100 * time.Millisecond
 
-func lateness(waits []wend, stops []fault) lateFigures {
+// lateness sums up waits; lagOf (nil: no probes) returns the lag spans of
+// a process slot's probe: a wait late over the bound by no more than its
+// own process's lag between its context's end and its return is excused
+// (the process was not run: both CPUs busy), as a deploy's stall is.
+func lateness(waits []wend, stops []fault, lagOf func(slot int) []lagSpan) lateFigures {
 	var f lateFigures
 	for _, w := range waits {
 		late := w.Ret - w.End
@@ -55,6 +60,10 @@ func lateness(waits []wend, stops []fault) lateFigures {
 			continue
 		}
 		f.waits++
+		if late > int64(lateBound) && lagOf != nil && late-lagWithin(w.End, w.Ret, lagOf(w.Slot)) <= int64(lateBound) {
+			f.excused++
+			continue
+		}
 		if late > int64(lateBound) {
 			f.late++
 		}
@@ -115,8 +124,8 @@ func (f lateFigures) String() string {
 	if f.worst.Woke != 0 && f.worst.End != 0 {
 		woke = ms(f.worst.Woke - f.worst.End).String()
 	}
-	return fmt.Sprintf("latest return %v after its context ended (a goroutine its end woke ran %s after it), %d over %v; %d more a SIGSTOP of their process overlapped, %d over, latest %v; timers ending them up to %v late, %d over %v",
-		ms(f.maxLate), woke, f.late, lateBound, f.stopped, f.stoppedLate, ms(f.maxStopped), ms(f.maxTimer), f.timerLate, lateBound)
+	return fmt.Sprintf("latest return %v after its context ended (a goroutine its end woke ran %s after it), %d over %v (and %d over it by no more than their process's lag meanwhile, excused); %d more a SIGSTOP of their process overlapped, %d over, latest %v; timers ending them up to %v late, %d over %v",
+		ms(f.maxLate), woke, f.late, lateBound, f.excused, f.stopped, f.stoppedLate, ms(f.maxStopped), ms(f.maxTimer), f.timerLate, lateBound)
 }
 
 // TestWaitEndMeasuresFromTheEnd: a wait is measured from the moment its
@@ -178,13 +187,25 @@ func TestWaitEndMeasuresFromTheEnd(t *testing.T) {
 	for i := range ws {
 		ws[i].Call, ws[i].Ret, ws[i].End, ws[i].Timer = ws[i].Call*ms, ws[i].Ret*ms, ws[i].End*ms, ws[i].Timer*ms
 	}
-	f := lateness(ws, []fault{{slot: 1, at: 250 * ms, till: 350 * ms}})
+	f := lateness(ws, []fault{{slot: 1, at: 250 * ms, till: 350 * ms}}, nil)
 	require.Equal(t, 3, f.waits)
 	require.Equal(t, 2, f.late)
 	require.Equal(t, 200*ms, f.maxLate)
 	require.Equal(t, 1, f.stopped)
 	require.Equal(t, 1, f.stoppedLate)
 	require.Equal(t, 1, f.timerLate)
+
+	// With probes: slot 2's 200 ms late wait is excused by 100 ms of its
+	// own process's lag within it, not by slot 1's.
+	lag := map[int][]lagSpan{2: {{From: 250 * ms, To: 350 * ms}}, 1: {{From: 600 * ms, To: 700 * ms}}}
+	f = lateness(ws, []fault{{slot: 1, at: 250 * ms, till: 350 * ms}}, func(slot int) []lagSpan { return lag[slot] })
+	require.Equal(t, 3, f.waits)
+	require.Equal(t, 1, f.excused)
+	require.Equal(t, 1, f.late, "slot 1's wait after the stop (120 ms late): its process's lag came after its return")
+	lag[2] = []lagSpan{{From: 250 * ms, To: 340 * ms}}
+	f = lateness(ws, []fault{{slot: 1, at: 250 * ms, till: 350 * ms}}, func(slot int) []lagSpan { return lag[slot] })
+	require.Equal(t, 0, f.excused, "90 ms of lag does not excuse 200 ms")
+	require.Equal(t, 2, f.late)
 }
 
 // TestLateBeyondLag: a wait late by more than the bound is excused only
