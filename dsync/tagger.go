@@ -252,8 +252,8 @@ func (t *tagger) endAt(h *hold, ht *holdTag, end int64, local bool) {
 	}
 }
 
-// queueEndLocked queues the end of h (tag ht) at end for Redis, and
-// reports whether a send must be started (kick). t.mu must be held.
+// queueEndLocked queues the end of h (tag ht) at end (wall µs; 0:
+// Redis's clock when the batch runs there) for Redis, and reports whether a send must be started (kick). t.mu must be held.
 func (t *tagger) queueEndLocked(h *hold, ht *holdTag, end int64) bool {
 	// A tag not sent yet need not be: the entry says it all, and there is
 	// no tag of it in Redis to remove.
@@ -337,14 +337,17 @@ type tagBatch struct {
 }
 
 // take takes the queued changes, with the end of h (if not nil, tagged
-// and its end not queued yet) queued first, as of now, and returns them
+// and its end not queued yet) queued too, at Redis's clock when the batch
+// runs there, and returns them
 // as a batch to send, or nil if there are none; with last, an empty queue
 // ends the flush.
 func (t *tagger) take(h *hold, last bool) *tagBatch {
 	t.sendMu.Lock()
 	t.mu.Lock()
 	if h != nil {
-		if ht := h.tag.Load(); ht != nil && !ht.endQueued && t.queueEndLocked(h, ht, wallUS(time.Now())) {
+		// Its end is Redis's clock when the batch runs there (end 0, see
+		// tag_sync.lua): right before its release, in the same pipeline.
+		if ht := h.tag.Load(); ht != nil && !ht.endQueued && t.queueEndLocked(h, ht, 0) {
 			// No send was due: the queue is taken now.
 			t.flushing = false
 		}
@@ -400,17 +403,17 @@ var (
 
 // release takes the queue for Redis ahead of the release of h there (see
 // Client.beforeRelease): the ends of the holds before h and, with end,
-// h's own end, as of now, so that a waiter of another Client that the
-// release lets in finds them all in the lock's history. The caller sends
-// the batch before the release, in the same pipeline (Client.execAfter),
-// or on its own just before it (tagBatch.send). Without end, h (if
-// tagged) goes as it is (its tag, if not sent yet), its end queued when
-// it ends.
+// h's own end, so that a waiter of another Client that the release lets
+// in finds them all in the lock's history. The caller sends the batch
+// before the release, in the same pipeline (Client.execAfter), or on its
+// own just before it (tagBatch.send). Without end, h (if tagged) goes as
+// it is (its tag, if not sent yet), its end queued when it ends.
 //
-// h's end is then recorded in Redis from just before its release, not
-// just after: a hold's history entry ends up to one round trip early, and
-// a waiter whose wait began in that moment misses its link to it (as one
-// does when the release's first reply is lost and it is sent again).
+// h's end is Redis's clock when the batch runs there, right before the
+// release in the same pipeline, not the Client's when it was sent: the
+// entry ends when the lock was let go in Redis, not a round trip early.
+// (A release retried after a lost reply still ends its entry at the
+// first send.)
 func (t *tagger) release(h *hold, end bool) *tagBatch {
 	t.mu.Lock()
 	empty := len(t.ops) == 0

@@ -77,9 +77,10 @@
 // most 64 holds, each kept at most a minute after its end, Close or not).
 // A wait that found the lock held in Redis reads both when it ends, and
 // the observer turns what it finds into the links (see
-// dsync.AcquireDone.Blockers). Times are the Clients' wall clocks, in µs:
-// exact between the processes of one machine; between machines an overlap
-// is as exact as their clocks agree (NTP: about a millisecond). The hold
+// dsync.AcquireDone.Blockers). Times are the Clients' wall clocks, in µs
+// (a released hold's end: Redis's, see below): exact between the
+// processes of one machine; between machines an overlap is as exact as
+// their clocks agree (NTP: about a millisecond). The hold
 // span begins when the hold did (for a Mutex handed on inside its Client,
 // at the handoff, which may be before the acquire span ends).
 //
@@ -117,14 +118,13 @@
 // that did not wait, and a contended one whose trace is not sampled, build
 // no links.
 //
-// What that costs in truth: a released hold's history entry ends when its
-// release is sent, not when Redis has done it (the entry goes in the same
-// pipeline, ahead of the release), so it ends up to one round trip early:
-// a waiter of another Client whose wait began in that moment misses its
-// link to that hold, and the others' blocked_for is short by as much. A
-// release retried after a lost reply (the lock still held meanwhile) is
-// short by the retries. A link is never made to a hold that did not hold
-// the lock during the wait.
+// What that costs in truth: a released hold's history entry ends at
+// Redis's clock as the entry is written, right before the release in the
+// same pipeline, so between machines its end is as exact as Redis's clock
+// and the waiter's agree; a Semaphore's hold ends in the history when its
+// Release returns (the holder's clock, a round trip late). A release retried after a lost reply (the lock still held
+// meanwhile) is short by the retries. A link is never made to a hold that
+// did not hold the lock during the wait.
 //
 // A walkthrough, with two services A and B and the lock "orders":
 //

@@ -61,6 +61,7 @@ func TestContention(t *testing.T) {
 	// One holder at a time: the wait caused, summed, is about the waiting
 	// the holds explain. It may be more: a hold whose end had not reached
 	// Redis when the waiter read it counts as held until the waiter's end.
+	t.Logf("wait caused (blocked_for summed) %v, explained by the spans %v: %.3f", caused, rep.explained, float64(caused)/float64(max(rep.explained, 1)))
 	assert.GreaterOrEqual(t, float64(caused), 0.9*float64(rep.explained), "wait caused %v, explained %v", caused, rep.explained)
 	assert.LessOrEqual(t, float64(caused), 1.25*float64(rep.explained), "wait caused %v, explained %v", caused, rep.explained)
 	assert.Contains(t, b.String(), rep.blockers[0].owner, "top blocker missing from the printed report")

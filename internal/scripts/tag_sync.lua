@@ -14,24 +14,35 @@
 -- owner, the tag's lifetime in ms, "<start µs> <tag>" (a hold began), or
 -- "e", owner, "", "<end µs> <start µs> <tag>" (a hold ended: its field is
 -- removed if it is still this hold's, and the entry pushed), or "E", as
--- "e" for a hold whose tag was never sent (the entry alone).
+-- "e" for a hold whose tag was never sent (the entry alone). An end of 0
+-- ("0 <start µs> <tag>") is the server's clock as the script runs: the
+-- end of a hold whose release comes right after, in the same pipeline.
 -- The history keeps at most ARGV[3] entries, none that ended more than its
 -- lifetime before the newest push (by the pushing Client's clock), and
 -- expires its lifetime after the last push; the hash, when a change
 -- touched it, drops expired fields and lives as long as its latest field.
 -- The entries are pushed in one LPUSH (the newest ARGV[3] of them: the
 -- others would be trimmed at once), and the server's clock is read only
--- for the hash.
-local now
+-- for the hash and for an end of 0.
+local now, now_us
+local function clock()
+  if not now then
+    now, now_us = server_now()
+  end
+end
 local touched = false
 local ends = {}
 for i = 5, #ARGV, 4 do
   local op, owner, v = ARGV[i], ARGV[i + 1], ARGV[i + 3]
   if op == 's' then
-    now = now or server_now()
+    clock()
     redis.call('hset', KEYS[1], owner, fmt(now + tonumber(ARGV[i + 2])) .. ' ' .. v)
     touched = true
   else
+    if string.sub(v, 1, 2) == '0 ' then
+      clock()
+      v = fmt(now_us) .. string.sub(v, 2)
+    end
     if op == 'e' then
       local cur = redis.call('hget', KEYS[1], owner)
       local held = string.match(v, '^%d+ (.*)$')
@@ -59,7 +70,7 @@ if #ends > 0 then
   redis.call('pexpire', KEYS[2], hlife)
 end
 if touched then
-  now = now or server_now()
+  clock()
   local keep = 0
   local all = redis.call('hgetall', KEYS[1])
   for i = 1, #all, 2 do
