@@ -526,8 +526,11 @@ func (t *tagger) collect(n *blockNote, kind Kind, acquired bool, within time.Dur
 	if remote {
 		cached = t.readWithin(key, within)
 		if kind == KindMutex && acquired {
+			// Kept only by the tagLock whose count gen is: if it was
+			// dropped meanwhile, a new one counts from 0 again, and could
+			// reach gen with holds ended since the read.
 			t.mu.Lock()
-			if tl := t.locks[key]; tl != nil {
+			if t.locks[key] == tl {
 				tl.remote, tl.remoteGen = cached, gen
 			}
 			t.mu.Unlock()
