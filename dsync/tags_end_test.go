@@ -23,33 +23,26 @@ func TestReleasedHoldEndsAtRedisClock(t *testing.T) {
 	s := redistest.Start(t) // private: CLIENT PAUSE stalls every client of it
 	ctl := s.Client(t)
 	ctx := ctxT(t)
-	for _, kind := range []string{"Mutex", "FairMutex", "RWMutex"} {
-		t.Run(kind, func(t *testing.T) {
+	// The rows whose release ends the hold in Redis, as the contract
+	// tests open them.
+	rows := map[string]bool{"Mutex": true, "FairMutex": true, "RWMutexWrite": true}
+	ran := 0
+	for _, row := range contractRows() {
+		if !rows[row.name] {
+			continue
+		}
+		ran++
+		t.Run(row.name, func(t *testing.T) {
 			prefix := testPrefix(t)
 			c := newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix), dsync.WithObserver(tagObserver("held")))
-			var unlock func() error
-			switch kind {
-			case "Mutex":
-				m := c.NewMutex("end")
-				l, err := m.LockContext(ctx)
-				require.NoError(t, err)
-				unlock = func() error { return m.UnlockContext(l) }
-			case "FairMutex":
-				m := c.NewFairMutex("end")
-				l, err := m.LockContext(ctx)
-				require.NoError(t, err)
-				unlock = func() error { return m.UnlockContext(l) }
-			case "RWMutex":
-				m := c.NewRWMutex("end")
-				l, err := m.LockContext(ctx)
-				require.NoError(t, err)
-				unlock = func() error { return m.UnlockContext(l) }
-			}
+			l := row.open(c, "end")
+			lctx, err := l.lock(ctx)
+			require.NoError(t, err)
 			waitFor(t, 5*time.Second, "the hold's tag in Redis", func() bool { return len(tagFields(t, ctl, prefix)) > 0 })
 			paused := time.Now()
 			require.NoError(t, ctl.Do(ctx, ctl.B().ClientPause().Timeout(pause.Milliseconds()).All().Build()).Error())
 			sent := time.Now()
-			require.NoError(t, unlock())
+			require.NoError(t, l.unlock(lctx))
 			require.Less(t, sent.Sub(paused), pause/2, "the release was sent late in the pause: nothing shown")
 			keys, err := ctl.Do(ctx, ctl.B().Keys().Pattern(prefix+":*:taghist").Build()).AsStrSlice()
 			require.NoError(t, err)
@@ -66,4 +59,5 @@ func TestReleasedHoldEndsAtRedisClock(t *testing.T) {
 			require.False(t, at.Before(paused.Add(pause)), "the entry ends %v after the release was sent, before Redis ran it (%v after the pause began, which lasted %v)", at.Sub(sent), at.Sub(paused), pause)
 		})
 	}
+	require.Equal(t, len(rows), ran, "rows run")
 }
