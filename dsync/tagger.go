@@ -253,7 +253,8 @@ func (t *tagger) endAt(h *hold, ht *holdTag, end int64, local bool) {
 }
 
 // queueEndLocked queues the end of h (tag ht) at end (wall µs; 0:
-// Redis's clock when the batch runs there) for Redis, and reports whether a send must be started (kick). t.mu must be held.
+// Redis's clock when the batch runs there) for Redis, and reports whether
+// a send must be started (kick). t.mu must be held.
 func (t *tagger) queueEndLocked(h *hold, ht *holdTag, end int64) bool {
 	// A tag not sent yet need not be: the entry says it all, and there is
 	// no tag of it in Redis to remove.
@@ -338,9 +339,8 @@ type tagBatch struct {
 
 // take takes the queued changes, with the end of h (if not nil, tagged
 // and its end not queued yet) queued too, at Redis's clock when the batch
-// runs there, and returns them
-// as a batch to send, or nil if there are none; with last, an empty queue
-// ends the flush.
+// runs there, and returns them as a batch to send, or nil if there are
+// none; with last, an empty queue ends the flush.
 func (t *tagger) take(h *hold, last bool) *tagBatch {
 	t.sendMu.Lock()
 	t.mu.Lock()
@@ -412,8 +412,8 @@ var (
 // h's end is Redis's clock when the batch runs there, right before the
 // release in the same pipeline, not the Client's when it was sent: the
 // entry ends when the lock was let go in Redis, not a round trip early.
-// (A release retried after a lost reply still ends its entry at the
-// first send.)
+// (A release retried after a lost reply still ends its entry where its
+// first batch ran.)
 func (t *tagger) release(h *hold, end bool) *tagBatch {
 	t.mu.Lock()
 	empty := len(t.ops) == 0
