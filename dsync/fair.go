@@ -10,8 +10,10 @@ import (
 
 // A FairMutex is a Mutex granted in arrival order across every Client and
 // process using the same key prefix and name. A waiter that dies drops out
-// of the queue within one lease. TryLock fails while others wait, even when
-// the lock is free.
+// of the queue within one lease of its last look at the lock; if a release
+// granted it the lock before then, the lock comes back a lease after the
+// grant (up to two leases after the waiter's death). TryLock fails while
+// others wait, even when the lock is free.
 //
 // A FairMutex is safe for concurrent use. Its zero value is not usable;
 // create FairMutexes with Client.NewFairMutex. A FairMutex may be copied

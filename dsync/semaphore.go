@@ -16,9 +16,11 @@ import (
 // process, that uses the same key prefix, name and size: the cross-process
 // counterpart of golang.org/x/sync/semaphore.Weighted. An owner's permits
 // (see WithOwner) add up across acquisitions; each Acquire(n) needs a
-// Release(n). A dead owner's permits come back within one lease. Waiters are
-// served in arrival order: a large request is not overtaken by later small
-// ones. Using a name with another size fails with ErrInvalidArgument until
+// Release(n). A dead owner's permits come back within one lease; a dead
+// waiter's place lapses within one lease of its last look, and permits
+// granted to it before then come back a lease after the grant (up to two
+// leases after its death). Waiters are served in arrival order: a large
+// request is not overtaken by later small ones. Using a name with another size fails with ErrInvalidArgument until
 // the semaphore has been idle for an hour.
 //
 // A Semaphore is safe for concurrent use. Its zero value is not usable;

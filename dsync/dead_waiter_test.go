@@ -1,0 +1,86 @@
+package dsync_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A waiter whose process dies keeps its queue place until the place's
+// lease lapses, a lease after its last look at the semaphore; a release
+// before then grants it the permits, which it holds, unknowing, for the
+// grant's lease. So a dead waiter keeps the others out for up to two
+// leases after its death, not one (docs/design.md says so; the fault
+// suite's quiet window after a SIGKILL is two leases for this reason).
+//
+// The dead waiter is a real one: a Client whose traffic to Redis a proxy
+// swallows from the moment it is queued (no undo, no later look reaches
+// Redis; the grant's message still reaches it, and it loses the hold it
+// cannot renew).
+// The test reads the mechanism in Redis by server time: the grant is made
+// before the place lapses, it lapses a lease after the grant, and the
+// next waiter's token (server µs) comes after that.
+func TestSemaphoreDeadWaiterGrantHoldsALease(t *testing.T) {
+	const lease = time.Second
+	prefix := testPrefix(t)
+	rdb := newRueidis(t)
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	p := newStallProxy(t, server(t).Addr)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(rc.Close)
+	b := newClientOn(t, rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	base := prefix + ":{dw}:sem"
+
+	held, err := a.NewSemaphore("dw", 1).Acquire(ctxT(t), 1)
+	require.NoError(t, err)
+	bctx, bcancel := context.WithCancel(context.Background())
+	defer bcancel()
+	bdone := make(chan error, 1)
+	go func() {
+		_, err := b.NewSemaphore("dw", 1).Acquire(bctx, 1)
+		bdone <- err
+	}()
+	want := func() (string, string) {
+		m, err := rdb.Do(ctxT(t), rdb.B().Hgetall().Key(base+":want").Build()).AsStrMap()
+		require.NoError(t, err)
+		for w, rec := range m {
+			return w, rec
+		}
+		return "", ""
+	}
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { w, _ := want(); return w != "" })
+	p.freeze() // the waiter's process is dead from here: nothing of it reaches Redis
+	w, rec := want()
+	f := strings.Fields(rec) // "<permits> <owner> <lease ms> <place expiry ms>"
+	require.Len(t, f, 4, "the waiter's record %q", rec)
+	place, err := strconv.ParseInt(f[3], 10, 64)
+	require.NoError(t, err)
+
+	// The release, while the dead waiter's place lives, grants it.
+	require.NoError(t, a.NewSemaphore("dw", 1).Release(held, 1))
+	hs, err := rdb.Do(ctxT(t), rdb.B().Zrange().Key(base+":holders").Min("0").Max("-1").Withscores().Build()).AsZScores()
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "holders after the release")
+	require.Contains(t, hs[0].Member, " "+w+" ", "the permit went to the dead waiter")
+	grantEnd := int64(hs[0].Score)
+	assert.Greater(t, grantEnd, place, "the grant outlives the dead waiter's place")
+	t.Logf("the dead waiter's place lapsed at %d ms, its grant at %d ms (%d ms later)", place, grantEnd, grantEnd-place)
+
+	// The next waiter gets the permit once the grant lapses, not before.
+	lctx, err := c.NewSemaphore("dw", 1).Acquire(ctxT(t), 1)
+	require.NoError(t, err)
+	tok, _ := dsync.FencingToken(lctx)
+	assert.GreaterOrEqual(t, int64(tok/1000), grantEnd, "the next waiter's token (server µs) is from before the dead waiter's grant lapsed")
+	require.NoError(t, c.NewSemaphore("dw", 1).Release(lctx, 1))
+	bcancel()
+	<-bdone
+}
