@@ -59,6 +59,21 @@ var (
 
 const chaosLease = time.Second
 
+// killQuiet is how long after a SIGKILL a deploy's stall is asserted: two
+// leases and a margin. A killed process's holds lapse within a lease of
+// its last renewal and its queue places within a lease of its last look,
+// but a release in that lease grants a dead waiter of a FairMutex, an
+// RWMutex or a Semaphore the lock or its permits, which then lapse a lease
+// after the grant: up to two leases after the kill (dsync's
+// TestSemaphoreDeadWaiterGrantHoldsALease; in two Semaphore rows of
+// 2026-12-04 that looked for them, 19 grants to a killed process's
+// waiters, made 15-996 ms after the kill, lapsing up to 1.996 s after it).
+// With 1.5 leases, a deploy in a Semaphore row of make chaos (6574f52)
+// found the new Client's waiters waiting 443 ms beyond the semaphore's
+// being free, as behind such a grant. The margin covers a look the killed
+// process had on its way.
+const killQuiet = 2*chaosLease + chaosLease/5
+
 // -chaos.dump DIR writes a violating run's events there (one JSON line
 // each, with its slot), its faults after them.
 var chaosDump = flag.String("chaos.dump", "", "chaos scenario: write the events of a run whose history is not linearizable to this directory")
@@ -342,16 +357,16 @@ func runChaos(t *testing.T, kind string) {
 	}
 	// A deploy of process s: SIGUSR1 asks the child to close its Client
 	// and open another, and the monkey waits for its answer (deployNote).
-	// A deploy no other fault can have stalled waiters around (1.5 leases
-	// after a kill, whose holds, queue places and grants lapse by then; a
-	// lease after a stop's thaw) is quiet: its stall is asserted. The
+	// A deploy no other fault can have stalled waiters around (killQuiet
+	// after a kill, when its holds, queue places and grants have lapsed;
+	// a lease after a stop's thaw) is quiet: its stall is asserted. The
 	// monkey waits for that before it deploys (no other fault strikes
 	// meanwhile, nor in the deploy's window: the next fault comes 0.5 s
 	// at least after the child's answer), so that every deploy is quiet;
 	// one that would not be, with no time left to wait, is not made.
 	var lastKill, lastThaw time.Time
 	deploy := func(s int) bool {
-		if wait := max(time.Until(lastKill.Add(3*chaosLease/2)), time.Until(lastThaw.Add(chaosLease))); wait > 0 {
+		if wait := max(time.Until(lastKill.Add(killQuiet)), time.Until(lastThaw.Add(chaosLease))); wait > 0 {
 			if time.Until(until)-wait < 2*chaosLease {
 				return false
 			}
@@ -378,7 +393,7 @@ func runChaos(t *testing.T, kind string) {
 			t.Logf("deploy: no child ready for one")
 			return false
 		}
-		quiet := time.Since(lastKill) >= 3*chaosLease/2 && time.Since(lastThaw) >= chaosLease
+		quiet := time.Since(lastKill) >= killQuiet && time.Since(lastThaw) >= chaosLease
 		if time.Until(until) < 2*chaosLease {
 			t.Logf("deploy: too near the end")
 			return false // too near the end: the child may be done before it answers
