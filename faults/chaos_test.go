@@ -634,6 +634,21 @@ func runChaos(t *testing.T, kind string) {
 		assert.NotZero(t, df.n, "deploys: none struck")
 		assert.Equal(t, df.n, df.quiet, "deploys in another fault's window (the monkey waits them out)")
 		checkDeploys(t, fig.stalls)
+		for _, d := range fig.stalls {
+			if len(d.over) == 0 {
+				continue
+			}
+			// What struck before it, for the diagnosis.
+			var last int64
+			for _, k := range run.kills {
+				if k.at < d.note.Start {
+					last = max(last, k.at)
+				}
+			}
+			if last != 0 {
+				t.Logf("deploy of slot %d: the last SIGKILL before it came %v before its Close", d.note.Slot, ms(d.note.Start-last))
+			}
+		}
 	}
 	assert.Empty(t, leaked, "keys without expiry left")
 	assert.Zero(t, sf.fencedLost, "updates the fenced counter lost: a stale holder's read or write passed the fence")
