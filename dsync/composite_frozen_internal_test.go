@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,19 @@ func leaseRanOut(t *testing.T, lctx context.Context) {
 	lc.h.mu.Unlock()
 }
 
+// onlyHeld is the one hold of a MultiLock or a RedLock (held, under mu).
+func onlyHeld[H any](t *testing.T, mu *sync.Mutex, held heldBy[H]) H {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, held, 1, "owners holding it")
+	for _, hs := range held {
+		require.Len(t, hs, 1, "its holds")
+		return hs[0]
+	}
+	panic("unreachable")
+}
+
 // A MultiLock's and a RedLock's lock context report a loss on the first
 // look after a member's lease ran out (the member's own Err knows at
 // once), as a Mutex's does, not a goroutine later when the member's
@@ -37,13 +51,7 @@ func TestCompositeLockContextSeesLeaseRunOut(t *testing.T) {
 		lctx, err := ml.LockContext(context.Background())
 		require.NoError(t, err)
 		require.NoError(t, lctx.Err())
-		ml.mu.Lock()
-		var mh *multiHold
-		for _, hs := range ml.held {
-			mh = hs[0]
-		}
-		ml.mu.Unlock()
-		require.NotNil(t, mh)
+		mh := onlyHeld(t, &ml.mu, ml.held)
 		leaseRanOut(t, mh.ctxs[1])
 		require.Error(t, lctx.Err(), "the MultiLock's lock context on the first look after a member's lease ran out")
 		require.ErrorIs(t, context.Cause(lctx), ErrLockLost)
@@ -61,13 +69,7 @@ func TestCompositeLockContextSeesLeaseRunOut(t *testing.T) {
 		rl := NewRedLock("fr", clients)
 		lctx, err := rl.LockContext(context.Background())
 		require.NoError(t, err)
-		rl.mu.Lock()
-		var rh *redHold
-		for _, hs := range rl.held {
-			rh = hs[0]
-		}
-		rl.mu.Unlock()
-		require.NotNil(t, rh)
+		rh := onlyHeld(t, &rl.mu, rl.held)
 		leaseRanOut(t, rh.ctxs[0])
 		require.NoError(t, lctx.Err(), "one node of 3 lost: a majority still holds it")
 		leaseRanOut(t, rh.ctxs[2])

@@ -186,10 +186,10 @@ func (ml *MultiLock) LockContext(ctx context.Context) (context.Context, error) {
 	ml.mu.Unlock()
 	return &compositeCtx{Context: lctx, cancel: cancel, lost: func() error {
 		for _, mctx := range mh.ctxs {
-			if mctx.Err() != nil { // a member's Err ends it if its lease ran out
-				if cause := memberLoss(mctx); cause != nil {
-					return cause
-				}
+			// (memberLoss asks the member's Err, which ends it if its
+			// lease ran out.)
+			if cause := memberLoss(mctx); cause != nil {
+				return cause
 			}
 		}
 		return nil
