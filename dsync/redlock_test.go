@@ -53,12 +53,7 @@ func lockValue(t *testing.T, s *redistest.Server, prefix, name string) string {
 
 func TestRedLockBasic(t *testing.T) {
 	clients, servers, prefix := redlockClients(t)
-	// Node timeouts far above any round trip here: the test is of the
-	// wait. With both CPUs busy, 4 of 5 nodes of a round once took longer
-	// than the default 100 ms, and a round without a majority ends the
-	// wait with an error (TestRedLockMajorityDown's case).
-	const nodeTimeout = 5 * time.Second
-	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(nodeTimeout))
+	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
 	ctx := ctxT(t)
 	lctx, err := rl.LockContext(ctx)
 	require.NoError(t, err)
@@ -158,12 +153,7 @@ func TestRedLockLostMajority(t *testing.T) {
 // own: see RedLock), and holds it on every node after the holder releases.
 func TestRedLockWaits(t *testing.T) {
 	clients, servers, prefix := redlockClients(t)
-	// Node timeouts far above any round trip here: the test is of the
-	// wait. With both CPUs busy, 4 of 5 nodes of a round once took longer
-	// than the default 100 ms, and a round without a majority ends the
-	// wait with an error (TestRedLockMajorityDown's case).
-	const nodeTimeout = 5 * time.Second
-	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(nodeTimeout))
+	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
 	ctx := ctxT(t)
 	lctx, err := rl.LockContext(ctx)
 	require.NoError(t, err)
@@ -195,7 +185,7 @@ func TestRedLockWaits(t *testing.T) {
 	for _, s := range servers {
 		others = append(others, newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix)))
 	}
-	rl2 := dsync.NewRedLock("r", others, dsync.WithNodeTimeout(nodeTimeout))
+	rl2 := dsync.NewRedLock("r", others)
 	got := make(chan result, 1)
 	go func() {
 		l, err := rl2.LockContext(ctx)
