@@ -18,12 +18,14 @@ import (
 // before then grants it the permits, which it holds, unknowing, for the
 // grant's lease. So a dead waiter keeps the others out for up to two
 // leases after its death, not one (docs/design.md says so; the fault
-// suite's quiet window after a SIGKILL is two leases for this reason).
+// suite's quiet window after a SIGKILL, killQuiet, is two leases and a
+// margin for this reason).
 //
 // The dead waiter is a real one: a Client whose traffic to Redis a proxy
 // swallows from the moment it is queued (no undo, no later look reaches
 // Redis; the grant's message still reaches it, and it loses the hold it
 // cannot renew).
+//
 // The test reads the mechanism in Redis by server time: the grant is made
 // before the place lapses, it lapses a lease after the grant, and the
 // next waiter's token (server µs) comes after that.
@@ -71,6 +73,9 @@ func TestSemaphoreDeadWaiterGrantHoldsALease(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hs, 1, "holders after the release")
 	require.Contains(t, hs[0].Member, " "+w+" ", "the permit went to the dead waiter")
+	grantTok, err := strconv.ParseUint(strings.Fields(hs[0].Member)[1], 10, 64) // "<owner> <token> <waiter> <permits>"
+	require.NoError(t, err)
+	assert.Less(t, int64(grantTok/1000), place, "the grant (its token, server µs) was made while the dead waiter's place lived")
 	grantEnd := int64(hs[0].Score)
 	assert.Greater(t, grantEnd, place, "the grant outlives the dead waiter's place")
 	t.Logf("the dead waiter's place lapsed at %d ms, its grant at %d ms (%d ms later)", place, grantEnd, grantEnd-place)

@@ -20,8 +20,9 @@ import (
 // waiter's place lapses within one lease of its last look, and permits
 // granted to it before then come back a lease after the grant (up to two
 // leases after its death). Waiters are served in arrival order: a large
-// request is not overtaken by later small ones. Using a name with another size fails with ErrInvalidArgument until
-// the semaphore has been idle for an hour.
+// request is not overtaken by later small ones. Using a name with another
+// size fails with ErrInvalidArgument until the semaphore has been idle for
+// an hour.
 //
 // A Semaphore is safe for concurrent use. Its zero value is not usable;
 // create Semaphores with Client.NewSemaphore. A Semaphore may be copied only
