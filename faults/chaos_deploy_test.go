@@ -494,7 +494,7 @@ func identID(ident string) string {
 }
 
 // leftScan reads one page of SCAN (ARGV[1] the cursor, ARGV[2] the
-// pattern, count 1000) and returns the next cursor, then, for each key of
+// pattern, count 100) and returns the next cursor, then, for each key of
 // the page whose name, string value, hash fields and values, or list, set
 // or sorted set members contain one of the ARGV[3] needles that follow it
 // (ARGV[4..]) or a 32-hex-digit run (as hex32 finds them) that is one of
@@ -503,9 +503,19 @@ func identID(ident string) string {
 // returns is the keys' state at one instant: a key the check reads again
 // later may have expired meanwhile (an undo's tombstone at the end of its
 // minute, read after the whole scan, looked like a key left without a
-// value: see leftBy).
+// value: see leftBy). Pages of 100 keys: the script blocks Redis while it
+// runs, and it runs inside the deploy's window (deployWindow), beside the
+// waiters whose stall is measured: each command of a waiter that arrives
+// meanwhile waits for the page. A CI run of c567d10 failed a OnceValue
+// deploy of the soak with a waiter 127 ms beyond the name's being free,
+// 102-228 ms after the Close, when the scan runs. Measured 2026-12-04
+// (SLOWLOG): on an idle Redis with 30,000 keys, a page of 1,000 keys took
+// 5-13 ms and one of 100 keys 0.5-3.3 ms (0 to 10,000 owners: building
+// their table is most of a short page); in 2-minute soaks on the shared
+// 2-core machine, pages of 1,000 keys took 10-23 ms each (36 of 38 over 5
+// ms) and pages of 100 keys at most 11.7 ms (69 of 414 over 5 ms).
 var leftScan = rueidis.NewLuaScript(`
-local page = redis.call('scan', ARGV[1], 'match', ARGV[2], 'count', 1000)
+local page = redis.call('scan', ARGV[1], 'match', ARGV[2], 'count', 100)
 local n = tonumber(ARGV[3])
 local owners = {}
 for i = n + 4, #ARGV do owners[ARGV[i]] = true end
@@ -627,7 +637,7 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 	// (its Onces), and one KEYS would block Redis for all of them. Only
 	// the keys whose name or content names g (its name, tag, id or an
 	// owner it made) come back: Redis picks them out (leftScan), a SCAN
-	// page of 1,000 keys a call, each with its type, PTTL and value as
+	// page of 100 keys a call, each with its type, PTTL and value as
 	// they were in that call.
 	keys, err := d.leftCandidates(ctx, patterns, []string{g.name + "/", "tag of " + g.name, identID(g.ident)}, owners)
 	if err != nil {
@@ -745,7 +755,8 @@ func (d *chaosDeploy) leftBy(g *chaosGen) []string {
 
 // deployWindow is how long after a Close returned a lock that became free
 // is still counted as the deploy's: the monkey strikes next at least 500
-// ms after a deploy's answer, so nothing else delays a waiter there.
+// ms after a deploy's answer, so nothing else delays a waiter there but
+// the deploy's own check of what the Client left (leftScan, in short pages).
 const deployWindow = 400 * time.Millisecond
 
 // A deployStall is the longest a waiter of another Client waited, around
