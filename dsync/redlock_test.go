@@ -150,7 +150,18 @@ func TestRedLockLostMajority(t *testing.T) {
 
 // TestRedLockWaits: an owner's LockContext that finds the RedLock held
 // goes on trying, round after round (the wait loop without a Client of its
-// own: see RedLock), and holds it on every node after the holder releases.
+// own: see RedLock), and holds it on a majority of the nodes after the
+// holder releases, with no other hold left on the rest.
+//
+// The second owner's node timeout is 5 s: the test is of the wait, not of
+// the node timeout (TestRedLockMajorityDown is). With the default 100 ms,
+// on a clean clone with both CPUs kept busy (2026-12-04, 52340fd), 4 of 5
+// nodes of a round answered after it, which ends the wait as a majority
+// unreachable, as it should. Until 2026-12-04 the test asked every node to
+// hold the second owner's hold, more than a RedLock promises: a round that
+// reaches a node before the holder's release there and the others after it
+// holds a majority, and the node it missed keeps the release's marker (an
+// idle CI run of 8dba7ab: 4 of 5 nodes).
 func TestRedLockWaits(t *testing.T) {
 	clients, servers, prefix := redlockClients(t)
 	rl := dsync.NewRedLock("r", clients, dsync.WithNodeTimeout(300*time.Millisecond))
@@ -185,7 +196,7 @@ func TestRedLockWaits(t *testing.T) {
 	for _, s := range servers {
 		others = append(others, newClientOn(t, s.Client(t), dsync.WithKeyPrefix(prefix)))
 	}
-	rl2 := dsync.NewRedLock("r", others)
+	rl2 := dsync.NewRedLock("r", others, dsync.WithNodeTimeout(5*time.Second))
 	got := make(chan result, 1)
 	go func() {
 		l, err := rl2.LockContext(ctx)
@@ -203,9 +214,17 @@ func TestRedLockWaits(t *testing.T) {
 	r := <-got
 	require.NoError(t, r.err, "second owner after the release")
 	owner, _ := dsync.OwnerOf(r.lctx)
+	holds := 0
 	for _, s := range servers {
 		v := lockValue(t, s, prefix, "r")
-		require.True(t, strings.HasPrefix(v, owner+" "), "%s holds %q, want the second owner's hold", s.Addr, v)
+		if strings.HasPrefix(v, owner+" ") {
+			holds++
+			continue
+		}
+		// Not the second owner's: nothing, or a release's marker ("- "
+		// and the token), never a hold of another owner.
+		require.True(t, v == "" || strings.HasPrefix(v, "- "), "%s holds %q, want the second owner's hold or none", s.Addr, v)
 	}
+	require.GreaterOrEqual(t, holds, len(servers)/2+1, "the second owner holds %d of %d nodes", holds, len(servers))
 	require.NoError(t, rl2.UnlockContext(r.lctx))
 }
