@@ -508,14 +508,14 @@ func identID(ident string) string {
 // waiters whose stall is measured: each command of a waiter that arrives
 // meanwhile waits for the page. A CI run of c567d10 failed a OnceValue
 // deploy of the soak with a waiter 127 ms beyond the name's being free,
-// 102-228 ms after the Close (17 ms long): while the scan, which begins as
-// Close returns, most likely ran (that run did not time its pages; the
-// likely cause, not a shown one). Measured 2026-12-04
-// (SLOWLOG): on an idle Redis with 30,000 keys, a page of 1,000 keys took
-// 5-13 ms and one of 100 keys 0.5-3.3 ms (0 to 10,000 owners: building
-// their table is most of a short page); in 2-minute soaks on the shared
-// 2-core machine, pages of 1,000 keys took 10-23 ms each (36 of 38 over 5
-// ms) and pages of 100 keys at most 11.7 ms (69 of 414 over 5 ms).
+// 102-228 ms after the Close (17 ms long), most likely while the scan,
+// which begins as Close returns, ran (that run did not time its pages).
+// Measured 2026-12-04 (SLOWLOG): on an idle Redis with 30,000 keys, a
+// page of 1,000 keys took 5-13 ms and one of 100 keys 0.5-3.3 ms (0 to
+// 10,000 owners: building their table is most of a short page); in
+// 2-minute soaks on the shared 2-core machine, pages of 1,000 keys took
+// 10-23 ms each (36 of 38 over 5 ms) and pages of 100 keys at most 11.7
+// ms (69 of 414 over 5 ms).
 var leftScan = rueidis.NewLuaScript(`
 local page = redis.call('scan', ARGV[1], 'match', ARGV[2], 'count', 100)
 local n = tonumber(ARGV[3])
