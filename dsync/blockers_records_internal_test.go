@@ -1,6 +1,7 @@
 package dsync
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ func TestBlockersFromRecords(t *testing.T) {
 	const ws, we = 1000, 2000
 	old := make([]blockRec, 0, maxHistory)
 	for i := range maxHistory - 4 {
-		old = append(old, blockRec{tag: "old" + string(rune('a'+i%26)), start: int64(10 * i), end: int64(10*i + 5)})
+		// All before the wait, whatever maxHistory is.
+		st := int64(i) * 900 / maxHistory
+		old = append(old, blockRec{tag: "old" + string(rune('a'+i%26)), start: st, end: st + 5})
 	}
 	local := []blockRec{
 		{tag: "l1", start: 900, end: 1200},  // ended during the wait
@@ -45,4 +48,22 @@ func TestBlockersFromRecords(t *testing.T) {
 
 	got, _ = blockers(ws, we, nil, old)
 	assert.Empty(t, got, "history entries that ended before the wait are no blockers")
+}
+
+// Beyond MaxBlockers holds, a wait keeps those that held the lock for the
+// most of it, in the order they began, and counts the rest as dropped.
+func TestBlockersBeyondMax(t *testing.T) {
+	const extra = 10
+	var recs []blockRec
+	for i := range MaxBlockers + extra {
+		// Hold i starts at 10i and lasts i+1 µs: the first extra overlap least.
+		recs = append(recs, blockRec{tag: "h" + strconv.Itoa(i), start: int64(10 * i), end: int64(10*i + i + 1)})
+	}
+	got, dropped := blockers(0, 100000, recs, nil)
+	assert.Equal(t, extra, dropped)
+	if assert.Len(t, got, MaxBlockers) {
+		for i, b := range got {
+			assert.Equal(t, "h"+strconv.Itoa(i+extra), b.Tag, "blocker %d", i)
+		}
+	}
 }

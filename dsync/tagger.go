@@ -115,13 +115,17 @@ const (
 const (
 	// MaxBlockers bounds the blockers one acquisition reports
 	// (AcquireDone.Blockers): beyond it, those that held the lock for the
-	// least of the wait are dropped (AcquireDone.BlockersDropped).
-	MaxBlockers = 64
+	// least of the wait are dropped (AcquireDone.BlockersDropped). It is
+	// the OpenTelemetry SDK's default limit of links per span; a wait
+	// behind many short holds (the bench's cross-process scenario) goes
+	// past 64.
+	MaxBlockers = 128
 	// maxLocalHist bounds the ended holds a tagLock keeps for its waits.
 	maxLocalHist = 256
 	// maxHistory and histLife bound a lock's history in Redis: the entries
-	// kept, and how long after its end a hold is kept.
-	maxHistory = 64
+	// kept (as many as a wait can report), and how long after its end a
+	// hold is kept.
+	maxHistory = 128
 	histLife   = time.Minute
 	// tagDelay is how long queued changes wait for others to join them.
 	tagDelay = time.Millisecond

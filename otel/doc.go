@@ -61,10 +61,10 @@
 // that ended with the lock and for one that gave up. Holders that held
 // the lock together (readers, a Semaphore's holders) each count for the
 // time they held it, so their blocked_for may add up to more than the
-// wait. At most dsync.MaxBlockers (64) links per span: beyond it the
-// holders that held the lock for the least of the wait are dropped, and
-// the span counts them in dsync.lock.blockers_dropped. Only sampled hold
-// spans are linked.
+// wait. At most dsync.MaxBlockers (128, the SDK's default link limit)
+// links per span: beyond it the holders that held the lock for the least
+// of the wait are dropped, and the span counts them in
+// dsync.lock.blockers_dropped. Only sampled hold spans are linked.
 //
 // It works through the dsync.Observer hook HoldTag: when a hold starts, the
 // observer returns its hold span's context as a W3C traceparent, the
@@ -74,7 +74,7 @@
 // removed at release and at Client.Close, gone within one lease of the
 // hold's end if its holder died) and records each hold that ends (tag,
 // start, end) in the lock's history (a list "<lock key>:taghist" of at
-// most 64 holds, each kept at most a minute after its end, Close or not).
+// most 128 holds, each kept at most a minute after its end, Close or not).
 // A wait that found the lock held in Redis reads both when it ends, and
 // the observer turns what it finds into the links (see
 // dsync.AcquireDone.Blockers). Times are the Clients' wall clocks, in µs
