@@ -112,7 +112,8 @@
 // collector's share), against 8 µs untraced, so on 2 cores it cannot run
 // above about a third of the untraced rate whatever runs where: the bench
 // measured 0.24x (median of 6 -quick runs, dsync-traced against dsync, on
-// 984280f, 2026-12-04, 2 shared cores; 0.22x on 72874ff);
+// 984280f, 2026-12-04, 2 shared cores; 0.22x on 72874ff; 0.23x on
+// 6c49dea, 3 repeats of the full scenario, 2026-12-04 23:35 UTC);
 // BenchmarkContended16 0.20x with the spans ended in the hooks, 0.25x with
 // WithBackgroundSpans, 0.41x with one trace in 10 sampled. An acquisition
 // that did not wait, and a contended one whose trace is not sampled, build
