@@ -384,6 +384,20 @@ func (h *hold) beginRelease() {
 	h.mu.Unlock()
 }
 
+// cancelRelease undoes beginRelease for a hold whose release was refused
+// (it did not end the hold): a renewal that found it gone meanwhile ends
+// it as lost now, as it would have then.
+func (h *hold) cancelRelease() {
+	h.mu.Lock()
+	h.releasing = false
+	if h.gone && !h.ended {
+		h.gone = false
+		h.endLocked(h.lostCause(whyGone), true)
+		return
+	}
+	h.mu.Unlock()
+}
+
 func (h *hold) isEnded() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

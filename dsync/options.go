@@ -62,6 +62,9 @@ type testHooks struct {
 	mutexEvent func(event string)
 	// yieldWait, when set, replaces yieldWait.
 	yieldWait time.Duration
+	// semReleaseReplied, when set, runs when a Semaphore's release script
+	// has replied, before the holds it released end here.
+	semReleaseReplied func()
 }
 
 func defaultConfig() config {

@@ -133,8 +133,15 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	tok, _ := FencingToken(ctx)
+	rh := s.holdFor(owner, tok, n)
+	if rh != nil {
+		// A renewal round or a check of the holds (a notice, the control
+		// subscription coming up) that reads Redis after this release ran
+		// finds the acquisition gone: it is released, not lost.
+		rh.beginRelease()
+	}
 	if s.c.tags != nil {
-		s.c.beforeRelease(s.holdFor(owner, tok, n))
+		s.c.beforeRelease(rh)
 	}
 	args := append(s.releaseArgs(owner, n), strconv.FormatUint(tok, 10))
 	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
@@ -159,6 +166,13 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		// The first try's work, or the acquisition's lease lapsed: either
 		// way the release is done (releaseAgain).
 		r.code = semRelReleased
+	}
+	if f := s.c.cfg.test.semReleaseReplied; f != nil {
+		f()
+	}
+	if err == nil && (r.code == semRelSizeMismatch || r.code == semRelNotHeld) && rh != nil {
+		// Refused: rh goes on (or is lost, if a check found it gone).
+		rh.cancelRelease()
 	}
 	if err == nil && r.code == semRelSizeMismatch {
 		return s.sizeMismatch(r.n)
