@@ -1029,6 +1029,7 @@ func childChaos(c *dsync.Client, res remote) int {
 			dep.scan = strings.Split(tags, ",")
 		}
 		stop, stopped := make(chan struct{}), make(chan struct{})
+		dep.listen()
 		go func() { defer close(stopped); dep.run(stop) }()
 		defer func() { close(stop); <-stopped; dep.close() }()
 		say("ready", "")

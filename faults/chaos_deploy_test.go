@@ -112,7 +112,8 @@ type chaosDeploy struct {
 	rc     rueidis.Client
 	prefix string
 	lease  time.Duration
-	prober *dsync.Client // finds each Client's id (probeIdent)
+	prober *dsync.Client  // finds each Client's id (probeIdent)
+	sig    chan os.Signal // SIGUSR1: deploy (run)
 	cur    atomic.Pointer[chaosGen]
 	n      int
 	// trap, when set, catches the next worker inside its critical section
@@ -196,6 +197,16 @@ func newChaosDeployDial(slot int, rc rueidis.Client, dial func() (rueidis.Client
 	}
 	d.cur.Store(g)
 	return d, nil
+}
+
+// listen catches SIGUSR1 for run from now on: a child calls it before it
+// says it is ready for a deploy (before, run caught the signal once its
+// goroutine ran, which could be after "ready": a SIGUSR1 then killed the
+// process). Never stopped: a SIGUSR1 after the end must not kill the
+// process.
+func (d *chaosDeploy) listen() {
+	d.sig = make(chan os.Signal, 1)
+	signal.Notify(d.sig, syscall.SIGUSR1)
 }
 
 func (d *chaosDeploy) gen() *chaosGen {
@@ -448,20 +459,18 @@ func (d *chaosDeploy) deploy(inside bool) deployNote {
 // less than the parents' 20 s wait for a deploy's answer.
 const deployOpenWithin = 15 * time.Second
 
-// run deploys on every SIGUSR1 until stop is closed.
+// run deploys on every SIGUSR1 (see listen) until stop is closed.
 func (d *chaosDeploy) run(stop <-chan struct{}) {
-	sig := make(chan os.Signal, 1)
-	// Not stopped: a SIGUSR1 after the end must not kill the process.
-	signal.Notify(sig, syscall.SIGUSR1)
 	for {
 		select {
-		case <-sig:
+		case <-d.sig:
 			n := d.deploy(rand.IntN(2) == 0)
 			say("deploy", n)
 			if n.GaveUp {
 				// No Client to go on with: the process ends, as a
 				// replica that cannot start does (the parent sees it
-				// exit).
+				// exit, and the test's log says why).
+				fmt.Fprintf(os.Stderr, "chaos child %d: exits: a deploy could not open the next Client: %s\n", d.slot, n.Err)
 				os.Exit(3)
 			}
 		case <-stop:

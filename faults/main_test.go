@@ -117,7 +117,23 @@ func (c *child) expect(t testing.TB, word string, d time.Duration) string {
 
 func (c *child) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(sig))
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("%v to child %d: %v (%s)", sig, c.cmd.Process.Pid, err, c.exitState())
+	}
+}
+
+// exitState says how the child ended, if it has ("running" if not):
+// for a signal that found it gone, the exit code or the signal that
+// ended it (its stderr, in the test's, says why it exited, if it did so
+// itself).
+func (c *child) exitState() string {
+	select {
+	case <-c.done:
+		// done is closed after cmd.Wait has returned.
+		return "it had exited: " + c.cmd.ProcessState.String()
+	case <-time.After(time.Second):
+		return "running"
+	}
 }
 
 func (c *child) wait(t testing.TB, d time.Duration) {
