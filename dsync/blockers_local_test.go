@@ -53,12 +53,7 @@ func TestBlockersHandoffScriptStaysLocal(t *testing.T) {
 		})
 	}
 	waitFor(t, 10*time.Second, "the waiters queued", func() bool {
-		st, _ := inspectOne(t, c, "local", dsync.KindMutex)
-		n := int64(0)
-		for _, w := range st.Waiters {
-			n += w.Count
-		}
-		return n == waiters
+		return waitingCount(t, c, "local", dsync.KindMutex) == waiters
 	})
 	resetStats(t, ctx, rc, c)
 	require.NoError(t, m.UnlockContext(lctx))

@@ -46,14 +46,7 @@ func TestBlockersBehindManyHolds(t *testing.T) {
 	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithObserver(obsA))
 	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithObserver(obsB))
 	ma, mb := a.NewFairMutex("many"), b.NewFairMutex("many")
-	waiters := func() int64 {
-		st, _ := inspectOne(t, a, "many", dsync.KindFairMutex)
-		n := int64(0)
-		for _, w := range st.Waiters {
-			n += w.Count
-		}
-		return n
-	}
+	waiters := func() int64 { return waitingCount(t, a, "many", dsync.KindFairMutex) }
 	lctx, err := ma.LockContext(ctx)
 	require.NoError(t, err)
 	var wg sync.WaitGroup

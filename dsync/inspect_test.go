@@ -24,6 +24,18 @@ func inspectOne(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) (ds
 	return dsync.LockState{}, false
 }
 
+// waitingCount is how many acquisitions Inspect reports waiting for the
+// lock name of kind, in every Client (each Waiter's Count summed).
+func waitingCount(t *testing.T, c *dsync.Client, name string, kind dsync.Kind) int64 {
+	t.Helper()
+	st, _ := inspectOne(t, c, name, kind)
+	var n int64
+	for _, w := range st.Waiters {
+		n += w.Count
+	}
+	return n
+}
+
 func TestInspectMutex(t *testing.T) {
 	c := newClient(t, dsync.WithLease(3*time.Second))
 	name := "inspect {odd} %name"

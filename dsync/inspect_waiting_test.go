@@ -153,14 +153,7 @@ func TestLocalWaiterCountsOutliveCleanupBudget(t *testing.T) {
 	m := c.NewMutex("aging")
 	held, err := m.LockContext(ctxT(t))
 	require.NoError(t, err)
-	count := func() int64 {
-		st, _ := inspectOne(t, c, "aging", dsync.KindMutex)
-		var n int64
-		for _, w := range st.Waiters {
-			n += w.Count
-		}
-		return n
-	}
+	count := func() int64 { return waitingCount(t, c, "aging", dsync.KindMutex) }
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wctx, cancel := context.WithCancel(ctxT(t))
