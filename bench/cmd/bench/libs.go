@@ -231,6 +231,17 @@ func (h *dsyncHandle) Lock(ctx context.Context) (err error) {
 
 func (h *dsyncHandle) Unlock(context.Context) error { return h.m.UnlockContext(h.lctx) }
 
+// token is the fencing token of the hold Lock took (tokener).
+func (h *dsyncHandle) token() uint64 {
+	t, _ := dsync.FencingToken(h.lctx)
+	return t
+}
+
+// A tokener tells the fencing token of its last acquisition: the bench
+// tells an acquisition in Redis (a token that does not follow the one
+// before) from a handoff inside the process (tailOf).
+type tokener interface{ token() uint64 }
+
 // raw: the minimal correct lock, two round trips when uncontended.
 
 var rawRelease = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)

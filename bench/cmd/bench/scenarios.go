@@ -255,6 +255,16 @@ func summarize(res workResult, d time.Duration, calls int64) sample {
 		"max_free_ms": ms(longest),
 		"errors":      float64(res.Errs),
 	}
+	if t, ok := tailOf(res.Acqs, res.Tokens, len(res.Counts), float64(d)); ok {
+		s["p99_fifo_x"] = t.P99 / t.FIFO
+		s["tail_seen"], s["tail_seen_all"] = t.N, t.NAll
+		s["tail_gap_us"], s["tail_gap_all_us"] = t.Gap/1e3, t.GapAll/1e3
+		s["tail_overtaken"] = t.Overtk
+		if t.Tokens {
+			s["trip_frac"], s["trip_tail"], s["trip_all"] = t.TripFrac, t.TripTail, t.TripAll
+			s["p99_quiet_fifo_x"] = t.P99Quiet / t.FIFO
+		}
+	}
 	if res.Total > 0 {
 		s["cmds_acq"] = float64(calls) / float64(res.Total)
 		s["rt_acq"] = float64(res.RT) / float64(res.Total)

@@ -19,6 +19,8 @@ type workResult struct {
 	FirstErr string          `json:"first_err,omitempty"`
 	RT       int64           `json:"rt"`              // client round trips, filled by the caller
 	Spans    *spanDump       `json:"spans,omitempty"` // the traced lib's spans (an xproc child's)
+	Acqs     []interval      `json:"-"`               // every counted acquisition's wait (start, acquired), for tailOf
+	Tokens   []uint64        `json:"-"`               // their fencing tokens, if the lib tells them (tokener)
 }
 
 // mergeGap: holds closer than this are merged before they are shipped or
@@ -44,7 +46,9 @@ func work(handles []handle, stopAt time.Time) workResult {
 		go func() {
 			defer wg.Done()
 			var waits []time.Duration
-			var holds []interval
+			var holds, acqs []interval
+			var tokens []uint64
+			tk, _ := h.(tokener)
 			var total, errs int64
 			var firstErr error
 			for {
@@ -70,6 +74,10 @@ func work(handles []handle, stopAt time.Time) workResult {
 				if t1.Before(stopAt) {
 					res.Counts[i]++ // only this goroutine writes index i
 					waits = append(waits, t1.Sub(t0))
+					acqs = append(acqs, interval{t0.UnixNano(), t1.UnixNano()})
+					if tk != nil {
+						tokens = append(tokens, tk.token())
+					}
 				}
 				rel := time.Now()
 				holds = append(holds, interval{t1.UnixNano(), rel.UnixNano()})
@@ -83,6 +91,10 @@ func work(handles []handle, stopAt time.Time) workResult {
 			mu.Lock()
 			res.Waits = append(res.Waits, waits...)
 			res.Holds = append(res.Holds, holds...)
+			res.Acqs = append(res.Acqs, acqs...)
+			if len(tokens) == len(acqs) {
+				res.Tokens = append(res.Tokens, tokens...)
+			}
 			res.Total += total
 			res.Errs += errs
 			if firstErr != nil && res.FirstErr == "" {
