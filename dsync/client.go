@@ -65,6 +65,9 @@ type Client struct {
 	bgIdle chan struct{}
 	sealed bool
 
+	// fn is the Client's use of the function library (functions.go).
+	fn funcState
+
 	notify *notifier
 	renew  *renewer
 	clock  leaseClock

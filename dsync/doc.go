@@ -80,7 +80,9 @@
 // of one lock shares the hash tag {name}, so it lives in one slot.
 // Replication is asynchronous, even with WithReplicaSync: a failover can
 // let a second owner in, which the fencing token lets a store detect
-// (docs/scale-out.md).
+// (docs/scale-out.md). The Mutex's acquire and release run as Redis
+// functions where the server allows them (FCALL: an ACL user needs
+// +fcall and +function|load), and as scripts (EVALSHA) where it does not.
 //
 // # Testing
 //

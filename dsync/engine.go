@@ -401,10 +401,10 @@ func (c *Client) execAcquire(ctx context.Context, lc *lockConfig, l *rueidis.Lua
 // execAcquireInto is execAcquire appending the reply to dst, so that a
 // caller with room for it allocates nothing for the reply.
 func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis.Lua, keys, args []string, dst []int64) ([]int64, error) {
-	l = c.lua(l)
 	if lc.replicas == 0 {
-		return appendInts(dst, l.Exec(ctx, c.rc, keys, args))
+		return appendInts(dst, c.runScript(ctx, l, keys, args))
 	}
+	l = c.lua(l)
 	sha, _ := scripts.SHA1(l)
 	var vals []int64
 	var acks int64

@@ -244,7 +244,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	var mark string
 	var buf []byte
 	if !ok {
-		buf = newOwnerBuf(m.key, ":x:", c.cfg.name, ownerTagRoom)
+		buf = newClientOwnerBuf(m.key, ":x:", c.ident, ownerTagRoom)
 		mark = unsafe.String(unsafe.SliceData(buf), len(buf))
 		owner = mark[len(m.key)+len(":x:"):]
 	}

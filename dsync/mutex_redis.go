@@ -36,7 +36,7 @@ func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uin
 			code, err = m.c.execAfter(ctx, &pre, scripts.MutexRelease, m.relBuf[:1], args).AsInt64()
 			return err
 		}
-		code, err = m.c.lua(scripts.MutexRelease).Exec(ctx, m.c.rc, m.relBuf[:1], args).AsInt64()
+		code, err = m.c.runScript(ctx, scripts.MutexRelease, m.relBuf[:1], args).AsInt64()
 		return err
 	}
 	if pre != nil {
@@ -294,6 +294,12 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 			args = append(args, "0")
 		}
 		args = append(args, m.blockArg)
+	}
+	// The first attempt of a wait by a fresh owner at the Client's default
+	// lease, nothing to reserve, is the owner alone: the script takes the
+	// default lease and the Client from the owner (newClientOwnerBuf).
+	if len(args) == 3 && a.fresh && args[1] == c.args.lease && c.cfg.lease == DefaultLease && args[2] == c.ident {
+		args = args[:1]
 	}
 	a.args = args
 	a.sentAt = time.Now()

@@ -173,7 +173,7 @@ func TestRedLockWaits(t *testing.T) {
 		require.NoError(t, err)
 		n := 0
 		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls=", "cmdstat_fcall:calls="} {
 				if rest, ok := strings.CutPrefix(line, cmd); ok {
 					calls, _, _ := strings.Cut(rest, ",")
 					k, err := strconv.Atoi(calls)

@@ -330,7 +330,8 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 // slow server a deadline could cut a batch short, and a RESP2 connection
 // whose call is abandoned is closed under every call sharing it. A node
 // that lacks a script (not loaded yet, restart, failover) is served by
-// exec's NOSCRIPT fallback.
+// exec's NOSCRIPT fallback. The function library comes first (see
+// runScript).
 //
 // It sends one script per round trip, on the connection the Client's calls
 // share: a call sent meanwhile waits behind one SCRIPT LOAD, not behind all
@@ -342,6 +343,7 @@ func (r *renewer) preload() {
 	c := r.c
 	defer c.loops.Done()
 	defer close(c.preloaded)
+	c.loadFunctions(c.ctx, 0)
 	srcs := scripts.Used(c.sharded)
 	for _, n := range c.rc.Nodes() {
 		for _, src := range srcs {

@@ -41,12 +41,19 @@
 -- wait of the same Client has just made, nor, while that one is there,
 -- the " w" mark. The first attempt of an uncontended acquisition touches
 -- nothing but the lock: one key and three arguments (two for a try).
+-- ARGV[1] alone is the most common attempt in one argument (each costs
+-- the server about 1.7k instructions): the first attempt of a wait by an
+-- owner its Client made as "<client><16 hex digits>", at the default
+-- lease, counted 1, nothing reserved: ARGV[2] is then 30000
+-- (dsync.DefaultLease, which a test checks) and ARGV[3] the owner less
+-- its last 16 characters (made only when the lock is held).
 -- Reply: token, an integer, acquired (token is the first reserved; a bare
 -- integer, not {1, token}: the common reply is the cheapest to build and
 -- to read); {2, token} re-entered (the owner already held it through
 -- another Client that reserved no block; the recorded token); {0, pttl}
 -- held by another owner.
 local key, owner, marker = KEYS[1], ARGV[1], KEYS[2]
+local lease = ARGV[2] or '30000'
 if not marker then
   marker = key .. ':x:' .. owner
 end
@@ -76,9 +83,9 @@ if free then
     if #u < 6 then
       u = string.sub('00000' .. u, -6)
     end
-    redis.call('set', key, owner .. ' ' .. tm[1] .. u .. ' 1', 'px', ARGV[2])
+    redis.call('set', key, owner .. ' ' .. tm[1] .. u .. ' 1', 'px', lease)
     if KEYS[2] then
-      redis.call('set', marker, '1', 'px', ARGV[2])
+      redis.call('set', marker, '1', 'px', lease)
     end
     if ARGV[5] == '1' then
       redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
@@ -91,11 +98,13 @@ local reply = nil
 if not free then
   local o, t, c, w = lock_parse(v)
   if o == owner and not string.find(w, 'b', 1, true) then
-    redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', ARGV[2])
+    redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', lease)
     reply = {2, tonumber(t)}
   elseif o ~= '-' then
     local client = ARGV[3]
-    if client == '' then
+    if not ARGV[2] then
+      client = string.sub(owner, 1, -17)
+    elseif client == '' then
       client = nil
     end
     if client and not string.find(w, 'w', 1, true) then
@@ -112,9 +121,9 @@ if not free then
           redis.call('hdel', wkey, all[i])
         end
       end
-      redis.call('hset', wkey, client .. ' ' .. string.sub(marker, -8), n .. ' ' .. fmt(now + tonumber(ARGV[2])))
-      if redis.call('pttl', wkey) < tonumber(ARGV[2]) then
-        redis.call('pexpire', wkey, ARGV[2])
+      redis.call('hset', wkey, client .. ' ' .. string.sub(marker, -8), n .. ' ' .. fmt(now + tonumber(lease)))
+      if redis.call('pttl', wkey) < tonumber(lease) then
+        redis.call('pexpire', wkey, lease)
       end
     end
     return {0, redis.call('pttl', key)}
@@ -145,13 +154,13 @@ if not reply then
   if last ~= us then
     digits = fmt(last)
   end
-  redis.call('set', key, owner .. ' ' .. digits .. ' 1' .. flags, 'px', ARGV[2])
+  redis.call('set', key, owner .. ' ' .. digits .. ' 1' .. flags, 'px', lease)
   reply = tok
 end
 -- Acquired or re-entered: the attempt's marker records it, and a waiter
 -- that registered leaves the waiting count.
 if KEYS[2] then
-  redis.call('set', marker, '1', 'px', ARGV[2])
+  redis.call('set', marker, '1', 'px', lease)
 end
 if ARGV[5] == '1' then
   redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
