@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
 )
 
 // The instr mode (-instr): the instructions redis-server executes per
@@ -221,9 +222,37 @@ var instrSpecs = []libSpec{
 	{name: "dsync-sem", note: "dsync Semaphore size 1, Acquire/Release 1", lock: true, open: openDsyncWith(func(c *dsync.Client, key string) handle {
 		return &semHandle{s: c.NewSemaphore(key, 1)}
 	})},
+	{name: "dsync-evalsha", note: "dsync Mutex as an ACL user refused FUNCTION and FCALL: the scripts' EVALSHA fallback", lock: true, open: openDsyncEvalsha},
 	{name: "dsync-once", note: "dsync Once, one Do per cycle on a name of its own", open: openDsyncWith(func(c *dsync.Client, key string) handle {
 		return &onceHandle{c: c, key: key}
 	})},
+}
+
+// openDsyncEvalsha opens a default-options dsync Client as an ACL user that
+// may not run FUNCTION or FCALL, as on a managed service that refuses them:
+// its Mutex runs its scripts with EVALSHA.
+func openDsyncEvalsha(addr string, rt *atomic.Int64) (lib, error) {
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = admin.Do(ctx, admin.B().Arbitrary("ACL", "SETUSER", "nofunctions", "on", ">pw", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro").Build()).Error()
+	admin.Close()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Username: "nofunctions", Password: "pw"})
+	if err != nil {
+		return nil, err
+	}
+	c, err := dsync.NewClient(&countingClient{Client: rc, rt: rt}, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs))
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &dsyncLib{rc: rc, c: c}, nil
 }
 
 // instrSpecByName finds name among instrSpecs, then the libs.
