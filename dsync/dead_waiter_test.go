@@ -67,7 +67,19 @@ func TestSemaphoreDeadWaiterGrantHoldsALease(t *testing.T) {
 	place, err := strconv.ParseInt(f[3], 10, 64)
 	require.NoError(t, err)
 
-	// The release, while the dead waiter's place lives, grants it.
+	// The release, while the dead waiter's place lives, grants it; it
+	// comes after the waiter's last look by the server clock (in ms, as
+	// the place and the grant count: a release in the same millisecond as
+	// the waiter's last look made a grant that lapses with the place, not
+	// after it: an idle make test of f1d89bb, 2026-12-05).
+	serverMS := func() int64 {
+		tm, err := rdb.Do(ctxT(t), rdb.B().Time().Build()).AsStrSlice()
+		require.NoError(t, err)
+		s, _ := strconv.ParseInt(tm[0], 10, 64)
+		us, _ := strconv.ParseInt(tm[1], 10, 64)
+		return s*1000 + us/1000
+	}
+	waitFor(t, 5*time.Second, "the server clock past the waiter's last look", func() bool { return serverMS() > place-lease.Milliseconds() })
 	require.NoError(t, a.NewSemaphore("dw", 1).Release(held, 1))
 	hs, err := rdb.Do(ctxT(t), rdb.B().Zrange().Key(base+":holders").Min("0").Max("-1").Withscores().Build()).AsZScores()
 	require.NoError(t, err)
