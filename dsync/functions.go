@@ -57,11 +57,14 @@ func (c *Client) runScript(ctx context.Context, l *rueidis.Lua, keys, args []str
 	fcall := func() rueidis.RedisResult {
 		return c.rc.Do(ctx, c.rc.B().Fcall().Function(name).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
+	// The loads before the call: one that ends after it (the preload's)
+	// is not repeated.
+	n := c.fn.loads.Load()
 	r := fcall()
 	switch funcErr(r.Error()) {
 	case funcMissing:
 		// Loaded again, then called again: the first call did not run.
-		if n := c.fn.loads.Load(); !c.loadFunctions(ctx, n) {
+		if !c.loadFunctions(ctx, n) {
 			return l.Exec(ctx, c.rc, keys, args)
 		}
 		if r = fcall(); funcErr(r.Error()) == funcOK {

@@ -331,7 +331,7 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 // whose call is abandoned is closed under every call sharing it. A node
 // that lacks a script (not loaded yet, restart, failover) is served by
 // exec's NOSCRIPT fallback. The function library comes first (see
-// runScript).
+// runScript), in place of the scripts it runs.
 //
 // It sends one script per round trip, on the connection the Client's calls
 // share: a call sent meanwhile waits behind one SCRIPT LOAD, not behind all
@@ -343,12 +343,20 @@ func (r *renewer) preload() {
 	c := r.c
 	defer c.loops.Done()
 	defer close(c.preloaded)
-	c.loadFunctions(c.ctx, 0)
+	// The scripts the library runs are not loaded as scripts too when it
+	// loaded (they are then called as scripts only after a refusal or a
+	// failed load, through Exec's EVAL fallback): the preload stays as
+	// long as it was before functions (a round trip per script, which
+	// calls sent meanwhile queue behind).
+	functions := c.loadFunctions(c.ctx, 0)
 	srcs := scripts.Used(c.sharded)
 	for _, n := range c.rc.Nodes() {
 		for _, src := range srcs {
 			if c.closed.Load() {
 				return
+			}
+			if functions && scripts.InLibrary(src) {
+				continue
 			}
 			if err := n.Do(c.ctx, n.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
 				c.cfg.logger.Debug("dsync: preloading scripts failed", "err", err)

@@ -68,6 +68,18 @@ func Library() (name, code string) {
 	return l.name, l.code
 }
 
+// InLibrary reports whether src is the source of a script the library
+// runs as a function (its script need not be preloaded where the library
+// is loaded).
+func InLibrary(src string) bool {
+	for l := range lib().funcs {
+		if sources[l] == src {
+			return true
+		}
+	}
+	return false
+}
+
 // Function returns the name of the function that runs script l (a script
 // of this package, or its sharded variant), if the library has one.
 func Function(l *rueidis.Lua) (string, bool) {
