@@ -104,6 +104,11 @@ type Client struct {
 
 	holdSeq atomic.Uint64
 
+	// srv is the server clock as the Client last saw it, and ownerSeq
+	// counts the Mutex owners made with a deadline (srvclock.go).
+	srv      serverClock
+	ownerSeq atomic.Uint32
+
 	// id and attemptSeq name acquisition attempts (see Client.attemptID).
 	id         string
 	attemptSeq atomic.Uint64

@@ -338,6 +338,10 @@ const (
 	// long the state found may last at most), or {0, 0}: the attempt was
 	// undone first and did nothing.
 	acqWaiting acqCode = 0
+	// acqLate: {-2, server seconds}, a Mutex attempt sent as the owner
+	// alone ran after the owner's deadline and did nothing
+	// (mutex_acquire.lua, srvclock.go).
+	acqLate acqCode = -2
 	// acqAcquired: {1, token}, acquired (mutex_acquire.lua replies the bare
 	// token: appendInts reads it as {1, token}).
 	acqAcquired acqCode = 1
@@ -426,7 +430,7 @@ func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis
 		return err
 	})
 	r, _ := decodeAcq(vals)
-	acquired := len(vals) == 2 && r.held()
+	acquired := len(vals) >= 2 && r.held()
 	switch {
 	case err != nil && acquired:
 		return vals, fmt.Errorf("%w: %v", ErrNotReplicated, err)
@@ -441,7 +445,8 @@ func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis
 // appendInts appends an array reply of integers to dst (AsIntSlice without
 // its allocation when dst has room). A bare integer n, an acquire script's
 // reply for "acquired with token n" (mutex_acquire.lua: the cheapest reply
-// to build and to read), appends {1, n}.
+// to build and to read), appends {1, n}; a bare -n, "acquired with token
+// n, the server clock", {1, n, n}.
 func appendInts(dst []int64, r rueidis.RedisResult) ([]int64, error) {
 	msg, err := r.ToMessage()
 	if err != nil {
@@ -449,6 +454,12 @@ func appendInts(dst []int64, r rueidis.RedisResult) ([]int64, error) {
 	}
 	if msg.IsInt64() {
 		n, _ := msg.AsInt64()
+		if n < 0 {
+			// -token: acquired, the token being the server clock
+			// (mutex_acquire.lua's one-argument form): {1, token,
+			// token}, the third the server's µs.
+			return append(dst, 1, -n, -n), nil
+		}
 		return append(dst, 1, n), nil
 	}
 	arr, err := msg.ToArray()

@@ -124,6 +124,14 @@ func TestAcquireOneArgument(t *testing.T) {
 	s := redistest.Start(t)
 	c := newClientOn(t, s.Client(t), dsync.WithKeyPrefix("p"))
 	<-dsync.Preloaded(c)
+	// A Client's first acquisition tells it the server clock, which the
+	// owners of its later ones carry their deadline by (srvclock.go).
+	warm := func(c *dsync.Client) {
+		l, err := c.NewMutex("warm").LockContext(ctxT(t))
+		require.NoError(t, err)
+		require.NoError(t, c.NewMutex("warm").UnlockContext(l))
+	}
+	warm(c)
 	m := c.NewMutex("one")
 	// The slow log, set to log every command, shows each command's
 	// arguments.
@@ -153,6 +161,7 @@ func TestAcquireOneArgument(t *testing.T) {
 	// its ident, taken from its owner.
 	c2 := newClientOn(t, s.Client(t), dsync.WithKeyPrefix("p"), dsync.WithClientName("second"))
 	<-dsync.Preloaded(c2)
+	warm(c2)
 	wctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
 	go func() { _, err := c2.NewMutex("one").LockContext(wctx); done <- err }()

@@ -239,12 +239,19 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	// acquireRedis). Its undo mark's key ends with it: both are one string.
 	// ctx itself need not carry it: the lock context does.
 	// Its bytes have room for the hold's value prefix (ownerTag), which
-	// the release sends.
+	// the release sends. Once the Client knows the server clock it carries
+	// a deadline (srvclock.go), which lets its wait's first attempt go as
+	// the owner alone.
 	owner, ok := OwnerOf(ctx)
 	var mark string
 	var buf []byte
 	if !ok {
-		buf = newClientOwnerBuf(m.key, ":x:", c.ident, ownerTagRoom)
+		var n uint32
+		dl := c.srv.deadline()
+		if dl != 0 {
+			n = c.ownerSeq.Add(1)
+		}
+		buf = newDeadlineOwnerBuf(m.key, ":x:", c.ident, dl, n, ownerTagRoom)
 		mark = unsafe.String(unsafe.SliceData(buf), len(buf))
 		owner = mark[len(m.key)+len(":x:"):]
 	}

@@ -121,6 +121,38 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 	})
 }
 
+// lateUndo undoes the lost owner-alone attempt of a fresh owner once more
+// when the server clock has passed its deadline dl (server seconds), by
+// the Client's estimate, which is never ahead of the server (serverClock):
+// a copy of the attempt that arrived after the first undo (rueidis may send
+// the undo on another connection) holds the lock then, and none can apply
+// any more. It waits on a goroutine of the Client's, which Close ends
+// after one more undo: a copy that comes after that holds the lock until
+// its lease ends.
+func (m *Mutex) lateUndo(owner, mark string, dl int64) {
+	c := m.c
+	c.spawn(&c.loops, func() {
+		t := time.NewTimer(deadlineAfter)
+		defer t.Stop()
+		for {
+			if now := c.srv.now(); now > dl*1e6 {
+				break
+			} else if now > 0 {
+				t.Reset(time.Duration(dl*1e6-now+1000) * time.Microsecond)
+			} else {
+				t.Reset(deadlineAfter)
+			}
+			select {
+			case <-c.done:
+				c.background(func(ctx context.Context) { m.undoFresh(ctx, owner, mark) })
+				return
+			case <-t.C:
+			}
+		}
+		c.background(func(ctx context.Context) { m.undoFresh(ctx, owner, mark) })
+	})
+}
+
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
@@ -175,6 +207,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		a.marker = mark
 		a.keyBuf = [2]string{m.key}
 		a.keys = a.keyBuf[:1]
+		a.dl = ownerDeadline(owner)
 	} else {
 		a.marker = m.key + ":a:" + c.attemptID()
 		a.keyBuf = [2]string{m.key, a.marker}
@@ -228,9 +261,14 @@ type mutexAttempt struct {
 	owner      string
 	try, fresh bool
 	counted    bool // the wait is counted among the Client's local waiters
+	// dl is a fresh owner's deadline (ownerDeadline; 0: none, or no more
+	// for this wait), oneArg that the attempt in flight, or the last, was
+	// sent as the owner alone: its copy may apply until dl.
+	dl         int64
+	oneArg     bool
 	marker     string
 	keys, args []string
-	valBuf     [2]int64  // room for the last attempt's reply
+	valBuf     [3]int64  // room for the last attempt's reply
 	r          acqReply  // the last attempt's reply (zero: none)
 	sentAt     time.Time // when it was sent
 	block      int       // tokens the last attempt reserved
@@ -248,7 +286,7 @@ var attemptPool = sync.Pool{New: func() any { return new(mutexAttempt) }}
 // mutexWait is a Mutex acquisition's waitProto.
 type mutexWait struct{ a *mutexAttempt }
 
-func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
+func (w mutexWait) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	a, m := w.a, w.a.m
 	c := m.c
 	// A block of tokens only when goroutines of this Client wait to be
@@ -295,10 +333,13 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		}
 		args = append(args, m.blockArg)
 	}
-	// The first attempt of a wait by a fresh owner at the Client's default
-	// lease, nothing to reserve, is the owner alone: the script takes the
-	// default lease and the Client from the owner (newClientOwnerBuf).
-	if len(args) == 3 && a.fresh && args[1] == c.args.lease && c.cfg.lease == DefaultLease && args[2] == c.ident {
+	// The first attempt of a wait by a fresh owner with a deadline, at the
+	// Client's default lease, nothing to reserve, is the owner alone: the
+	// script takes the default lease and the Client from the owner, and
+	// does nothing once the server clock has reached the deadline (see
+	// srvclock.go).
+	a.oneArg = len(args) == 3 && a.dl != 0 && args[1] == c.args.lease && c.cfg.lease == DefaultLease && args[2] == c.ident
+	if a.oneArg {
 		args = args[:1]
 	}
 	a.args = args
@@ -317,8 +358,25 @@ func (w mutexWait) attempt(ctx context.Context, _ int) (bool, time.Duration, err
 		})
 	}
 	a.r, _ = decodeAcq(vals)
-	if err == nil && len(vals) != 2 {
+	if err == nil && len(vals) < 2 {
 		err = errors.New("dsync: unexpected reply from the acquire script")
+	}
+	if err == nil {
+		switch {
+		case a.r.srvUS > 0:
+			// The token is the server clock (the one-argument form).
+			c.srv.see(a.r.srvUS, time.Now())
+		case a.r.code == acqLate:
+			// The deadline had passed when the attempt ran (the Client's
+			// clock of the server was behind): it did nothing. Again,
+			// with every argument, for the rest of the wait.
+			c.srv.see(a.r.value*1e6, time.Now())
+			a.dl = 0
+			return w.attempt(ctx, n)
+		case a.r.code == acqAcquired && !c.srv.known():
+			// A first reading: a token is at least the server clock.
+			c.srv.see(a.r.value, time.Now())
+		}
 	}
 	if err != nil || a.r.code != acqWaiting {
 		return true, 0, err
@@ -361,6 +419,11 @@ func (w mutexWait) failed(err error) {
 		// background and the call returns by its deadline.
 		a.registered = false
 		c.background(func(bctx context.Context) { m.undoFresh(bctx, owner, marker); unwait(bctx) })
+		if a.oneArg {
+			// No mark stops a copy of the owner-alone attempt that
+			// arrives after the undo: its deadline does (lateUndo).
+			m.lateUndo(owner, marker, a.dl)
+		}
 	default:
 		// The script may have run with its reply lost (or was a re-entry
 		// replicas did not acknowledge): undo exactly this attempt,

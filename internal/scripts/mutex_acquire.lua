@@ -43,16 +43,52 @@
 -- nothing but the lock: one key and three arguments (two for a try).
 -- ARGV[1] alone is the most common attempt in one argument (each costs
 -- the server about 1.7k instructions): the first attempt of a wait by an
--- owner its Client made as "<client><16 hex digits>", at the default
--- lease, counted 1, nothing reserved: ARGV[2] is then 30000
--- (dsync.DefaultLease, which a test checks) and ARGV[3] the owner less
--- its last 16 characters (made only when the lock is held).
+-- owner its Client made for the call, at the default lease, counted 1,
+-- nothing reserved: ARGV[2] is then 30000 (dsync.DefaultLease, which a
+-- test checks) and ARGV[3] the owner less its last 16 characters (made
+-- only when the lock is held). Such an owner is "<client><deadline><n>":
+-- the deadline, 10 decimal digits, is in server seconds, and n 6 hex
+-- digits (newDeadlineOwnerBuf). The call checks no attempt mark: when the
+-- server clock has reached the deadline it does nothing and replies
+-- {-2, server seconds}, so that after the deadline no copy of it can apply
+-- (its Client undoes a lost reply then: the deadline undo, Mutex.lateUndo).
+-- Its common case reads the lock with GET, not MGET, takes TIME and writes
+-- with PSETEX (the token's digits in the value are TIME's two strings),
+-- and replies -token: the token is the server clock.
+-- The one-argument form's common case is tested before anything else;
+-- the rest of the script is one function, made only when a call gets past
+-- it.
 -- Reply: token, an integer, acquired (token is the first reserved; a bare
 -- integer, not {1, token}: the common reply is the cheapest to build and
--- to read); {2, token} re-entered (the owner already held it through
--- another Client that reserved no block; the recorded token); {0, pttl}
--- held by another owner.
+-- to read; -token in the one-argument form's common case, whose token is
+-- the server clock); {2, token} re-entered (the owner already held it
+-- through another Client that reserved no block; the recorded token);
+-- {0, pttl} held by another owner; {-2, server seconds} the one-argument
+-- form after its deadline: nothing done.
 local key, owner, marker = KEYS[1], ARGV[1], KEYS[2]
+local tm = nil
+if not ARGV[2] then
+  -- The deadline not reached (both 10 digits: a string comparison), the
+  -- lock free (no key, or a free marker "- <token> 0" whose token has as
+  -- many digits as the clock's and is below it: told by the length and
+  -- two string comparisons; v > '- ' leaves out any value that does not
+  -- begin with "- ").
+  local v = redis.call('get', key)
+  tm = redis.call('time')
+  local sec, u = tm[1], tm[2]
+  if not (sec < string.sub(owner, -16, -7)) then
+    return {-2, tonumber(sec)}
+  end
+  if #u < 6 then
+    u = string.sub('00000' .. u, -6)
+  end
+  local mk = '- ' .. sec .. u
+  if not v or #v == #mk + 2 and v < mk and v > '- ' then
+    redis.call('psetex', key, '30000', owner .. ' ' .. sec .. u .. ' 1')
+    return -(sec * 1000000 + u)
+  end
+end
+return (function()
 local lease = ARGV[2] or '30000'
 if not marker then
   marker = key .. ':x:' .. owner
@@ -71,12 +107,12 @@ end
 -- made numbers by arithmetic (one conversion each; tonumber converts
 -- twice).
 local free = not v or string.sub(v, 1, 2) == '- ' and owner ~= '-'
-local prev, tm = 0, nil
+local prev = 0
 if free then
   if v then
     prev = string.sub(v, 3, string.find(v, ' ', 3, true) - 1) + 0
   end
-  tm = redis.call('time')
+  tm = tm or redis.call('time')
   local us = tm[1] * 1000000 + tm[2]
   if prev < us and not ARGV[6] then
     local u = tm[2]
@@ -166,3 +202,4 @@ if ARGV[5] == '1' then
   redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
 end
 return reply
+end)()

@@ -15,21 +15,25 @@
 -- marker "- <used> 0" replaces the value in one SET ... GET, keeping the
 -- key's TTL (the rest of the lease: the marker only has to outlive the
 -- tokens issued under the hold until the server clock passes them, see
--- mutex_acquire.lua). Any other case puts the old value back, TTL kept.
+-- mutex_acquire.lua). Any other case puts the old value back, TTL kept;
+-- without XX (one argument less), a SET that found no key made one, which
+-- the script deletes.
 -- The wakeup is published only if a waiter marked the value " w" (see
 -- mutex_acquire.lua for the flags).
 -- Reply: 1 released (the lock is free), 2 count decremented (the owner still
 -- holds it), 0 not held by this owner.
 --
 -- The library (lib.lua) comes after the common case, which needs none of
--- it: its functions are made only when the script gets that far.
+-- it, in a function made only when the script gets that far: the common
+-- case runs in a small frame (a Lua call clears its function's whole
+-- stack frame first).
 local key, p = KEYS[1], ARGV[1]
 local owner, tok, used, v = p, nil, nil, nil
-if string.byte(p, -1) == 32 then
-  local i = string.find(p, ' ', 1, true)
+local i = string.find(p, ' ', 1, true)
+if i then
   tok = string.sub(p, i + 1, -2)
   used = ARGV[2] or tok
-  v = redis.call('set', key, '- ' .. used .. ' 0', 'xx', 'keepttl', 'get')
+  v = redis.call('set', key, '- ' .. used .. ' 0', 'keepttl', 'get')
   if v == p .. '1' and used == tok then
     -- The common case, told without a pattern's captures (owners have no
     -- spaces, tokens are digits: the parse below would read the same): the
@@ -41,7 +45,12 @@ if string.byte(p, -1) == 32 then
 else
   v = redis.call('get', key)
 end
+return (function()
 if not v then
+  if tok then
+    -- The SET above made the key: there was none.
+    redis.call('del', key)
+  end
   return 0
 end
 -- (lib.lua here)
@@ -70,3 +79,4 @@ if string.find(w, 'w', 1, true) then
   redis.call('publish', key .. ':ch', used or t)
 end
 return 1
+end)()
