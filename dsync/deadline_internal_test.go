@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +16,10 @@ import (
 
 // deadlineClient is a Client that has acquired once, so that it knows the
 // server clock and its fresh Mutex owners carry a deadline.
-func deadlineClient(t *testing.T) (*Client, rueidis.Client) {
+func deadlineClient(t *testing.T, opts ...Option) (*Client, rueidis.Client) {
 	t.Helper()
 	rc := redistest.Start(t).Client(t)
-	c, err := NewClient(rc, WithKeyPrefix("dl"))
+	c, err := NewClient(rc, append([]Option{WithKeyPrefix("dl")}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	m := c.NewMutex("warm")
@@ -42,7 +43,7 @@ func serverSeconds(t *testing.T, rc rueidis.Client) int64 {
 // ownerWith makes a fresh owner of m with deadline dl (server seconds), as
 // lock does, and returns it with its undo mark.
 func ownerWith(c *Client, m *Mutex, dl int64) (owner, mark string) {
-	b := newDeadlineOwnerBuf(m.key, ":x:", c.ident, dl, c.ownerSeq.Add(1), 0)
+	b := appendDeadlineOwner(nil, m.key, ":x:", c.ident, dl, c.ownerSeq.Add(1), 0)
 	mark = string(b)
 	return mark[len(m.key)+len(":x:"):], mark
 }
@@ -50,7 +51,7 @@ func ownerWith(c *Client, m *Mutex, dl int64) (owner, mark string) {
 // TestAcquireAfterDeadlineDoesNothing: the acquire sent as the owner alone
 // does nothing once the server clock has reached the owner's deadline,
 // whether the lock is free (no key made) or held (no waiting entry, no
-// waiter's mark), and replies {-2, server seconds}; before the deadline it
+// waiter's mark), and replies {-2, server µs}; before the deadline it
 // acquires from the clock (-token) with the default lease.
 func TestAcquireAfterDeadlineDoesNothing(t *testing.T) {
 	c, rc := deadlineClient(t)
@@ -62,7 +63,7 @@ func TestAcquireAfterDeadlineDoesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, vals, 2, "reply %v", vals)
 	require.Equal(t, int64(acqLate), vals[0], "reply %v", vals)
-	require.GreaterOrEqual(t, vals[1], now, "the server's seconds")
+	require.GreaterOrEqual(t, vals[1], now*1e6, "the server's µs")
 	n, err := rc.Do(ctx, rc.B().Exists().Key(m.key).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "a late attempt made the lock's key")
@@ -94,27 +95,59 @@ func TestAcquireAfterDeadlineDoesNothing(t *testing.T) {
 
 // TestMutexLateUndoReleasesALateCopy: a copy of a lost owner-alone attempt
 // that arrives after the wait's undo (rueidis may send the undo on another
-// connection) acquires, since the attempt reads no mark; the undo run when
-// the server clock has passed the owner's deadline (lateUndo) releases it,
-// and no copy applies after that.
+// connection) acquires, since the attempt reads no mark; the undo's next
+// run (lateUndo, 20 ms later) releases it, as the runs after it release a
+// copy that arrives later, until the run after the owner's deadline, after
+// which no copy applies.
 func TestMutexLateUndoReleasesALateCopy(t *testing.T) {
-	c, rc := deadlineClient(t)
+	var mu sync.Mutex
+	runs := 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
+	c, rc := deadlineClient(t, func(cfg *config) {
+		cfg.test.mutexEvent = func(ev string) {
+			if ev == "lateundo" {
+				mu.Lock()
+				runs++
+				mu.Unlock()
+			}
+		}
+	})
 	ctx := context.Background()
 	m := c.NewMutex("copy")
-	dl := serverSeconds(t, rc) + 2
+	dl := serverSeconds(t, rc) + 3
 	owner, mark := ownerWith(c, m, dl)
-	m.undoFresh(ctx, owner, mark) // the undo first
-	vals, err := appendInts(nil, c.runScript(ctx, scripts.MutexAcquire, []string{m.key}, []string{owner}))
-	require.NoError(t, err)
-	require.Equal(t, int64(acqAcquired), vals[0], "the late copy, before the deadline: %v", vals)
-	m.lateUndo(owner, mark, dl)
-	waitForCond(t, 20*time.Second, "the late undo to release the copy's hold", func() bool {
+	copyOf := func() []int64 {
+		vals, err := appendInts(nil, c.runScript(ctx, scripts.MutexAcquire, []string{m.key}, []string{owner}))
+		require.NoError(t, err)
+		return vals
+	}
+	free := func() bool {
 		v, err := rc.Do(ctx, rc.B().Get().Key(m.key).Build()).ToString()
 		return err == nil && strings.HasPrefix(v, "- ")
+	}
+	m.undoFresh(ctx, owner, mark) // the undo first
+	vals := copyOf()
+	require.Equal(t, int64(acqAcquired), vals[0], "the copy after the undo: %v", vals)
+	m.lateUndo(owner, mark, dl)
+	waitForCond(t, 10*time.Second, "the undo's next run to release the copy", free)
+	waitForCond(t, 10*time.Second, "the runs of lateUndoGaps", func() bool { return count() >= len(lateUndoGaps) })
+	vals = copyOf()
+	require.Equal(t, int64(acqAcquired), vals[0], "a copy after those runs, before the deadline: %v", vals)
+	at := count()
+	waitForCond(t, 10*time.Second, "a later run to release it", free)
+	require.Greater(t, count(), at, "released by a later run")
+	waitForCond(t, 20*time.Second, "the server clock to pass the deadline", func() bool { return serverSeconds(t, rc) >= dl })
+	n := count()
+	waitForCond(t, 10*time.Second, "the runs to end", func() bool {
+		// The last run comes once the Client's estimate has passed the
+		// deadline too; none after it.
+		n2 := count()
+		done := n2 == n && c.srv.now() > dl*1e6+int64(lateUndoEvery/time.Microsecond)
+		n = n2
+		return done
 	})
-	require.Greater(t, serverSeconds(t, rc), dl-1, "released after the deadline")
-	vals, err = appendInts(nil, c.runScript(ctx, scripts.MutexAcquire, []string{m.key}, []string{owner}))
-	require.NoError(t, err)
+	require.LessOrEqual(t, count(), len(lateUndoGaps)+int((3*time.Second)/lateUndoEvery)+2, "runs")
+	vals = copyOf()
 	require.Equal(t, int64(acqLate), vals[0], "a copy after the deadline: %v", vals)
 }
 

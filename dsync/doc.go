@@ -58,15 +58,12 @@
 // it, a wait returns an error for which errors.Is(err, ctx.Err()) holds,
 // within tens of milliseconds of the deadline (later only behind a stalled
 // Redis or a dial), and leaves nothing behind in Redis (if Redis is
-// unreachable, the lease ends it). One case takes seconds: a Mutex wait
-// ended while the reply to its first attempt was on its way is undone at
-// once, and a copy of that attempt delayed past the undo can still take
-// the lock until the attempt's deadline, 5 s after it was made; the Client
-// undoes it once more then (if it closes first, the lease ends it). A Redis error ends a wait that takes a
-// context (LockContext, Acquire, Campaign, Do, Wait), wrapped with the
-// primitive's kind and name, nothing held (call again to wait again); Lock
-// retries instead. Waiters do not poll: a release wakes them; a lost wakeup
-// costs at most lease/3.
+// unreachable, the lease ends it); a Mutex attempt whose reply was lost
+// can still take the lock for 2 s, and is undone again until then. A
+// Redis error ends a wait that takes a context (LockContext, Acquire,
+// Campaign, Do, Wait), wrapped with the primitive's kind and name, nothing
+// held (call again to wait again); Lock retries instead. Waiters do not
+// poll: a release wakes them; a lost wakeup costs at most lease/3.
 //
 // # Fencing
 //

@@ -3,6 +3,7 @@ package dsync
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -338,7 +339,7 @@ const (
 	// long the state found may last at most), or {0, 0}: the attempt was
 	// undone first and did nothing.
 	acqWaiting acqCode = 0
-	// acqLate: {-2, server seconds}, a Mutex attempt sent as the owner
+	// acqLate: {-2, server µs}, a Mutex attempt sent as the owner
 	// alone ran after the owner's deadline and did nothing
 	// (mutex_acquire.lua, srvclock.go).
 	acqLate acqCode = -2
@@ -445,8 +446,8 @@ func (c *Client) execAcquireInto(ctx context.Context, lc *lockConfig, l *rueidis
 // appendInts appends an array reply of integers to dst (AsIntSlice without
 // its allocation when dst has room). A bare integer n, an acquire script's
 // reply for "acquired with token n" (mutex_acquire.lua: the cheapest reply
-// to build and to read), appends {1, n}; a bare -n, "acquired with token
-// n, the server clock", {1, n, n}.
+// to build and to read), appends {1, n}; "- n", "acquired with token n,
+// the server clock", {1, n, n}.
 func appendInts(dst []int64, r rueidis.RedisResult) ([]int64, error) {
 	msg, err := r.ToMessage()
 	if err != nil {
@@ -454,13 +455,17 @@ func appendInts(dst []int64, r rueidis.RedisResult) ([]int64, error) {
 	}
 	if msg.IsInt64() {
 		n, _ := msg.AsInt64()
-		if n < 0 {
-			// -token: acquired, the token being the server clock
-			// (mutex_acquire.lua's one-argument form): {1, token,
-			// token}, the third the server's µs.
-			return append(dst, 1, -n, -n), nil
-		}
 		return append(dst, 1, n), nil
+	}
+	if s, err := msg.ToString(); err == nil && len(s) > 2 && s[:2] == "- " {
+		// "- <token>": acquired, the token being the server clock
+		// (mutex_acquire.lua's one-argument form): {1, token, token}, the
+		// third the server's µs.
+		n, err := strconv.ParseInt(s[2:], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		return append(dst, 1, n, n), nil
 	}
 	arr, err := msg.ToArray()
 	if err != nil {

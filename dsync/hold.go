@@ -35,8 +35,8 @@ type hold struct {
 	// before track, read-only after).
 	ops holdOps
 	// renewTag caches the value a batched renewal expects, "<owner>
-	// <token> 1" (renewValue; its prefix without the "1" is mutexPrefix:
-	// see holdOps.renewKey); only the renewal loop's goroutine touches it,
+	// <token> 1" (renewValue, which the release sends too: see
+	// holdOps.renewKey); only the renewal loop's goroutine touches it,
 	// unless it was set before track (a fresh owner's Mutex hold: its
 	// bytes follow the owner's, see ownerTag), and then nothing writes it.
 	renewTag string
@@ -130,19 +130,18 @@ func (h *hold) renewValue() string {
 	return h.renewTag
 }
 
-// mutexPrefix returns the value prefix "<owner> <token> " of h as Redis
-// knows it: renewValue without its count. (Its string is renewValue's.)
-func (h *hold) mutexPrefix() string {
-	v := h.renewValue()
-	return v[:len(v)-1]
-}
-
 // newHold makes a hold of the lock l points to (the primitive's, shared by
 // its holds).
 func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
-	h := &hold{c: c, id: c.holdSeq.Add(1), lock: l, ownerVal: ownerVal{owner: owner, token: token}, rOwner: owner, rToken: token, start: tick(time.Now()), slot: -1}
-	h.cancels = h.cancel1[:0]
+	h := new(hold)
+	c.initHold(h, l, owner, token)
 	return h
+}
+
+// initHold makes *h, memory no one else uses yet, a new hold (newHold).
+func (c *Client) initHold(h *hold, l *Lock, owner string, token uint64) {
+	*h = hold{c: c, id: c.holdSeq.Add(1), lock: l, ownerVal: ownerVal{owner: owner, token: token}, rOwner: owner, rToken: token, start: tick(time.Now()), slot: -1}
+	h.cancels = h.cancel1[:0]
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),

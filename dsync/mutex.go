@@ -242,21 +242,24 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 	// the release sends. Once the Client knows the server clock it carries
 	// a deadline (srvclock.go), which lets its wait's first attempt go as
 	// the owner alone.
+	// The owner's bytes and the hold it makes in Redis are one allocation
+	// (freshMutexOwner).
 	owner, ok := OwnerOf(ctx)
 	var mark string
-	var buf []byte
+	var fo *freshMutexOwner
 	if !ok {
 		var n uint32
 		dl := c.srv.deadline()
 		if dl != 0 {
 			n = c.ownerSeq.Add(1)
 		}
-		buf = newDeadlineOwnerBuf(m.key, ":x:", c.ident, dl, n, ownerTagRoom)
-		mark = unsafe.String(unsafe.SliceData(buf), len(buf))
+		fo = new(freshMutexOwner)
+		b := appendDeadlineOwner(fo.arr[:0], m.key, ":x:", c.ident, dl, n, ownerTagRoom)
+		mark = unsafe.String(unsafe.SliceData(b), len(b))
 		owner = mark[len(m.key)+len(":x:"):]
 	}
 	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
-	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, buf, try)
+	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, fo, try)
 	ob.done(h, reentered, attempts, err)
 	return lctx, h != nil, wrapErr(KindMutex, m.info.Name, err)
 }
@@ -266,11 +269,17 @@ func (m *Mutex) lease() time.Duration {
 }
 
 func (m *Mutex) newHold(owner string, token uint64) *hold {
-	h := m.c.newHold(&m.info, owner, token)
+	h := new(hold)
+	m.initHold(h, owner, token)
+	return h
+}
+
+// initHold makes *h a new hold of m (newHold) in place.
+func (m *Mutex) initHold(h *hold, owner string, token uint64) {
+	m.c.initHold(h, &m.info, owner, token)
 	h.key = m.key
 	h.watchdog = m.lc.leaseTime == 0
 	h.ops = m
-	return h
 }
 
 // A Mutex is the holdOps of its holds.
@@ -289,7 +298,7 @@ func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
 
 // releaseKey makes a Mutex a batchReleaser: Close releases its known holds
 // with MutexReleaseMany, as releaseExec's MutexRelease would one by one.
-// (The prefix is built here, not taken from mutexPrefix's cache, which is
+// (The prefix is built here, not taken from renewValue's cache, which is
 // the renewal loop's.)
 func (m *Mutex) releaseKey(h *hold) (key, prefix, used string, ok bool) {
 	if h.rToken == 0 {

@@ -57,21 +57,21 @@ type mutexState struct {
 	first uint64
 	at    time.Time
 
-	// tag is the value prefix "<owner> <token> " of the last hold this
-	// Client acquired in Redis, when known without formatting it (a fresh
-	// owner's acquisition: ownerTag): its release sends it (tagForLocked).
+	// tag is the value "<owner> <token> 1" of the last hold this Client
+	// acquired in Redis, when known without formatting it (a fresh owner's
+	// acquisition: ownerTag): its release sends it (tagForLocked).
 	tag string
 }
 
-// tagForLocked returns st.tag if it is the value prefix of h's hold in
-// Redis (h.rOwner, h.rToken), else "". st.mu must be held.
+// tagForLocked returns st.tag if it is the value of h's hold in Redis
+// (h.rOwner, h.rToken, count 1), else "". st.mu must be held.
 func (st *mutexState) tagForLocked(h *hold) string {
 	t, o := st.tag, h.rOwner
-	if len(t) < len(o)+3 || t[:len(o)] != o || t[len(o)] != ' ' {
+	if len(t) < len(o)+4 || t[:len(o)] != o || t[len(o)] != ' ' || t[len(t)-2:] != " 1" {
 		return ""
 	}
 	var b [20]byte
-	if t[len(o)+1:len(t)-1] != string(strconv.AppendUint(b[:0], h.rToken, 10)) {
+	if t[len(o)+1:len(t)-2] != string(strconv.AppendUint(b[:0], h.rToken, 10)) {
 		return ""
 	}
 	return t
@@ -256,8 +256,9 @@ func (st *mutexState) removeLocked(w *mutexWaiter) {
 // acquire takes m for owner: by re-entry of this Client's hold, by a
 // handoff from a local holder, or in Redis. mark is the undo mark of a
 // fresh owner (see Mutex.lock), "" for an owner the caller supplied, and
-// buf its bytes, with room for the hold's value prefix (ownerTag).
-func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+// fo its bytes, with room for the hold's value prefix (ownerTag), and the
+// hold it makes in Redis (nil for an owner the caller supplied).
+func (m *Mutex) acquire(ctx context.Context, owner, mark string, fo *freshMutexOwner, try bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	st := c.getMutex(m.sk())
 	st.mu.Lock()
@@ -304,15 +305,15 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, buf []byte, try
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, buf, try, w != nil)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, fo, try, w != nil)
 			attempts += n
 			if h == nil {
 				m.stepDown(st)
 				return nil, nil, false, attempts, err
 			}
 			var tag string
-			if buf != nil && !again {
-				tag = h.mutexPrefix() // ownerTag's, set before track: no renewal writes it
+			if fo != nil && !again {
+				tag = h.renewValue() // ownerTag's, set before track: no renewal writes it
 			}
 			st.mu.Lock()
 			st.busy = false

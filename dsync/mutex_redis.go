@@ -23,8 +23,8 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 	return m.releaseTagged(ctx, owner, token, used, "", nil)
 }
 
-// releaseTagged is release with the hold's value prefix "<owner> <token> "
-// (hold.mutexPrefix) when the caller has it ("" otherwise): the token's
+// releaseTagged is release with the hold's value "<owner> <token> 1"
+// (hold.renewValue) when the caller has it ("" otherwise): the token's
 // digits are then taken from it, and the common release allocates nothing;
 // and with the hold-tag changes to send ahead of it in its pipeline, if
 // any (pre: see Client.tagsBefore).
@@ -56,21 +56,22 @@ func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uin
 
 // releaseArgs are the release script's arguments for a hold of token by
 // owner under which used was the last token issued (mutex_release.lua):
-// the hold as the value's prefix "<owner> <token> " (token 0: the owner
-// alone, any of its holds), and the last token used only when it is not
-// the token: every argument is a string Redis makes for the script.
+// the hold as the value of its owner's only hold "<owner> <token> 1"
+// (token 0: the owner alone, any of its holds), and the last token used
+// only when it is not the token: every argument is a string Redis makes
+// for the script.
 func (m *Mutex) releaseArgs(owner string, token, used uint64) []string {
 	return m.releaseArgsTo(nil, owner, token, used, "")
 }
 
 // releaseArgsTo appends releaseArgs to dst; tag, if not "", is the hold's
-// value prefix (hold.mutexPrefix), sent as it is.
+// value (hold.renewValue), sent as it is.
 func (m *Mutex) releaseArgsTo(dst []string, owner string, token, used uint64, tag string) []string {
 	switch {
 	case token == 0:
 		return append(dst, owner)
 	case tag == "":
-		tag = owner + " " + strconv.FormatUint(token, 10) + " "
+		tag = owner + " " + strconv.FormatUint(token, 10) + " 1"
 	}
 	if u := usedArg(token, used); u != "0" {
 		return append(dst, tag, u)
@@ -121,35 +122,66 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 	})
 }
 
-// lateUndo undoes the lost owner-alone attempt of a fresh owner once more
-// when the server clock has passed its deadline dl (server seconds), by
-// the Client's estimate, which is never ahead of the server (serverClock):
-// a copy of the attempt that arrived after the first undo (rueidis may send
-// the undo on another connection) holds the lock then, and none can apply
-// any more. It waits on a goroutine of the Client's, which Close ends
-// after one more undo: a copy that comes after that holds the lock until
-// its lease ends.
+// lateUndoGaps are the waits between the runs of a lost owner-alone
+// attempt's undo after the first, then lateUndoEvery until the deadline: a
+// copy of the attempt that the first undo overtook (rueidis may send the
+// undo on another connection) is most often milliseconds behind it, and
+// holds the lock until the next run.
+var lateUndoGaps = [...]time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond}
+
+const lateUndoEvery = 250 * time.Millisecond
+
+// lateUndo runs the undo of the lost owner-alone attempt of a fresh owner
+// again, after each of lateUndoGaps, then every lateUndoEvery, and last
+// when the server clock has passed the owner's deadline dl (server
+// seconds), by the Client's estimate, which is never ahead of the server
+// (serverClock): then no copy of the attempt can apply any more (at most
+// about 10 runs). It waits on a goroutine of the
+// Client's, which Close ends after one more undo: a copy that comes after
+// that holds the lock until its lease ends. (The attempt reads no mark,
+// which would have stopped such a copy: see srvclock.go.)
 func (m *Mutex) lateUndo(owner, mark string, dl int64) {
 	c := m.c
+	undo := func() {
+		c.background(func(ctx context.Context) { m.undoFresh(ctx, owner, mark) })
+		c.testEvent("lateundo")
+	}
 	c.spawn(&c.loops, func() {
-		t := time.NewTimer(deadlineAfter)
+		t := time.NewTimer(lateUndoGaps[0])
 		defer t.Stop()
-		for {
-			if now := c.srv.now(); now > dl*1e6 {
-				break
-			} else if now > 0 {
-				t.Reset(time.Duration(dl*1e6-now+1000) * time.Microsecond)
-			} else {
-				t.Reset(deadlineAfter)
-			}
+		sleep := func(d time.Duration) bool {
+			t.Reset(d)
 			select {
 			case <-c.done:
-				c.background(func(ctx context.Context) { m.undoFresh(ctx, owner, mark) })
-				return
+				undo()
+				return false
 			case <-t.C:
+				return true
 			}
 		}
-		c.background(func(ctx context.Context) { m.undoFresh(ctx, owner, mark) })
+		for _, d := range lateUndoGaps {
+			if !sleep(d) {
+				return
+			}
+			undo()
+		}
+		for {
+			now := c.srv.now()
+			if now > dl*1e6 {
+				undo()
+				return
+			}
+			d := lateUndoEvery
+			if now > 0 {
+				d = min(d, time.Duration(dl*1e6-now+1000)*time.Microsecond)
+			}
+			if !sleep(d) {
+				return
+			}
+			if c.srv.now() <= dl*1e6 {
+				undo()
+			}
+		}
 	})
 }
 
@@ -174,13 +206,14 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // Client that wait for m (the caller and st's queue) in the waiting hash,
 // for Inspect; the acquisition or the end of the wait removes the entry.
 //
-// buf is the bytes of a fresh owner (mark's), with room for the hold's value
-// prefix (ownerTag): a new hold's renewTag is made there, before the renewal
+// fo is a fresh owner's bytes (mark's), with room for the hold's value
+// prefix (ownerTag), and the room for its hold (nil for an owner the
+// caller supplied): a new hold's renewTag is made there, before the renewal
 // loop can see the hold, rather than by its first renewal. queued: the
 // caller is counted among the Client's local waiters (it queued before it
 // led); else it is counted there from its first failed attempt on, so
 // that the goroutines queued behind it and it add up (see localWaiters).
-func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, buf []byte, try, queued bool) (h *hold, reentered bool, attempts int, err error) {
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, fo *freshMutexOwner, try, queued bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	// The attempt (arguments and reply in place) comes from a pool: a
 	// held lock's state keeps none.
@@ -236,12 +269,17 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		_, _ = m.release(ctx, owner, last, tok)
 		return nil, false, attempts, err
 	}
-	h = m.newHold(owner, r.token())
+	if fo != nil {
+		h = &fo.h
+		m.initHold(h, owner, r.token())
+	} else {
+		h = m.newHold(owner, r.token())
+	}
 	if r.code == acqAcquired {
 		h.rToken = h.token + uint64(a.block) - 1
 	}
-	if buf != nil && r.code != acqReentered {
-		h.renewTag = ownerTag(buf, len(mark)-len(owner), h.rToken)
+	if fo != nil && r.code != acqReentered {
+		h.renewTag = ownerTag(fo.bytes(mark), len(mark)-len(owner), h.rToken)
 	}
 	if !h.track(a.sentAt, m.lease()) {
 		_, _ = m.release(ctx, owner, h.rToken, h.token)
@@ -370,7 +408,7 @@ func (w mutexWait) attempt(ctx context.Context, n int) (bool, time.Duration, err
 			// The deadline had passed when the attempt ran (the Client's
 			// clock of the server was behind): it did nothing. Again,
 			// with every argument, for the rest of the wait.
-			c.srv.see(a.r.value*1e6, time.Now())
+			c.srv.see(a.r.value, time.Now())
 			a.dl = 0
 			return w.attempt(ctx, n)
 		case a.r.code == acqAcquired && !c.srv.known():

@@ -121,21 +121,6 @@ func newOwnerBuf(key, sep, name string, spare int) []byte {
 	return hex.AppendEncode(b, r[:])
 }
 
-// newClientOwnerBuf is newOwnerBuf for an owner named after the Client
-// that makes it: key + sep + ident (Client.ident) + 64 random bits in hex
-// (16 digits), so that a script can tell the Client from the owner alone
-// (mutex_acquire.lua: the owner less its last 16 characters). With the 64
-// random bits of the Client's ident, the owner has 128 as newOwnerBuf's.
-func newClientOwnerBuf(key, sep, ident string, spare int) []byte {
-	var r [8]byte
-	_, _ = rand.Read(r[:])
-	b := make([]byte, 0, len(key)+len(sep)+len(ident)+hex.EncodedLen(len(r))+spare)
-	b = append(b, key...)
-	b = append(b, sep...)
-	b = append(b, ident...)
-	return hex.AppendEncode(b, r[:])
-}
-
 // ownerTagRoom is the room newOwnerBuf leaves for ownerTag: a space, a
 // token's digits, a space and a count of 1.
 const ownerTagRoom = 3 + 20
@@ -143,7 +128,7 @@ const ownerTagRoom = 3 + 20
 // ownerTag appends " <token> 1" to b, the bytes of a fresh owner made by
 // newOwnerBuf with ownerTagRoom to spare after the owner, which starts at
 // b[from:], and returns the hold's renewal value "<owner> <token> 1" (see
-// hold.renewValue; hold.mutexPrefix is its prefix) without an allocation:
+// hold.renewValue, which the release sends) without an allocation:
 // its bytes follow the owner's in the same array, written only now and
 // never again.
 //

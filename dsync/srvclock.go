@@ -1,9 +1,12 @@
 package dsync
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // The deadline undo (doc.go, "What is guaranteed"): a Mutex owner made for one
@@ -15,9 +18,11 @@ import (
 // which no copy of the attempt can arrive and apply.
 
 // deadlineAfter is how long after the owner is made its first attempt may
-// still apply: longer than any round trip a wait ends on, short enough that
-// the second undo of a lost reply comes within seconds.
-const deadlineAfter = 5 * time.Second
+// still apply, at most (the deadline is in whole seconds, rounded down: at
+// least a second less): longer than the round trips a wait sees, short
+// enough that the undo of a lost reply stops running again within
+// seconds (lateUndo).
+const deadlineAfter = 2 * time.Second
 
 // serverClock is the server clock as a Client last saw it: the server's µs
 // less the local monotonic µs (tick) when the reply that carried it
@@ -66,25 +71,32 @@ func (k *serverClock) deadline() int64 {
 	return s
 }
 
-// newDeadlineOwnerBuf is newClientOwnerBuf for an owner with a deadline
-// (dl, server seconds, 0 for none): key + sep + ident + the deadline in 10
-// decimal digits + n's low 24 bits in 6 hex digits (the owner is unique in
-// its Client: n counts the owners it made), so that the acquire script
-// reads the deadline as the 16th to 7th characters from the end. Without a
-// deadline it is newClientOwnerBuf's, whose 16 random hex digits then
-// begin with a letter ('f'), never a digit: ownerDeadline tells the two
-// apart. Either way the owner is ident and 16 hex digits, as the script's
-// one-argument form needs.
-func newDeadlineOwnerBuf(key, sep, ident string, dl int64, n uint32, spare int) []byte {
+// appendDeadlineOwner appends to dst, and returns, key + sep + a fresh
+// Mutex owner with deadline dl (server seconds; 0: none): ident, the
+// deadline in 10 decimal digits and n's low 24 bits in 6 hex digits (the
+// owner is unique in its Client: n counts the owners it made), so that the
+// acquire script reads the deadline as the 16th to 7th characters from the
+// end. Without a deadline the 16 characters after ident are random hex
+// digits, the first a letter ('f'), never a digit: ownerDeadline tells the
+// two apart. Either way the owner is ident and 16 hex digits (with the
+// ident's 64 random bits, it has the 128 bits of newOwnerBuf's), and a
+// script can tell the Client from the owner alone (mutex_acquire.lua: the
+// owner less its last 16 characters). If dst has room
+// for spare more bytes after them, ownerTag can fill it in place.
+func appendDeadlineOwner(dst []byte, key, sep, ident string, dl int64, n uint32, spare int) []byte {
+	if need := len(key) + len(sep) + len(ident) + 16 + spare; cap(dst)-len(dst) < need {
+		dst = make([]byte, len(dst), len(dst)+need)
+	}
+	b := append(dst, key...)
+	b = append(b, sep...)
+	b = append(b, ident...)
 	if dl <= 0 {
-		b := newClientOwnerBuf(key, sep, ident, spare)
+		var r [8]byte
+		_, _ = rand.Read(r[:])
+		b = hex.AppendEncode(b, r[:])
 		b[len(b)-16] = 'f'
 		return b
 	}
-	b := make([]byte, 0, len(key)+len(sep)+len(ident)+16+spare)
-	b = append(b, key...)
-	b = append(b, sep...)
-	b = append(b, ident...)
 	var d [10]byte
 	s := strconv.AppendInt(d[:0], dl, 10)
 	for range 10 - len(s) {
@@ -98,8 +110,33 @@ func newDeadlineOwnerBuf(key, sep, ident string, dl int64, n uint32, spare int) 
 	return b
 }
 
+// freshOwnerRoom is the room a freshMutexOwner has for its owner's bytes:
+// key and ident together up to 94 bytes, ":x:", 16 and ownerTagRoom; with
+// the hold, 448 bytes, a size class of Go's allocator.
+const freshOwnerRoom = 136
+
+// freshMutexOwner is a fresh Mutex owner's bytes (its undo mark's, the
+// owner their suffix, with room for ownerTag), if they fit in arr, and the
+// hold it makes when it acquires in Redis, in one allocation: the hold
+// keeps the bytes anyway (its owner and renewal value are strings of
+// them).
+type freshMutexOwner struct {
+	h   hold
+	arr [freshOwnerRoom]byte
+}
+
+// bytes returns the bytes of mark, made by appendDeadlineOwner on arr:
+// arr's, with its room after them, or, if they did not fit there, theirs
+// without room (ownerTag then allocates).
+func (fo *freshMutexOwner) bytes(mark string) []byte {
+	if p := unsafe.StringData(mark); p != &fo.arr[0] {
+		return unsafe.Slice(p, len(mark))
+	}
+	return fo.arr[:len(mark)]
+}
+
 // ownerDeadline returns the deadline a fresh owner carries
-// (newDeadlineOwnerBuf), in server seconds, or 0.
+// (appendDeadlineOwner), in server seconds, or 0.
 func ownerDeadline(owner string) int64 {
 	if len(owner) < 16 {
 		return 0

@@ -74,9 +74,9 @@ func TestFunctionsAnswerAsTheScripts(t *testing.T) {
 		tok := acq("A", "10000")
 		require.NotContains(t, tok, "[", "%s: acquire of a free lock = %s, want a bare token", way, tok)
 		require.Equal(t, "[2 "+tok+"]", acq("A", "10000"), "%s: re-entry", way)
-		require.Equal(t, "0", rel("B "+tok+" "), "%s: release by another owner", way)
-		require.Equal(t, "2", rel("A "+tok+" "), "%s: first release of two", way)
-		require.Equal(t, "1", rel("A "+tok+" "), "%s: last release", way)
+		require.Equal(t, "0", rel("B "+tok+" 1"), "%s: release by another owner", way)
+		require.Equal(t, "2", rel("A "+tok+" 1"), "%s: first release of two", way)
+		require.Equal(t, "1", rel("A "+tok+" 1"), "%s: last release", way)
 	}
 }
 

@@ -2,9 +2,10 @@
 -- Release one hold of the reentrant mutex.
 --
 -- KEYS[1] lock key (its wakeup channel is "<lock key>:ch")
--- ARGV[1] the hold: "<owner> <token> ", the value's prefix that the
--- renewal checks too (mutex_renew.lua), or "<owner>" (no space) for any
--- hold of the owner, its token unknown; ARGV[2] (optional, for a known
+-- ARGV[1] the hold: "<owner> <token> 1", the value of the owner's only
+-- hold of token, which the renewal checks too (mutex_renew.lua; the
+-- common case compares the value with it, no string made), or "<owner>"
+-- (no space) for any hold of the owner, its token unknown; ARGV[2] (optional, for a known
 -- hold: the token itself) the last fencing token actually issued under
 -- the hold, which the free marker records: the value records the last
 -- token reserved, which may be ahead of the server clock, and the next
@@ -31,10 +32,10 @@ local key, p = KEYS[1], ARGV[1]
 local owner, tok, used, v = p, nil, nil, nil
 local i = string.find(p, ' ', 1, true)
 if i then
-  tok = string.sub(p, i + 1, -2)
+  tok = string.sub(p, i + 1, -3)
   used = ARGV[2] or tok
   v = redis.call('set', key, '- ' .. used .. ' 0', 'keepttl', 'get')
-  if v == p .. '1' and used == tok then
+  if v == p and used == tok then
     -- The common case, told without a pattern's captures (owners have no
     -- spaces, tokens are digits: the parse below would read the same): the
     -- owner's only hold, of this token, no block and no waiter's mark; the

@@ -12,7 +12,8 @@
 -- published as its hold is released; Redis sends them when the call ends.
 --
 -- KEYS[i] lock key of hold i; ARGV[2i-1] its value prefix "<owner> <token> "
--- (mutex_release.lua's ARGV[1]), ARGV[2i] the last token issued under it
+-- (mutex_release.lua's ARGV[1] without its count), ARGV[2i] the last token
+-- issued under it
 -- (its ARGV[2]), or "" for the token itself.
 -- Reply: one code per hold, in order, as mutex_release.lua's: 1 released
 -- (the lock is free), 2 count decremented (the owner still holds it), 0 not

@@ -62,7 +62,7 @@ func TestMutexReleaseManyAsRelease(t *testing.T) {
 	for i, c := range cases {
 		key := fmt.Sprintf("p:{one%d}:mutex", i)
 		set(key, c.value)
-		args := []string{c.hold}
+		args := []string{c.hold + "1"} // MutexRelease's form: the value
 		if c.used != "" {
 			args = append(args, c.used)
 		}

@@ -69,7 +69,7 @@ func TestMutexScripts(t *testing.T) {
 	rel := func(owner string, tok int64) int64 {
 		hold := owner // token 0: any hold of the owner
 		if tok != 0 {
-			hold += " " + strconv.FormatInt(tok, 10) + " "
+			hold += " " + strconv.FormatInt(tok, 10) + " 1"
 		}
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{hold}))
 	}
@@ -284,7 +284,7 @@ func TestMutexReleaseRecordsUsedToken(t *testing.T) {
 	require.Equal(t, "A "+end+" 1 b", get(), "value, want the block's end recorded")
 	used := strconv.FormatInt(a[1]+2, 10) // two local handoffs happened
 	rel := func() int64 {
-		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + end + " ", used}))
+		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + end + " 1", used}))
 	}
 	require.Equal(t, int64(1), rel(), "release")
 	v := get()
@@ -404,7 +404,7 @@ func TestMutexUnwaitPerWait(t *testing.T) {
 	// A registered wait that acquires removes its own entry only.
 	wait("wait0003")
 	wait("wait0004")
-	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + strconv.FormatInt(a[1], 10) + " "})), "A's release")
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{"A " + strconv.FormatInt(a[1], 10) + " 1"})), "A's release")
 	r := acqInts(t, scripts.MutexAcquire.Exec(ctx, rc, []string{key, key + ":a:cb-wait0004"}, []string{"Bwait0004", "10000", "client-b", "1", "1"}))
 	require.Equal(t, int64(1), r[0], "wait0004's acquire = %v", r)
 	require.Equal(t, []string{"client-b wait0003"}, fields(), "entries after wait0004 acquired")
