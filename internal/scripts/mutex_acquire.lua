@@ -53,10 +53,11 @@
 -- {-2, server µs}, so that after the deadline no copy of it can apply (its
 -- Client undoes a lost reply again then: Mutex.lateUndo).
 -- Its common case reads the lock with GET, not MGET, takes TIME and writes
--- with PSETEX, and replies "- <token>", a string: the token's digits are
--- TIME's two strings, never made a number (two conversions cost the
--- server about 1.7k instructions; the string costs the Client an
--- allocation, which it saves elsewhere: freshMutexOwner).
+-- with SET ... PX (PSETEX would cost a little less, but is a command
+-- users' ACLs for dsync do not list), and replies "- <token>", a string:
+-- the token's digits are TIME's two strings, never made a number (two
+-- conversions cost the server about 1.7k instructions; the string costs
+-- the Client an allocation, which it saves elsewhere: freshMutexOwner).
 -- The one-argument form's common case is tested before anything else;
 -- the rest of the script is one function, made only when a call gets past
 -- it.
@@ -86,7 +87,7 @@ if not ARGV[2] then
   end
   local mk = '- ' .. sec .. u
   if not v or #v == #mk + 2 and v < mk and v > '- ' then
-    redis.call('psetex', key, '30000', owner .. ' ' .. sec .. u .. ' 1')
+    redis.call('set', key, owner .. ' ' .. sec .. u .. ' 1', 'px', '30000')
     return mk
   end
 end
