@@ -129,16 +129,16 @@ func TestMutexLateUndoReleasesALateCopy(t *testing.T) {
 	vals := copyOf()
 	require.Equal(t, int64(acqAcquired), vals[0], "the copy after the undo: %v", vals)
 	m.lateUndo(owner, mark, dl)
-	waitForCond(t, 10*time.Second, "the undo's next run to release the copy", free)
-	waitForCond(t, 10*time.Second, "the runs of lateUndoGaps", func() bool { return count() >= len(lateUndoGaps) })
+	waitUntil(t, 10*time.Second, "the undo's next run to release the copy", free)
+	waitUntil(t, 10*time.Second, "the runs of lateUndoGaps", func() bool { return count() >= len(lateUndoGaps) })
 	vals = copyOf()
 	require.Equal(t, int64(acqAcquired), vals[0], "a copy after those runs, before the deadline: %v", vals)
 	at := count()
-	waitForCond(t, 10*time.Second, "a later run to release it", free)
+	waitUntil(t, 10*time.Second, "a later run to release it", free)
 	require.Greater(t, count(), at, "released by a later run")
-	waitForCond(t, 20*time.Second, "the server clock to pass the deadline", func() bool { return serverSeconds(t, rc) >= dl })
+	waitUntil(t, 20*time.Second, "the server clock to pass the deadline", func() bool { return serverSeconds(t, rc) >= dl })
 	n := count()
-	waitForCond(t, 10*time.Second, "the runs to end", func() bool {
+	waitUntil(t, 10*time.Second, "the runs to end", func() bool {
 		// The last run comes once the Client's estimate has passed the
 		// deadline too; none after it.
 		n2 := count()
@@ -168,16 +168,4 @@ func TestMutexOwnerDeadlineBehindServer(t *testing.T) {
 	n, err := rc.Do(ctx, rc.B().Exists().Key(m.key+":waiting").Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "the refused attempt registered a wait")
-}
-
-// waitForCond polls cond until it holds or d passes.
-func waitForCond(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
