@@ -323,7 +323,8 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockRef, error) {
 	for _, node := range c.rc.Nodes() {
 		var cursor uint64
 		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
+			// Pinned as sharedDial pins read-only commands (pinResent).
+			e, err := node.Do(ctx, pinResent(node.B().Scan().Cursor(cursor).Match(match).Count(1000).Build())).AsScanEntry()
 			if err != nil {
 				return nil, fmt.Errorf("dsync: list: %w", err)
 			}

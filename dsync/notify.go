@@ -492,8 +492,9 @@ func (n *notifier) connect(dc rueidis.DedicatedClient) bool {
 	n.subsMu.RUnlock()
 	ctx, cancel := context.WithTimeout(n.c.ctx, 5*time.Second)
 	defer cancel()
-	// A PING proves the connection even with nothing to subscribe yet.
-	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
+	// A PING proves the connection even with nothing to subscribe yet
+	// (pinned as sharedDial pins read-only commands: pinResent).
+	if err := dc.Do(ctx, pinResent(dc.B().Ping().Build())).Error(); err != nil {
 		return false
 	}
 	if len(chans) > 0 {

@@ -59,6 +59,7 @@ func othersDial(ctx context.Context, err error) bool {
 }
 
 func (d sharedDial) Do(ctx context.Context, cmd rueidis.Completed) (resp rueidis.RedisResult) {
+	cmd = pinResent(cmd)
 	for i := 0; ; i++ {
 		// rueidis keeps a command that failed without a reply from Redis
 		// (it recycles only the others), so it can be sent again.
@@ -68,7 +69,25 @@ func (d sharedDial) Do(ctx context.Context, cmd rueidis.Completed) (resp rueidis
 		if i == dialResends || !othersDial(ctx, err) {
 			return d.unreachable(resp, err)
 		}
+		cmd = cmd.Pin()
 	}
+}
+
+// pinResent pins cmd if rueidis may send it again after a connection broke
+// under it (a read-only command: rueidis retries those). rueidis recycles
+// a command for the next Build once a send of it gets a reply, but the
+// broken connection's writer goroutine may have read it last with nothing
+// ordering that read before the recycling (the soak of 718699e, and
+// TestResentCommandIsNotRecycled: a data race, and a command rebuilt under
+// a writer still reading it). A pinned command is never recycled: one more
+// allocation for its next Build, paid by read-only commands only (none is
+// on a Mutex's cycle or a renewal). Commands dsync sends again itself
+// (othersDial) are pinned before the resend.
+func pinResent(cmd rueidis.Completed) rueidis.Completed {
+	if cmd.IsRetryable() {
+		return cmd.Pin()
+	}
+	return cmd
 }
 
 // unreachable returns resp with its error err, if the connection failed
@@ -117,6 +136,9 @@ func (d sharedDial) addrOf(err error) string {
 }
 
 func (d sharedDial) DoMulti(ctx context.Context, multi ...rueidis.Completed) (resp []rueidis.RedisResult) {
+	for i := range multi {
+		multi[i] = pinResent(multi[i])
+	}
 	for i := 0; ; i++ {
 		resp = d.Client.DoMulti(ctx, multi...)
 		if len(resp) > 0 {
@@ -131,6 +153,9 @@ func (d sharedDial) DoMulti(ctx context.Context, multi ...rueidis.Completed) (re
 			if !othersDial(ctx, r.NonRedisError()) {
 				return d.unreachableAll(resp)
 			}
+		}
+		for i := range multi {
+			multi[i] = multi[i].Pin()
 		}
 	}
 }
