@@ -12,7 +12,9 @@ import (
 // their SHA-1). They are pinned: rueidis recycles a command when DoMulti
 // returns, and when the connection broke under it (CI of 63c820a,
 // TestFaultNetworkPrimitives/sem/limit_data, 2026-12-04) its writer was
-// still reading one that the next Build reused: a data race.
+// still reading one that the next Build reused: a data race. (The cause
+// found later, pinResent: a read-only command that rueidis sent again
+// after the break, and then recycled; pinning these as well is harmless.)
 func (c *Client) evalCmds(s *rueidis.Lua, execs []rueidis.LuaExec) rueidis.Commands {
 	s = c.lua(s)
 	sha, _ := scripts.SHA1(s)
