@@ -71,6 +71,7 @@ type Client struct {
 	notify *notifier
 	renew  *renewer
 	clock  leaseClock
+	late   lateUndos // the later undo runs of lost attempts (lateundo.go)
 	// waits are the goroutines waiting in this Client's Mutex queues, for
 	// Inspect.
 	waits localWaiters

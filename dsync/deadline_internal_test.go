@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,14 +102,18 @@ func TestAcquireAfterDeadlineDoesNothing(t *testing.T) {
 // which no copy applies.
 func TestMutexLateUndoReleasesALateCopy(t *testing.T) {
 	var mu sync.Mutex
-	runs := 0
+	runs, sent := 0, 0 // runs done, runs sent
 	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
+	sends := func() int { mu.Lock(); defer mu.Unlock(); return sent }
 	c, rc := deadlineClient(t, func(cfg *config) {
 		cfg.test.mutexEvent = func(ev string) {
-			if ev == "lateundo" {
-				mu.Lock()
+			mu.Lock()
+			defer mu.Unlock()
+			switch ev {
+			case "lateundo":
 				runs++
-				mu.Unlock()
+			case "lateundo.send":
+				sent++
 			}
 		}
 	})
@@ -131,11 +136,13 @@ func TestMutexLateUndoReleasesALateCopy(t *testing.T) {
 	m.lateUndo(owner, mark, dl)
 	waitUntil(t, 10*time.Second, "the undo's next run to release the copy", free)
 	waitUntil(t, 10*time.Second, "the runs of lateUndoGaps", func() bool { return count() >= len(lateUndoGaps) })
+	// Those runs done (none in flight: the next is lateUndoEvery away),
+	// a copy: only a run sent after it can release it.
+	at := sends()
 	vals = copyOf()
 	require.Equal(t, int64(acqAcquired), vals[0], "a copy after those runs, before the deadline: %v", vals)
-	at := count()
 	waitUntil(t, 10*time.Second, "a later run to release it", free)
-	require.Greater(t, count(), at, "released by a later run")
+	require.Greater(t, sends(), at, "released by a later run")
 	waitUntil(t, 20*time.Second, "the server clock to pass the deadline", func() bool { return serverSeconds(t, rc) >= dl })
 	n := count()
 	waitUntil(t, 10*time.Second, "the runs to end", func() bool {
@@ -168,4 +175,42 @@ func TestMutexOwnerDeadlineBehindServer(t *testing.T) {
 	n, err := rc.Do(ctx, rc.B().Exists().Key(m.key+":waiting").Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "the refused attempt registered a wait")
+}
+
+// TestMutexLateUndoOneGoroutine: the later undo runs of many lost attempts
+// wait on one goroutine of the Client's (lateUndos), not one each, and
+// each attempt is still undone until its deadline has passed.
+func TestMutexLateUndoOneGoroutine(t *testing.T) {
+	var mu sync.Mutex
+	runs := 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
+	c, rc := deadlineClient(t, func(cfg *config) {
+		cfg.test.mutexEvent = func(ev string) {
+			if ev == "lateundo" {
+				mu.Lock()
+				runs++
+				mu.Unlock()
+			}
+		}
+	})
+	const n = 200
+	dl := serverSeconds(t, rc) + 2
+	before := runtime.NumGoroutine()
+	for i := range n {
+		m := c.NewMutex("lost" + strconv.Itoa(i))
+		owner, mark := ownerWith(c, m, dl)
+		m.lateUndo(owner, mark, dl)
+	}
+	grown := runtime.NumGoroutine() - before
+	// The undo runs themselves go in the background (a goroutine each
+	// while one runs); the wait between them is what must be shared.
+	require.Less(t, grown, n/4, "goroutines after %d lost attempts", n)
+	waitUntil(t, 10*time.Second, "every attempt's gap runs", func() bool { return count() >= n*len(lateUndoGaps) })
+	waitUntil(t, 20*time.Second, "the runs to end after the deadline", func() bool {
+		c.late.mu.Lock()
+		defer c.late.mu.Unlock()
+		return len(c.late.q) == 0 && !c.late.running
+	})
+	require.GreaterOrEqual(t, count(), n*(len(lateUndoGaps)+1), "each attempt undone after the gaps, and after its deadline")
+	require.Greater(t, c.srv.now(), dl*1e6, "the runs ended before the Client's estimate passed the deadline")
 }

@@ -122,69 +122,6 @@ func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
 	})
 }
 
-// lateUndoGaps are the waits between the runs of a lost owner-alone
-// attempt's undo after the first, then lateUndoEvery until the deadline: a
-// copy of the attempt that the first undo overtook (rueidis may send the
-// undo on another connection) is most often milliseconds behind it, and
-// holds the lock until the next run.
-var lateUndoGaps = [...]time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond}
-
-const lateUndoEvery = 250 * time.Millisecond
-
-// lateUndo runs the undo of the lost owner-alone attempt of a fresh owner
-// again, after each of lateUndoGaps, then every lateUndoEvery, and last
-// when the server clock has passed the owner's deadline dl (server
-// seconds), by the Client's estimate, which is never ahead of the server
-// (serverClock): then no copy of the attempt can apply any more (at most
-// about 10 runs). It waits on a goroutine of the
-// Client's, which Close ends after one more undo: a copy that comes after
-// that holds the lock until its lease ends. (The attempt reads no mark,
-// which would have stopped such a copy: see srvclock.go.)
-func (m *Mutex) lateUndo(owner, mark string, dl int64) {
-	c := m.c
-	undo := func() {
-		c.background(func(ctx context.Context) { m.undoFresh(ctx, owner, mark) })
-		c.testEvent("lateundo")
-	}
-	c.spawn(&c.loops, func() {
-		t := time.NewTimer(lateUndoGaps[0])
-		defer t.Stop()
-		sleep := func(d time.Duration) bool {
-			t.Reset(d)
-			select {
-			case <-c.done:
-				undo()
-				return false
-			case <-t.C:
-				return true
-			}
-		}
-		for _, d := range lateUndoGaps {
-			if !sleep(d) {
-				return
-			}
-			undo()
-		}
-		for {
-			now := c.srv.now()
-			if now > dl*1e6 {
-				undo()
-				return
-			}
-			d := lateUndoEvery
-			if now > 0 {
-				d = min(d, time.Duration(dl*1e6-now+1000)*time.Microsecond)
-			}
-			if !sleep(d) {
-				return
-			}
-			if c.srv.now() <= dl*1e6 {
-				undo()
-			}
-		}
-	})
-}
-
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
