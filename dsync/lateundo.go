@@ -27,7 +27,7 @@ const lateUndoEvery = 250 * time.Millisecond
 // until its lease ends. (The attempt reads no mark, which would have
 // stopped such a copy: see srvclock.go.)
 func (m *Mutex) lateUndo(owner, mark string, dl int64) {
-	m.c.late.add(m, &lateRun{m: m, owner: owner, mark: mark, dl: dl})
+	m.c.late.add(&lateRun{m: m, owner: owner, mark: mark, dl: dl})
 }
 
 // lateRun is the undo runs to come of one lost attempt.
@@ -97,8 +97,8 @@ func (q *lateHeap) Pop() any {
 // add queues r's first run: lateUndoGaps[0] from now, or at once if the
 // deadline has passed already (a copy may have come after the first undo,
 // before the deadline: one run after it is still needed).
-func (l *lateUndos) add(m *Mutex, r *lateRun) {
-	c := m.c
+func (l *lateUndos) add(r *lateRun) {
+	c := r.m.c
 	if now := tick(time.Now()); !r.again(now) {
 		r.next = now
 	}
