@@ -2,6 +2,7 @@ package dsync
 
 import (
 	"context"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -213,4 +214,60 @@ func TestMutexLateUndoOneGoroutine(t *testing.T) {
 	})
 	require.GreaterOrEqual(t, count(), n*(len(lateUndoGaps)+1), "each attempt undone after the gaps, and after its deadline")
 	require.Greater(t, c.srv.now(), dl*1e6, "the runs ended before the Client's estimate passed the deadline")
+}
+
+// TestMutexLateUndoLooksFirst: the later runs of a lost attempt's undo
+// look before they write. 50 lost attempts that no copy followed: every
+// run of each (after the gaps and after the deadline) is a GET, the runs
+// due together go in one batch, and no script runs (before: an undo
+// script per run, 200 at least, each sent on its own).
+func TestMutexLateUndoLooksFirst(t *testing.T) {
+	var mu sync.Mutex
+	runs, batches := 0, 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
+	c, rc := deadlineClient(t, func(cfg *config) {
+		cfg.test.mutexEvent = func(ev string) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch ev {
+			case "lateundo":
+				runs++
+			case "lateundo.batch":
+				batches++
+			}
+		}
+	})
+	ctx := context.Background()
+	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
+	const n = 50
+	dl := serverSeconds(t, rc) + 2
+	for i := range n {
+		m := c.NewMutex("looks" + strconv.Itoa(i))
+		owner, mark := ownerWith(c, m, dl)
+		m.lateUndo(owner, mark, dl)
+	}
+	waitUntil(t, 20*time.Second, "the runs to end after the deadline", func() bool {
+		c.late.mu.Lock()
+		defer c.late.mu.Unlock()
+		return len(c.late.q) == 0 && !c.late.running
+	})
+	waitUntil(t, 10*time.Second, "the last runs to be done", func() bool { return count() >= n*(len(lateUndoGaps)+1) })
+	info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+	require.NoError(t, err)
+	stat := func(cmd string) int {
+		m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
+		if m == nil {
+			return 0
+		}
+		v, _ := strconv.Atoi(m[1])
+		return v
+	}
+	require.Zero(t, stat("fcall")+stat("evalsha")+stat("eval"), "scripts, with nothing to undo:\n%s", info)
+	require.GreaterOrEqual(t, stat("get"), count(), "a GET per run:\n%s", info)
+	mu.Lock()
+	defer mu.Unlock()
+	// 50 attempts queued at once come due at about the same times: a few
+	// batches per step (the gaps, the runs every lateUndoEvery, the last).
+	require.Positive(t, batches, "batches")
+	require.LessOrEqual(t, batches, runs/5, "batches for %d runs", runs)
 }

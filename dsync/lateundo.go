@@ -3,8 +3,12 @@ package dsync
 import (
 	"container/heap"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // lateUndoGaps are the waits between the runs of a lost owner-alone
@@ -16,16 +20,22 @@ var lateUndoGaps = [...]time.Duration{20 * time.Millisecond, 80 * time.Milliseco
 
 const lateUndoEvery = 250 * time.Millisecond
 
-// lateUndo runs the undo of the lost owner-alone attempt of a fresh owner
-// again, after each of lateUndoGaps, then every lateUndoEvery, and last
-// when the server clock has passed the owner's deadline dl (server
-// seconds), by the Client's estimate, which is never ahead of the server
-// (serverClock): then no copy of the attempt can apply any more (at most
-// about 10 runs). The runs of all the Client's lost attempts wait in one
-// queue, on one goroutine of the Client's (lateUndos), which Close ends
-// after one more undo of each: a copy that comes after that holds the lock
-// until its lease ends. (The attempt reads no mark, which would have
-// stopped such a copy: see srvclock.go.)
+// lateUndo makes sure, after each of lateUndoGaps, then every
+// lateUndoEvery, and last when the server clock has passed the owner's
+// deadline dl (server seconds), by the Client's estimate, which is never
+// ahead of the server (serverClock), that no copy of the lost owner-alone
+// attempt of a fresh owner holds the lock: after the deadline no copy can
+// apply any more (at most about 10 runs). A copy that arrives after the
+// first undo (mutexWait.failed: it marks the attempt undone, then releases
+// and unregisters the wait) can only take a free lock, where the attempt
+// reads no mark (see srvclock.go); where the lock is held it reads the mark
+// and does nothing. So a run looks before it writes: a GET of the lock,
+// read-only, pipelined with the other runs due at once (one round trip per
+// tick, not a script per attempt), and the undo (mutex_undo_fresh.lua) only
+// where the owner holds it, or where the GET got no answer. The runs of
+// all the Client's lost attempts wait in one queue, on one goroutine of
+// the Client's (lateUndos), which Close ends after one more run of each: a
+// copy that comes after that holds the lock until its lease ends.
 func (m *Mutex) lateUndo(owner, mark string, dl int64) {
 	m.c.late.add(&lateRun{m: m, owner: owner, mark: mark, dl: dl})
 }
@@ -39,14 +49,38 @@ type lateRun struct {
 	next        int64 // when the next run is due (tick)
 }
 
-// undo runs the undo once, in the background (test events as it is sent,
-// and once it has run).
-func (r *lateRun) undo() {
-	c := r.m.c
-	c.testEvent("lateundo.send")
+// checkLate runs one check of each of batch (lateUndo) in the background:
+// one DoMulti of a GET per run, then the undo where the run's owner holds
+// the lock or the GET got no answer. Test events: "lateundo.batch" for
+// the batch, "lateundo.send" for each run as it is sent, "lateundo" once
+// it has run.
+func checkLate(c *Client, batch []*lateRun) {
+	c.testEvent("lateundo.batch")
+	for range batch {
+		c.testEvent("lateundo.send")
+	}
 	c.background(func(ctx context.Context) {
-		r.m.undoFresh(ctx, r.owner, r.mark)
-		c.testEvent("lateundo")
+		cmds := make(rueidis.Commands, len(batch))
+		for i, r := range batch {
+			cmds[i] = c.rc.B().Get().Key(r.m.key).Build()
+		}
+		for i, res := range c.rc.DoMulti(ctx, cmds...) {
+			r := batch[i]
+			v, err := res.ToString()
+			switch {
+			case err == nil && strings.HasPrefix(v, r.owner+" "):
+				r.m.undoFresh(ctx, r.owner, r.mark)
+			case err != nil && !rueidis.IsRedisNil(err):
+				// No answer: undo as the first undo does, on a goroutine
+				// and with a budget of its own (retried: idempotent).
+				c.background(func(ctx context.Context) {
+					r.m.undoFresh(ctx, r.owner, r.mark)
+					c.testEvent("lateundo")
+				})
+				continue
+			}
+			c.testEvent("lateundo")
+		}
 	})
 }
 
@@ -147,11 +181,11 @@ func (l *lateUndos) run(c *Client) {
 		}
 		running := l.running
 		l.mu.Unlock()
-		for i, r := range due {
-			r.undo()
-			due[i] = nil
+		if len(due) > 0 {
+			checkLate(c, slices.Clone(due))
+			clear(due)
+			due = due[:0]
 		}
-		due = due[:0]
 		if !running {
 			return
 		}
@@ -161,8 +195,8 @@ func (l *lateUndos) run(c *Client) {
 			q := l.q
 			l.q, l.running = nil, false
 			l.mu.Unlock()
-			for _, r := range q {
-				r.undo()
+			if len(q) > 0 {
+				checkLate(c, q)
 			}
 			return
 		case <-t.C:
