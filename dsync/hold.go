@@ -56,34 +56,66 @@ type hold struct {
 	// byLocker: Lock or TryLock took it, and dropped its lock context
 	// (set just after the acquisition; for what a forced release reports).
 	byLocker atomic.Bool
+	// slot and due (below) are the hold's entry in the Client's
+	// leaseClock, guarded by leaseClock.mu, not by hold.mu: its index in
+	// the heap (-1 when not watched) and the deadline it was pushed with
+	// (see tick).
+	slot int32
 
-	// mu guards the fields from here to the end, but for slot and due.
-	mu        sync.Mutex
-	succ      *hold     // the hold this one was handed to inside the Client, same hold in Redis
-	deadline  time.Time // when the lease clock runs out
-	watchdog  bool      // (not guarded by mu: see ops)
-	ended     bool
-	cause     error // why it ended (set with ended): its lock contexts' cause
-	releasing bool  // a release is on its way: a renewal that finds the hold gone raced with it
-	gone      bool  // a renewal found the hold gone while releasing: no local handoff (handOff)
-	expiring  bool  // the lease clock ran out: a renewal that succeeds now is too late
-	used1     bool  // lctx1 was handed out
-	// kept: the lock stayed in this Client at the hold's end, handed by
-	// a script to a waiter of its own (see tagger.ended).
-	kept bool
-	// slot and due are the hold's entry in the Client's leaseClock,
-	// guarded by leaseClock.mu, not by hold.mu: its index in the heap (-1
-	// when not watched) and the deadline it was pushed with (see tick).
-	slot    int32
-	due     int64
-	cancels []context.CancelCauseFunc // one per acquisition, innermost last
+	// mu guards the fields from here to the end, but for due.
+	mu       sync.Mutex
+	succ     *hold     // the hold this one was handed to inside the Client, same hold in Redis
+	deadline time.Time // when the lease clock runs out
+	due      int64     // (leaseClock.mu: see slot)
+	cause    error     // why it ended (set with ended): its lock contexts' cause
+	watchdog bool      // (not guarded by mu: see ops)
+	ended    bool
+	// releasing: a release is on its way: a renewal that finds the hold
+	// gone raced with it; gone: a renewal found the hold gone while
+	// releasing: no local handoff (handOff); expiring: the lease clock ran
+	// out: a renewal that succeeds now is too late; used1: lctx1 was
+	// handed out; kept: the lock stayed in this Client at the hold's end,
+	// handed by a script to a waiter of its own (see tagger.ended).
+	releasing, gone, expiring, used1, kept bool
+	// The cancels of the hold's lock contexts, one per acquisition:
+	// cancel1 the outermost's (nil when none is left), more the
+	// re-entries', innermost last (made at the first re-entry; never
+	// non-empty while cancel1 is nil). The common hold, never re-entered,
+	// keeps one func and a nil pointer: with the fields ordered to leave
+	// no padding but a byte after the flags, the hold is 280 bytes, and
+	// with a fresh owner's bytes (freshMutexOwner) 416, a size class of
+	// Go's allocator (TestHoldSizeClass).
+	cancel1 context.CancelCauseFunc
+	more    *[]context.CancelCauseFunc
 
-	// The first acquisition's lock context and cancel live in the hold
-	// itself, so that the common hold, never re-entered, costs one
-	// allocation for both (plus the context package's own). cancel1 is
-	// cancels' first backing array; lctx1 is written under mu, once.
-	cancel1 [1]context.CancelCauseFunc
-	lctx1   lockCtx
+	// The first acquisition's lock context lives in the hold itself, so
+	// that the common hold, never re-entered, costs one allocation for
+	// both (plus the context package's own); written under mu, once.
+	lctx1 lockCtx
+}
+
+// pushCancel records the cancel of one more acquisition (h.mu held).
+func (h *hold) pushCancel(cancel context.CancelCauseFunc) {
+	if h.cancel1 == nil {
+		h.cancel1 = cancel
+		return
+	}
+	if h.more == nil {
+		h.more = new([]context.CancelCauseFunc)
+	}
+	*h.more = append(*h.more, cancel)
+}
+
+// depthLocked is how many acquisitions the hold has (h.mu held).
+func (h *hold) depthLocked() int {
+	n := 0
+	if h.cancel1 != nil {
+		n = 1
+	}
+	if h.more != nil {
+		n += len(*h.more)
+	}
+	return n
 }
 
 // since is when h was acquired.
@@ -141,7 +173,6 @@ func (c *Client) newHold(l *Lock, owner string, token uint64) *hold {
 // initHold makes *h, memory no one else uses yet, a new hold (newHold).
 func (c *Client) initHold(h *hold, l *Lock, owner string, token uint64) {
 	*h = hold{c: c, id: c.holdSeq.Add(1), lock: l, ownerVal: ownerVal{owner: owner, token: token}, rOwner: owner, rToken: token, start: tick(time.Now()), slot: -1}
-	h.cancels = h.cancel1[:0]
 }
 
 // track starts the hold's lease clock: valid until sentAt+validity(lease),
@@ -198,7 +229,7 @@ func (h *hold) newCtx(parent context.Context) context.Context {
 		cancel(cause)
 		return lctx
 	}
-	h.cancels = append(h.cancels, cancel)
+	h.pushCancel(cancel)
 	h.mu.Unlock()
 	return lctx
 }
@@ -315,13 +346,20 @@ func (h *hold) lossCause() error {
 // pop ends the innermost acquisition; it reports how many remain.
 func (h *hold) pop() int {
 	h.mu.Lock()
-	n := len(h.cancels)
+	n := h.depthLocked()
 	if n == 0 {
 		h.mu.Unlock()
 		return 0
 	}
-	cancel := h.cancels[n-1]
-	h.cancels = h.cancels[:n-1]
+	var cancel context.CancelCauseFunc
+	if n > 1 {
+		more := *h.more
+		cancel = more[len(more)-1]
+		more[len(more)-1] = nil
+		*h.more = more[:len(more)-1]
+	} else {
+		cancel, h.cancel1 = h.cancel1, nil
+	}
 	h.mu.Unlock()
 	cancel(errReleased)
 	return n - 1
@@ -330,7 +368,7 @@ func (h *hold) pop() int {
 func (h *hold) depth() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.cancels)
+	return h.depthLocked()
 }
 
 // end stops the hold's lease clock and renewal and cancels its remaining
@@ -349,8 +387,8 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 	}
 	h.ended = true
 	h.cause = cause
-	cancels := h.cancels
-	h.cancels = nil
+	cancel1, more := h.cancel1, h.more
+	h.cancel1, h.more = nil, nil
 	h.mu.Unlock()
 	c := h.c
 	c.clock.remove(h)
@@ -364,8 +402,13 @@ func (h *hold) endLocked(cause error, lost bool) bool {
 			f(Lost{Lock: *h.lock, Hold: h.id, Held: h.held(), Cause: cause})
 		}
 	}
-	for i := len(cancels) - 1; i >= 0; i-- {
-		cancels[i](cause)
+	if more != nil {
+		for i := len(*more) - 1; i >= 0; i-- {
+			(*more)[i](cause)
+		}
+	}
+	if cancel1 != nil {
+		cancel1(cause)
 	}
 	if lost {
 		c.cfg.logger.Warn("dsync: lock lost", "kind", h.lock.Kind, "name", shortName(h.lock.Name), "cause", cause)

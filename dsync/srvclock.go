@@ -112,7 +112,7 @@ func appendDeadlineOwner(dst []byte, key, sep, ident string, dl int64, n uint32,
 
 // freshOwnerRoom is the room a freshMutexOwner has for its owner's bytes:
 // key and ident together up to 94 bytes, ":x:", 16 and ownerTagRoom; with
-// the hold, 448 bytes, a size class of Go's allocator.
+// the hold, 416 bytes, a size class of Go's allocator (TestHoldSizeClass).
 const freshOwnerRoom = 136
 
 // freshMutexOwner is a fresh Mutex owner's bytes (its undo mark's, the
