@@ -32,6 +32,17 @@ func deadlineClient(t *testing.T, opts ...Option) (*Client, rueidis.Client) {
 	return c, rc
 }
 
+// lateEventClient is a deadlineClient that counts its test events by name
+// (events("lateundo"): the late undo runs done).
+func lateEventClient(t *testing.T) (*Client, rueidis.Client, func(event string) int) {
+	var mu sync.Mutex
+	n := map[string]int{}
+	c, rc := deadlineClient(t, func(cfg *config) {
+		cfg.test.mutexEvent = func(ev string) { mu.Lock(); n[ev]++; mu.Unlock() }
+	})
+	return c, rc, func(ev string) int { mu.Lock(); defer mu.Unlock(); return n[ev] }
+}
+
 // serverSeconds is the server clock's seconds (TIME).
 func serverSeconds(t *testing.T, rc rueidis.Client) int64 {
 	t.Helper()
@@ -102,22 +113,9 @@ func TestAcquireAfterDeadlineDoesNothing(t *testing.T) {
 // copy that arrives later, until the run after the owner's deadline, after
 // which no copy applies.
 func TestMutexLateUndoReleasesALateCopy(t *testing.T) {
-	var mu sync.Mutex
-	runs, sent := 0, 0 // runs done, runs sent
-	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
-	sends := func() int { mu.Lock(); defer mu.Unlock(); return sent }
-	c, rc := deadlineClient(t, func(cfg *config) {
-		cfg.test.mutexEvent = func(ev string) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch ev {
-			case "lateundo":
-				runs++
-			case "lateundo.send":
-				sent++
-			}
-		}
-	})
+	c, rc, events := lateEventClient(t)
+	count := func() int { return events("lateundo") }      // runs done
+	sends := func() int { return events("lateundo.send") } // runs sent
 	ctx := context.Background()
 	m := c.NewMutex("copy")
 	dl := serverSeconds(t, rc) + 3
@@ -182,18 +180,8 @@ func TestMutexOwnerDeadlineBehindServer(t *testing.T) {
 // wait on one goroutine of the Client's (lateUndos), not one each, and
 // each attempt is still undone until its deadline has passed.
 func TestMutexLateUndoOneGoroutine(t *testing.T) {
-	var mu sync.Mutex
-	runs := 0
-	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
-	c, rc := deadlineClient(t, func(cfg *config) {
-		cfg.test.mutexEvent = func(ev string) {
-			if ev == "lateundo" {
-				mu.Lock()
-				runs++
-				mu.Unlock()
-			}
-		}
-	})
+	c, rc, events := lateEventClient(t)
+	count := func() int { return events("lateundo") }
 	const n = 200
 	dl := serverSeconds(t, rc) + 2
 	before := runtime.NumGoroutine()
@@ -222,21 +210,8 @@ func TestMutexLateUndoOneGoroutine(t *testing.T) {
 // due together go in one batch, and no script runs (before: an undo
 // script per run, 200 at least, each sent on its own).
 func TestMutexLateUndoLooksFirst(t *testing.T) {
-	var mu sync.Mutex
-	runs, batches := 0, 0
-	count := func() int { mu.Lock(); defer mu.Unlock(); return runs }
-	c, rc := deadlineClient(t, func(cfg *config) {
-		cfg.test.mutexEvent = func(ev string) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch ev {
-			case "lateundo":
-				runs++
-			case "lateundo.batch":
-				batches++
-			}
-		}
-	})
+	c, rc, events := lateEventClient(t)
+	count := func() int { return events("lateundo") }
 	ctx := context.Background()
 	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
 	const n = 50
@@ -264,10 +239,9 @@ func TestMutexLateUndoLooksFirst(t *testing.T) {
 	}
 	require.Zero(t, stat("fcall")+stat("evalsha")+stat("eval"), "scripts, with nothing to undo:\n%s", info)
 	require.GreaterOrEqual(t, stat("get"), count(), "a GET per run:\n%s", info)
-	mu.Lock()
-	defer mu.Unlock()
 	// 50 attempts queued at once come due at about the same times: a few
 	// batches per step (the gaps, the runs every lateUndoEvery, the last).
+	batches, runs := events("lateundo.batch"), count()
 	require.Positive(t, batches, "batches")
 	require.LessOrEqual(t, batches, runs/5, "batches for %d runs", runs)
 }
