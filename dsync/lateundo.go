@@ -158,7 +158,7 @@ func (l *lateUndos) add(r *lateRun) {
 }
 
 // run runs the queued runs as they come due, until none is left, or the
-// Client closes: then each queued attempt is undone once more.
+// Client closes: then each queued attempt is checked once more (checkLate).
 func (l *lateUndos) run(c *Client) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
