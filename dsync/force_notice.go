@@ -84,8 +84,12 @@ func (c *Client) checkHolds(ctx context.Context, holds []*hold, why string) bool
 //
 // A forced release told while that check runs may find the hold already
 // ended by it: ForceUnlockTell then does not name that holder.
+//
+// The caller has counted the check in catchingUp in the same critical
+// section that marked the subscription live, so that no one sees it live
+// with the check not yet counted (ForceSubscribed, for tests that delete
+// a key and must know the check is behind them).
 func (c *Client) controlLive() {
-	c.catchingUp.Add(1)
 	if !c.background(func(ctx context.Context) {
 		defer c.catchingUp.Add(-1)
 		var holds []*hold

@@ -105,18 +105,29 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 			if tc.waiter {
 				lockAsync()
 			}
+			// The check of every hold that follows the control
+			// subscription's confirmation is behind us: made after the
+			// DEL, it ends the hold as lost (a make test with both CPUs
+			// busy met it: "found gone ... when this Client's control
+			// subscription came up").
+			waitUntil(t, 5*time.Second, "the control subscription live and its check of the holds done", func() bool {
+				return c.notify.isLive(c.forceChannel()) && c.catchingUp.Load() == 0
+			})
+			h := held.(*lockCtx).h
+			if tc.local && !tc.stale {
+				// Begun before the DEL: a real renewal that finds the key
+				// gone finds the release begun, as the simulated one below.
+				h.beginRelease()
+			}
 			require.NoError(t, s.Do(t, "DEL", m.key).Error())
 			if tc.stale {
-				h := held.(*lockCtx).h
 				waitUntil(t, 2*time.Second, "lease/30 since the hold was confirmed", func() bool { return !h.confirmedWithin(c.cfg.lease) })
-				require.NoError(t, held.Err())
+				require.NoError(t, held.Err(), "cause: %v", context.Cause(held))
 			} else if tc.local {
 				// A renewal in flight when the release began finds the
 				// lock gone: the release is told (renewReply).
-				h := held.(*lockCtx).h
-				h.beginRelease()
 				h.renewReply(false, time.Now(), c.cfg.lease, whyGone)
-				require.NoError(t, held.Err(), "a hold being released was ended by the renewal")
+				require.NoError(t, held.Err(), "a hold being released was ended by the renewal (cause: %v)", context.Cause(held))
 			}
 			require.ErrorIs(t, m.UnlockContext(held), ErrNotHeld, "release of a hold whose lock is gone")
 			require.ErrorIs(t, context.Cause(held), ErrLockLost, "cause of the lost hold's lock context")

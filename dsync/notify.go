@@ -314,6 +314,9 @@ func (n *notifier) setLive(cs *channelSubs, live bool) {
 			cs.broken = false
 			close(cs.ready)
 			control = cs.fn != nil
+			if control {
+				n.c.catchingUp.Add(1) // seen with live: see controlLive
+			}
 		} else {
 			cs.ready = make(chan struct{})
 		}
@@ -508,6 +511,9 @@ func (n *notifier) connect(dc rueidis.DedicatedClient) bool {
 	for _, ch := range chans {
 		if cs := n.subs[ch]; cs != nil {
 			cs.live = true
+			if cs.fn != nil && !control {
+				n.c.catchingUp.Add(1) // seen with live: see controlLive
+			}
 			control = control || cs.fn != nil
 		}
 	}
