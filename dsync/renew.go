@@ -171,6 +171,15 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	}
 	var calls []renewCall
 	batches := map[batchOf]*renewCall{}
+	// Off a cluster the holds of a round mostly share one script: the
+	// batch of the last hold is looked up in the map only when the next
+	// one's differs, and a batch is made with room for all it will take
+	// (a map lookup and the slices' growth were a third of this
+	// function's time with 20,000 held Mutexes).
+	var lastOf batchOf
+	var last *renewCall
+	size := min(c.cfg.test.renewBatch, len(holds)+len(terms))
+	lease := leaseMS(c.cfg.lease)
 	add := func(h *hold, s *rueidis.Lua, term bool, key, arg string, keys, args []string) {
 		if key == "" {
 			key = keys[0]
@@ -180,17 +189,22 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 			cmd := c.rc.B().Get().Key(key).Build()
 			slot = cmd.Slot()
 		}
-		batch := batches[batchOf{s, slot}]
+		of := batchOf{s, slot}
+		batch := last
+		if batch == nil || of != lastOf {
+			batch = batches[of]
+		}
 		if batch == nil || len(batch.holds) == c.cfg.test.renewBatch {
 			if batch != nil {
 				calls = append(calls, *batch)
 			}
-			batch = &renewCall{s: s, term: term, e: rueidis.LuaExec{
-				Keys: make([]string, 0, 1),
-				Args: append(make([]string, 0, 2), leaseMS(c.cfg.lease)),
+			batch = &renewCall{s: s, term: term, holds: make([]*hold, 0, size), e: rueidis.LuaExec{
+				Keys: make([]string, 0, size),
+				Args: append(make([]string, 0, size+1), lease),
 			}}
-			batches[batchOf{s, slot}] = batch
+			batches[of] = batch
 		}
+		last, lastOf = batch, of
 		batch.holds = append(batch.holds, h)
 		if keys == nil {
 			batch.e.Keys = append(batch.e.Keys, key)
