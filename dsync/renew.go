@@ -174,7 +174,7 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	// Off a cluster the holds of a round mostly share one script: the
 	// batch of the last hold is looked up in the map only when the next
 	// one's differs, and a batch is made with room for all it will take
-	// (a map lookup and the slices' growth were a third of this
+	// (a map lookup and the slices' growth were two fifths of this
 	// function's time with 20,000 held Mutexes). In a cluster the holds
 	// spread over up to 16,384 slots, a few per batch: its slices grow.
 	var lastOf batchOf
