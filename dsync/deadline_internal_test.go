@@ -226,7 +226,7 @@ func TestMutexLateUndoLooksFirst(t *testing.T) {
 		default:
 			return false
 		}
-		return c.notify.isLive(c.forceChannel()) && c.catchingUp.Load() == 0
+		return ForceSubscribed(c)
 	})
 	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
 	const n = 50

@@ -111,7 +111,7 @@ func TestMutexPassOnFindsLockGone(t *testing.T) {
 			// busy met it: "found gone ... when this Client's control
 			// subscription came up").
 			waitUntil(t, 5*time.Second, "the control subscription live and its check of the holds done", func() bool {
-				return c.notify.isLive(c.forceChannel()) && c.catchingUp.Load() == 0
+				return ForceSubscribed(c)
 			})
 			h := held.(*lockCtx).h
 			if tc.local && !tc.stale {
