@@ -52,13 +52,10 @@ type lateRun struct {
 // checkLate runs one check of each of batch (lateUndo) in the background:
 // one DoMulti of a GET per run, then the undo where the run's owner holds
 // the lock or the GET got no answer. Test events: "lateundo.batch" for
-// the batch, "lateundo.send" for each run as it is sent, "lateundo" once
-// it has run.
+// the batch, "lateundo" for each run once it has run ("lateundo.send" is
+// counted by lateUndos.run, as each run is taken from the queue).
 func checkLate(c *Client, batch []*lateRun) {
 	c.testEvent("lateundo.batch")
-	for range batch {
-		c.testEvent("lateundo.send")
-	}
 	c.background(func(ctx context.Context) {
 		cmds := make(rueidis.Commands, len(batch))
 		for i, r := range batch {
@@ -168,6 +165,9 @@ func (l *lateUndos) run(c *Client) {
 		l.mu.Lock()
 		for len(l.q) > 0 && l.q[0].next <= now {
 			due = append(due, heap.Pop(&l.q).(*lateRun))
+			// Counted under mu: a test that sees the queue empty and
+			// not running sees every run's send counted.
+			c.testEvent("lateundo.send")
 		}
 		for _, r := range due {
 			if r.again(now) {
@@ -194,6 +194,9 @@ func (l *lateUndos) run(c *Client) {
 			l.mu.Lock()
 			q := l.q
 			l.q, l.running = nil, false
+			for range q {
+				c.testEvent("lateundo.send")
+			}
 			l.mu.Unlock()
 			if len(q) > 0 {
 				checkLate(c, q)

@@ -127,8 +127,12 @@ func waitSubscribed(t testing.TB, rc rueidis.Client, ch string) {
 }
 
 // resetStats resets the server's command counts (CONFIG RESETSTAT) once
-// the Clients that use it have preloaded their scripts, which they do one
-// per round trip in the background: a SCRIPT LOAD is not a cycle's command.
+// the Clients that use it are done with their start-up calls, made in the
+// background: the preload of their scripts, one per round trip (a SCRIPT
+// LOAD is not a cycle's command), and the check of every hold made when
+// the control subscription comes up, which runs the renewal script where a
+// lock is held (it once ran after the reset of an internal test:
+// TestMutexLateUndoLooksFirst).
 func resetStats(t testing.TB, ctx context.Context, rc rueidis.Client, cs ...*dsync.Client) {
 	t.Helper()
 	for _, c := range cs {
@@ -137,6 +141,7 @@ func resetStats(t testing.TB, ctx context.Context, rc rueidis.Client, cs ...*dsy
 		case <-time.After(30 * time.Second):
 			t.Fatal("a Client's preload of its scripts did not end within 30 s")
 		}
+		waitFor(t, 30*time.Second, "a Client's control subscription and its check of the holds", func() bool { return dsync.ForceSubscribed(c) })
 	}
 	require.NoError(t, rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error())
 }
