@@ -86,3 +86,11 @@ func WithMutexEvents(f func(event string)) Option {
 func WithYieldWait(d time.Duration) Option {
 	return func(c *config) { c.test.yieldWait = d }
 }
+
+// LocalWaitersIdle reports whether c's writer of the local waiters'
+// counts (localWaiters.run) has ended: every write it was to make is made.
+func LocalWaitersIdle(c *Client) bool {
+	c.waits.mu.Lock()
+	defer c.waits.mu.Unlock()
+	return !c.waits.running
+}

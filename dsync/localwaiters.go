@@ -19,10 +19,12 @@ import (
 // leader waits in Redis (its entry counts the goroutines queued behind it)
 // and whose goroutines are queued is not counted twice.
 //
-// Nothing is written on the uncontended path: only when a goroutine joins
-// or leaves a local queue (add), coalesced, countDelay after the first
-// change, by a cleanup (run) that then rewrites the entries still counting
-// goroutines every lease/3 and ends when none are left. An entry lives one
+// Nothing is written on the uncontended path, nor for a goroutine that
+// waits in Redis with none queued behind it (its attempts' entry counts
+// it): only when a goroutine joins or leaves a local queue (add),
+// coalesced, countDelay after the first change, by a cleanup (run) that
+// then rewrites the entries still counting goroutines every lease/3 and
+// ends when none are left; an entry is removed only if one was written. An entry lives one
 // lease from its last write, so a Client that died leaves none for
 // longer; Close ends every wait, so the last write removes them (run
 // keeps going while Close drains the cleanups).
@@ -31,6 +33,7 @@ type localWaiters struct {
 	mu      sync.Mutex
 	n       map[string]waitCount // by lock key
 	dirty   map[string]bool      // changed since written
+	written map[string]bool      // an entry with goroutines was sent for it
 	running bool
 	kick    chan struct{} // a change while run waits
 	fn      func(context.Context)
@@ -50,7 +53,7 @@ type waitCount struct{ queued, leaders int }
 func (lw *localWaiters) add(key string, d int, leader bool) {
 	lw.mu.Lock()
 	if lw.n == nil {
-		lw.n, lw.dirty = map[string]waitCount{}, map[string]bool{}
+		lw.n, lw.dirty, lw.written = map[string]waitCount{}, map[string]bool{}, map[string]bool{}
 		lw.fn = lw.run
 		lw.kick = make(chan struct{}, 1)
 	}
@@ -100,7 +103,18 @@ func (lw *localWaiters) run(context.Context) {
 			if q := n.queued; q > 0 {
 				w = q + n.leaders
 			}
-			execs = append(execs, rueidis.LuaExec{Keys: []string{key, key + ":waiting"}, Args: []string{c.ident + " local", strconv.Itoa(w), c.args.lease}})
+			// A removal only where an entry may be: a wait that led in
+			// Redis with no goroutine queued behind it (the common one)
+			// writes nothing here, so its Client makes no call beside
+			// its own attempts.
+			if w > 0 || lw.written[key] {
+				execs = append(execs, rueidis.LuaExec{Keys: []string{key, key + ":waiting"}, Args: []string{c.ident + " local", strconv.Itoa(w), c.args.lease}})
+				if w > 0 {
+					lw.written[key] = true
+				} else {
+					delete(lw.written, key)
+				}
+			}
 			if n.queued == 0 && n.leaders == 0 {
 				delete(lw.n, key)
 			}
