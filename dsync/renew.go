@@ -357,6 +357,19 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 // miniredis under the race detector on a loaded machine: 0.5-1.7 s for the
 // 49 scripts) answered the first acquisition only after the whole pipeline,
 // later than its lease, so it was lost as soon as acquired.
+//
+// Those calls, concurrent with the caller's first ones and under a
+// context without a deadline, switch that connection of rueidis from
+// answering a lone caller on the caller's goroutine to its pipelining
+// goroutines for good: about 25 us more per Lock/Unlock cycle for a
+// caller who locks one lock at a time, most of `bench` serial's gap to
+// raw (a serial cycle of raw's SET NX and compare-and-delete: 94 us on a
+// fresh rueidis Client, 121 us on one that pipelines). Sending the
+// preload on a connection of its own (Dedicate, closed after) brought
+// serial to 1.08-1.18x raw in 7 of 8 runs (1.58-1.64x before), but was
+// not kept: TestSemaphoreLockerRedisRestart then drew data race reports
+// inside rueidis (a broken connection's writer goroutine and Close's
+// EVALSHA reusing a command's memory), 3 in 20 runs, none in 30 without.
 func (r *renewer) preload() {
 	c := r.c
 	defer c.loops.Done()
