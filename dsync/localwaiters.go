@@ -24,16 +24,15 @@ import (
 // it): only when a goroutine joins or leaves a local queue (add),
 // coalesced, countDelay after the first change, by a cleanup (run) that
 // then rewrites the entries still counting goroutines every lease/3 and
-// ends when none are left; an entry is removed only if one was written. An entry lives one
-// lease from its last write, so a Client that died leaves none for
-// longer; Close ends every wait, so the last write removes them (run
+// ends when none are left; an entry is removed only if one was written.
+// An entry lives one lease from its last write, so a Client that died
+// leaves none for longer; Close ends every wait, so the last write removes them (run
 // keeps going while Close drains the cleanups).
 type localWaiters struct {
 	c       *Client
 	mu      sync.Mutex
 	n       map[string]waitCount // by lock key
 	dirty   map[string]bool      // changed since written
-	written map[string]bool      // an entry with goroutines was sent for it
 	running bool
 	kick    chan struct{} // a change while run waits
 	fn      func(context.Context)
@@ -45,15 +44,19 @@ const countDelay = 10 * time.Millisecond
 
 // waitCount is what localWaiters knows of one Mutex: its goroutines
 // queued in the Client, and those that wait in Redis without having
-// queued (a leader, which the queued ones may be behind).
-type waitCount struct{ queued, leaders int }
+// queued (a leader, which the queued ones may be behind); written: an
+// entry counting goroutines was sent for it, and no removal since.
+type waitCount struct {
+	queued, leaders int
+	written         bool
+}
 
 // add counts d more goroutines waiting in the local queue of the Mutex
 // with key (d -1: one left it); with leader, waiting in Redis instead.
 func (lw *localWaiters) add(key string, d int, leader bool) {
 	lw.mu.Lock()
 	if lw.n == nil {
-		lw.n, lw.dirty, lw.written = map[string]waitCount{}, map[string]bool{}, map[string]bool{}
+		lw.n, lw.dirty = map[string]waitCount{}, map[string]bool{}
 		lw.fn = lw.run
 		lw.kick = make(chan struct{}, 1)
 	}
@@ -107,13 +110,10 @@ func (lw *localWaiters) run(context.Context) {
 			// Redis with no goroutine queued behind it (the common one)
 			// writes nothing here, so its Client makes no call beside
 			// its own attempts.
-			if w > 0 || lw.written[key] {
+			if w > 0 || n.written {
 				execs = append(execs, rueidis.LuaExec{Keys: []string{key, key + ":waiting"}, Args: []string{c.ident + " local", strconv.Itoa(w), c.args.lease}})
-				if w > 0 {
-					lw.written[key] = true
-				} else {
-					delete(lw.written, key)
-				}
+				n.written = w > 0
+				lw.n[key] = n
 			}
 			if n.queued == 0 && n.leaders == 0 {
 				delete(lw.n, key)
