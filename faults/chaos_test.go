@@ -75,7 +75,8 @@ const chaosLease = time.Second
 const killQuiet = 2*chaosLease + chaosLease/5
 
 // -chaos.dump DIR writes a violating run's events there (one JSON line
-// each, with its slot), its faults after them.
+// each, after its slot and its epoch: see applyWipes), its faults and the
+// server's data losses after them.
 var chaosDump = flag.String("chaos.dump", "", "chaos scenario: write the events of a run whose history is not linearizable to this directory")
 
 func dumpEvents(t *testing.T, kind string, all []cev, run *chaosRun) {
@@ -85,9 +86,9 @@ func dumpEvents(t *testing.T, kind string, all []cev, run *chaosRun) {
 	var b strings.Builder
 	for _, e := range all {
 		j, _ := json.Marshal(e)
-		fmt.Fprintf(&b, "%d %s\n", e.Slot, j)
+		fmt.Fprintf(&b, "%d %d %s\n", e.Slot, e.epoch, j)
 	}
-	fmt.Fprintf(&b, "stops %+v\nkills %+v\ndeploys %+v\n", run.stops, run.kills, run.deploys)
+	fmt.Fprintf(&b, "stops %+v\nkills %+v\ndeploys %+v\nwipes %+v\n", run.stops, run.kills, run.deploys, run.wipes)
 	f := fmt.Sprintf("%s/%s-%d.events", *chaosDump, kind, time.Now().UnixNano())
 	if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
 		t.Logf("dump: %v", err)
@@ -1655,7 +1656,8 @@ const wipeGrantSlack = 50 * time.Millisecond
 // again from nothing: each stretch between wipes (an epoch) is its own
 // object; a Once run or a Wait that overlaps a wipe is left out (its
 // outcome is recorded nowhere, or may have been), and an Add that does may
-// or may not count in the epoch after it. A lock held across a wipe was
+// or may not count in the epoch it was called in (run before the data
+// went) and in the epoch after it (run after). A lock held across a wipe was
 // released by it. A Client that held a Mutex when the data went may still
 // hand it to its own waiters without a round trip, with tokens below those
 // Redis grants meanwhile, but only while its hold was confirmed in Redis
@@ -1693,7 +1695,9 @@ func applyWipes(kind string, all []cev, wipes []wipe) []cev {
 	}
 	byCall := slices.Clone(all)
 	slices.SortStableFunc(byCall, func(a, b cev) int { return cmp.Compare(a.Call, b.Call) })
-	out := byCall[:0]
+	// Not in byCall's array: an event may add one (a "maybe", an Add
+	// before a wipe) besides itself.
+	out := make([]cev, 0, len(byCall))
 	switch kind {
 	case "once", "oncevalue", "wg":
 		runEpoch := map[int]int{} // -1: the run's start was left out
@@ -1725,6 +1729,12 @@ func applyWipes(kind string, all []cev, wipes []wipe) []cev {
 				}
 				n = re
 			case e.Op == "add" && !ok:
+				// Run before the data went, it counts in the epoch it
+				// was called in, until that epoch's wipe; run after, in
+				// the epoch after the wipe. Either may be.
+				if a, _ := epoch(e.Call); a < len(wipes) {
+					out = append(out, cev{Op: "add", Who: e.Who, K: e.K, N: e.N, Out: "err", Call: e.Call, Ret: min(e.Ret, wipes[a].to), Slot: e.Slot, epoch: a})
+				}
 				if _, in := epoch(e.Ret); in {
 					n++
 				}
