@@ -249,7 +249,7 @@ func (e *Election) Resign(lctx context.Context) error {
 	if err := e.c.otherClient(lctx, KindElection, e.name, "Resign"); err != nil {
 		return err
 	}
-	return wrapErr(KindElection, e.name, e.resign(lctx, owner, term))
+	return releaseErr(lctx, wrapErr(KindElection, e.name, e.resign(lctx, owner, term)))
 }
 
 // resign records the end of term and releases its lock, under a context

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -208,6 +209,42 @@ func ownErr(err error) error {
 		return fmt.Errorf("dsync: redis connection: %v", err)
 	}
 	return err
+}
+
+// budgetError is the error of a release whose own budget (cleanupCtx) ran
+// out while the caller's context was live: Redis did not answer within
+// cleanupTimeout, most likely because the process was paused or starved
+// that long (or Redis was slow). It does not match the context error it
+// carries: errors.Is(err, context.DeadlineExceeded) holds only when the
+// caller's own context ended the call.
+type budgetError struct{ err error }
+
+func (e *budgetError) Error() string {
+	return fmt.Sprintf("dsync: the release got no reply from Redis within its %v budget (%v): it may not have taken effect; if not, the hold ends when its lease runs out (the process was paused or starved that long, or Redis was slow)", cleanupTimeout, e.err)
+}
+
+// releaseErr is the error a release through ctx returns: err, or, if err is
+// a deadline while ctx's own deadline (if any) is still ahead, a budgetError
+// that says so, in the lockError that names the lock. (A release runs under
+// its budget, not under ctx's cancellation: cleanupCtx. Whether ctx was
+// cancelled says nothing, since the release itself cancels a lock context;
+// only a deadline of ctx's that has passed makes the timeout ctx's.)
+func releaseErr(ctx context.Context, err error) error {
+	if err == nil || ctx == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return err
+	}
+	var le *lockError
+	if errors.As(err, &le) {
+		inner := le.err
+		if errors.As(inner, new(*budgetError)) {
+			return err
+		}
+		return &lockError{kind: le.kind, name: le.name, err: &budgetError{err: inner}}
+	}
+	return &budgetError{err: err}
 }
 
 // refused says whether Redis refused a command for good: the Client's ACL

@@ -264,7 +264,7 @@ func (ml *MultiLock) UnlockContext(ctx context.Context) error {
 	}
 	err = ml.undo(mh)
 	mh.cancel(errReleased)
-	return err
+	return releaseErr(ctx, err)
 }
 
 // Lock acquires every member, blocking until all are held, as Mutex.Lock

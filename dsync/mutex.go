@@ -132,9 +132,9 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if ctx != nil {
 		owner, ok = OwnerOf(ctx)
 	}
-	err := m.unlock(ctx, owner, ok)
+	err := releaseErr(ctx, m.unlock(ctx, owner, ok))
 	if err != nil && ctx != nil && ctxErr(ctx) == nil {
-		err = ownErr(err) // a timeout of the release's own budget, not ctx's
+		err = ownErr(err) // a context error of rueidis' own, not ctx's
 	}
 	return err
 }

@@ -248,6 +248,11 @@ func (q *qlock) ended(h *hold, lost bool) {
 // unlock releases one acquisition by the owner ctx carries. The release
 // runs even if ctx is already cancelled, since a lost lock's context is.
 func (q *qlock) unlock(ctx context.Context) error {
+	return releaseErr(ctx, q.release(ctx))
+}
+
+// release is unlock, but for the error of a spent budget (releaseErr).
+func (q *qlock) release(ctx context.Context) error {
 	if ctx == nil {
 		return &lockError{kind: q.info.Kind, name: q.info.Name, err: fmt.Errorf("%w: nil context: pass the lock context %s returned", ErrInvalidArgument, q.acquireName())}
 	}

@@ -300,7 +300,7 @@ func (rl *RedLock) UnlockContext(ctx context.Context) error {
 	}
 	err = rl.release(ctx, owner, rh, nil)
 	rh.cancel(errReleased)
-	return err
+	return releaseErr(ctx, err)
 }
 
 // Lock acquires rl, blocking until it is held, as Mutex.Lock does.

@@ -196,7 +196,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 			}
 		}
 	}
-	return wrapErr(KindSemaphore, s.name, err)
+	return releaseErr(ctx, wrapErr(KindSemaphore, s.name, err))
 }
 
 // holdFor returns the hold a release of n permits by owner with token tok

@@ -51,7 +51,12 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 		err = errors.New("dsync: unexpected reply from the wait group script")
 	}
 	if err != nil {
-		return wrapErr(KindWaitGroup, wg.name, notIdempotent(err, "it is unknown whether the delta was applied: Add is not idempotent, so do not simply add it again"))
+		const why = "it is unknown whether the delta was applied: Add is not idempotent, so do not simply add it again"
+		if ctxErr(ctx) == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			// A timeout of rueidis' own (Redis stalled), not ctx's.
+			err = fmt.Errorf("%w; %s", ownErr(err), why)
+		}
+		return wrapErr(KindWaitGroup, wg.name, notIdempotent(err, why))
 	}
 	switch r.code {
 	case wgAddApplied:

@@ -167,6 +167,11 @@ type wend struct {
 
 const chaosSemSize = 3
 
+// releaseBudgetSpent is in the error of a release whose own budget ran out
+// with its caller's context live (dsync's cleanupTimeout, 2 s): Redis did
+// not answer that long.
+const releaseBudgetSpent = "within its 2s budget"
+
 // chaosMultiNames is how many names a MultiLock's subsets are drawn from
 // (m0..m2: its members are Mutexes, which must not be the Mutex kind's c0
 // where both run at once with one key prefix, as in the soak); the other
@@ -449,6 +454,12 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 			if w.rec == nil {
 				fmt.Fprintln(os.Stderr, "chaos worker: release ended by its context's deadline:", uerr)
 			}
+		case uerr != nil && !lost && w.rec == nil && strings.Contains(uerr.Error(), releaseBudgetSpent):
+			// Redis did not answer within the release's own budget:
+			// excused only if this process's probes were late that long
+			// meanwhile (the parent checks: budgetReleases).
+			say("budget", wend{Call: rcall, Ret: rret, K: k, Who: w.who})
+			fmt.Fprintln(os.Stderr, "chaos worker: release, its budget spent:", uerr)
 		case uerr != nil && !lost:
 			w.count(func(t *chaosTally) { t.Errs++ })
 			if w.rec == nil {

@@ -119,15 +119,17 @@ func TestFaultChaos(t *testing.T) {
 
 // chaosRun is the parent's view of one run.
 type chaosRun struct {
-	mu     sync.Mutex
-	ev     []cev
-	open   map[int]int // slot -> holds open (acq without rel)
-	tally  chaosTally
-	waits  []wend // waits that their context ended
-	kills  []fault
-	stops  []fault
-	killed map[int]bool
-	wipes  []wipe // FLUSHALL, or the server shut down without persistence
+	mu    sync.Mutex
+	ev    []cev
+	open  map[int]int // slot -> holds open (acq without rel)
+	tally chaosTally
+	waits []wend // waits that their context ended
+	// budgets: releases whose own budget ran out (releaseBudgetSpent).
+	budgets []wend
+	kills   []fault
+	stops   []fault
+	killed  map[int]bool
+	wipes   []wipe // FLUSHALL, or the server shut down without persistence
 	// obsNotes: what each Election child's observer found at the end.
 	obsNotes []string
 	// Deploys (chaos_deploy_test.go): the children ready for one, and
@@ -184,6 +186,16 @@ func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
 			e.Slot = slot
 			r.mu.Lock()
 			r.waits = append(r.waits, e)
+			r.mu.Unlock()
+		case "budget":
+			var e wend
+			if err := json.Unmarshal([]byte(rest), &e); err != nil {
+				t.Errorf("bad budget release %q: %v", rest, err)
+				continue
+			}
+			e.Slot = slot
+			r.mu.Lock()
+			r.budgets = append(r.budgets, e)
 			r.mu.Unlock()
 		case "lag":
 			var s lagSpan
@@ -712,6 +724,9 @@ func runChaos(t *testing.T, kind string) {
 	// Calls with a live context used to fail when another caller's
 	// context ended during a reconnect's dial (TestFaultSharedDial).
 	assert.Zero(t, tl.Errs, "calls that failed with an error other than their context's (see stderr)")
+	// A release that Redis did not answer within its own budget: only
+	// under starvation (budgetExcused).
+	checkBudgetReleases(t, run.budgets, lagOf)
 }
 
 func kindTitle(k string) string { return chaosKindName[k] }

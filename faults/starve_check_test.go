@@ -132,3 +132,66 @@ func TestFaultLagProbeSeesStarvation(t *testing.T) {
 	require.Positive(t, n, "the probe was late while its P was busy")
 	assert.GreaterOrEqual(t, lag, int64(10*time.Millisecond), "late for at least a preemption slice")
 }
+
+// releaseBudget is how long a release waits for Redis' answer to one try
+// (dsync's cleanupTimeout).
+const releaseBudget = 2 * time.Second
+
+// budgetExcused says whether a release that Redis did not answer within its
+// own budget is explained by starvation: its process's probes were late at
+// least the budget less deployBound within it (a try is answered within
+// deployBound on this loopback server unless the process stalls).
+func budgetExcused(lag int64) bool { return lag >= int64(releaseBudget-deployBound) }
+
+// checkBudgetReleases reports each release whose own budget ran out
+// (releaseBudgetSpent) that starvation does not excuse; lagOf returns a
+// process's probes (nil: none, nothing excused).
+func checkBudgetReleases(t interface {
+	Errorf(string, ...any)
+	Logf(string, ...any)
+}, bs []wend, lagOf func(int) []lagSpan) {
+	excused := 0
+	for _, b := range bs {
+		var lag int64
+		if lagOf != nil {
+			lag = lagWithin(b.Call, b.Ret, lagOf(b.Slot))
+		}
+		if budgetExcused(lag) {
+			excused++
+			continue
+		}
+		t.Errorf("a release by worker %d (slot %d) of name %d got no answer within its own %v budget with its context live (%v), its process's probes late only %v meanwhile", b.Who, b.Slot, b.K, releaseBudget, time.Duration(b.Ret-b.Call).Round(time.Millisecond), time.Duration(lag).Round(time.Millisecond))
+	}
+	if len(bs) > 0 {
+		t.Logf("%d releases got no answer within their own %v budget, %d of them excused by starvation (probes late >= %v within them)", len(bs), releaseBudget, excused, releaseBudget-deployBound)
+	}
+}
+
+// TestFaultBudgetReleaseExcusedOnlyByLag: a release that spent its own
+// budget is excused only by its process's probes late at least the budget
+// less deployBound within it; a lag of another process, one outside it, or
+// one too short fails the check, as does any release without probes.
+func TestFaultBudgetReleaseExcusedOnlyByLag(t *testing.T) {
+	ms := int64(time.Millisecond)
+	b := wend{Call: 1000 * ms, Ret: 3100 * ms, Slot: 1, K: 0, Who: 2}
+	lags := map[int][]lagSpan{
+		1: {{From: 1050 * ms, To: 3000 * ms}}, // 1.95 s within it
+		2: {{From: 1000 * ms, To: 3100 * ms}},
+	}
+	cases := []struct {
+		name  string
+		lagOf func(int) []lagSpan
+		bad   bool
+	}{
+		{"starved within", func(s int) []lagSpan { return lags[s] }, false},
+		{"no probes", nil, true},
+		{"another process starved", func(s int) []lagSpan { return map[int][]lagSpan{2: lags[2]}[s] }, true},
+		{"starved elsewhere", func(int) []lagSpan { return []lagSpan{{From: 4000 * ms, To: 7000 * ms}} }, true},
+		{"starved too briefly", func(int) []lagSpan { return []lagSpan{{From: 1000 * ms, To: 2800 * ms}} }, true},
+	}
+	for _, c := range cases {
+		var e errorsOf
+		checkBudgetReleases(&e, []wend{b}, c.lagOf)
+		assert.Equal(t, c.bad, len(e.errs) > 0, "%s: %v", c.name, e.errs)
+	}
+}
