@@ -65,13 +65,7 @@
 // held (call again to wait again); Lock retries instead. Waiters do not
 // poll: a release wakes them; a lost wakeup costs at most lease/3.
 //
-// A release runs even if its context is cancelled: its tries after a
-// failure, or under a context already ended (a Semaphore's: every try), run
-// within a budget of their own (2 s, or the context's deadline plus 40 ms
-// if sooner). A release whose budget ran out with its context's deadline
-// still ahead (the process paused or starved, Redis slow) returns an error
-// that says so and does not match context.DeadlineExceeded: it may not have
-// taken effect, and then the lease ends the hold.
+// A release unanswered within its own 2 s budget says so (docs/design.md).
 //
 // # Fencing
 //
