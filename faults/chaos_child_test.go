@@ -431,7 +431,12 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		w.emit(cev{Op: "relc", K: k, Call: rcall, Ret: rcall})
 		uerr := ops.release(lctx, read, n)
 		rret := now()
-		byCtx := actx.Err() != nil // before cancel: whether the wait's context had ended
+		// Before cancel: whether the wait's context had ended, or its
+		// deadline passed by the release's return (its timer can fire
+		// late: starved processes' timers were up to 2 s late; dsync
+		// reads a deadline passed as reached, ctxErr).
+		dl, hasDL := actx.Deadline()
+		byCtx := actx.Err() != nil || (hasDL && rret >= dl.UnixNano())
 		cancel()
 		if uerr != nil && g.closed(uerr, lctx) {
 			// Close released the hold: after its holder last knew it
