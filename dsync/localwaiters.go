@@ -26,8 +26,8 @@ import (
 // then rewrites the entries still counting goroutines every lease/3 and
 // ends when none are left; an entry is removed only if one was written.
 // An entry lives one lease from its last write, so a Client that died
-// leaves none for longer; Close ends every wait, so the last write removes them (run
-// keeps going while Close drains the cleanups).
+// leaves none for longer; Close ends every wait, so the last write removes
+// them (run keeps going while Close drains the cleanups).
 type localWaiters struct {
 	c       *Client
 	mu      sync.Mutex

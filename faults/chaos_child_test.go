@@ -462,7 +462,7 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		case uerr != nil && !lost && w.rec == nil && strings.Contains(uerr.Error(), releaseBudgetSpent):
 			// Redis did not answer within the release's own budget:
 			// excused only if this process's probes were late that long
-			// meanwhile (the parent checks: budgetReleases).
+			// meanwhile (the parent checks: checkBudgetReleases).
 			say("budget", wend{Call: rcall, Ret: rret, K: k, Who: w.who})
 			fmt.Fprintln(os.Stderr, "chaos worker: release, its budget spent:", uerr)
 		case uerr != nil && !lost:

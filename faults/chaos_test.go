@@ -177,25 +177,19 @@ func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
 				r.open[slot]--
 			}
 			r.mu.Unlock()
-		case "wend":
+		case "wend", "budget": // a wait its context ended; a release whose budget ran out
 			var e wend
 			if err := json.Unmarshal([]byte(rest), &e); err != nil {
-				t.Errorf("bad wait %q: %v", rest, err)
+				t.Errorf("bad %s %q: %v", w, rest, err)
 				continue
 			}
 			e.Slot = slot
 			r.mu.Lock()
-			r.waits = append(r.waits, e)
-			r.mu.Unlock()
-		case "budget":
-			var e wend
-			if err := json.Unmarshal([]byte(rest), &e); err != nil {
-				t.Errorf("bad budget release %q: %v", rest, err)
-				continue
+			if w == "wend" {
+				r.waits = append(r.waits, e)
+			} else {
+				r.budgets = append(r.budgets, e)
 			}
-			e.Slot = slot
-			r.mu.Lock()
-			r.budgets = append(r.budgets, e)
 			r.mu.Unlock()
 		case "lag":
 			var s lagSpan
