@@ -352,7 +352,7 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 // runScript), in place of the scripts it runs.
 //
 // It sends on a connection of its own to each node (rueidis' Dedicate,
-// given back after), one script per round trip: the caller's first calls
+// closed after), one script per round trip: the caller's first calls
 // do not queue behind it, and they keep the connection they share as
 // rueidis opened it. rueidis answers a lone caller on the caller's
 // goroutine until two calls are in flight at once on that connection;
@@ -362,11 +362,17 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 // fresh rueidis Client, 121 us on one that pipelines). The preload's
 // calls, sent beside the caller's first ones, switched it at once.
 //
-// Its commands are pinned (never recycled by rueidis): with them
-// recycled, a restart of Redis under the preload's connection drew data
-// race reports inside rueidis (TestSemaphoreLockerRedisRestart: that
-// connection's writer goroutine reading a command whose memory a later
-// Build reused), as pinResent explains for the shared connection.
+// Its commands are pinned (never recycled by rueidis), as pinResent pins
+// what rueidis may send again: a precaution, since rueidis does not send
+// these again (they are not marked retryable). The data race reports that
+// TestSemaphoreLockerRedisRestart drew once the preload left the shared
+// connection came from another load, Lua.ExecMulti's (see
+// sharedDial.Nodes).
+//
+// Close does not cut the dial of those connections short (Dedicate takes
+// no context): against a server that accepts no connection and does not
+// refuse it either, a Close right after NewClient waits for rueidis' own
+// dial timeout.
 func (r *renewer) preload() {
 	c := r.c
 	defer c.loops.Done()
