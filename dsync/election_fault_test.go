@@ -39,13 +39,16 @@ func TestElectionRedisGone(t *testing.T) {
 			s.Signal(syscall.SIGCONT)
 		}
 	}()
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	// Proclaim first: it needs the term live when it is called, and the
+	// term's lease clock (1 s from the last renewal, up to lease/3 before
+	// the stop) may end within 200 ms of a call made after another.
+	short, cancel := context.WithTimeout(lctx, 200*time.Millisecond)
+	require.ErrorIs(t, ea.Proclaim(short, "x"), context.DeadlineExceeded)
+	cancel()
+	short, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
 	_, err = eb.Leader(short)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	short, cancel = context.WithTimeout(lctx, 200*time.Millisecond)
-	require.ErrorIs(t, ea.Proclaim(short, "x"), context.DeadlineExceeded)
-	cancel()
 	select {
 	case <-lctx.Done():
 		require.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost)
