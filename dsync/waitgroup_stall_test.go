@@ -18,17 +18,17 @@ import (
 // keepalive), the caller's context live.
 type timingOut struct {
 	rueidis.Client
-	armed *atomic.Bool
+	armed atomic.Bool
 }
 
-func (c timingOut) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+func (c *timingOut) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	if c.armed.Load() {
 		return rueidis.NewErrorResult(context.DeadlineExceeded)
 	}
 	return c.Client.Do(ctx, cmd)
 }
 
-func (c timingOut) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+func (c *timingOut) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
 	if !c.armed.Load() {
 		return c.Client.DoMulti(ctx, cmds...)
 	}
@@ -44,14 +44,14 @@ func (c timingOut) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rue
 // says that the delta's fate is unknown.
 func TestWaitGroupAddOwnTimeout(t *testing.T) {
 	s := redistest.Start(t)
-	var armed atomic.Bool
-	c := newClientOn(t, timingOut{Client: s.Client(t), armed: &armed}, dsync.WithLogger(quietLog))
+	rc := &timingOut{Client: s.Client(t)}
+	c := newClientOn(t, rc, dsync.WithLogger(quietLog))
 	wg := c.NewWaitGroup("stalled")
 	ctx := ctxT(t)
 	require.NoError(t, wg.Add(ctx, 1))
-	armed.Store(true)
+	rc.armed.Store(true)
 	err := wg.Add(ctx, 1)
-	armed.Store(false)
+	rc.armed.Store(false)
 	require.Error(t, err)
 	require.NoError(t, ctx.Err())
 	require.False(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled),
