@@ -124,6 +124,23 @@ func (c *Client) refuseFunctions(err error) {
 // call failed) has done it meanwhile. It reports whether the library may
 // now be there: false when every node refused or failed.
 func (c *Client) loadFunctions(ctx context.Context, seen int64) bool {
+	nodes := c.rc.Nodes()
+	via := make([]nodeConn, 0, len(nodes))
+	for _, n := range nodes {
+		via = append(via, n)
+	}
+	return c.loadFunctionsOn(ctx, seen, via)
+}
+
+// nodeConn is what a load sends its command on: a node's client, or a
+// connection of the preload's own to that node.
+type nodeConn interface {
+	B() rueidis.Builder
+	Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult
+}
+
+// loadFunctionsOn is loadFunctions with a connection to each node.
+func (c *Client) loadFunctionsOn(ctx context.Context, seen int64, nodes []nodeConn) bool {
 	c.fn.mu.Lock()
 	defer c.fn.mu.Unlock()
 	if c.fn.loads.Load() != seen {
@@ -131,8 +148,9 @@ func (c *Client) loadFunctions(ctx context.Context, seen int64) bool {
 	}
 	name, code := scripts.Library()
 	loaded := false
-	for _, n := range c.rc.Nodes() {
-		err := n.Do(ctx, n.B().FunctionLoad().FunctionCode(code).Build()).Error()
+	for _, n := range nodes {
+		// Pinned: see preload.
+		err := n.Do(ctx, n.B().FunctionLoad().FunctionCode(code).Build().Pin()).Error()
 		switch {
 		case err == nil, err != nil && strings.Contains(err.Error(), "already exists"):
 			loaded = true

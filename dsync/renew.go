@@ -351,37 +351,44 @@ func (r *renewer) exec(ctx context.Context, calls []renewCall) []rueidis.RedisRe
 // exec's NOSCRIPT fallback. The function library comes first (see
 // runScript), in place of the scripts it runs.
 //
-// It sends one script per round trip, on the connection the Client's calls
-// share: a call sent meanwhile waits behind one SCRIPT LOAD, not behind all
-// of them. In one pipeline, a server slow to compile scripts (an embedded
-// miniredis under the race detector on a loaded machine: 0.5-1.7 s for the
-// 49 scripts) answered the first acquisition only after the whole pipeline,
-// later than its lease, so it was lost as soon as acquired.
+// It sends on a connection of its own to each node (rueidis' Dedicate,
+// closed after), one script per round trip: the caller's first calls
+// do not queue behind it, and they keep the connection they share as
+// rueidis opened it. rueidis answers a lone caller on the caller's
+// goroutine until two calls are in flight at once on that connection;
+// from then on, for good, through its pipelining goroutines: about 25 us
+// more per Lock/Unlock cycle for a caller who locks one lock at a time
+// (a serial cycle of raw's SET NX and compare-and-delete: 94 us on a
+// fresh rueidis Client, 121 us on one that pipelines). The preload's
+// calls, sent beside the caller's first ones, switched it at once.
 //
-// Those calls, concurrent with the caller's first ones and under a
-// context without a deadline, switch that connection of rueidis from
-// answering a lone caller on the caller's goroutine to its pipelining
-// goroutines for good: about 25 us more per Lock/Unlock cycle for a
-// caller who locks one lock at a time, most of `bench` serial's gap to
-// raw (a serial cycle of raw's SET NX and compare-and-delete: 94 us on a
-// fresh rueidis Client, 121 us on one that pipelines). Sending the
-// preload on a connection of its own (Dedicate, closed after) brought
-// serial to 1.08-1.18x raw in 7 of 8 runs (1.58-1.64x before), but was
-// not kept: TestSemaphoreLockerRedisRestart then drew data race reports
-// inside rueidis (a broken connection's writer goroutine and Close's
-// EVALSHA reusing a command's memory), 3 in 20 runs, none in 30 without.
+// Its commands are pinned (never recycled by rueidis), as pinResent pins
+// what rueidis may send again: a precaution, since rueidis does not send
+// these again (they are not marked retryable). The data race reports that
+// TestSemaphoreLockerRedisRestart drew once the preload left the shared
+// connection came from another load, Lua.ExecMulti's (see
+// sharedDial.Nodes).
+//
+// Close does not cut the dial of those connections short (Dedicate takes
+// no context): against a server that accepts no connection and does not
+// refuse it either, a Close right after NewClient waits for rueidis' own
+// dial timeout.
 func (r *renewer) preload() {
 	c := r.c
 	defer c.loops.Done()
 	defer close(c.preloaded)
+	var conns []nodeConn
+	for _, n := range c.rc.Nodes() {
+		d, _ := n.Dedicate()
+		defer d.Close()
+		conns = append(conns, d)
+	}
 	// The scripts the library runs are not loaded as scripts too when it
 	// loaded (they are then called as scripts only after a refusal or a
-	// failed load, through Exec's EVAL fallback): the preload stays as
-	// long as it was before functions (a round trip per script, which
-	// calls sent meanwhile queue behind).
-	functions := c.loadFunctions(c.ctx, 0)
+	// failed load, through Exec's EVAL fallback).
+	functions := c.loadFunctionsOn(c.ctx, 0, conns)
 	srcs := scripts.Used(c.sharded)
-	for _, n := range c.rc.Nodes() {
+	for _, n := range conns {
 		for _, src := range srcs {
 			if c.closed.Load() {
 				return
@@ -389,7 +396,7 @@ func (r *renewer) preload() {
 			if functions && scripts.InLibrary(src) {
 				continue
 			}
-			if err := n.Do(c.ctx, n.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+			if err := n.Do(c.ctx, n.B().ScriptLoad().Script(src).Build().Pin()).Error(); err != nil {
 				c.cfg.logger.Debug("dsync: preloading scripts failed", "err", err)
 				break
 			}

@@ -167,3 +167,18 @@ func (d sharedDial) unreachableAll(resp []rueidis.RedisResult) []rueidis.RedisRe
 	}
 	return resp
 }
+
+// Nodes returns the client of each node, each behind sharedDial too.
+// rueidis' Lua.ExecMulti sends its SCRIPT LOAD (retryable) to each node
+// through them: sent through rueidis' own node client, a load that rueidis
+// sent again after its connection broke was recycled while the broken
+// connection's writer goroutine could still read it
+// (TestSemaphoreLockerRedisRestart under the race detector: a data race
+// between that writer and the next Build, in Close's releases).
+func (d sharedDial) Nodes() map[string]rueidis.Client {
+	nodes := d.Client.Nodes()
+	for addr, n := range nodes {
+		nodes[addr] = sharedDial{Client: n, doubt: d.doubt}
+	}
+	return nodes
+}

@@ -31,6 +31,21 @@ func TestResentCommandIsNotRecycled(t *testing.T) {
 	assert.Equal(t, []string{"LRANGE", "l", "0", "-1"}, lr.Commands(), "DoMulti recycled a read-only command")
 }
 
+// A node's client from sharedDial.Nodes does not recycle a retryable
+// command either: rueidis' Lua.ExecMulti sends its SCRIPT LOAD (which
+// rueidis marks retryable) through them.
+func TestNodeResentCommandIsNotRecycled(t *testing.T) {
+	s := redistest.Start(t)
+	d := sharedDial{Client: s.Client(t)}
+	nodes := d.Nodes()
+	require.NotEmpty(t, nodes)
+	for addr, n := range nodes {
+		load := n.B().ScriptLoad().Script("return 1").Build().ToRetryable()
+		require.NoError(t, n.Do(context.Background(), load).Error())
+		assert.Equal(t, []string{"SCRIPT", "LOAD", "return 1"}, load.Commands(), "node %s recycled a retryable command", addr)
+	}
+}
+
 // The race the soak of 718699e found, on demand: read-only commands (which
 // rueidis sends again after a connection breaks) and writes through
 // sharedDial while every connection is killed again and again. Under the
