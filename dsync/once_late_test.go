@@ -58,6 +58,12 @@ func TestOnceBeginReplyPastLease(t *testing.T) {
 			t.Cleanup(px.release)
 			// Connections and scripts ready before the fault.
 			require.NoError(t, ca.NewOnce("warm").Do(ctx, func(context.Context) error { return nil }))
+			// The preload's loads too: a call whose script is not loaded yet
+			// goes out as EVALSHA, and with its NOSCRIPT reply held the EVAL
+			// after it never leaves the Client (an idle make test of
+			// d76c8b4: the preload, on a connection of its own since
+			// 54c620b, had not ended when the proxy was armed).
+			<-dsync.Preloaded(ca)
 
 			var runsA, runsB atomic.Int32
 			fA := func(context.Context) error {
