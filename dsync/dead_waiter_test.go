@@ -39,7 +39,7 @@ func TestSemaphoreDeadWaiterGrantHoldsALease(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(rc.Close)
 	b := newClientOn(t, rc, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
-	<-dsync.Preloaded(b) // nothing of it in flight when its process dies
+	waitPreloaded(t, b) // nothing of it in flight when its process dies
 	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	base := prefix + ":{dw}:sem"
 

@@ -56,7 +56,7 @@ func waitBehindDial(t *testing.T, wait func(c *dsync.Client, ctx context.Context
 	lctx, err := c.NewMutex("warm").LockContext(ctxT(t))
 	require.NoError(t, err)
 	require.NoError(t, c.NewMutex("warm").UnlockContext(lctx))
-	<-dsync.Preloaded(c) // its connection of its own is not the one held
+	waitPreloaded(t, c) // its connection of its own is not the one held
 
 	// Another call, with seconds to wait, is in flight when the
 	// connection breaks; it opens the connection again.

@@ -94,6 +94,19 @@ func newClientOn(t testing.TB, rc rueidis.Client, opts ...dsync.Option) *dsync.C
 	return c
 }
 
+// waitPreloaded waits until c's preload of its scripts has ended. A test
+// whose proxy cuts, freezes or holds c's connections starts its fault after
+// it: the preload dials a connection of its own, and its loads must not be
+// what the fault catches.
+func waitPreloaded(t testing.TB, c *dsync.Client) {
+	t.Helper()
+	select {
+	case <-dsync.Preloaded(c):
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Client's preload of its scripts did not end within 20 s")
+	}
+}
+
 // waitFor polls cond until it holds or d passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -63,7 +63,7 @@ func TestOnceBeginReplyPastLease(t *testing.T) {
 			// after it never leaves the Client (an idle make test of
 			// d76c8b4: the preload, on a connection of its own since
 			// 54c620b, had not ended when the proxy was armed).
-			<-dsync.Preloaded(ca)
+			waitPreloaded(t, ca)
 
 			var runsA, runsB atomic.Int32
 			fA := func(context.Context) error {

@@ -50,7 +50,7 @@ func TestSemaphoreReleaseReplyLost(t *testing.T) {
 	l2, err := s.Acquire(owner, 1) // the same owner: 2 acquisitions
 	require.NoError(t, err)
 
-	<-dsync.Preloaded(c) // no load of its left to hold (see TestOnceBeginReplyPastLease)
+	waitPreloaded(t, c) // no load of its left to hold (see TestOnceBeginReplyPastLease)
 	px.arm()
 	rctx, cancel2 := context.WithTimeout(l1, 50*time.Millisecond)
 	defer cancel2()

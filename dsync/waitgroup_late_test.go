@@ -105,7 +105,7 @@ func waitNotBehindDialAfterNoFailure(t *testing.T) bool {
 	require.NoError(t, wg.Add(bctx, 1))
 	// The preload of the Client's scripts dials a connection of its own:
 	// it ends before the cut, or its dial could be the one held first.
-	<-dsync.Preloaded(c)
+	waitPreloaded(t, c)
 	p.cut(1500 * time.Millisecond)
 	// The pub/sub connection, opened again by the Client at once, is held
 	// first: the cut has been seen. Then another call, with seconds to
