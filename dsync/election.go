@@ -135,9 +135,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	// ctx bounds the wait, not the term (as in etcd): the lock is taken
 	// under a context with ctx's values (owner, trace) whose cancellation
 	// follows ctx only until the lock is granted, so that the leadership
-	// context is cancelled when the term ends, and only then.
-	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { cancel(ctx.Err()) })
+	// context is cancelled when the term ends, and only then. A ctx that
+	// cannot be cancelled (context.Background()) is taken as it is: a
+	// stand-in that can be would move the Client's connection to rueidis'
+	// pipelining goroutines (directCtx).
+	wctx, stop := ctx, func() bool { return true }
+	if ctx.Done() != nil {
+		var cancel context.CancelCauseFunc
+		wctx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+		stop = context.AfterFunc(ctx, func() { cancel(ctx.Err()) })
+	}
 	lctx, err := e.fm.LockContext(wctx)
 	if !stop() && ctx.Err() != nil {
 		// ctx ended during the wait: its error, not the stand-in's.
@@ -219,7 +226,9 @@ func (e *Election) Proclaim(lctx context.Context, value string) error {
 		return err
 	}
 	args := []string{owner, strconv.FormatUint(term, 10), value, e.ttl, e.ch}
-	code, err := c.lua(scripts.ElectionProclaim).Exec(lctx, c.rc, e.keys, args).AsInt64()
+	// Under lctx's values but not its cancellation when it has no deadline
+	// (directCtx): a term that ends during the call is told by the script.
+	code, err := c.lua(scripts.ElectionProclaim).Exec(directCtx(lctx), c.rc, e.keys, args).AsInt64()
 	if err == nil && code == 0 {
 		err = ErrNotHeld
 	}
@@ -257,7 +266,7 @@ func (e *Election) Resign(lctx context.Context) error {
 // released: a context of the same owner from another lock must not end it.
 func (e *Election) resign(lctx context.Context, owner string, term uint64) error {
 	c := e.c
-	rctx := releaseCtx(lctx)
+	rctx := directCtx(releaseCtx(lctx))
 	args := []string{owner, strconv.FormatUint(term, 10), e.ttl, e.ch}
 	var code int64
 	err := idempotent(rctx, func(ctx context.Context) error {

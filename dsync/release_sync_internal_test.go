@@ -63,7 +63,10 @@ func (r *ctxRecorder) take() (int, []string) {
 // goroutines for good, about 25 us more per Lock/Unlock cycle (bench:
 // dsync-locker 1.57x raw against dsync's 1.21x, d76c8b4). Only the
 // Mutex's releases did (its lock context has no deadline: a watchdog
-// hold); the other kinds' are here so that none starts to.
+// hold), and an Election's calls: Campaign waited under a cancellable
+// stand-in for ctx even when ctx was context.Background(), and Proclaim
+// and Resign ran under the leadership context (cancellable, no deadline).
+// The other kinds' are here so that none starts to.
 func TestReleaseWithoutDeadlineKeepsConnectionSync(t *testing.T) {
 	s := redistest.Start(t)
 	rec := &ctxRecorder{Client: s.Client(t)}
@@ -90,6 +93,7 @@ func TestReleaseWithoutDeadlineKeepsConnectionSync(t *testing.T) {
 		}
 	}
 	m, f, rw, sem := c.NewMutex("sync-m"), c.NewFairMutex("sync-f"), c.NewRWMutex("sync-rw"), c.NewSemaphore("sync-s", 2)
+	el := c.NewElection("sync-e")
 	for _, k := range []struct {
 		name string
 		run  cycle
@@ -108,6 +112,16 @@ func TestReleaseWithoutDeadlineKeepsConnectionSync(t *testing.T) {
 				return err
 			}
 			return sem.Release(lctx, 1)
+		}},
+		{"Election Campaign(Background)/Proclaim/Resign", func() error {
+			lctx, err := el.Campaign(bg, "a")
+			if err != nil {
+				return err
+			}
+			if err := el.Proclaim(lctx, "b"); err != nil {
+				return err
+			}
+			return el.Resign(lctx)
 		}},
 	} {
 		rec.take()

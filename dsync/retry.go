@@ -43,6 +43,21 @@ func releaseCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
+// directCtx is the context of a call that rueidis should answer on the
+// caller's goroutine: ctx itself if it has a deadline or cannot be
+// cancelled, else ctx's values without its cancellation. rueidis (v1.0.79,
+// pipe.Do) sends a call under a cancellable context without a deadline
+// through its pipelining goroutines, and the connection stays there for
+// good: every later call of the process pays for the hand-over. Such a
+// call is bounded by rueidis' own timeouts (ClientOption.ConnWriteTimeout)
+// instead of by ctx's cancellation.
+func directCtx(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
 // backoff returns the wait before retry n (n >= 1) after a Redis error.
 func backoff(n int) time.Duration {
 	d := 10 * time.Millisecond << min(n-1, 7)
