@@ -78,8 +78,24 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 				return ok
 			})
 			tok2, _ := dsync.FencingToken(h2)
-			// The waiter looks again and queues anew, its grant unseen.
-			waitFor(t, 3*time.Second, "the waiter to queue again", func() bool { return waitersOf(t, ca, "outlived") == 1 })
+			// The waiter looks again and queues anew, its grant unseen. A
+			// failure here says what the waiter did instead: returned (and
+			// what), or not looked since the other owner took the lock.
+			took := time.Now()
+			for deadline := took.Add(3 * time.Second); waitersOf(t, ca, "outlived") != 1; time.Sleep(time.Millisecond) {
+				select {
+				case r := <-got:
+					tok, _ := dsync.FencingToken(r.lctx)
+					t.Fatalf("the waiter returned before its grant's message came: err %v, lock context live %v, token %d (the other owner's %d); its last look %v after the other owner took the lock",
+						r.err, r.valid, tok, tok2, time.Unix(0, px.lastMark.Load()).Sub(took).Round(time.Millisecond))
+				default:
+				}
+				if time.Now().After(deadline) {
+					states, err := ca.Inspect(ctx, "outlived")
+					t.Fatalf("timed out after 3s waiting for the waiter to queue again: its last look %v after the other owner took the lock; Inspect: %+v (err %v)",
+						time.Unix(0, px.lastMark.Load()).Sub(took).Round(time.Millisecond), states, err)
+				}
+			}
 			select {
 			case r := <-got:
 				t.Fatalf("the waiter returned before its grant's message came (err %v)", r.err)
