@@ -103,8 +103,13 @@ type electionProto struct {
 }
 
 func (p *electionProto) closing(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
-	e := p.e
-	return scripts.ElectionResign, rueidis.LuaExec{Keys: e.keys, Args: []string{h.owner, strconv.FormatUint(h.token, 10), e.ttl, e.ch}}, true
+	return scripts.ElectionResign, p.e.resignExec(h.owner, h.token), true
+}
+
+// resignExec is election_resign.lua's call for the term of owner: Resign's,
+// Close's (closing) and ForceUnlock's (forceElection).
+func (e *Election) resignExec(owner string, term uint64) rueidis.LuaExec {
+	return rueidis.LuaExec{Keys: e.keys, Args: []string{owner, strconv.FormatUint(term, 10), e.ttl, e.ch}}
 }
 
 func checkValue(v string) error {
@@ -267,11 +272,11 @@ func (e *Election) Resign(lctx context.Context) error {
 func (e *Election) resign(lctx context.Context, owner string, term uint64) error {
 	c := e.c
 	rctx := directCtx(releaseCtx(lctx))
-	args := []string{owner, strconv.FormatUint(term, 10), e.ttl, e.ch}
+	x := e.resignExec(owner, term)
 	var code int64
 	err := idempotent(rctx, func(ctx context.Context) error {
 		var err error
-		code, err = c.lua(scripts.ElectionResign).Exec(ctx, c.rc, e.keys, args).AsInt64()
+		code, err = c.lua(scripts.ElectionResign).Exec(ctx, c.rc, x.Keys, x.Args).AsInt64()
 		return err
 	})
 	if err != nil {

@@ -2,7 +2,6 @@ package dsync
 
 import (
 	"context"
-	"strconv"
 	"strings"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -57,8 +56,8 @@ func (c *Client) forceElection(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	if l := rec.current(); l.Term != 0 {
-		args := []string{l.Owner, strconv.FormatUint(l.Term, 10), e.ttl, e.ch}
-		if err := c.lua(scripts.ElectionResign).Exec(ctx, c.rc, e.keys, args).Error(); err != nil {
+		x := e.resignExec(l.Owner, l.Term)
+		if err := c.lua(scripts.ElectionResign).Exec(ctx, c.rc, x.Keys, x.Args).Error(); err != nil {
 			return false, wrapErr(KindElection, name, err)
 		}
 	}

@@ -314,8 +314,13 @@ func (g *Group[V]) Forget(ctx context.Context, key string) error {
 	g.mu.Lock()
 	delete(g.calls, key)
 	g.mu.Unlock()
-	err := g.c.lua(scripts.GroupForget).Exec(ctx, g.c.rc, g.keys(key), []string{key}).Error()
-	return wrapErr(KindGroup, g.name, err)
+	return wrapErr(KindGroup, g.name, g.c.groupForget(ctx, g.base, key))
+}
+
+// groupForget runs group_forget.lua for key of the Group whose keys start
+// with base: Forget's and ForceUnlock's (forceGroup).
+func (c *Client) groupForget(ctx context.Context, base, key string) error {
+	return c.lua(scripts.GroupForget).Exec(ctx, c.rc, groupKeys(base, key), []string{key}).Error()
 }
 
 // inspectGroup reads the records of the Group called name (for Inspect):
@@ -351,7 +356,7 @@ func (c *Client) forceGroup(ctx context.Context, name string) (bool, error) {
 		ks := groupKeys(base, k)
 		var n int64
 		if n, err = c.rc.Do(ctx, c.rc.B().Exists().Key(ks[1]).Build()).AsInt64(); err == nil && n > 0 {
-			err = c.lua(scripts.GroupForget).Exec(ctx, c.rc, ks, []string{k}).Error()
+			err = c.groupForget(ctx, base, k)
 			forced = forced || err == nil
 		}
 	}

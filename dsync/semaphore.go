@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -143,7 +142,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if s.c.tags != nil {
 		s.c.beforeRelease(rh)
 	}
-	args := append(s.releaseArgs(owner, n), strconv.FormatUint(tok, 10))
+	args := s.releaseArgs(owner, n, tok)
 	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
 	exact := false
 	if err != nil && !isRedisErr(err) && s.holdsExactly(owner, tok, n) {

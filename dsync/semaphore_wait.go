@@ -150,7 +150,7 @@ func (sh *semHold) renewIn(*hold) (*rueidis.Lua, []string, []string) {
 
 func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
 	s := sh.s
-	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: append(s.releaseArgs(h.owner, sh.lock.N), strconv.FormatUint(h.token, 10))}
+	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: s.releaseArgs(h.owner, sh.lock.N, h.token)}
 }
 
 // ended forgets the hold however it ends (release, loss, Client.Close).
@@ -160,18 +160,22 @@ func (sh *semHold) ended(h *hold, _ bool) { sh.s.forget(h) }
 // context that outlives ctx: a wait ended by its context, or a grant whose
 // reply was lost or not synced, leaves nothing behind.
 func (s *Semaphore) undo(ctx context.Context, waiter string) {
-	_ = idempotent(ctx, func(ctx context.Context) error {
-		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
-	})
+	_ = idempotent(ctx, s.undoCall(waiter))
+}
+
+// undoCall is sem_undo.lua's call for waiter, for undo and undoLater.
+func (s *Semaphore) undoCall(waiter string) func(context.Context) error {
+	args := []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}
+	return func(ctx context.Context) error {
+		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, args).Error()
+	}
 }
 
 // undoLater runs undo at once within a budget, then, if that did not
 // finish, in the background: exact (by waiter), so it can. ctx is the
 // wait's (see cleanupNow).
 func (s *Semaphore) undoLater(ctx context.Context, waiter string) {
-	s.c.cleanupNow(ctx, func(ctx context.Context) error {
-		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}).Error()
-	}, nil)
+	s.c.cleanupNow(ctx, s.undoCall(waiter), nil)
 }
 
 // sizeMismatch is the error of a call through s when Redis stores another
@@ -181,11 +185,12 @@ func (s *Semaphore) sizeMismatch(stored int64) error {
 		ErrInvalidArgument, shortName(s.name), stored, s.size, stored)
 }
 
-// releaseArgs are the release script's arguments for n permits of owner.
-// The size is checked as the acquire checks it: a Semaphore opened with
-// another size must not release permits counted against the stored one.
-func (s *Semaphore) releaseArgs(owner string, n int64) []string {
-	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10)}
+// releaseArgs are the release script's arguments for n permits of owner
+// acquired with token tok. The size is checked as the acquire checks it: a
+// Semaphore opened with another size must not release permits counted
+// against the stored one.
+func (s *Semaphore) releaseArgs(owner string, n int64, tok uint64) []string {
+	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10), strconv.FormatUint(tok, 10)}
 }
 
 // granted ends the wait with the permits a release granted it, as the
