@@ -81,21 +81,25 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 			// The waiter looks again and queues anew, its grant unseen. A
 			// failure here says what the waiter did instead: returned (and
 			// what), or not looked since the other owner took the lock.
-			took := time.Now()
-			for deadline := took.Add(3 * time.Second); waitersOf(t, ca, "outlived") != 1; time.Sleep(time.Millisecond) {
+			took, queued := time.Now(), false
+			t.Cleanup(func() {
+				if !queued {
+					states, err := ca.Inspect(context.Background(), "outlived")
+					t.Logf("the waiter did not queue again: its last look %v after the other owner took the lock; Inspect: %+v (err %v)",
+						time.Unix(0, px.lastMark.Load()).Sub(took).Round(time.Millisecond), states, err)
+				}
+			})
+			waitFor(t, 3*time.Second, "the waiter to queue again", func() bool {
 				select {
 				case r := <-got:
 					tok, _ := dsync.FencingToken(r.lctx)
-					t.Fatalf("the waiter returned before its grant's message came: err %v, lock context live %v, token %d (the other owner's %d); its last look %v after the other owner took the lock",
-						r.err, r.valid, tok, tok2, time.Unix(0, px.lastMark.Load()).Sub(took).Round(time.Millisecond))
+					t.Fatalf("the waiter returned before its grant's message came: err %v, lock context live %v, token %d (the other owner's %d)",
+						r.err, r.valid, tok, tok2)
 				default:
 				}
-				if time.Now().After(deadline) {
-					states, err := ca.Inspect(ctx, "outlived")
-					t.Fatalf("timed out after 3s waiting for the waiter to queue again: its last look %v after the other owner took the lock; Inspect: %+v (err %v)",
-						time.Unix(0, px.lastMark.Load()).Sub(took).Round(time.Millisecond), states, err)
-				}
-			}
+				return waitersOf(t, ca, "outlived") == 1
+			})
+			queued = true
 			select {
 			case r := <-got:
 				t.Fatalf("the waiter returned before its grant's message came (err %v)", r.err)
