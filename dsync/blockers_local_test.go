@@ -29,13 +29,15 @@ func TestBlockersHandoffScriptStaysLocal(t *testing.T) {
 	var seq atomic.Int64
 	var mu sync.Mutex
 	var got [][]string
+	var queued []bool // AcquireDone.Queued, in the order of the acquisitions
 	obs := dsync.Observer{
 		HoldTag: func(context.Context, dsync.AcquireDone) string { return "h" + strconv.FormatInt(seq.Add(1), 10) },
 		AcquireDone: func(_ context.Context, e dsync.AcquireDone) {
+			mu.Lock()
+			defer mu.Unlock()
+			queued = append(queued, e.Queued)
 			if e.Acquired && len(e.Blockers) > 0 {
-				mu.Lock()
 				got = append(got, e.BlockedBy)
-				mu.Unlock()
 			}
 		},
 	}
@@ -62,6 +64,9 @@ func TestBlockersHandoffScriptStaysLocal(t *testing.T) {
 	assert.NotContains(t, info, "cmdstat_lrange", "a wait read the lock's history from Redis")
 	mu.Lock()
 	defer mu.Unlock()
+	// The first holder took the lock in Redis; the waiters queued in the
+	// Client behind it.
+	assert.Equal(t, []bool{false, true, true, true}, queued, "AcquireDone.Queued of the holder and the %d waiters", waiters)
 	require.Len(t, got, waiters, "every waiter has blockers")
 	for i, b := range got {
 		// The i-th served waited behind the first holder and the i before it.

@@ -82,8 +82,15 @@ type AcquireDone struct {
 	Err       error         // why it was not acquired (nil when Try found it held)
 	Wait      time.Duration // from the call to the end
 	Attempts  int           // acquisition scripts sent to Redis
-	Token     uint64        // fencing token, when acquired
-	Hold      uint64        // identifies the hold in Released and Lost
+	// Queued: it waited in its own Client behind another goroutine of
+	// that Client (a Mutex's waiters queue in their process, where one
+	// holds or tries the lock for all of them). With Attempts <= 1 and
+	// Queued false, nothing held it up: its one script, if any, found
+	// the lock free, whatever held it before. Always false for the other
+	// kinds.
+	Queued bool
+	Token  uint64 // fencing token, when acquired
+	Hold   uint64 // identifies the hold in Released and Lost
 	// HeldSince is when the hold began, when acquired (zero otherwise):
 	// when the acquisition's reply arrived, or, for a Mutex handed on
 	// inside its Client, when the holder before it handed it over, which

@@ -125,6 +125,18 @@ func TestObserverBlockedByInProcess(t *testing.T) {
 			require.Len(t, links, 1, "links of the waiter's acquire span")
 			assert.Equal(t, holder.TraceID(), links[0].TraceID(), "the link's trace: the holder's hold span's")
 			assert.Equal(t, holder.SpanID(), links[0].SpanID(), "the link's span: the holder's hold span")
+			// dsync.lock.queued: only the Mutex waiter of the holder's own
+			// Client waited in its Client's queue; the holder's own
+			// acquisition did not wait at all.
+			var queued []bool
+			for _, s := range tel.spans.Ended() {
+				if s.Name() == b.span+".acquire" {
+					q, ok := attrOf(s, dsyncotel.KeyQueued)
+					assert.True(t, !ok || q.AsBool(), "dsync.lock.queued recorded as false: absent unless true")
+					queued = append(queued, ok)
+				}
+			}
+			assert.Equal(t, []bool{false, kind == "mutex-local"}, queued, "dsync.lock.queued of the holder's and the waiter's acquire spans")
 		})
 	}
 }

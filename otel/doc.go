@@ -16,7 +16,9 @@
 // wait ends, and carries the attributes dsync.lock.kind, dsync.lock.mode
 // (when the primitive has modes), dsync.lock.permits, dsync.lock.try,
 // dsync.lock.outcome (acquired, not_acquired, cancelled or error),
-// dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.reentered,
+// dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.queued
+// (true, only when the acquisition waited in its Client behind another
+// goroutine of it: a Mutex's local queue), dsync.lock.reentered,
 // dsync.lock.owner (the owner, "<client name>/<random>": the name tells
 // which process or Client waited or holds; see dsync.WithClientName) and,
 // when acquired, dsync.lock.fencing_token. A failed outcome (cancelled
@@ -161,6 +163,7 @@
 //	dsync.lock.try            bool    acquire spans
 //	dsync.lock.outcome        string  acquire spans, wait.duration, acquisitions
 //	dsync.lock.attempts       int     acquire spans
+//	dsync.lock.queued         bool    acquire spans that waited in their Client's queue (Mutex)
 //	dsync.lock.reentered      bool    acquire spans; the dsync.lock.released event
 //	dsync.lock.fencing_token  int     acquire spans (when acquired), hold spans
 //	dsync.lock.owner          string  acquire and hold spans (never metrics: unbounded)

@@ -24,6 +24,7 @@ const (
 	KeyTry          = attribute.Key("dsync.lock.try")
 	KeyOutcome      = attribute.Key("dsync.lock.outcome")
 	KeyAttempts     = attribute.Key("dsync.lock.attempts")
+	KeyQueued       = attribute.Key("dsync.lock.queued") // true when the acquisition waited in its Client's queue (AcquireDone.Queued); absent otherwise
 	KeyReentered    = attribute.Key("dsync.lock.reentered")
 	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
 	KeyOwner        = attribute.Key("dsync.lock.owner") // "<client name>/<random>", on acquire and hold spans
@@ -406,6 +407,9 @@ func (o *observer) finishAcquire(ctx context.Context, e dsync.AcquireDone, end t
 		}
 	}
 	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
+	if e.Queued {
+		attrs = append(attrs, KeyQueued.Bool(true))
+	}
 	if e.BlockersDropped > 0 {
 		attrs = append(attrs, KeyBlockersDropped.Int(e.BlockersDropped))
 	}
