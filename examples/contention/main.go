@@ -12,7 +12,11 @@
 // total wait behind holders (each wait's overlap with the other holds of
 // its lock, in any process) the linked holds explain, from the spans
 // alone. (Acquisitions slowed by round trips with no holder in the way
-// are counted apart.)
+// are counted apart, as are those whose span overlapped a hold that had
+// already let go of the lock in Redis: they sent one script, which found
+// the lock free, and did not queue in their Client, so nothing held them
+// up; their spans say so, with dsync.lock.attempts 1 and no
+// dsync.lock.queued.)
 //
 // The processes are this program run again (CONTENTION_CHILD set): each
 // has its own Client (named proc-<n>) and its own tracer, and sends its
@@ -165,6 +169,11 @@ type span struct {
 	End      int64  `json:"end"`
 	Acquired bool   `json:"acquired,omitempty"`
 	Links    []link `json:"links,omitempty"`
+	// Attempts and Queued are dsync.lock.attempts and dsync.lock.queued:
+	// an acquisition that sent at most one script and did not queue in
+	// its Client was held up by nobody, whatever its span overlapped.
+	Attempts int  `json:"attempts,omitempty"`
+	Queued   bool `json:"queued,omitempty"`
 }
 
 // link is a blocked_by link of an acquire span.
@@ -270,6 +279,8 @@ func record(s tracetest.SpanStub) (span, bool) {
 		r.Hold = true
 	case "dsync.mutex.acquire":
 		r.Acquired = attr(s.Attributes, dsyncotel.KeyOutcome) == dsyncotel.OutcomeAcquired
+		r.Attempts, _ = strconv.Atoi(attr(s.Attributes, dsyncotel.KeyAttempts))
+		r.Queued = attr(s.Attributes, dsyncotel.KeyQueued) == "true"
 		for _, l := range s.Links {
 			if attr(l.Attributes, dsyncotel.KeyLinkBlockedBy) != "true" {
 				continue
@@ -313,7 +324,14 @@ type report struct {
 	// slowWait their time: not waiting behind anyone, so left out.
 	slow     int
 	slowWait time.Duration
-	blockers []blocker // most wait caused first
+	// alone counts the acquisitions whose span overlapped another
+	// owner's hold span but that nothing held up: they sent one script,
+	// which found the lock free, and did not queue in their Client (the
+	// hold's release had run in Redis; its span ends when the reply is
+	// back in its own process). aloneLinked counts those of them with a
+	// blocked_by link: there is nothing to link, so it must be 0.
+	alone, aloneLinked int
+	blockers           []blocker // most wait caused first
 }
 
 // A blocker is one holder (a hold span's client, owner and lock: one
@@ -354,6 +372,13 @@ func analyse(spans []span) report {
 			if a, b := max(h.Start, s.Start), min(h.End, s.End); b > a && h.Owner != s.Owner {
 				behind = append(behind, [2]int64{a, b})
 			}
+		}
+		if len(behind) > 0 && s.Attempts <= 1 && !s.Queued {
+			r.alone++
+			if len(s.Links) > 0 {
+				r.aloneLinked++
+			}
+			behind = nil
 		}
 		if len(behind) == 0 {
 			if d := time.Duration(s.End - s.Start); d > time.Millisecond {
@@ -418,8 +443,10 @@ func union(ivs [][2]int64) time.Duration {
 func (r report) print(out io.Writer) {
 	fmt.Fprintf(out, "%d acquisitions, %d waited behind holders (%d of them linked to their blockers), %v of waiting behind them;\n",
 		r.acquired, r.waited, r.linked, ms(r.wait))
-	fmt.Fprintf(out, "the linked holds explain %v of it (%.1f%%); %d more took over 1 ms with no holder in the way (%v).\n\ntop blockers:\n",
+	fmt.Fprintf(out, "the linked holds explain %v of it (%.1f%%); %d more took over 1 ms with no holder in the way (%v);\n",
 		ms(r.explained), 100*r.fraction(), r.slow, ms(r.slowWait))
+	fmt.Fprintf(out, "%d overlapped a hold that had let go in Redis: one script, which found the lock free, no queue (%d linked).\n\ntop blockers:\n",
+		r.alone, r.aloneLinked)
 	fmt.Fprintf(out, "%-8s %-42s %-10s %5s %12s\n", "client", "owner", "lock", "holds", "wait caused")
 	for _, b := range r.blockers[:min(10, len(r.blockers))] {
 		fmt.Fprintf(out, "%-8s %-42s %-10s %5d %12v\n", b.client, b.owner, b.lock, b.holds, ms(b.caused))
