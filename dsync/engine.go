@@ -244,7 +244,7 @@ func (w *wakeup) wait(ctx context.Context, hint time.Duration) error {
 		return nil
 	case <-w.timer.C:
 		if c := w.c; c != nil && w.live && c.cfg.test.fallbackPolled != nil {
-			c.cfg.test.fallbackPolled(w.ch)
+			c.cfg.test.fallbackPolled(w.ch, d)
 		}
 		return nil
 	case <-ctx.Done():

@@ -50,8 +50,9 @@ func WithWaitGroupObserved(f func()) Option {
 
 // WithFallbackPolled sets a function called each time a wait of the
 // Client, subscribed to its channel, is woken by its fallback timer rather
-// than by a message or a reconnect (testHooks.fallbackPolled).
-func WithFallbackPolled(f func(ch string)) Option {
+// than by a message or a reconnect, with what the timer was set for
+// (testHooks.fallbackPolled).
+func WithFallbackPolled(f func(ch string, d time.Duration)) Option {
 	return func(c *config) { c.test.fallbackPolled = f }
 }
 

@@ -55,8 +55,8 @@ type testHooks struct {
 	// fallbackPolled, when set, is called when a wait subscribed to its
 	// channel was woken by its fallback timer (lease/3 or the hint), not
 	// by a message or a reconnect: where no hint applies, the signature of
-	// a lost wakeup.
-	fallbackPolled func(ch string)
+	// a lost wakeup. d is what the timer was set for.
+	fallbackPolled func(ch string, d time.Duration)
 	// mutexEvent, when set, sees a Mutex's steps between its holders in
 	// this Client (Client.testEvent).
 	mutexEvent func(event string)

@@ -187,7 +187,7 @@ func (r *rolling) boundLag(t *testing.T, from, to time.Duration, format string, 
 
 // polled counts a wait woken by its fallback timer though subscribed: in
 // a replica's process, reported to the test's.
-func (r *rolling) polled(string) {
+func (r *rolling) polled(string, time.Duration) {
 	if r.out != nil {
 		r.out.emit("P")
 		return
