@@ -180,8 +180,8 @@ func readBulk(r *bufio.Reader) (string, error) {
 // before the release. (It used to be tested only with the pub/sub
 // connection killed before the release, TestFIFOLostGrantMessage: the
 // broken connection itself made the waiter look again.) The mechanism is
-// checked, not the clock: the first look after the release, woken by a
-// timer set for at most lease/3 before the release, claims the grant.
+// checked, not the clock: the first look after the release, woken by
+// its fallback timer, set for at most lease/3, claims the grant.
 // (It checked the time from the release to the claim against lease/3,
 // which the timer's lateness and the look's round trip on a loaded
 // machine can pass: 505 ms in an idle make test of 6500a84.)
