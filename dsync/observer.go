@@ -84,10 +84,11 @@ type AcquireDone struct {
 	Attempts  int           // acquisition scripts sent to Redis
 	// Queued: it waited in its own Client behind another goroutine of
 	// that Client (a Mutex's waiters queue in their process, where one
-	// holds or tries the lock for all of them). With Attempts <= 1 and
-	// Queued false, nothing held it up: its one script, if any, found
-	// the lock free, whatever held it before. Always false for the other
-	// kinds.
+	// holds or tries the lock for all of them). For a Mutex, Attempts <=
+	// 1 with Queued false means nothing held it up: its one script, if
+	// any, found the lock free, whatever held it before. Always false for
+	// the other kinds, whose waiters queue in Redis (one attempt, then a
+	// grant by message, is a wait there).
 	Queued bool
 	Token  uint64 // fencing token, when acquired
 	Hold   uint64 // identifies the hold in Released and Lost

@@ -18,7 +18,9 @@
 // dsync.lock.outcome (acquired, not_acquired, cancelled or error),
 // dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.queued
 // (true, only when the acquisition waited in its Client behind another
-// goroutine of it: a Mutex's local queue), dsync.lock.reentered,
+// goroutine of it: a Mutex's local queue; a Mutex acquisition with one
+// attempt and no dsync.lock.queued was held up by nobody),
+// dsync.lock.reentered,
 // dsync.lock.owner (the owner, "<client name>/<random>": the name tells
 // which process or Client waited or holds; see dsync.WithClientName) and,
 // when acquired, dsync.lock.fencing_token. A failed outcome (cancelled
