@@ -22,6 +22,10 @@ import (
 // (30 s: the next renewal is 10 s away).
 const forceBound = 100 * time.Millisecond
 
+// forcedWhy ends the cause of a hold lost by the notice of a forced
+// release (a renewal's cause says "a renewal found it gone").
+const forcedWhy = "found gone in Redis right after"
+
 func init() { childRoles["forced"] = childForced }
 
 // holdFor acquires the primitive kind called name through c and returns
@@ -134,6 +138,7 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 					t.Fatalf("the holder's lock context was not cancelled 5 s after the forced release")
 				}
 				assert.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost)
+				assert.ErrorContains(t, context.Cause(lctx), forcedWhy, "learnt from the notice, not a renewal")
 				if via.tell {
 					require.Len(t, told, 1, "told: %+v", told)
 					assert.Equal(t, owner, told[0].Owner)
@@ -164,15 +169,22 @@ func childForced(c *dsync.Client, _ rueidis.Client, _ string) int {
 }
 
 // Across processes: a child holds each primitive with the default lease;
-// this process forces the release; the child's lock context ends within
-// forceBound of the start of the forced release (measured here, when the
-// child's line arrives, so the pipe's delay counts against the bound), and
-// ForceUnlockTell names the child's holder.
+// this process forces the release; the child's lock context ends by the
+// notice (its cause is the forced release's, not a renewal's: the next
+// renewal is 10 s away), within forceBound of the start of the forced
+// release (measured here, when the child's line arrives, so the pipe's
+// delay counts against the bound; a time over it is excused only by the
+// lag a starvation probe measured within it, as in
+// TestForceUnlockTellsHolderAtOnce), and ForceUnlockTell names the
+// child's holder.
 func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 	c := newClient(t)
 	prefix := prefixOf(t, c)
 	ctx := ctxT(t)
 	waitFor(t, 10*time.Second, "the control subscription", func() bool { return dsync.ForceSubscribed(c) })
+	probe, err := redistest.StartLagProbe(server(t).Addr)
+	require.NoError(t, err)
+	defer probe.End()
 	for _, kind := range []string{"mutex", "fair", "rw", "semaphore", "election", "once"} {
 		t.Run(kind, func(t *testing.T) {
 			name := "xproc-forced-" + kind
@@ -203,12 +215,15 @@ func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 			require.NoError(t, err)
 			select {
 			case l := <-lines:
-				took := time.Since(start)
-				t.Logf("child's lock context ended %v after the forced release began: %s", took, l)
+				at := time.Now()
+				took := at.Sub(start)
+				lag := redistest.Within(start, at, probe.Spans())
+				t.Logf("child's lock context ended %v after the forced release began (the probe late %v in it): %s", took, lag, l)
 				assert.True(t, strings.HasPrefix(l, "ended true "), "the cause is an ErrLockLost: %s", l)
 				assert.Contains(t, l, fmt.Sprintf("%q", name), "the cause names the lock")
 				assert.Contains(t, l, "force-unlocked", "the cause says why")
-				assert.LessOrEqual(t, took, forceBound)
+				assert.Contains(t, l, forcedWhy, "the child learnt it from the forced release's notice, not a renewal: %s", l)
+				assert.LessOrEqual(t, took-lag, forceBound, "ended %v after, %v of it starved", took, lag)
 			case <-time.After(5 * time.Second):
 				t.Fatal("the child's lock context did not end 5 s after the forced release")
 			}
@@ -241,6 +256,7 @@ func TestClusterForceUnlockTellsHolder(t *testing.T) {
 			select {
 			case at := <-ended:
 				t.Logf("%s %q: lock context cancelled %v after the forced release began", kind, name, at.Sub(start))
+				assert.ErrorContains(t, context.Cause(lctx), forcedWhy, "%s %q: learnt from the notice", kind, name)
 				assert.LessOrEqual(t, at.Sub(start), forceBound, "%s %q", kind, name)
 			case <-time.After(5 * time.Second):
 				t.Fatalf("%s %q: the holder's lock context was not cancelled 5 s after the forced release", kind, name)
