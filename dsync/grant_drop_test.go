@@ -27,24 +27,30 @@ type pushDropProxy struct {
 	addr    string
 	mu      sync.Mutex
 	armed   bool
-	dropped chan string  // the channel of the dropped message
-	lastUp  atomic.Int64 // when the Client last sent something (unix ns)
+	dropped chan string // the channel of the dropped message
 	// hold, if set, makes the proxy hold the message instead of dropping
 	// it: it says so on held, and forwards the message, and whatever
 	// follows it on that connection, once hold is closed.
 	hold chan struct{}
 	held chan struct{}
-	// lastMark is when the Client last sent bytes containing mark (unix
-	// ns; a command on a key named so), unlike lastUp not moved by the
-	// connections' keepalive PINGs.
+	// lastMark is when the Client last sent a look: a script call (FCALL,
+	// EVALSHA or EVAL) in bytes containing mark (unix ns; a script on a
+	// key named so). Not moved by the connections' keepalive PINGs, nor
+	// by the SUBSCRIBE to a channel named so: a waiter's first
+	// subscription comes between two looks, and taken for a look, the
+	// look after it could come after a release meant to follow the
+	// waiter's last look (then it claims the grant itself: the failure
+	// of TestOutlivedGrantNotReturned/RWMutexWrite in make test of
+	// 6267568, reproduced with a throwaway delay before and after that
+	// subscription).
 	mark     []byte
 	lastMark atomic.Int64
 }
 
 var pushMessage = []byte(">3\r\n$7\r\nmessage\r\n")
 
-func newPushDropProxy(t *testing.T, target string) *pushDropProxy {
-	p := &pushDropProxy{dropped: make(chan string, 1)}
+func newPushDropProxy(t *testing.T, target, mark string) *pushDropProxy {
+	p := &pushDropProxy{dropped: make(chan string, 1), mark: []byte(mark)}
 	p.serve(t, target)
 	return p
 }
@@ -70,8 +76,7 @@ func (p *pushDropProxy) serve(t *testing.T, target string) {
 				if err != nil {
 					return
 				}
-				p.lastUp.Store(time.Now().UnixNano())
-				if p.mark != nil && bytes.Contains(buf[:n], p.mark) {
+				if p.mark != nil && bytes.Contains(buf[:n], p.mark) && isScriptCall(buf[:n]) {
 					p.lastMark.Store(time.Now().UnixNano())
 				}
 				if _, err := out.Write(buf[:n]); err != nil {
@@ -155,6 +160,12 @@ func (p *pushDropProxy) down(in, out net.Conn) {
 	}
 }
 
+// isScriptCall reports whether b, bytes a Client sent, hold a script
+// call.
+func isScriptCall(b []byte) bool {
+	return bytes.Contains(b, []byte("FCALL")) || bytes.Contains(b, []byte("EVAL"))
+}
+
 // readBulk reads one RESP bulk string "$<n>\r\n<n bytes>\r\n".
 func readBulk(r *bufio.Reader) (string, error) {
 	line, err := r.ReadString('\n')
@@ -189,7 +200,7 @@ func TestFIFOGrantMessageDropped(t *testing.T) {
 	const lease = 1500 * time.Millisecond
 	for _, row := range fifoRows() {
 		t.Run(row.name, func(t *testing.T) {
-			px := newPushDropProxy(t, server(t).Addr)
+			px := newPushDropProxy(t, server(t).Addr, "drop")
 			rcb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.addr}, DisableCache: true})
 			require.NoError(t, err)
 			t.Cleanup(rcb.Close)
@@ -220,12 +231,16 @@ func TestFIFOGrantMessageDropped(t *testing.T) {
 				got <- err
 			}()
 			waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return waitersOf(t, ca, "drop") == 1 })
-			// The waiter looks again at most lease/3 after its last look:
-			// the release comes 20 ms or more after it (its Client sends
-			// nothing while it waits), so that the look's round trip and
-			// the timer's lateness on a loaded machine fit in the bound.
+			// A look by the waiter after it queued (after its subscription:
+			// it looks again once subscribed), then quiet: it looks again
+			// at most lease/3 after its last look; the release comes 20 ms
+			// or more after that look, so that the look is not in flight
+			// (the release would then find a waiter that claims its grant
+			// at once).
+			mark := px.lastMark.Load()
+			waitFor(t, 2*time.Second, "a look by the waiter", func() bool { return px.lastMark.Load() != mark })
 			waitFor(t, 2*time.Second, "the waiter's last look 20 ms past", func() bool {
-				return time.Since(time.Unix(0, px.lastUp.Load())) >= 20*time.Millisecond
+				return time.Since(time.Unix(0, px.lastMark.Load())) >= 20*time.Millisecond
 			})
 			px.arm()
 			released := time.Now()

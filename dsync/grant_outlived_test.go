@@ -53,8 +53,9 @@ func TestOutlivedGrantNotReturned(t *testing.T) {
 				got <- result{l, err, err == nil && l.Err() == nil}
 			}()
 			waitFor(t, 2*time.Second, "the waiter to queue", func() bool { return waitersOf(t, ca, "outlived") == 1 })
-			// A fresh look by the waiter (a command on the lock's keys,
-			// not a keepalive PING), then quiet: its next look is about
+			// A fresh look by the waiter (a script call on the lock's
+			// keys, not a keepalive PING nor its SUBSCRIBE, after which
+			// it looks again), then quiet: its next look is about
 			// lease/3 = 1 s away, time enough for the grant to lapse
 			// (200 ms) and the other owner to take the lock.
 			mark := px.lastMark.Load()
