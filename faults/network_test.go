@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -172,7 +171,15 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	other := newDsync(t, srv.Addr, prefix, lease)
 	octx, err := other.NewMutex("w").LockContext(context.Background())
 	require.NoError(t, err)
-	wc := newDsync(t, px.Addr, prefix, lease)
+	// The waiter's connection timeouts outlast its deadline: with the
+	// suite's 500 ms (client), a look sent into the blackhole early in the
+	// wait failed before the deadline, and a Redis error ends a wait
+	// (doc.go): the busy make test of 015c8c0 saw it after 582 ms. The
+	// wait's context is what this checks.
+	wc := newDsync(t, px.Addr, prefix, lease, func(o *rueidis.ClientOption) {
+		o.ConnWriteTimeout = 2 * time.Second
+		o.Dialer.Timeout = 2 * time.Second
+	})
 	const deadline = 800 * time.Millisecond
 	wctx, wcancel := context.WithTimeout(context.Background(), deadline)
 	defer wcancel()
@@ -224,18 +231,8 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	slack := 50 * time.Millisecond
 	assert.LessOrEqual(t, tryTook, 300*time.Millisecond+slack, "TryLockContext(300ms) under blackhole took")
 	assert.ErrorIs(t, terr, context.DeadlineExceeded, "TryLockContext(300ms) under blackhole took")
-	// The waiter ends by its deadline or, first, by Redis's error (doc.go:
-	// "A Redis error ends a wait that takes a context"): a look sent into
-	// the blackhole fails when the connection's write timeout (500 ms,
-	// client) declares it dead, before the deadline if that look went
-	// out early in the wait. Either way within the deadline + 50 ms, and
-	// an error that says what happened and names the lock.
-	assert.LessOrEqual(t, waitTook, deadline+slack, "waiter under blackhole returned %v after %v; want it by %v + %v", err, waitTook, deadline, slack)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		require.Error(t, err, "waiter under blackhole acquired")
-		assert.Contains(t, err.Error(), "could not be reached", "waiter under blackhole returned %v after %v: neither its deadline nor Redis unreachable", err, waitTook)
-		assert.Contains(t, err.Error(), `"w"`, "the waiter's error names the lock")
-	}
+	assert.LessOrEqual(t, waitTook, deadline+slack, "waiter under blackhole returned %v after %v; want DeadlineExceeded by %v + %v", err, waitTook, deadline, slack)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "waiter under blackhole returned %v after %v; want DeadlineExceeded by %v + %v", err, waitTook, deadline, slack)
 	assert.ErrorIs(t, uerr, dsync.ErrNotHeld, "lost holder's Unlock")
 	assert.NoError(t, nctx.Err(), "the new holder was disturbed: %v", context.Cause(nctx))
 	// The cancelled waiter left nothing: only the two holders' keys exist.
