@@ -173,18 +173,13 @@ func childForced(c *dsync.Client, _ rueidis.Client, _ string) int {
 // notice (its cause is the forced release's, not a renewal's: the next
 // renewal is 10 s away), within forceBound of the start of the forced
 // release (measured here, when the child's line arrives, so the pipe's
-// delay counts against the bound; a time over it is excused only by the
-// lag a starvation probe measured within it, as in
-// TestForceUnlockTellsHolderAtOnce), and ForceUnlockTell names the
-// child's holder.
+// delay counts against the bound), and ForceUnlockTell names the child's
+// holder.
 func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 	c := newClient(t)
 	prefix := prefixOf(t, c)
 	ctx := ctxT(t)
 	waitFor(t, 10*time.Second, "the control subscription", func() bool { return dsync.ForceSubscribed(c) })
-	probe, err := redistest.StartLagProbe(server(t).Addr)
-	require.NoError(t, err)
-	defer probe.End()
 	for _, kind := range []string{"mutex", "fair", "rw", "semaphore", "election", "once"} {
 		t.Run(kind, func(t *testing.T) {
 			name := "xproc-forced-" + kind
@@ -215,15 +210,13 @@ func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 			require.NoError(t, err)
 			select {
 			case l := <-lines:
-				at := time.Now()
-				took := at.Sub(start)
-				lag := redistest.Within(start, at, probe.Spans())
-				t.Logf("child's lock context ended %v after the forced release began (the probe late %v in it): %s", took, lag, l)
+				took := time.Since(start)
+				t.Logf("child's lock context ended %v after the forced release began: %s", took, l)
 				assert.True(t, strings.HasPrefix(l, "ended true "), "the cause is an ErrLockLost: %s", l)
 				assert.Contains(t, l, fmt.Sprintf("%q", name), "the cause names the lock")
 				assert.Contains(t, l, "force-unlocked", "the cause says why")
 				assert.Contains(t, l, forcedWhy, "the child learnt it from the forced release's notice, not a renewal: %s", l)
-				assert.LessOrEqual(t, took-lag, forceBound, "ended %v after, %v of it starved", took, lag)
+				assert.LessOrEqual(t, took, forceBound)
 			case <-time.After(5 * time.Second):
 				t.Fatal("the child's lock context did not end 5 s after the forced release")
 			}
