@@ -47,6 +47,8 @@ type settings struct {
 	HandoffRounds int           `json:"handoff_rounds"`
 	ScaleLocks    int           `json:"scale_locks"`
 	ScaleHold     time.Duration `json:"scale_hold_ns"`
+	// NoticeRounds is the notice scenario's rounds per kind and repeat.
+	NoticeRounds int `json:"notice_rounds,omitempty"`
 }
 
 // primsFlag limits the primitives scenario to some of its rows (each still
@@ -59,7 +61,7 @@ func main() {
 		spin      = flag.Bool("spin", false, "keep one lowest-priority busy process per CPU running, so idle-CPU wake-ups do not dominate latencies")
 		reps      = flag.Int("reps", 0, "repeats per scenario (default 3, quick 2)")
 		libsFlag  = flag.String("libs", "", "comma-separated libs to run (default all)")
-		scenFlag  = flag.String("scenarios", "", "comma-separated scenarios: serial,keys,parallel,contended,xproc,handoff,primitives,scale (default all)")
+		scenFlag  = flag.String("scenarios", "", "comma-separated scenarios: serial,keys,parallel,contended,xproc,handoff,primitives,scale,notice (default all)")
 		out       = flag.String("out", "results", "directory for latest.json and latest.md")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process (not of children) to this file")
 		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
@@ -151,10 +153,10 @@ func main() {
 		return
 	}
 	st := settings{Quick: *quick, Spin: *spin, Reps: 3, Serial: time.Second, Parallel: 1500 * time.Millisecond,
-		Contended: 2 * time.Second, CrossProcess: 2 * time.Second, HandoffRounds: 40, ScaleLocks: 100000, ScaleHold: 10 * time.Second}
+		Contended: 2 * time.Second, CrossProcess: 2 * time.Second, HandoffRounds: 40, ScaleLocks: 100000, ScaleHold: 10 * time.Second, NoticeRounds: 200}
 	if *quick {
-		st.Reps, st.Serial, st.Parallel, st.Contended, st.CrossProcess, st.HandoffRounds, st.ScaleHold =
-			2, 300*time.Millisecond, 500*time.Millisecond, 800*time.Millisecond, time.Second, 20, 4*time.Second
+		st.Reps, st.Serial, st.Parallel, st.Contended, st.CrossProcess, st.HandoffRounds, st.ScaleHold, st.NoticeRounds =
+			2, 300*time.Millisecond, 500*time.Millisecond, 800*time.Millisecond, time.Second, 20, 4*time.Second, 100
 	}
 	if *reps > 0 {
 		st.Reps = *reps
@@ -349,6 +351,18 @@ func run(st settings, onlyLibs, onlyScen []string, outDir, redisBin string) erro
 				}
 				rep.add("primitives", refPrim, ref)
 				rep.add("primitives", p.name, s)
+			}
+		}
+	}
+	if want("notice") && (len(onlyLibs) == 0 || slices.Contains(onlyLibs, "dsync")) {
+		fmt.Fprintf(os.Stderr, "notice (%d rounds of each of %s x %d repeats)\n", st.NoticeRounds, strings.Join(noticeKinds, ", "), st.Reps)
+		for r := range st.Reps {
+			got, err := notice(e, e.key("notice", "dsync", r), st.NoticeRounds)
+			if err != nil {
+				return fmt.Errorf("notice: %w", err)
+			}
+			for _, kind := range noticeKinds {
+				rep.add("notice", kind, got[kind])
 			}
 		}
 	}

@@ -128,3 +128,41 @@ func TestMutexTargetsMarkedFromFigures(t *testing.T) {
 	assert.Equal(t, "100,000", thousands(100000))
 	assert.Equal(t, "999", thousands(999))
 }
+
+// Issue 26's notice row: absent from a run that did not measure it (older
+// results render as they did); marked from the worst kind's p99 (median
+// over repeats), with the max taken over all repeats and the errors
+// summed; any error makes it not met.
+func TestNoticeTargetMarkedFromFigures(t *testing.T) {
+	r := newReport(settings{Reps: 2}, machine{})
+	r.add("serial", "raw", sample{"ns_op": 100})
+	r.markdown()
+	for _, tg := range r.Targets {
+		assert.NotEqual(t, "forced-release notice p99", tg.Name, "a row for a scenario that did not run")
+	}
+
+	mark := func(errs float64) (target, *report) {
+		r := newReport(settings{Reps: 3, NoticeRounds: 200}, machine{})
+		r.add("notice", "Mutex", sample{"rounds": 200, "p50_ms": 2, "p99_ms": 5, "max_ms": 7, "errors": 0})
+		r.add("notice", "Mutex", sample{"rounds": 200, "p50_ms": 3, "p99_ms": 90, "max_ms": 300, "errors": errs})
+		r.add("notice", "Mutex", sample{"rounds": 200, "p50_ms": 2, "p99_ms": 6, "max_ms": 8, "errors": 0})
+		r.add("notice", "Semaphore", sample{"rounds": 200, "p50_ms": 2, "p99_ms": 8, "max_ms": 9, "errors": 0})
+		r.markdown()
+		for _, tg := range r.Targets {
+			if tg.Name == "forced-release notice p99" {
+				return tg, r
+			}
+		}
+		t.Fatalf("no notice row: %+v", r.Targets)
+		return target{}, nil
+	}
+	tg, r := mark(0)
+	assert.True(t, tg.Met, "%+v", tg)
+	assert.True(t, tg.Measures, "%+v", tg)
+	assert.Equal(t, "<= 100 ms (issue 26)", tg.Target)
+	assert.Equal(t, "8.0 ms (Semaphore; max Mutex 300.0 ms, Semaphore 9.0 ms; 0 errors)", tg.Measured)
+	rounds, _ := r.get("notice", "Mutex", "rounds")
+	assert.Equal(t, 600.0, rounds, "rounds are summed over repeats")
+	tg, _ = mark(1)
+	assert.False(t, tg.Met, "a round whose cause was not the notice's: %+v", tg)
+}
