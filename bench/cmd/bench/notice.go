@@ -110,13 +110,11 @@ func notice(e *env, key string, rounds int) (map[string]sample, error) {
 	out := map[string]sample{}
 	for _, kind := range noticeKinds {
 		l := lat[kind]
-		out[kind] = sample{
-			"rounds": float64(len(l)),
-			"p50_ms": ms(percentile(l, 50)),
-			"p99_ms": ms(percentile(l, 99)),
-			"max_ms": ms(percentile(l, 100)),
-			"errors": float64(errs[kind]),
+		s := sample{"rounds": float64(len(l)), "errors": float64(errs[kind])}
+		if len(l) > 0 { // no figure rather than a 0 when every round failed
+			s["p50_ms"], s["p99_ms"], s["max_ms"] = ms(percentile(l, 50)), ms(percentile(l, 99)), ms(percentile(l, 100))
 		}
+		out[kind] = s
 	}
 	return out, nil
 }
@@ -171,28 +169,38 @@ func noticeRound(ctx context.Context, holder, other *dsync.Client, kind, name st
 }
 
 // noticeTarget is the report's row for issue 26's bound, when the run
-// measured it: the worst kind's p99 (median over repeats).
+// measured it: the worst kind's p99 (median over repeats); any error (a
+// round that did not go as the issue says, warm-up rounds included) and
+// a kind with no figure make it not met.
 func (r *report) noticeTarget() (target, bool) {
-	var worst float64
+	var worst, errs float64
 	var who string
-	var errs float64
+	ran, missing := false, false
 	for _, kind := range noticeKinds {
+		if _, ok := r.get("notice", kind, "rounds"); !ok {
+			continue
+		}
+		ran = true
+		e, _ := r.get("notice", kind, "errors")
+		errs += e
 		v, ok := r.get("notice", kind, "p99_ms")
 		if !ok {
+			missing = true
 			continue
 		}
 		if who == "" || v > worst {
 			worst, who = v, kind
 		}
-		e, _ := r.get("notice", kind, "errors")
-		errs += e
 	}
-	if who == "" {
+	if !ran {
 		return target{}, false
 	}
-	m := fmt.Sprintf("%.1f ms (%s; max %s; %.0f errors)", worst, who, r.noticeMaxes(), errs)
+	m := fmt.Sprintf("no round measured; %.0f errors", errs)
+	if who != "" {
+		m = fmt.Sprintf("%.1f ms (%s; max %s; %.0f errors)", worst, who, r.noticeMaxes(), errs)
+	}
 	return target{Name: "forced-release notice p99", Target: fmt.Sprintf("<= %d ms (issue 26)", noticeBound.Milliseconds()), Measured: m,
-		Met: worst <= ms(noticeBound) && errs == 0, Measures: true}, true
+		Met: who != "" && !missing && worst <= ms(noticeBound) && errs == 0, Measures: true}, true
 }
 
 func (r *report) noticeMaxes() string {

@@ -165,4 +165,21 @@ func TestNoticeTargetMarkedFromFigures(t *testing.T) {
 	assert.Equal(t, 600.0, rounds, "rounds are summed over repeats")
 	tg, _ = mark(1)
 	assert.False(t, tg.Met, "a round whose cause was not the notice's: %+v", tg)
+
+	// Every round failed: no figure, not a 0 ms p99, and not met.
+	r = newReport(settings{Reps: 1, NoticeRounds: 200}, machine{})
+	r.add("notice", "Mutex", sample{"rounds": 0, "errors": 203})
+	r.add("notice", "Semaphore", sample{"rounds": 0, "errors": 203})
+	md := r.markdown()
+	var got *target
+	for i := range r.Targets {
+		if r.Targets[i].Name == "forced-release notice p99" {
+			got = &r.Targets[i]
+		}
+	}
+	if assert.NotNil(t, got, "no notice row") {
+		assert.False(t, got.Met, "%+v", got)
+		assert.Equal(t, "no round measured; 406 errors", got.Measured)
+	}
+	assert.Contains(t, md, "| Mutex | 0 | - | - | - | 203 |")
 }
