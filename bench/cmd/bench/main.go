@@ -65,7 +65,7 @@ func main() {
 		out       = flag.String("out", "results", "directory for latest.json and latest.md")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of this process (not of children) to this file")
 		redisBin  = flag.String("redis-server", "redis-server", "redis-server binary")
-		childRole = flag.String("child", "", "internal: run as a child process (xproc, handoff, scale, spin)")
+		childRole = flag.String("child", "", "internal: run as a child process (xproc, handoff, scale, notice, spin)")
 		addr      = flag.String("addr", "", "internal: Redis address for a child")
 		libName   = flag.String("lib", "", "internal: lib for a child")
 		key       = flag.String("key", "", "internal: key for a child")
@@ -194,6 +194,8 @@ func runChild(role, addr, libName, key string, g, n int, hold time.Duration) err
 		return childHandoff(addr, libName, key)
 	case "scale":
 		return childScale(addr, n, hold)
+	case "notice":
+		return childNotice(addr, key)
 	case "spin":
 		// Lowest priority: it only soaks up idle time, so CPUs never go
 		// idle (and never need waking), while any real work preempts it.

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,7 +20,11 @@ import (
 // ForceUnlockTell on its name, and the round's figure is the time from the
 // start of ForceUnlockTell to the holder's lock context being cancelled
 // (timestamped by context.AfterFunc). Every round is a fresh name; a
-// Mutex round and a Semaphore round (size 1, n = 1) alternate.
+// Mutex round, a Semaphore round (size 1, n = 1) and a round of a Mutex
+// held by a Client in a child process (the bench re-executed) alternate.
+// The child's lock context's end is its wall-clock time (UnixNano, taken
+// by context.AfterFunc there), less this process's wall-clock start: one
+// machine, one clock, the pipe's delay left out (as in handoff).
 
 // noticeBound is issue 26's bound: a holder's lock context is cancelled at
 // most this long after a forced release began (default lease).
@@ -30,7 +36,10 @@ const noticeBound = 100 * time.Millisecond
 const noticeWhy = "found gone in Redis right after"
 
 // noticeKinds are the rows of the notice scenario.
-var noticeKinds = []string{"Mutex", "Semaphore"}
+var noticeKinds = []string{"Mutex", "Semaphore", noticeXproc}
+
+// noticeXproc is the row of the Mutex held in another process.
+const noticeXproc = "Mutex (other process)"
 
 // noticeWarm rounds of each kind run first and are dropped (scripts
 // loaded, connections warm).
@@ -68,16 +77,26 @@ func notice(e *env, key string, rounds int) (map[string]sample, error) {
 		return nil, err
 	}
 	defer closeOther()
+	k, err := startChild(e, "-child=notice", "-addr="+e.addr, "-key="+prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer k.wait()
+	if _, err := k.expect("ready"); err != nil {
+		return nil, err
+	}
+	defer func() { _ = k.send("quit") }()
 	ctx := context.Background()
 	// Each Client subscribes to its prefix's control channel in the
-	// background: wait until both are, or a notice would reach no one.
+	// background: wait until all three are (the holder, the forcer and
+	// the child's), or a notice would reach no one.
 	ch := prefix + ":force"
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		m, err := e.ctl.Do(ctx, e.ctl.B().PubsubNumsub().Channel(ch).Build()).AsIntMap()
 		if err != nil {
 			return nil, err
 		}
-		if m[ch] >= 2 {
+		if m[ch] >= 3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -90,7 +109,13 @@ func notice(e *env, key string, rounds int) (map[string]sample, error) {
 	for i := range noticeWarm + rounds {
 		for _, kind := range noticeKinds {
 			name := fmt.Sprintf("%s:%d", strings.ToLower(kind), i)
-			d, err := noticeRound(ctx, holder, other, kind, name)
+			var d time.Duration
+			var err error
+			if kind == noticeXproc {
+				d, err = noticeRoundChild(ctx, k, other, fmt.Sprintf("xproc-mutex:%d", i))
+			} else {
+				d, err = noticeRound(ctx, holder, other, kind, name)
+			}
 			if err != nil {
 				var bad *noticeBad
 				if !errors.As(err, &bad) {
@@ -166,6 +191,91 @@ func noticeRound(ctx context.Context, holder, other *dsync.Client, kind, name st
 		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell did not name the holder %q: told %+v", owner, told)}
 	}
 	return at.Sub(start), nil
+}
+
+// noticeRoundChild: the child takes a Mutex called name, other forces
+// its release with ForceUnlockTell; the time from the start of that call
+// to the child's lock context being cancelled, by the child's wall clock.
+func noticeRoundChild(ctx context.Context, k *child, other *dsync.Client, name string) (time.Duration, error) {
+	if err := k.send("hold " + name); err != nil {
+		return 0, err
+	}
+	owner, err := k.expect("held ")
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	refs, told, err := other.ForceUnlockTell(ctx, name)
+	l, rerr := k.recv() // the child's end, or its timeout
+	if rerr != nil {
+		return 0, rerr
+	}
+	if err != nil {
+		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell: %v", err)}
+	}
+	if len(refs) == 0 {
+		return 0, &noticeBad{"ForceUnlockTell released nothing"}
+	}
+	// "ended <UnixNano> <whether the cause is the notice's> <cause>"
+	f := strings.SplitN(l, " ", 4)
+	if len(f) != 4 || f[0] != "ended" {
+		return 0, &noticeBad{fmt.Sprintf("the child: %s", l)}
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("notice: the child said %q: %w", l, err)
+	}
+	if f[2] != "true" {
+		return 0, &noticeBad{fmt.Sprintf("not the notice's cause (other process): %s", f[3])}
+	}
+	if len(told) != 1 || told[0].Owner != owner {
+		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell did not name the holder %q: told %+v", owner, told)}
+	}
+	return time.Unix(0, ns).Sub(start), nil
+}
+
+// childNotice is the notice scenario's other process: for each line
+// "hold <name>" it takes a Mutex called name (default lease) through its
+// own Client (key prefix prefix), prints "held <owner>", and when its lock
+// context ends, "ended <wall-clock UnixNano, by context.AfterFunc>
+// <whether the cause is the notice's> <cause>", or "timeout" after 5 s.
+func childNotice(addr, prefix string) error {
+	rc, err := newRueidis(addr, new(atomic.Int64))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	c, err := dsync.NewClient(rc, dsync.WithKeyPrefix(prefix), dsync.WithClientName("notice-child"), quiet())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		name, ok := strings.CutPrefix(in.Text(), "hold ")
+		if !ok {
+			return nil
+		}
+		lctx, err := c.NewMutex(name).LockContext(ctx)
+		if err != nil {
+			return err
+		}
+		owner, _ := dsync.OwnerOf(lctx)
+		ended := make(chan time.Time, 1)
+		context.AfterFunc(lctx, func() { ended <- time.Now() })
+		fmt.Println("held", owner)
+		select {
+		case at := <-ended:
+			cause := context.Cause(lctx)
+			notice := errors.Is(cause, dsync.ErrLockLost) && strings.Contains(cause.Error(), noticeWhy)
+			fmt.Println("ended", at.UnixNano(), notice, strings.ReplaceAll(cause.Error(), "\n", " "))
+		case <-time.After(5 * time.Second):
+			fmt.Println("timeout: the lock context was not cancelled 5 s after it was held")
+		}
+	}
+	return nil
 }
 
 // noticeTarget is the report's row for issue 26's bound, when the run

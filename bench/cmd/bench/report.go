@@ -400,7 +400,7 @@ func (r *report) markdown() string {
 		{head: "client CPU us/acq", metric: "client_cpu_us_acq", format: "%.0f"}, {head: "Redis CPU us/acq", metric: "redis_cpu_us_acq", format: "%.0f"},
 		{head: "stalls", metric: "stalls", format: "%.0f"},
 	})
-	r.table(&b, fmt.Sprintf("forced-release notice: ForceUnlockTell start -> the holder's lock context cancelled, default lease, another Client (%d rounds per kind and repeat; p50/p99 medians over repeats, max and rounds over all)", st.NoticeRounds), "notice", []col{
+	r.table(&b, fmt.Sprintf("forced-release notice: ForceUnlockTell start -> the holder's lock context cancelled, default lease, the holder another Client of this process or of a child process (%d rounds per kind and repeat; p50/p99 medians over repeats, max and rounds over all)", st.NoticeRounds), "notice", []col{
 		{head: "rounds", metric: "rounds", format: "%.0f"}, {head: "p50 ms", metric: "p50_ms", format: "%.2f"},
 		{head: "p99 ms", metric: "p99_ms", format: "%.2f"}, {head: "max ms", metric: "max_ms", format: "%.2f"},
 		{head: "errors", metric: "errors", format: "%.0f"},
