@@ -186,7 +186,8 @@ func childForced(c *dsync.Client, _ rueidis.Client, _ string) int {
 // when the child's line arrived). Issue 26's figure, 100 ms, is the
 // bench's target instead:
 // `cd bench && GOWORK=off go run ./cmd/bench -scenarios notice`, target
-// row "forced-release notice p99 <= 100 ms (issue 26)" (bench/README.md).
+// row "forced-release notice p99 <= 100 ms (issue 26)", whose row
+// "Mutex (other process)" measures this path (bench/README.md).
 func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 	c := newClient(t)
 	prefix := prefixOf(t, c)
