@@ -174,10 +174,9 @@ func childForced(c *dsync.Client, _ rueidis.Client, _ string) int {
 
 // Across processes: a child holds each primitive with the default lease;
 // this process forces the release; the child's lock context ends by the
-// notice (its cause is the forced release's, not a renewal's), after the
-// forced release began and before the hold's next renewal was due
-// (DefaultLease/3 = 10 s after it was taken, so at the latest 10 s after
-// the forced release began), and ForceUnlockTell names the child's holder.
+// notice (its cause is the forced release's, not a renewal's, whose next
+// round is 10 s away), after the forced release began and within the
+// test's 5 s wait, and ForceUnlockTell names the child's holder.
 // The time is the child's: the wall-clock time its lock context ended
 // (context.AfterFunc) less this process's wall-clock start of the forced
 // release (one machine, one clock). It is logged, not held to forceBound:
@@ -238,17 +237,16 @@ func TestForceUnlockTellsHolderInAnotherProcess(t *testing.T) {
 				assert.Contains(t, rest, fmt.Sprintf("%q", name), "the cause names the lock")
 				assert.Contains(t, rest, "force-unlocked", "the cause says why")
 				assert.Contains(t, rest, forcedWhy, "the child learnt it from the forced release's notice, not a renewal: %s", l)
-				// The mechanism, not the wall time: the lock context ended
-				// after the forced release began and before the next
-				// renewal was due, so the notice ended it (as the cause
-				// above says). Measuring in the child leaves out the pipe,
+				// The mechanism, not the wall time: the cause above says
+				// the notice ended the lock context; it ended after the
+				// forced release began, and its line came within the 5 s
+				// wait below (the next renewal is 10 s away). Measuring in the child leaves out the pipe,
 				// but not the load: with two busy loops (2 vCPUs, 120
 				// rounds, 2026-12-06 17:13 UTC) the pipe added 0.5 ms at
 				// the median and 7.9 ms at most, and the child's own
 				// figure was up to 26.5 ms. The 100 ms figure is the
 				// bench's (see above).
 				assert.Positive(t, took, "the child's lock context ended after the forced release began")
-				assert.Less(t, took, dsync.DefaultLease/3, "the notice, not the next renewal (lease/3), ended the child's hold")
 			case <-time.After(5 * time.Second):
 				t.Fatal("the child's lock context did not end 5 s after the forced release")
 			}
