@@ -13,6 +13,13 @@
 -- only waiters whose place has not lapsed, in queue order; a mutex's
 -- waiters are its waiting Clients, each with its goroutines that wait.
 local out = {redis.call('get', KEYS[1]) or '', redis.call('pttl', KEYS[1])}
+if ARGV[2] == 'waiting' and out[1] ~= '' then
+  -- A Mutex hold bound to a session that is gone is free (lib.lua).
+  local o, t, c, w = lock_parse(out[1])
+  if o and lock_orphaned(KEYS[1], c, w) then
+    out[1] = '- ' .. t .. ' 0'
+  end
+end
 if not KEYS[2] then
   return out
 end
