@@ -54,6 +54,15 @@
 // Mutex may meanwhile still pass among that Client's goroutines for at
 // most lease/30.
 //
+// Off a Cluster, a Mutex held for a renewal interval or more is renewed
+// through its Client's session key, one PEXPIRE per round for all of
+// them, and its own key is written only every third round (a lease; its
+// key then outlives the session by a lease, as a backstop): the lock is
+// free once the session key is gone, as an unrenewed lease ends. So a loss
+// of the session (FLUSHALL, a pause past the lease) is learnt at the next
+// round, as above, but a lock key removed by anything other than dsync
+// (a DEL) only within three rounds, about a lease, not one.
+//
 // A wait is bounded by its context, never by a timeout argument. Ended by
 // it, a wait returns an error for which errors.Is(err, ctx.Err()) holds,
 // within tens of milliseconds of the deadline (later only behind a stalled
