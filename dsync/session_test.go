@@ -71,11 +71,17 @@ func TestSessionGoneFreesBoundHolds(t *testing.T) {
 	_, ok, err := b.NewMutex("m").TryLockContext(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "taken while its session lives")
+	// Inspect shows the session's lease, not the backstop.
+	st, err := b.Inspect(ctx, "m")
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.Len(t, st[0].Holders, 1)
+	assert.LessOrEqual(t, st[0].Holders[0].Lease, sessionLease, "the holder's lease Inspect shows")
 	require.NoError(t, lctx.Err())
 
 	// The session key goes (as when A is paused past its lease).
 	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(sess).Build()).Error())
-	st, err := b.Inspect(ctx, "m")
+	st, err = b.Inspect(ctx, "m")
 	require.NoError(t, err)
 	require.Len(t, st, 1)
 	assert.Empty(t, st[0].Holders, "Inspect of a hold bound to a gone session: %+v", st[0])
