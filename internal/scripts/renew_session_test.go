@@ -129,3 +129,23 @@ func TestMutexRenewSession(t *testing.T) {
 		})
 	}
 }
+
+// TestMutexHandoffUnbinds: a handoff through Redis to another owner of the
+// Client drops the value's binding to the session (the new hold binds at
+// its own first renewal) and keeps the waiter's mark last; the new hold's
+// TTL is its lease, not the backstop.
+func TestMutexHandoffUnbinds(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	key, ch := "p:{h}:mutex", "p:{h}:mutex:ch"
+	require.NoError(t, rc.Do(ctx, rc.B().Set().Key("p:s:42").Value("1").PxMilliseconds(5000).Build()).Error())
+	require.NoError(t, rc.Do(ctx, rc.B().Set().Key(key).Value("B 100 1 s42 w").PxMilliseconds(600000).Build()).Error())
+	r := ints(t, scripts.MutexHandoff.Exec(ctx, rc, []string{key, ch}, []string{"B", "100", "C", "5000", "-1", "60000", "1"}))
+	require.Equal(t, int64(1), r[0], "handoff = %v", r)
+	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+	require.NoError(t, err)
+	require.Equal(t, "C "+strconv.FormatInt(r[1], 10)+" 1 w", v)
+	pttl := num(t, rc.Do(ctx, rc.B().Pttl().Key(key).Build()))
+	require.LessOrEqual(t, pttl, int64(5000))
+}
