@@ -56,12 +56,12 @@
 //
 // Off a Cluster, a Mutex held for a renewal interval or more is renewed
 // through its Client's session key, one PEXPIRE per round for all of
-// them, and its own key is written only every third round (a lease; its
-// key then outlives the session by a lease, as a backstop): the lock is
+// them, and its own key is written only every fourth round (its key then
+// outlives the session by two thirds of a lease, a backstop): the lock is
 // free once the session key is gone, as an unrenewed lease ends. So a loss
 // of the session (FLUSHALL, a pause past the lease) is learnt at the next
 // round, as above, but a lock key removed by anything other than dsync
-// (a DEL) only within three rounds, about a lease, not one.
+// (a DEL) only within four rounds, 4/3 of a lease, not one.
 //
 // A wait is bounded by its context, never by a timeout argument. Ended by
 // it, a wait returns an error for which errors.Is(err, ctx.Err()) holds,

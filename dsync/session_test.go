@@ -19,7 +19,7 @@ import (
 // gone, and each safety condition of doc.go's paragraph on it holds.
 
 // sessionLease is the tests' lease: rounds every 200 ms, a bound hold's
-// own key written every 600 ms.
+// own key written every 800 ms.
 const sessionLease = 600 * time.Millisecond
 
 var boundTo = regexp.MustCompile(` s([0-9]+)`)
@@ -111,9 +111,9 @@ func TestSessionGoneFreesBoundHolds(t *testing.T) {
 }
 
 // A bound hold whose key is removed behind dsync's back (a DEL: not a
-// forced release, which is published) is lost within three rounds (its
-// key is written every third round), with a renewal's cause.
-func TestSessionBoundKeyDeletedLostWithinThreeRounds(t *testing.T) {
+// forced release, which is published) is lost within four rounds (its
+// key is written every fourth round), with a renewal's cause.
+func TestSessionBoundKeyDeletedLostWithinFourRounds(t *testing.T) {
 	prefix := testPrefix(t)
 	rc := newRueidis(t)
 	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
@@ -165,16 +165,16 @@ func TestSessionReentryThroughAnotherClient(t *testing.T) {
 	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(key).Build()).AsInt64()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, sessionLease.Milliseconds(), "the TTL after the re-entry")
-	// Both hold across rounds of both Clients (more than three of A's:
+	// Both hold across rounds of both Clients (more than four of A's:
 	// one writes A's hold and finds it shared).
-	for range 4 {
+	for range 5 {
 		require.True(t, dsync.RenewRound(a))
 		require.True(t, dsync.RenewRound(b))
 	}
 	require.NoError(t, la.Err())
 	require.NoError(t, lb.Err())
 	require.NoError(t, b.NewMutex("m").UnlockContext(lb))
-	// A alone holds it now: across more than three rounds, while another
+	// A alone holds it now: across more than four rounds, while another
 	// Client tries to take it (it must not: nothing expired).
 	var taken atomic.Bool
 	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
@@ -201,7 +201,7 @@ func TestSessionBoundWaiterWoken(t *testing.T) {
 	// A lease long enough that a fallback poll (lease/3) cannot be what
 	// wakes the waiter within the test.
 	lease := 30 * time.Second
-	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease), dsync.WithSessionEvery(3))
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	var polled atomic.Int64
 	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease),
 		dsync.WithFallbackPolled(func(string, time.Duration) { polled.Add(1) }))
