@@ -109,20 +109,20 @@ func (r *renewer) round() bool {
 		failure error
 		wg      sync.WaitGroup
 	)
+	due := holds
 	if c.sessionsOn() {
 		// The session first (its PEXPIRE renews the bound holds); then
 		// the holds due this round: all but the bound ones not of this
-		// round's phase.
+		// round's phase. (Every hold's tag is renewed, below.)
 		failed, failure = r.renewSession(time.Now(), holds)
-		due := holds[:0]
+		due = make([]*hold, 0, len(holds))
 		for _, h := range holds {
 			if !sessionHold(h) || r.sessionDue(h) {
 				due = append(due, h)
 			}
 		}
-		holds = due
 	}
-	calls := r.calls(holds, terms)
+	calls := r.calls(due, terms)
 	for len(calls) > 0 {
 		n, size := 0, 0
 		for n < len(calls) && (n == 0 || size+len(calls[n].holds) <= c.cfg.test.renewChunk) {

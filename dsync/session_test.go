@@ -2,7 +2,9 @@ package dsync_test
 
 import (
 	"context"
+	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -229,4 +231,39 @@ func TestSessionBoundWaiterWoken(t *testing.T) {
 		t.Fatal("the waiter was not woken by the release")
 	}
 	assert.Zero(t, polled.Load(), "woken by its fallback poll, not the release's message")
+}
+
+// The tag of a bound hold (Observer.HoldTag) is renewed every round, as
+// every hold's: it lives one lease from its last write, and a bound
+// hold's own key is written only every fourth round. Polled over three
+// leases: the holder's tag is never missing or expired.
+func TestSessionBoundHoldKeepsItsTag(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	obs := dsync.Observer{HoldTag: func(context.Context, dsync.AcquireDone) string { return "tag-x" }}
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease), dsync.WithObserver(obs))
+	ctx := ctxT(t)
+	lctx, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	owner, _ := dsync.OwnerOf(lctx)
+	key := prefix + ":{m}:mutex"
+	sessionOf(t, rc, prefix, key)
+	checks := 0
+	for end := time.Now().Add(3 * sessionLease); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		f, err := rc.Do(ctx, rc.B().Hget().Key(key+":tags").Field(owner).Build()).ToString()
+		require.NoError(t, err, "the holder's tag is gone")
+		e, _, _ := strings.Cut(f, " ")
+		exp, err := strconv.ParseInt(e, 10, 64)
+		require.NoError(t, err, "tag field %q", f)
+		tm, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
+		require.NoError(t, err)
+		sec, err1 := strconv.ParseInt(tm[0], 10, 64)
+		us, err2 := strconv.ParseInt(tm[1], 10, 64)
+		require.NoError(t, errors.Join(err1, err2))
+		now := sec*1000 + us/1000 // server ms, as the tag's expiry
+		require.Greater(t, exp, now, "the holder's tag %q expired (server ms %d)", f, now)
+		checks++
+	}
+	require.Positive(t, checks)
+	require.NoError(t, lctx.Err())
 }
