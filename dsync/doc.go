@@ -50,18 +50,10 @@
 // the middle of an action, nor when Redis loses data (FLUSHALL, a restart
 // without persistence, a failover to a stale replica): another Client can
 // acquire at once, and the old holds end with ErrLockLost only at their
-// Client's next contact with Redis (a renewal, within about lease/3); a
+// Client's next contact with Redis (a renewal, within about lease/3; 4/3
+// lease for a deleted Mutex key: docs/design.md); a
 // Mutex may meanwhile still pass among that Client's goroutines for at
 // most lease/30.
-//
-// Off a Cluster, a Mutex held for a renewal interval or more is renewed
-// through its Client's session key, one PEXPIRE per round for all of
-// them, and its own key is written only every fourth round (its key then
-// outlives the session by two thirds of a lease, a backstop): the lock is
-// free once the session key is gone, as an unrenewed lease ends. So a loss
-// of the session (FLUSHALL, a pause past the lease) is learnt at the next
-// round, as above, but a lock key removed by anything other than dsync
-// (a DEL) only within four rounds, 4/3 of a lease, not one.
 //
 // A wait is bounded by its context, never by a timeout argument. Ended by
 // it, a wait returns an error for which errors.Is(err, ctx.Err()) holds,
