@@ -153,6 +153,15 @@ func groupOutcomes(t *testing.T, rc rueidis.Client, prefix string) (map[string]i
 func requireNoGroupKeys(t *testing.T, rc rueidis.Client, prefix string, within time.Duration) {
 	t.Helper()
 	var left []string
+	defer func() {
+		if t.Failed() {
+			for _, k := range left {
+				v, _ := rc.Do(context.Background(), rc.B().Dump().Key(k).Build()).ToString()
+				ttl, _ := rc.Do(context.Background(), rc.B().Pttl().Key(k).Build()).AsInt64()
+				t.Logf("left: %q (pttl %d ms) %q", k, ttl, v)
+			}
+		}
+	}()
 	waitFor(t, within, "the Group's keys to go", func() bool {
 		var err error
 		left, err = rc.Do(context.Background(), rc.B().Keys().Pattern(prefix+":{*").Build()).AsStrSlice()
