@@ -172,11 +172,8 @@ func noticeRound(ctx context.Context, holder, other *dsync.Client, kind, name st
 	context.AfterFunc(lctx, func() { ended <- time.Now() })
 	start := time.Now()
 	refs, told, err := other.ForceUnlockTell(ctx, name)
-	if err != nil {
-		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell: %v", err)}
-	}
-	if len(refs) == 0 {
-		return 0, &noticeBad{"ForceUnlockTell released nothing"}
+	if err := forcedHolder(refs, told, err, owner); err != nil {
+		return 0, err
 	}
 	var at time.Time
 	select {
@@ -187,10 +184,21 @@ func noticeRound(ctx context.Context, holder, other *dsync.Client, kind, name st
 	if cause := context.Cause(lctx); !errors.Is(cause, dsync.ErrLockLost) || !strings.Contains(cause.Error(), noticeWhy) {
 		return 0, &noticeBad{fmt.Sprintf("not the notice's cause: %v", cause)}
 	}
-	if len(told) != 1 || told[0].Owner != owner {
-		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell did not name the holder %q: told %+v", owner, told)}
-	}
 	return at.Sub(start), nil
+}
+
+// forcedHolder checks a round's ForceUnlockTell: it succeeded, released
+// the lock and told exactly its holder, owner.
+func forcedHolder(refs []dsync.LockRef, told []dsync.ToldHolder, err error, owner string) error {
+	switch {
+	case err != nil:
+		return &noticeBad{fmt.Sprintf("ForceUnlockTell: %v", err)}
+	case len(refs) == 0:
+		return &noticeBad{"ForceUnlockTell released nothing"}
+	case len(told) != 1 || told[0].Owner != owner:
+		return &noticeBad{fmt.Sprintf("ForceUnlockTell did not name the holder %q: told %+v", owner, told)}
+	}
+	return nil
 }
 
 // noticeRoundChild: the child takes a Mutex called name, other forces
@@ -210,11 +218,8 @@ func noticeRoundChild(ctx context.Context, k *child, other *dsync.Client, name s
 	if rerr != nil {
 		return 0, rerr
 	}
-	if err != nil {
-		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell: %v", err)}
-	}
-	if len(refs) == 0 {
-		return 0, &noticeBad{"ForceUnlockTell released nothing"}
+	if err := forcedHolder(refs, told, err, owner); err != nil {
+		return 0, err
 	}
 	// "ended <UnixNano> <whether the cause is the notice's> <cause>"
 	f := strings.SplitN(l, " ", 4)
@@ -227,9 +232,6 @@ func noticeRoundChild(ctx context.Context, k *child, other *dsync.Client, name s
 	}
 	if f[2] != "true" {
 		return 0, &noticeBad{fmt.Sprintf("not the notice's cause (other process): %s", f[3])}
-	}
-	if len(told) != 1 || told[0].Owner != owner {
-		return 0, &noticeBad{fmt.Sprintf("ForceUnlockTell did not name the holder %q: told %+v", owner, told)}
 	}
 	return time.Unix(0, ns).Sub(start), nil
 }
