@@ -95,3 +95,23 @@ func LocalWaitersIdle(c *Client) bool {
 	defer c.waits.mu.Unlock()
 	return !c.waits.running
 }
+
+// WithSessionEvery sets how many renewal rounds apart a hold bound to the
+// Client's renewal session is written (testHooks.sessionEvery); 0: the
+// Client keeps no session and renews every hold every round.
+func WithSessionEvery(n int) Option {
+	return func(c *config) { c.test.sessionEvery = n }
+}
+
+// RenewRound runs a renewal round of c at once, on its renewal loop, and
+// returns when it is done (false: c is closed).
+func RenewRound(c *Client) bool {
+	done := make(chan struct{})
+	select {
+	case c.renew.now <- done:
+	case <-c.done:
+		return false
+	}
+	<-done
+	return true
+}

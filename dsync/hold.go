@@ -77,6 +77,10 @@ type hold struct {
 	// handed out; kept: the lock stayed in this Client at the hold's end,
 	// handed by a script to a waiter of its own (see tagger.ended).
 	releasing, gone, expiring, used1, kept bool
+	// bound: the last renewal found the hold bound to the Client's
+	// renewal session (session.go); the renewal loop's goroutine alone
+	// touches it (not mu).
+	bound bool
 	// The cancels of the hold's lock contexts, one per acquisition:
 	// cancel1 the outermost's (nil when none is left), more the
 	// re-entries', innermost last (made at the first re-entry; never

@@ -253,9 +253,10 @@ func parseLockState(r rueidis.RedisResult) (st LockState, ok bool, err error) {
 		return st, len(st.Waiters) > 0, nil
 	}
 	f := strings.Fields(v)
-	if len(f) == 4 || len(f) == 5 {
-		// A Mutex's mark that a waiter was told to wait, or the wait a
-		// FairMutex was granted to and the token before.
+	if len(f) >= 4 && len(f) <= 6 {
+		// A Mutex's flags (a reserved block " b", its binding to its
+		// Client's renewal session " s<sid>", a waiter's mark " w"), or
+		// the wait a FairMutex was granted to and the token before.
 		f = f[:3]
 	}
 	if len(f) != 3 {

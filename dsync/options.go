@@ -45,6 +45,9 @@ type testHooks struct {
 	// renewChunk the holds of one pipeline of a renewal round (see
 	// defaultRenewBatch, defaultRenewChunk).
 	renewBatch, renewChunk int
+	// sessionEvery is how many rounds apart a hold bound to the Client's
+	// renewal session is written (defaultSessionEvery); 0: no session.
+	sessionEvery int
 	// waitGroupObserved, when set, is called when a Wait has observed its
 	// generation (the counter above zero).
 	waitGroupObserved func()
@@ -73,7 +76,7 @@ func defaultConfig() config {
 		lease:    DefaultLease,
 		logger:   nil, // slog.Default() at NewClient: see WithLogger
 		handoffs: DefaultMaxLocalHandoffs,
-		test:     testHooks{renewBatch: defaultRenewBatch, renewChunk: defaultRenewChunk},
+		test:     testHooks{renewBatch: defaultRenewBatch, renewChunk: defaultRenewChunk, sessionEvery: defaultSessionEvery},
 	}
 }
 

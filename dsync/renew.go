@@ -34,12 +34,19 @@ type renewer struct {
 	// checks are holds to check in Redis now (see Client.forced), on the
 	// loop's goroutine, which alone touches a hold's renewTag.
 	checks chan holdCheck
+	// now runs a round at once (tests: RenewRound), closing the channel
+	// it sends when the round is done.
+	now chan chan struct{}
 	// lastFail is set while renewal rounds fail (nil after one that
 	// succeeds), for the cause of a hold lost meanwhile (expiredCause).
 	lastFail atomic.Pointer[renewFail]
+	// sess is the Client's renewal session (session.go).
+	sess session
 }
 
-func newRenewer(c *Client) *renewer { return &renewer{c: c, checks: make(chan holdCheck)} }
+func newRenewer(c *Client) *renewer {
+	return &renewer{c: c, checks: make(chan holdCheck), now: make(chan chan struct{})}
+}
 
 func (r *renewer) loop() {
 	c := r.c
@@ -54,6 +61,10 @@ func (r *renewer) loop() {
 		case hc := <-r.checks:
 			r.check(hc.holds, hc.why)
 			close(hc.done)
+			continue
+		case done := <-r.now:
+			r.round()
+			close(done)
 			continue
 		case <-t.C:
 		}
@@ -92,13 +103,26 @@ func (r *renewer) round() bool {
 		terms = append(terms, h)
 	}
 	c.mu.Unlock()
-	calls := r.calls(holds, terms)
 	var (
 		mu      sync.Mutex
 		failed  []*hold
 		failure error
 		wg      sync.WaitGroup
 	)
+	due := holds
+	if c.sessionsOn() {
+		// The session first (its PEXPIRE renews the bound holds); then
+		// the holds due this round: all but the bound ones not of this
+		// round's phase. (Every hold's tag is renewed, below.)
+		failed, failure = r.renewSession(time.Now(), holds)
+		due = make([]*hold, 0, len(holds))
+		for _, h := range holds {
+			if !sessionHold(h) || r.sessionDue(h) {
+				due = append(due, h)
+			}
+		}
+	}
+	calls := r.calls(due, terms)
 	for len(calls) > 0 {
 		n, size := 0, 0
 		for n < len(calls) && (n == 0 || size+len(calls[n].holds) <= c.cfg.test.renewChunk) {
@@ -166,8 +190,9 @@ func (r *renewer) round() bool {
 func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	c := r.c
 	type batchOf struct {
-		s    *rueidis.Lua
-		slot uint16
+		s     *rueidis.Lua
+		slot  uint16
+		bound bool // a MutexRenewSession batch of bound holds
 	}
 	var calls []renewCall
 	batches := map[batchOf]*renewCall{}
@@ -184,7 +209,7 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 		size = 1
 	}
 	lease := leaseMS(c.cfg.lease)
-	add := func(h *hold, s *rueidis.Lua, term bool, key, arg string, keys, args []string) {
+	add := func(h *hold, s *rueidis.Lua, bound, term bool, key, arg string, keys, args []string) {
 		if key == "" {
 			key = keys[0]
 		}
@@ -193,7 +218,7 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 			cmd := c.rc.B().Get().Key(key).Build()
 			slot = cmd.Slot()
 		}
-		of := batchOf{s, slot}
+		of := batchOf{s, slot, bound}
 		batch := last
 		if batch == nil || of != lastOf {
 			batch = batches[of]
@@ -203,9 +228,18 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 				calls = append(calls, *batch)
 			}
 			batch = &renewCall{s: s, term: term, holds: make([]*hold, 0, size), e: rueidis.LuaExec{
-				Keys: make([]string, 0, size),
-				Args: append(make([]string, 0, size+1), lease),
+				Keys: make([]string, 0, size+1),
+				Args: append(make([]string, 0, size+2), lease),
 			}}
+			if s == scripts.MutexRenewSession {
+				batch.session, batch.bound = true, bound
+				mode := "u"
+				if bound {
+					mode = "b"
+				}
+				batch.e.Keys = append(batch.e.Keys, r.sess.key)
+				batch.e.Args = append(batch.e.Args, r.sess.sid, mode)
+			}
 			batches[of] = batch
 		}
 		last, lastOf = batch, of
@@ -220,17 +254,21 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	}
 	for _, h := range holds {
 		if key, value, ok := h.ops.renewKey(h); ok {
-			add(h, scripts.MutexRenewMany, false, key, value, nil, nil)
+			if r.sess.sid != "" && sessionHold(h) {
+				add(h, scripts.MutexRenewSession, h.bound, false, key, value, nil, nil)
+				continue
+			}
+			add(h, scripts.MutexRenewMany, false, false, key, value, nil, nil)
 			continue
 		}
 		s, keys, args := h.ops.renewIn(h)
-		add(h, s, false, "", "", keys, args)
+		add(h, s, false, false, "", "", keys, args)
 	}
 	if len(terms) > 0 {
 		c.mu.Lock()
 		for _, h := range terms {
 			if t, ok := c.terms[h]; ok {
-				add(h, scripts.ElectionTouchMany, true, "", "", t.keys, t.args)
+				add(h, scripts.ElectionTouchMany, false, true, "", "", t.keys, t.args)
 			}
 		}
 		c.mu.Unlock()
@@ -259,7 +297,13 @@ func (r *renewer) send(calls []renewCall, why string) (failed []*hold, failure e
 	sentAt := time.Now()
 	res := r.exec(ctx, calls)
 	for i, call := range calls {
-		gone, err := res[i].AsIntSlice()
+		var gone, flipped []int64
+		var err error
+		if call.session {
+			gone, flipped, err = sessionReply(res[i])
+		} else {
+			gone, err = res[i].AsIntSlice()
+		}
 		for _, k := range gone {
 			if k < 1 || int(k) > len(call.holds) {
 				err = errors.New("dsync: unexpected reply from the renewal script")
@@ -270,7 +314,25 @@ func (r *renewer) send(calls []renewCall, why string) (failed []*hold, failure e
 				failed = append(failed, call.holds...)
 				failure = err
 			}
+			if call.session {
+				// Written again every round until a reply says it is bound
+				// (its lease clock may then follow the session).
+				for _, h := range call.holds {
+					h.bound = false
+				}
+			}
 			continue
+		}
+		if call.session {
+			// Bound as the batch believed, but for those flipped.
+			next := 0 // flipped is in order
+			for k, h := range call.holds {
+				flip := next < len(flipped) && int(flipped[next]) == k+1
+				if flip {
+					next++
+				}
+				h.bound = call.bound != flip
+			}
 		}
 		if call.term {
 			if len(gone) > 0 {
@@ -307,6 +369,10 @@ type renewCall struct {
 	e     rueidis.LuaExec
 	holds []*hold
 	term  bool
+	// session: a MutexRenewSession call, whose first key is the session
+	// key, whose reply also names the holds whose binding to the session
+	// is not bound's (a batch of holds believed bound, or not).
+	session, bound bool
 }
 
 // exec sends the calls in one pipeline as EVALSHA; the few the server did

@@ -137,3 +137,54 @@ func TestRollingUpgradeMutex(t *testing.T) {
 		}
 	}
 }
+
+// A rolling upgrade beside the renewal session: a Client of the protocol
+// before it (the Mutex's acquire and release of 2b61d0b, as in
+// TestRollingUpgradeMutex) never takes a lock bound to a live session,
+// nor one whose session is gone (it does not know bindings: it waits for
+// the key's backstop, liveness only, docs/design.md), while a Client of
+// this protocol takes the latter at once; tokens keep rising across both.
+func TestRollingUpgradeSessionBound(t *testing.T) {
+	s := redistest.Start(t)
+	acqSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_acquire.lua")
+	require.NoError(t, err)
+	relSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_release.lua")
+	require.NoError(t, err)
+	oldAcquire, oldRelease := rueidis.NewLuaScript(string(acqSrc)), rueidis.NewLuaScript(string(relSrc))
+	rc := s.Client(t)
+	ctx := ctxT(t)
+	key := "up2:{m}:mutex"
+	oldTry := func() (int64, bool) {
+		t.Helper()
+		msg, err := oldAcquire.Exec(ctx, rc, []string{key}, []string{"old/0123456789abcdef0123456789abcdef", "30000", "old/0123456789abcdef"}).ToMessage()
+		require.NoError(t, err)
+		if msg.IsInt64() {
+			tok, _ := msg.AsInt64()
+			return tok, true
+		}
+		return 0, false
+	}
+	a := newClientOn(t, s.Client(t), dsync.WithKeyPrefix("up2"), dsync.WithLease(sessionLease))
+	b := newClientOn(t, s.Client(t), dsync.WithKeyPrefix("up2"), dsync.WithLease(sessionLease))
+	la, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	ta, _ := dsync.FencingToken(la)
+	sess := sessionOf(t, rc, "up2", key)
+	_, ok := oldTry()
+	require.False(t, ok, "the old protocol took a lock bound to a live session")
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(sess).Build()).Error())
+	_, ok = oldTry()
+	require.False(t, ok, "the old protocol took a bound lock (it cannot tell its session is gone)")
+	lb, ok, err := b.NewMutex("m").TryLockContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "the new protocol takes a lock whose session is gone")
+	tb, _ := dsync.FencingToken(lb)
+	require.Greater(t, tb, uint64(ta))
+	require.NoError(t, b.NewMutex("m").UnlockContext(lb))
+	told, ok := oldTry()
+	require.True(t, ok, "the old protocol takes the lock once the new one released it")
+	require.Greater(t, uint64(told), tb, "tokens rise across the protocols")
+	code, err := oldRelease.Exec(ctx, rc, []string{key}, []string{"old/0123456789abcdef0123456789abcdef " + strconv.FormatInt(told, 10) + " "}).AsInt64()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, code)
+}

@@ -13,6 +13,21 @@
 -- only waiters whose place has not lapsed, in queue order; a mutex's
 -- waiters are its waiting Clients, each with its goroutines that wait.
 local out = {redis.call('get', KEYS[1]) or '', redis.call('pttl', KEYS[1])}
+if ARGV[2] == 'waiting' and out[1] ~= '' then
+  -- A Mutex hold bound to a session: free if the session is gone
+  -- (lib.lua), else its lease is the session's (its key's TTL is the
+  -- backstop).
+  local o, t, c, w = lock_parse(out[1])
+  local s = o and c == 1 and lock_session(KEYS[1], w)
+  if s then
+    local pttl = redis.call('pttl', s)
+    if pttl < 0 then
+      out[1] = '- ' .. t .. ' 0'
+    else
+      out[2] = pttl
+    end
+  end
+end
 if not KEYS[2] then
   return out
 end

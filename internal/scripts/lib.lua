@@ -64,3 +64,29 @@ local function lock_release_one(k, o, t, c, rest)
   end
   return nil
 end
+
+-- lock_session returns the session key a Mutex hold's value is bound to,
+-- or nil when it is not bound (rest: lock_parse's, whose flags then carry
+-- " s<sid>", before a trailing " w"): the session key of the holder's
+-- Client is "<prefix>:s:<sid>", the prefix being the lock key's up to its
+-- first ":{" (Clients bind holds only under a prefix without braces).
+local function lock_session(k, rest)
+  local sid = string.match(rest, ' s(%d+)')
+  if sid then
+    return string.sub(k, 1, string.find(k, ':{', 1, true) - 1) .. ':s:' .. sid
+  end
+  return nil
+end
+
+-- lock_orphaned reports whether the hold (c, rest: lock_parse's) of the
+-- Mutex lock k is free because it is bound to a session that is gone: its
+-- Client stopped renewing the session a whole lease ago, or lost it. A
+-- hold with a count above 1 is never bound (a re-entry through another
+-- Client unbinds it: mutex_acquire.lua).
+local function lock_orphaned(k, c, rest)
+  if c ~= 1 then
+    return false
+  end
+  local s = lock_session(k, rest)
+  return s ~= nil and redis.call('exists', s) == 0
+end

@@ -136,8 +136,26 @@ end
 local reply = nil
 if not free then
   local o, t, c, w = lock_parse(v)
+  if lock_orphaned(key, c, w) then
+    -- Bound to a session that is gone (lib.lua): free, and its token
+    -- continues the sequence.
+    o = '-'
+  end
   if o == owner and not string.find(w, 'b', 1, true) then
-    redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', lease)
+    if string.find(w, ' s', 1, true) then
+      -- Re-entered through another Client: a count above 1 is never bound
+      -- (mutex_renew_session.lua), and its TTL, the session's backstop,
+      -- is kept if longer than a lease (the binding Client writes it
+      -- only every few rounds, and renews it every round once it finds
+      -- it unbound).
+      w = string.gsub(w, ' s%d+', '')
+      redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'keepttl')
+      if redis.call('pttl', key) < tonumber(lease) then
+        redis.call('pexpire', key, lease)
+      end
+    else
+      redis.call('set', key, o .. ' ' .. t .. ' ' .. (c + 1) .. w, 'px', lease)
+    end
     reply = {2, tonumber(t)}
   elseif o ~= '-' then
     local client = ARGV[3]

@@ -55,8 +55,10 @@ end
 local _, us = server_now()
 local tok = next_token(tonumber(used), us)
 local last = tok + tonumber(ARGV[7]) - 1
--- Flags (mutex_acquire.lua): a waiter's mark stays; " b" with a block.
-w = string.gsub(w, ' b', '')
+-- Flags (mutex_acquire.lua): a waiter's mark stays; " b" with a block;
+-- a binding to the Client's session goes (the new hold binds at its own
+-- first renewal: mutex_renew_session.lua).
+w = string.gsub(string.gsub(w, ' b', ''), ' s%d+', '')
 if last > tok then
   w = ' b' .. w
 end

@@ -17,19 +17,35 @@
 -- checked as before, by its
 -- prefix "<owner> <token> " (the argument less its count): first whether
 -- it starts with the whole argument (a count of 1 and flags: a prefix
--- too), then by the prefix made.
+-- too), then by the prefix made. A hold bound to a session (a count of 1
+-- and " s<sid>" among its flags) is gone here; a hold with a count above
+-- 1 (re-entered through another Client) keeps a TTL longer than the lease.
 --
 -- KEYS[i] lock key of hold i
 -- ARGV[1] lease in ms, ARGV[i+1] "<owner> <token> 1" of hold i
 -- Reply: an array of the numbers (from 1) of the holds gone; every other
 -- hold was renewed.
 local now = server_now()
-local at = fmt(now + tonumber(ARGV[1]))
+local lease = tonumber(ARGV[1])
+local at = fmt(now + lease)
 local keys, argv, call, find = KEYS, ARGV, redis.call, string.find
 local vs, gone = call('mget', unpack(keys)), {}
 for i = 1, #keys do
   local v, a = vs[i], argv[i + 1]
-  if v == a or v and (find(v, a, 1, true) == 1 or find(v, string.sub(a, 1, -2), 1, true) == 1) then
+  local ok = v == a or v and (find(v, a, 1, true) == 1 or find(v, string.sub(a, 1, -2), 1, true) == 1)
+  local one = v == a or ok and find(v, a .. ' ', 1, true) == 1 -- a count of 1
+  if ok and one and v ~= a and find(v, ' s', #a, true) then
+    -- Bound to a session of the Client's (mutex_renew_session.lua) with
+    -- a count of 1: a Client renews such a hold through its session,
+    -- and asks this script only when it has none any more: the session
+    -- it was bound to is gone, and the hold with it (lib.lua's
+    -- lock_orphaned).
+    ok = false
+  end
+  if ok and not one and call('pttl', keys[i]) >= lease then
+    -- A count above 1 (shared by Clients): its TTL is never lowered (see
+    -- mutex_renew_session.lua).
+  elseif ok then
     call('pexpireat', keys[i], at)
   else
     gone[#gone + 1] = i

@@ -16,9 +16,11 @@ import (
 // MutexRenew renews given their prefix "<owner> <token> ": the hold is
 // renewed if and only if its value starts with that prefix, whatever the
 // count and flags (the common value, compared whole, and every other one),
-// and every other value (another owner or token, one whose digits extend
-// the token or the count's, a free marker, another layout, no key) is left
-// with its TTL and reported gone, all in one call.
+// but for a hold bound to a session with a count of 1 (its Client renews
+// it through the session); a count above 1 keeps a TTL longer than the
+// lease; every other value (another owner or token, one whose digits
+// extend the token or the count's, a free marker, another layout, no key)
+// is left with its TTL and reported gone, all in one call.
 func TestMutexRenewManyAsRenew(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
@@ -46,6 +48,9 @@ func TestMutexRenewManyAsRenew(t *testing.T) {
 		{"our free marker", "- 100 0", "A 100 "},
 		{"another layout", "x", "A 100 "},
 		{"prefix only", "A 100 ", "A 100 "},
+		{"bound to a session", "A 100 1 s42", "A 100 "},
+		{"bound, block and waiter", "A 131 1 b s42 w", "A 131 "},
+		{"bound, re-entered by an old Client", "A 100 2 s42", "A 100 "},
 		{"gone", "", "A 100 "},
 	}
 	const leaseMS, ttlMS = 5000, 600000
@@ -85,7 +90,7 @@ func TestMutexRenewManyAsRenew(t *testing.T) {
 			renewed++
 		}
 	}
-	require.Equal(t, 10, renewed, "holds MutexRenew renews")
+	require.Equal(t, 11, renewed, "holds MutexRenew renews")
 	// All in one MutexRenewMany call, each hold as "<owner> <token> 1".
 	keys := make([]string, len(cases))
 	args := []string{strconv.Itoa(leaseMS)}

@@ -20,6 +20,9 @@ var (
 	// MutexRenewMany is MutexRenew for many keys at once (of one slot, in
 	// a cluster).
 	MutexRenewMany = script("mutex_renew_many.lua")
+	// MutexRenewSession is MutexRenewMany for a Client that keeps a
+	// renewal session: it binds holds to the session (off a cluster).
+	MutexRenewSession = script("mutex_renew_session.lua")
 	// MutexReleaseMany is MutexRelease for many known holds at once (of
 	// one slot, in a cluster): Client.Close's release.
 	MutexReleaseMany = script("mutex_release_many.lua")

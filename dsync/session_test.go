@@ -1,0 +1,269 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync/dsync/dsync"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The renewal session (session.go): a Mutex held for a renewal interval is
+// bound to its Client's session key, the lock is free once that key is
+// gone, and each safety condition of doc.go's paragraph on it holds.
+
+// sessionLease is the tests' lease: rounds every 200 ms, a bound hold's
+// own key written every 800 ms.
+const sessionLease = 600 * time.Millisecond
+
+var boundTo = regexp.MustCompile(` s([0-9]+)`)
+
+// sessionOf waits until the Mutex key's value is bound to a session and
+// returns the session's key.
+func sessionOf(t *testing.T, rc rueidis.Client, prefix, key string) string {
+	t.Helper()
+	var sid string
+	waitFor(t, 10*time.Second, "the hold bound to its Client's session", func() bool {
+		v, _ := rc.Do(context.Background(), rc.B().Get().Key(key).Build()).ToString()
+		if m := boundTo.FindStringSubmatch(v); m != nil {
+			sid = m[1]
+			return true
+		}
+		return false
+	})
+	return prefix + ":s:" + sid
+}
+
+func exists(t *testing.T, rc rueidis.Client, key string) bool {
+	t.Helper()
+	n, err := rc.Do(context.Background(), rc.B().Exists().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	return n == 1
+}
+
+// A bound hold whose session key is gone is free: another Client takes it
+// at once, with a larger token; Inspect reports it free before that; its
+// holder learns at its next round that its session is gone (the cause
+// says so), and its next hold binds to a new session, never the old one.
+func TestSessionGoneFreesBoundHolds(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	ctx := ctxT(t)
+	lctx, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	tok, _ := dsync.FencingToken(lctx)
+	sess := sessionOf(t, rc, prefix, prefix+":{m}:mutex")
+	require.True(t, exists(t, rc, sess), "the session key %s", sess)
+
+	// While the session lives the lock is held; its own key's TTL is the
+	// backstop, two leases.
+	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(prefix+":{m}:mutex").Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, sessionLease.Milliseconds(), "the bound key's TTL")
+	_, ok, err := b.NewMutex("m").TryLockContext(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "taken while its session lives")
+	// Inspect shows the session's lease, not the backstop.
+	st, err := b.Inspect(ctx, "m")
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.Len(t, st[0].Holders, 1)
+	assert.LessOrEqual(t, st[0].Holders[0].Lease, sessionLease, "the holder's lease Inspect shows")
+	require.NoError(t, lctx.Err())
+
+	// The session key goes (as when A is paused past its lease).
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(sess).Build()).Error())
+	st, err = b.Inspect(ctx, "m")
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	assert.Empty(t, st[0].Holders, "Inspect of a hold bound to a gone session: %+v", st[0])
+	assert.Equal(t, tok, st[0].LastToken)
+	lb, ok, err := b.NewMutex("m").TryLockContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "a hold bound to a gone session is free")
+	tb, _ := dsync.FencingToken(lb)
+	assert.Greater(t, tb, tok, "the token continues")
+
+	// A learns at its next round (lease/3), by its session.
+	select {
+	case <-lctx.Done():
+		assert.ErrorIs(t, context.Cause(lctx), dsync.ErrLockLost)
+		assert.ErrorContains(t, context.Cause(lctx), "renewal session was found gone")
+	case <-time.After(5 * sessionLease):
+		t.Fatal("A's hold outlived its session by 5 leases")
+	}
+
+	// A new session, never the old one again.
+	l2, err := a.NewMutex("m2").LockContext(ctx)
+	require.NoError(t, err)
+	sess2 := sessionOf(t, rc, prefix, prefix+":{m2}:mutex")
+	assert.NotEqual(t, sess, sess2)
+	assert.False(t, exists(t, rc, sess), "the old session key was made again")
+	require.NoError(t, l2.Err())
+}
+
+// A bound hold whose key is removed behind dsync's back (a DEL: not a
+// forced release, which is published) is lost within four rounds (its
+// key is written every fourth round), with a renewal's cause.
+func TestSessionBoundKeyDeletedLostWithinFourRounds(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	ctx := ctxT(t)
+	lctx, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	key := prefix + ":{m}:mutex"
+	sess := sessionOf(t, rc, prefix, key)
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(key).Build()).Error())
+	deleted := time.Now()
+	select {
+	case <-lctx.Done():
+		took := time.Since(deleted)
+		t.Logf("lost %v after the DEL", took)
+		assert.ErrorContains(t, context.Cause(lctx), "a renewal found it gone")
+		// Its session lives on: the loss is the key's own check.
+		assert.True(t, exists(t, rc, sess))
+	case <-time.After(10 * sessionLease):
+		t.Fatal("the hold outlived its key by 10 leases")
+	}
+}
+
+// A bound hold re-entered through another Client (the same owner) is
+// shared: the re-entry unbinds it and never lowers its TTL; the first
+// Client finds out at its next write and renews it every round; when the
+// other Client releases, the first keeps the lock across more than three
+// rounds (nothing expired), binds it again, and its release frees it.
+func TestSessionReentryThroughAnotherClient(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	ctx := dsync.WithOwner(ctxT(t))
+	owner, _ := dsync.OwnerOf(ctx)
+	key := prefix + ":{m}:mutex"
+	la, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	sessionOf(t, rc, prefix, key)
+	lb, err := b.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(v, owner+" "), v)
+	assert.Contains(t, v, " 2", "re-entered: %q", v)
+	assert.NotRegexp(t, boundTo, v, "a count above 1 is never bound")
+	// The re-entry kept the backstop (A may not know yet that the hold is
+	// shared): a TTL above the lease.
+	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, sessionLease.Milliseconds(), "the TTL after the re-entry")
+	// Both hold across rounds of both Clients (more than four of A's:
+	// one writes A's hold and finds it shared).
+	for range 5 {
+		require.True(t, dsync.RenewRound(a))
+		require.True(t, dsync.RenewRound(b))
+	}
+	require.NoError(t, la.Err())
+	require.NoError(t, lb.Err())
+	require.NoError(t, b.NewMutex("m").UnlockContext(lb))
+	// A alone holds it now: across more than four rounds, while another
+	// Client tries to take it (it must not: nothing expired).
+	var taken atomic.Bool
+	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if _, ok, err := c.NewMutex("m").TryLockContext(context.Background()); err == nil && ok {
+			taken.Store(true)
+			break
+		}
+	}
+	require.False(t, taken.Load(), "another Client took the lock A still held")
+	require.NoError(t, la.Err())
+	sessionOf(t, rc, prefix, key) // bound again
+	require.NoError(t, a.NewMutex("m").UnlockContext(la))
+	_, ok, err := c.NewMutex("m").TryLockContext(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok, "free after the last release")
+}
+
+// A waiter of another Client marks a bound value " w" (after the
+// binding): the holder's release publishes the wakeup, and the waiter is
+// woken by it, not by its fallback poll.
+func TestSessionBoundWaiterWoken(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	// A lease long enough that a fallback poll (lease/3) cannot be what
+	// wakes the waiter within the test.
+	lease := 30 * time.Second
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	var polled atomic.Int64
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(lease),
+		dsync.WithFallbackPolled(func(string, time.Duration) { polled.Add(1) }))
+	ctx := ctxT(t)
+	key := prefix + ":{m}:mutex"
+	la, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	// Bind it now (a round is lease/3 away).
+	require.True(t, dsync.RenewRound(a))
+	sessionOf(t, rc, prefix, key)
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.NewMutex("m").LockContext(ctx)
+		got <- err
+	}()
+	waitFor(t, 10*time.Second, "the waiter's mark", func() bool {
+		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		return strings.HasSuffix(v, " w") && boundTo.MatchString(v)
+	})
+	require.NoError(t, a.NewMutex("m").UnlockContext(la))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+	assert.Zero(t, polled.Load(), "woken by its fallback poll, not the release's message")
+}
+
+// The tag of a bound hold (Observer.HoldTag) is renewed every round, as
+// every hold's: it lives one lease from its last write, and a bound
+// hold's own key is written only every fourth round. Polled over three
+// leases: the holder's tag is never missing or expired.
+func TestSessionBoundHoldKeepsItsTag(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	obs := dsync.Observer{HoldTag: func(context.Context, dsync.AcquireDone) string { return "tag-x" }}
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease), dsync.WithObserver(obs))
+	ctx := ctxT(t)
+	lctx, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	owner, _ := dsync.OwnerOf(lctx)
+	key := prefix + ":{m}:mutex"
+	sessionOf(t, rc, prefix, key)
+	checks := 0
+	for end := time.Now().Add(3 * sessionLease); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		f, err := rc.Do(ctx, rc.B().Hget().Key(key+":tags").Field(owner).Build()).ToString()
+		require.NoError(t, err, "the holder's tag is gone")
+		e, _, _ := strings.Cut(f, " ")
+		exp, err := strconv.ParseInt(e, 10, 64)
+		require.NoError(t, err, "tag field %q", f)
+		tm, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
+		require.NoError(t, err)
+		sec, err1 := strconv.ParseInt(tm[0], 10, 64)
+		us, err2 := strconv.ParseInt(tm[1], 10, 64)
+		require.NoError(t, errors.Join(err1, err2))
+		now := sec*1000 + us/1000 // server ms, as the tag's expiry
+		require.Greater(t, exp, now, "the holder's tag %q expired (server ms %d)", f, now)
+		checks++
+	}
+	require.Positive(t, checks)
+	require.NoError(t, lctx.Err())
+}
