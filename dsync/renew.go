@@ -111,6 +111,7 @@ func (r *renewer) round() bool {
 	)
 	due := holds
 	if c.sessionsOn() {
+		defer func(start time.Time) { r.sess.took = time.Since(start) }(time.Now())
 		// The session first (its PEXPIRE renews the bound holds); then
 		// the holds due this round: all but the bound ones not of this
 		// round's phase. (Every hold's tag is renewed, below.)

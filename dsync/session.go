@@ -49,6 +49,13 @@ type session struct {
 	// p (hold.id % every) had its key written at or after it.
 	n       uint64
 	phaseAt []time.Time
+	// due[p]: this round writes the bound holds of phase p (sessionDue):
+	// its turn, or its backstop would not last until the next round's
+	// reply (sessionLate).
+	due []bool
+	// took is how long the last round took (round trips: two on a
+	// round that renews the session, its PEXPIRE and then the batches).
+	took time.Duration
 }
 
 // sessionsOn reports whether c binds holds to a session: off a Cluster
@@ -95,8 +102,12 @@ func (r *renewer) renewSession(start time.Time, holds []*hold) (failed []*hold, 
 	every := uint64(c.cfg.test.sessionEvery)
 	if len(s.phaseAt) != int(every) {
 		s.phaseAt = make([]time.Time, every)
+		s.due = make([]bool, every)
 	}
 	s.n++
+	for p := range s.due {
+		s.due[p] = false
+	}
 	if !wants {
 		// No hold to bind: the session (if any) expires unrenewed.
 		s.sid, s.key = "", ""
@@ -145,18 +156,36 @@ func (r *renewer) renewSession(start time.Time, holds []*hold) (failed []*hold, 
 		}
 		h.renewReply(true, at, c.cfg.lease, whyGone)
 	}
-	// This round writes the bound holds of its phase (sessionDue): from
-	// now on their backstop is at least this recent (one whose write
-	// fails is no longer bound).
-	s.phaseAt[s.n%every] = start
+	// This round writes the bound holds of its phase (sessionDue), and
+	// those of any phase whose backstop would not outlast the next round
+	// (rounds slowed by latency): from now on their backstop is at least
+	// this recent (one whose write fails is no longer bound).
+	for p := range s.phaseAt {
+		if uint64(p) == s.n%every || r.sessionLate(s.phaseAt[p], start) {
+			s.due[p] = true
+			s.phaseAt[p] = start
+		}
+	}
 	return nil, nil
 }
 
-// sessionDue reports whether the round writes the bound hold h (its
-// phase's turn), with the session begun (renewSession ran first).
+// sessionLate reports whether bound holds whose keys were last written at
+// or after at must be written by the round that begins now, not at their
+// phase's turn: their backstop (twice the lease from at) would run out,
+// or come within a third of a lease (room for retries), before the next
+// round's replies arrive, rounds taking as long as the last one (under
+// latency, two round trips can outlast the interval between rounds).
+func (r *renewer) sessionLate(at, now time.Time) bool {
+	c := r.c
+	step := max(c.cfg.lease/3, r.sess.took)
+	return now.Add(step + r.sess.took + c.cfg.lease/3).After(at.Add(validity(2 * c.cfg.lease)))
+}
+
+// sessionDue reports whether the round writes the bound hold h (see
+// renewSession), with the session begun (renewSession ran first).
 func (r *renewer) sessionDue(h *hold) bool {
 	every := uint64(r.c.cfg.test.sessionEvery)
-	return !h.bound || r.sess.sid == "" || r.sess.n%every == h.id%every
+	return !h.bound || r.sess.sid == "" || r.sess.due[h.id%every]
 }
 
 // sessionReply reads MutexRenewSession's reply {gone, flipped}.

@@ -235,9 +235,17 @@ func TestFaultNetworkBlackhole(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "waiter under blackhole returned %v after %v; want DeadlineExceeded by %v + %v", err, waitTook, deadline, slack)
 	assert.ErrorIs(t, uerr, dsync.ErrNotHeld, "lost holder's Unlock")
 	assert.NoError(t, nctx.Err(), "the new holder was disturbed: %v", context.Cause(nctx))
-	// The cancelled waiter left nothing: only the two holders' keys exist.
+	// The cancelled waiter left nothing: only the two holders' keys exist,
+	// and the renewal sessions of the Clients that held a Mutex for a
+	// renewal interval (dsync/session.go: "<prefix>:s:<digits>"), each
+	// with a TTL of at most a lease (nothing stuck).
 	keys, _ := srv.do(t, "KEYS", prefix+":*").AsStrSlice()
 	for _, k := range keys {
+		if sid, ok := strings.CutPrefix(k, prefix+":s:"); ok && sid != "" && strings.Trim(sid, "0123456789") == "" {
+			pttl, _ := srv.do(t, "PTTL", k).AsInt64()
+			assert.True(t, pttl > 0 && pttl <= lease.Milliseconds(), "session key %q has a PTTL of %d ms, want at most the lease", k, pttl)
+			continue
+		}
 		v, _ := srv.do(t, "GET", k).ToString()
 		assert.True(t, strings.HasSuffix(k, ":mutex"), "stray key %q = %q", k, v)
 	}
