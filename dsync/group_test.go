@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -343,7 +344,14 @@ func groupWaiters(t testing.TB, c *dsync.Client, name, key string) int {
 func TestGroupWaiterCancel(t *testing.T) {
 	c := newClient(t)
 	prefix := prefixOf(t, c)
-	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	var parked atomic.Int32 // c2's wait blocks between two looks
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithWaitParked(func(_ string, p bool) {
+		if p {
+			parked.Add(1)
+		} else {
+			parked.Add(-1)
+		}
+	}))
 	g1, g2 := dsync.NewGroup[int](c, "wc"), dsync.NewGroup[int](c2, "wc")
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -379,8 +387,15 @@ func TestGroupWaiterCancel(t *testing.T) {
 		assert.True(t, shared)
 		stay <- v
 	}()
+	// Waiting, as the cancelled remote waiter's Client knows it: its wait
+	// blocks between two looks. Redis lists the waiter once its first look
+	// has run, before the Client has read the reply, and the wait looks
+	// again once or twice (polling while its subscription is not live yet,
+	// then once subscribed); a look whose reply the cancel abandons leaves
+	// its call in the undone set for a lease (see
+	// TestGroupWaiterCancelDuringLook).
 	waitFor(t, 5*time.Second, "the callers to wait", func() bool {
-		return dsync.GroupCallers(g1, "k") == 2 && groupWaiters(t, c, "wc", "k") == 2
+		return dsync.GroupCallers(g1, "k") == 2 && parked.Load() == 1 && groupWaiters(t, c, "wc", "k") == 2
 	})
 	cancel()
 	for i := 0; i < 2; i++ {
