@@ -239,6 +239,10 @@ func (w *wakeup) wait(ctx context.Context, hint time.Duration) error {
 	if w.sub != nil {
 		sig = w.sub.C
 	}
+	if c := w.c; c != nil && w.live && c.cfg.test.waitParked != nil {
+		c.cfg.test.waitParked(w.ch, true)
+		defer c.cfg.test.waitParked(w.ch, false)
+	}
 	select {
 	case <-sig:
 		return nil

@@ -56,6 +56,15 @@ func WithFallbackPolled(f func(ch string, d time.Duration)) Option {
 	return func(c *config) { c.test.fallbackPolled = f }
 }
 
+// WithWaitParked sets a function called when a wait of the Client,
+// subscribed to its channel, starts (parked true) and stops (false)
+// blocking between two looks: while it blocks, none of its looks is in
+// flight, so the Client itself knows what Redis holds of the wait
+// (testHooks.waitParked).
+func WithWaitParked(f func(ch string, parked bool)) Option {
+	return func(c *config) { c.test.waitParked = f }
+}
+
 // withRenewSizes sets the Client's renewal batch (holds a script call) and
 // chunk (holds a pipeline), for tests of rounds sent in several pipelines.
 func withRenewSizes(batch, chunk int) Option {

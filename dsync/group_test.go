@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -343,7 +344,14 @@ func groupWaiters(t testing.TB, c *dsync.Client, name, key string) int {
 func TestGroupWaiterCancel(t *testing.T) {
 	c := newClient(t)
 	prefix := prefixOf(t, c)
-	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	var parked atomic.Int32 // c2's wait blocks between two looks
+	c2 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithWaitParked(func(_ string, p bool) {
+		if p {
+			parked.Add(1)
+		} else {
+			parked.Add(-1)
+		}
+	}))
 	g1, g2 := dsync.NewGroup[int](c, "wc"), dsync.NewGroup[int](c2, "wc")
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -379,8 +387,15 @@ func TestGroupWaiterCancel(t *testing.T) {
 		assert.True(t, shared)
 		stay <- v
 	}()
+	// Waiting, as the cancelled remote waiter's Client knows it: its wait
+	// blocks between two looks. Redis lists the waiter once its first look
+	// has run, before the Client has read the reply, and the wait looks
+	// again once or twice (polling while its subscription is not live yet,
+	// then once subscribed); a look whose reply the cancel abandons leaves
+	// its call in the undone set for a lease (see
+	// TestGroupWaiterCancelDuringLook).
 	waitFor(t, 5*time.Second, "the callers to wait", func() bool {
-		return dsync.GroupCallers(g1, "k") == 2 && groupWaiters(t, c, "wc", "k") == 2
+		return dsync.GroupCallers(g1, "k") == 2 && parked.Load() == 1 && groupWaiters(t, c, "wc", "k") == 2
 	})
 	cancel()
 	for i := 0; i < 2; i++ {
@@ -391,4 +406,101 @@ func TestGroupWaiterCancel(t *testing.T) {
 	require.NoError(t, <-leader)
 	require.Equal(t, 7, <-stay)
 	requireNoGroupKeys(t, newRueidis(t), prefix, time.Second)
+}
+
+// heldBegin is a rueidis client that, once armed, sends a begin of the
+// Group key whose state key is state (group_begin.lua: 6 keys, 5
+// arguments) whatever the caller's context, and keeps its reply from the
+// caller until that context ends: the begin has run in Redis, and its
+// outcome is unknown to the caller, as when a cancel comes while a look
+// is in flight. ran is closed when one has run.
+type heldBegin struct {
+	rueidis.Client
+	state string
+	armed atomic.Bool
+	ran   chan struct{}
+	once  sync.Once
+}
+
+func (r *heldBegin) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	cs := cmd.Commands()
+	if !r.armed.Load() || len(cs) != 3+6+5 || cs[2] != "6" || cs[3] != r.state {
+		return r.Client.Do(ctx, cmd)
+	}
+	if err := r.Client.Do(context.WithoutCancel(ctx), cmd).Error(); err != nil {
+		return rueidis.NewErrorResult(err)
+	}
+	r.once.Do(func() { close(r.ran) })
+	<-ctx.Done()
+	return rueidis.NewErrorResult(ctx.Err())
+}
+
+// TestGroupWaiterCancelDuringLook: a waiter cancelled while its look is in
+// flight (the begin has run in Redis, its reply not read) cannot know what
+// the look did, and is undone: the others still get the result, the record
+// goes when they have it, and what the undo keeps (the call, in the
+// undone set, so that a begin of it still on its way does nothing) lives
+// no longer than the cancelled Client's lease.
+func TestGroupWaiterCancelDuringLook(t *testing.T) {
+	c := newClient(t)
+	prefix := prefixOf(t, c)
+	const lease = time.Second
+	hb := &heldBegin{Client: newRueidis(t), state: prefix + ":{wc}:group:s:k", ran: make(chan struct{})}
+	c2 := newClientOn(t, hb, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
+	g1 := dsync.NewGroup[int](c, "wc")
+	release := make(chan struct{})
+	started := make(chan struct{})
+	leader := make(chan error, 1)
+	go func() {
+		v, _, err := g1.Do(ctxT(t), "k", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 7, nil
+		})
+		assert.Equal(t, 7, v)
+		leader <- err
+	}()
+	<-started
+	stay := make(chan int, 1)
+	c3 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
+	go func() {
+		v, shared, err := dsync.NewGroup[int](c3, "wc").Do(ctxT(t), "k", func(context.Context) (int, error) {
+			t.Error("fn ran again")
+			return 0, nil
+		})
+		assert.NoError(t, err)
+		assert.True(t, shared)
+		stay <- v
+	}()
+	waitFor(t, 5*time.Second, "the staying waiter to wait", func() bool { return groupWaiters(t, c, "wc", "k") == 1 })
+	hb.armed.Store(true)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := dsync.NewGroup[int](c2, "wc").Do(ctx, "k", func(context.Context) (int, error) { t.Error("fn ran again"); return 0, nil })
+		got <- err
+	}()
+	select {
+	case <-hb.ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancelled waiter's begin did not run")
+	}
+	require.Equal(t, 2, groupWaiters(t, c, "wc", "k"), "Redis lists the waiter whose reply is held")
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+	close(release)
+	require.NoError(t, <-leader)
+	require.Equal(t, 7, <-stay)
+	rc := newRueidis(t)
+	undone := prefix + ":{wc}:group:u:k"
+	waitFor(t, time.Second, "the record to go, but the undone set", func() bool {
+		left, err := rc.Do(context.Background(), rc.B().Keys().Pattern(prefix+":{*").Build()).AsStrSlice()
+		require.NoError(t, err)
+		return len(left) == 1 && left[0] == undone
+	})
+	ttl, err := rc.Do(context.Background(), rc.B().Pttl().Key(undone).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Greater(t, ttl, int64(0), "the undone set expires")
+	require.LessOrEqual(t, ttl, lease.Milliseconds(), "the undone set lives a lease at most")
+	requireNoGroupKeys(t, rc, prefix, lease)
 }

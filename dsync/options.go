@@ -60,6 +60,11 @@ type testHooks struct {
 	// by a message or a reconnect: where no hint applies, the signature of
 	// a lost wakeup. d is what the timer was set for.
 	fallbackPolled func(ch string, d time.Duration)
+	// waitParked, when set, is called with true when a wait subscribed to
+	// its channel blocks until a message, a reconnect or its fallback
+	// timer (its last look answered: none of its looks is in flight), and
+	// with false when it stops blocking.
+	waitParked func(ch string, parked bool)
 	// mutexEvent, when set, sees a Mutex's steps between its holders in
 	// this Client (Client.testEvent).
 	mutexEvent func(event string)
