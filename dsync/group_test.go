@@ -339,6 +339,41 @@ func groupWaiters(t testing.TB, c *dsync.Client, name, key string) int {
 	return 0
 }
 
+// runningLeader starts a caller of g's key "k" whose fn runs until release
+// is closed and returns 7, and returns once fn runs; leader gets the
+// caller's error.
+func runningLeader(t *testing.T, g *dsync.Group[int]) (release chan struct{}, leader chan error) {
+	release, leader = make(chan struct{}), make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		v, _, err := g.Do(ctxT(t), "k", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 7, nil
+		})
+		assert.Equal(t, 7, v)
+		leader <- err
+	}()
+	<-started
+	return release, leader
+}
+
+// sharingCaller starts a caller of key "k" of c's Group "wc" that must get
+// a result another call made (its fn must not run), sent on the channel.
+func sharingCaller(t *testing.T, c *dsync.Client) chan int {
+	stay := make(chan int, 1)
+	go func() {
+		v, shared, err := dsync.NewGroup[int](c, "wc").Do(ctxT(t), "k", func(context.Context) (int, error) {
+			t.Error("fn ran again")
+			return 0, nil
+		})
+		assert.NoError(t, err)
+		assert.True(t, shared)
+		stay <- v
+	}()
+	return stay
+}
+
 // TestGroupWaiterCancel: a waiter's context ends only its own wait; the
 // others get the result, and the record goes when they have it.
 func TestGroupWaiterCancel(t *testing.T) {
@@ -353,19 +388,7 @@ func TestGroupWaiterCancel(t *testing.T) {
 		}
 	}))
 	g1, g2 := dsync.NewGroup[int](c, "wc"), dsync.NewGroup[int](c2, "wc")
-	release := make(chan struct{})
-	started := make(chan struct{})
-	leader := make(chan error, 1)
-	go func() {
-		v, _, err := g1.Do(ctxT(t), "k", func(context.Context) (int, error) {
-			close(started)
-			<-release
-			return 7, nil
-		})
-		assert.Equal(t, 7, v)
-		leader <- err
-	}()
-	<-started
+	release, leader := runningLeader(t, g1)
 	// A remote waiter and a local follower are cancelled; another remote
 	// one stays.
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -376,17 +399,7 @@ func TestGroupWaiterCancel(t *testing.T) {
 			errs <- err
 		}()
 	}
-	stay := make(chan int, 1)
-	c3 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	go func() {
-		v, shared, err := dsync.NewGroup[int](c3, "wc").Do(ctxT(t), "k", func(context.Context) (int, error) {
-			t.Error("fn ran again")
-			return 0, nil
-		})
-		assert.NoError(t, err)
-		assert.True(t, shared)
-		stay <- v
-	}()
+	stay := sharingCaller(t, newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix)))
 	// Waiting, as the cancelled remote waiter's Client knows it: its wait
 	// blocks between two looks. Redis lists the waiter once its first look
 	// has run, before the Client has read the reply, and the wait looks
@@ -448,30 +461,8 @@ func TestGroupWaiterCancelDuringLook(t *testing.T) {
 	hb := &heldBegin{Client: newRueidis(t), state: prefix + ":{wc}:group:s:k", ran: make(chan struct{})}
 	c2 := newClientOn(t, hb, dsync.WithKeyPrefix(prefix), dsync.WithLease(lease))
 	g1 := dsync.NewGroup[int](c, "wc")
-	release := make(chan struct{})
-	started := make(chan struct{})
-	leader := make(chan error, 1)
-	go func() {
-		v, _, err := g1.Do(ctxT(t), "k", func(context.Context) (int, error) {
-			close(started)
-			<-release
-			return 7, nil
-		})
-		assert.Equal(t, 7, v)
-		leader <- err
-	}()
-	<-started
-	stay := make(chan int, 1)
-	c3 := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-	go func() {
-		v, shared, err := dsync.NewGroup[int](c3, "wc").Do(ctxT(t), "k", func(context.Context) (int, error) {
-			t.Error("fn ran again")
-			return 0, nil
-		})
-		assert.NoError(t, err)
-		assert.True(t, shared)
-		stay <- v
-	}()
+	release, leader := runningLeader(t, g1)
+	stay := sharingCaller(t, newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix)))
 	waitFor(t, 5*time.Second, "the staying waiter to wait", func() bool { return groupWaiters(t, c, "wc", "k") == 1 })
 	hb.armed.Store(true)
 	ctx, cancel := context.WithCancel(ctxT(t))
