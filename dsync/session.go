@@ -17,7 +17,8 @@ import (
 // (" s<sid>", mutex_renew_session.lua), and a bound hold whose session key
 // is gone is free (lib.lua's lock_orphaned). Each round renews the session
 // with one PEXPIRE, which moves every bound hold's lease clock; a bound
-// hold is itself written only every sessionEvery-th round, which moves its
+// hold is itself written only every sessionEvery-th round (sooner when
+// slow rounds would outrun its backstop: sessionLate), which moves its
 // key's backstop TTL (twice the lease) and checks it is still the hold's.
 // So per held Mutex and round Redis does about a quarter of a batched
 // renewal, and a hold deleted behind dsync's back (not force-unlocked:
@@ -44,9 +45,10 @@ const whySession = "its Client's renewal session was found gone from Redis (not 
 type session struct {
 	sid string // "" while the Client has none
 	key string
-	// n counts the rounds; phaseAt[p] is when the last round n with n %
-	// every == p began (or the session, if later): a bound hold of phase
-	// p (hold.id % every) had its key written at or after it.
+	// n counts the rounds; phaseAt[p] is when the last round that wrote
+	// phase p began (its turn, n % every == p, or sessionLate; or the
+	// session, if later): a bound hold of phase p (hold.id % every) had
+	// its key written at or after it.
 	n       uint64
 	phaseAt []time.Time
 	// due[p]: this round writes the bound holds of phase p (sessionDue):
@@ -105,9 +107,7 @@ func (r *renewer) renewSession(start time.Time, holds []*hold) (failed []*hold, 
 		s.due = make([]bool, every)
 	}
 	s.n++
-	for p := range s.due {
-		s.due[p] = false
-	}
+	clear(s.due)
 	if !wants {
 		// No hold to bind: the session (if any) expires unrenewed.
 		s.sid, s.key = "", ""
