@@ -50,7 +50,7 @@
 // the middle of an action, nor when Redis loses data (FLUSHALL, a restart
 // without persistence, a failover to a stale replica): another Client can
 // acquire at once, and the old holds end with ErrLockLost only at their
-// Client's next contact with Redis (a renewal, within about lease/3; 4/3
+// Client's next contact with Redis (a renewal, within about lease/3; 5/3
 // lease for a deleted Mutex key: docs/design.md); a
 // Mutex may meanwhile still pass among that Client's goroutines for at
 // most lease/30.

@@ -79,7 +79,7 @@ func TestRenewalBatchesEveryKind(t *testing.T) {
 		name    string
 		every   int
 		scripts int
-	}{{"session", 4, 6}, {"no-session", 0, 5}} {
+	}{{"session", 5, 6}, {"no-session", 0, 5}} {
 		t.Run(mode.name, func(t *testing.T) { testRenewalBatchesEveryKind(t, mode.every, mode.scripts) })
 	}
 }

@@ -76,7 +76,7 @@ func (r *renewArgs) get(key string) (string, bool) {
 // Client's renewal session the value may also be bound to it (" s<sid>"):
 // the argument is the same, the value less its binding.
 func TestRenewalSendsTheValue(t *testing.T) {
-	for _, every := range []int{4, 0} {
+	for _, every := range []int{5, 0} {
 		t.Run(fmt.Sprintf("session-every-%d", every), func(t *testing.T) { testRenewalSendsTheValue(t, every) })
 	}
 }

@@ -19,10 +19,11 @@ import (
 // with one PEXPIRE, which moves every bound hold's lease clock; a bound
 // hold is itself written only every sessionEvery-th round (sooner when
 // slow rounds would outrun its backstop: sessionLate), which moves its
-// key's backstop TTL (twice the lease) and checks it is still the hold's.
-// So per held Mutex and round Redis does about a quarter of a batched
-// renewal, and a hold deleted behind dsync's back (not force-unlocked:
-// that is published) is noticed within sessionEvery rounds, not one.
+// key's backstop TTL (sessionBackstop: 7/3 of the lease) and checks it is
+// still the hold's. So per held Mutex and round Redis does about a fifth
+// of a batched renewal, and a hold deleted behind dsync's back (not
+// force-unlocked: that is published) is noticed within sessionEvery
+// rounds, not one.
 //
 // A session key that expired is never made again: a Client whose session
 // was found gone (it did not renew it for a lease: a paused process, or
@@ -30,12 +31,22 @@ import (
 // new sid, so that no old hold comes back to life.
 
 // defaultSessionEvery is how many rounds apart a bound hold is written
-// (testHooks.sessionEvery): the backstop (2 x lease) is then rewritten
-// every 4/3 of a lease, and lasts 2/3 of a lease beyond, for retries
-// (a failed round is retried a ninth of a lease later). Three rounds
-// apart measured 9.1% of a Redis main thread for 1M held locks at the
-// default lease (make scale, 2026-12-06 17:52 UTC), issue 40 asking 8%.
-const defaultSessionEvery = 4
+// (testHooks.sessionEvery): the backstop (sessionBackstop) is then
+// rewritten every 5/3 of a lease, and lasts 2/3 of a lease beyond, for
+// retries (a failed round is retried a ninth of a lease later). For 1M
+// held locks at the default lease (make scale, issue 40 asking 8% of a
+// Redis main thread), three rounds apart (backstop 2 x lease) measured
+// 9.1% (2026-12-06 17:52 UTC), four rounds 7.6% and 8.09% (19:01 and
+// 21:40 UTC).
+const defaultSessionEvery = 5
+
+// sessionBackstop is the TTL a write of a bound hold gives its key,
+// 7/3 of the lease (mutex_renew_session.lua, in whole ms as there): the
+// lease, plus sessionEvery rounds of lease/3 less one, plus a third of a
+// lease for a late or retried round.
+func sessionBackstop(lease time.Duration) time.Duration {
+	return time.Duration(7*lease.Milliseconds()/3) * time.Millisecond
+}
 
 // whySession: the Client's renewal session was found gone.
 const whySession = "its Client's renewal session was found gone from Redis (not renewed for a whole lease: the process was paused or cut off that long, or Redis lost its data)"
@@ -146,9 +157,9 @@ func (r *renewer) renewSession(start time.Time, holds []*hold) (failed []*hold, 
 		return nil, nil
 	}
 	// A bound hold's key lives until its backstop, written at or after
-	// phaseAt of its phase with 2 x lease: its lease clock may not run
-	// past that, whatever the session's.
-	gap := validity(2*c.cfg.lease) - validity(c.cfg.lease)
+	// phaseAt of its phase: its lease clock may not run past that,
+	// whatever the session's.
+	gap := validity(sessionBackstop(c.cfg.lease)) - validity(c.cfg.lease)
 	for _, h := range bound {
 		at := sentAt
 		if b := s.phaseAt[h.id%every].Add(gap); b.Before(at) {
@@ -171,14 +182,14 @@ func (r *renewer) renewSession(start time.Time, holds []*hold) (failed []*hold, 
 
 // sessionLate reports whether bound holds whose keys were last written at
 // or after at must be written by the round that begins now, not at their
-// phase's turn: their backstop (twice the lease from at) would run out,
+// phase's turn: their backstop (sessionBackstop from at) would run out,
 // or come within a third of a lease (room for retries), before the next
 // round's replies arrive, rounds taking as long as the last one (under
 // latency, two round trips can outlast the interval between rounds).
 func (r *renewer) sessionLate(at, now time.Time) bool {
 	c := r.c
 	step := max(c.cfg.lease/3, r.sess.took)
-	return now.Add(step + r.sess.took + c.cfg.lease/3).After(at.Add(validity(2 * c.cfg.lease)))
+	return now.Add(step + r.sess.took + c.cfg.lease/3).After(at.Add(validity(sessionBackstop(c.cfg.lease))))
 }
 
 // sessionDue reports whether the round writes the bound hold h (see

@@ -66,7 +66,7 @@ func TestSessionGoneFreesBoundHolds(t *testing.T) {
 	require.True(t, exists(t, rc, sess), "the session key %s", sess)
 
 	// While the session lives the lock is held; its own key's TTL is the
-	// backstop, two leases.
+	// backstop, 7/3 of the lease.
 	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(prefix+":{m}:mutex").Build()).AsInt64()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, sessionLease.Milliseconds(), "the bound key's TTL")
@@ -113,9 +113,9 @@ func TestSessionGoneFreesBoundHolds(t *testing.T) {
 }
 
 // A bound hold whose key is removed behind dsync's back (a DEL: not a
-// forced release, which is published) is lost within four rounds (its
-// key is written every fourth round), with a renewal's cause.
-func TestSessionBoundKeyDeletedLostWithinFourRounds(t *testing.T) {
+// forced release, which is published) is lost within five rounds (its
+// key is written every fifth round), with a renewal's cause.
+func TestSessionBoundKeyDeletedLostWithinFiveRounds(t *testing.T) {
 	prefix := testPrefix(t)
 	rc := newRueidis(t)
 	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
@@ -167,8 +167,8 @@ func TestSessionReentryThroughAnotherClient(t *testing.T) {
 	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(key).Build()).AsInt64()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, sessionLease.Milliseconds(), "the TTL after the re-entry")
-	// Both hold across rounds of both Clients (more than four of A's:
-	// one writes A's hold and finds it shared).
+	// Both hold across rounds of both Clients (five of A's: one writes
+	// A's hold and finds it shared).
 	for range 5 {
 		require.True(t, dsync.RenewRound(a))
 		require.True(t, dsync.RenewRound(b))
@@ -176,7 +176,7 @@ func TestSessionReentryThroughAnotherClient(t *testing.T) {
 	require.NoError(t, la.Err())
 	require.NoError(t, lb.Err())
 	require.NoError(t, b.NewMutex("m").UnlockContext(lb))
-	// A alone holds it now: across more than four rounds, while another
+	// A alone holds it now: across six rounds, while another
 	// Client tries to take it (it must not: nothing expired).
 	var taken atomic.Bool
 	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
@@ -235,7 +235,7 @@ func TestSessionBoundWaiterWoken(t *testing.T) {
 
 // The tag of a bound hold (Observer.HoldTag) is renewed every round, as
 // every hold's: it lives one lease from its last write, and a bound
-// hold's own key is written only every fourth round. Polled over three
+// hold's own key is written only every fifth round. Polled over three
 // leases: the holder's tag is never missing or expired.
 func TestSessionBoundHoldKeepsItsTag(t *testing.T) {
 	prefix := testPrefix(t)

@@ -6,7 +6,9 @@
 -- A hold is bound when its value is the hold's with a count of 1 and the
 -- session key exists: " s<sid>" is added to its flags (before a trailing
 -- " w", which mutex_unwait.lua strips from the end) and its TTL set to the
--- backstop, twice the lease. A bound hold lives as long as its session
+-- backstop, 7/3 of the lease in whole ms (dsync/session.go's
+-- sessionBackstop: the hold is written every fifth round of lease/3,
+-- with a third of a lease spare). A bound hold lives as long as its session
 -- key (renewed by one PEXPIRE per Client per round): once that is gone the
 -- hold is free (lib.lua's lock_orphaned), and the Client renews the hold
 -- itself only every few rounds, with this script, which moves the
@@ -29,7 +31,7 @@
 -- batch, not bound in a "b" one); every other hold was renewed.
 local now = server_now()
 local lease = tonumber(ARGV[1])
-local long = fmt(now + 2 * lease)
+local long = fmt(now + math.floor(7 * lease / 3))
 local short = nil
 local keys, argv, call, find, sub, match = KEYS, ARGV, redis.call, string.find, string.sub, string.match
 local sid, batch = ARGV[2], ARGV[3]

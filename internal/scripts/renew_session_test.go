@@ -16,7 +16,7 @@ import (
 // in a batch of holds its Client believes unbound ("u") or bound ("b"),
 // with the session key s42 there
 // or not: which holds it binds (" s42" before a trailing " w", the TTL the
-// backstop, 2 x lease), renews (a lease; a count above 1 keeps a longer
+// backstop, 7/3 x lease), renews (a lease; a count above 1 keeps a longer
 // TTL and loses a binding), reports gone (another owner or token, a free
 // marker, no key, bound to another session) or flipped (bound after the
 // call, in a "u" batch; not bound, in a "b" one).
@@ -32,7 +32,7 @@ func TestMutexRenewSession(t *testing.T) {
 		value   string // "": no key
 		ttl     int64  // its TTL in ms
 		want    string // the value after ("": no key)
-		ttlWant string // "lease" (2 s, lease], "backstop" (lease, 2 x lease], "kept" (the 600 s it had)
+		ttlWant string // "lease" (2 s, lease], "backstop" (2 x lease, 7/3 x lease], "kept" (the 600 s it had)
 		gone    bool
 		flipped bool
 	}
@@ -117,9 +117,11 @@ func TestMutexRenewSession(t *testing.T) {
 			require.NoError(t, err)
 			got := "kept" // more than the backstop
 			switch {
+			case pttl > 7*leaseMS/3:
 			case pttl > 2*leaseMS:
-			case pttl > leaseMS:
 				got = "backstop"
+			case pttl > leaseMS:
+				got = "between" // more than a lease, less than the backstop
 			case pttl > 2000:
 				got = "lease"
 			default:
