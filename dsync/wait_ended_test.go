@@ -24,57 +24,41 @@ import (
 func TestWaitEndedWhenWokenSendsNoLook(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		forbidden []*rueidis.Lua // besides the acquire
 		acquire   *rueidis.Lua
-		hold      func(c *dsync.Client, ctx context.Context) (func() error, error)
-		wait      func(c *dsync.Client, ctx context.Context) error
+		forbidden []*rueidis.Lua // besides the acquire
+		// lock takes the lock "we" through c; unlock releases it.
+		lock func(c *dsync.Client) (lock func(context.Context) (context.Context, error), unlock func(context.Context) error)
 	}{
-		{"mutex", []*rueidis.Lua{scripts.MutexUndo, scripts.MutexUndoFresh}, scripts.MutexAcquire,
-			func(c *dsync.Client, ctx context.Context) (func() error, error) {
+		{"mutex", scripts.MutexAcquire, []*rueidis.Lua{scripts.MutexUndo, scripts.MutexUndoFresh},
+			func(c *dsync.Client) (func(context.Context) (context.Context, error), func(context.Context) error) {
 				m := c.NewMutex("we")
-				l, err := m.LockContext(ctx)
-				return func() error { return m.UnlockContext(l) }, err
-			},
-			func(c *dsync.Client, ctx context.Context) error {
-				_, err := c.NewMutex("we").LockContext(ctx)
-				return err
+				return m.LockContext, m.UnlockContext
 			}},
-		{"fair", []*rueidis.Lua{scripts.FairUndo, scripts.FairUndoFresh}, scripts.FairAcquire,
-			func(c *dsync.Client, ctx context.Context) (func() error, error) {
+		{"fair", scripts.FairAcquire, []*rueidis.Lua{scripts.FairUndo, scripts.FairUndoFresh},
+			func(c *dsync.Client) (func(context.Context) (context.Context, error), func(context.Context) error) {
 				m := c.NewFairMutex("we")
-				l, err := m.LockContext(ctx)
-				return func() error { return m.UnlockContext(l) }, err
-			},
-			func(c *dsync.Client, ctx context.Context) error {
-				_, err := c.NewFairMutex("we").LockContext(ctx)
-				return err
+				return m.LockContext, m.UnlockContext
 			}},
-		{"rwmutex", []*rueidis.Lua{scripts.RWUndo, scripts.RWUndoFresh}, scripts.RWAcquire,
-			func(c *dsync.Client, ctx context.Context) (func() error, error) {
+		{"rwmutex", scripts.RWAcquire, []*rueidis.Lua{scripts.RWUndo, scripts.RWUndoFresh},
+			func(c *dsync.Client) (func(context.Context) (context.Context, error), func(context.Context) error) {
 				m := c.NewRWMutex("we")
-				l, err := m.LockContext(ctx)
-				return func() error { return m.UnlockContext(l) }, err
-			},
-			func(c *dsync.Client, ctx context.Context) error {
-				_, err := c.NewRWMutex("we").LockContext(ctx)
-				return err
+				return m.LockContext, m.UnlockContext
 			}},
-		{"semaphore", nil, scripts.SemAcquire,
-			func(c *dsync.Client, ctx context.Context) (func() error, error) {
+		// (A Semaphore's wait that gives up undoes its queue place with
+		// SemUndo either way: only the look is not sent.)
+		{"semaphore", scripts.SemAcquire, nil,
+			func(c *dsync.Client) (func(context.Context) (context.Context, error), func(context.Context) error) {
 				s := c.NewSemaphore("we", 1)
-				l, err := s.Acquire(ctx, 1)
-				return func() error { return s.Release(l, 1) }, err
-			},
-			func(c *dsync.Client, ctx context.Context) error {
-				_, err := c.NewSemaphore("we", 1).Acquire(ctx, 1)
-				return err
+				return func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, 1) },
+					func(l context.Context) error { return s.Release(l, 1) }
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := testPrefix(t)
 			ctx := ctxT(t)
 			a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix))
-			release, err := tc.hold(a, ctx)
+			lockA, unlockA := tc.lock(a)
+			held, err := lockA(ctx)
 			require.NoError(t, err)
 
 			rec := &scriptCalls{Client: newRueidis(t)}
@@ -93,7 +77,8 @@ func TestWaitEndedWhenWokenSendsNoLook(t *testing.T) {
 						fired.Add(1)
 					}
 				}))
-			err = tc.wait(b, wctx)
+			lockB, _ := tc.lock(b)
+			_, err = lockB(wctx)
 			require.ErrorIs(t, err, context.Canceled)
 			require.EqualValues(t, 1, fired.Load(), "the wait was woken and its context cancelled")
 			require.NoError(t, b.Close()) // its background work is done
@@ -105,10 +90,10 @@ func TestWaitEndedWhenWokenSendsNoLook(t *testing.T) {
 			}
 			// Redis is consistent: after the holder's release the lock is
 			// free.
-			require.NoError(t, release())
-			again, err := tc.hold(a, ctx)
+			require.NoError(t, unlockA(held))
+			again, err := lockA(ctx)
 			require.NoError(t, err, "the lock after the release")
-			require.NoError(t, again())
+			require.NoError(t, unlockA(again))
 		})
 	}
 }
