@@ -26,11 +26,7 @@ import (
 // tokens, read in the order the holds began, must rise.
 func TestRollingUpgradeMutex(t *testing.T) {
 	s := redistest.Start(t)
-	acqSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_acquire.lua")
-	require.NoError(t, err)
-	relSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_release.lua")
-	require.NoError(t, err)
-	oldAcquire, oldRelease := rueidis.NewLuaScript(string(acqSrc)), rueidis.NewLuaScript(string(relSrc))
+	oldAcquire, oldRelease := oldMutexScripts(t)
 
 	const names, perWorker = 3, 150
 	var (
@@ -146,11 +142,7 @@ func TestRollingUpgradeMutex(t *testing.T) {
 // this protocol takes the latter at once; tokens keep rising across both.
 func TestRollingUpgradeSessionBound(t *testing.T) {
 	s := redistest.Start(t)
-	acqSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_acquire.lua")
-	require.NoError(t, err)
-	relSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_release.lua")
-	require.NoError(t, err)
-	oldAcquire, oldRelease := rueidis.NewLuaScript(string(acqSrc)), rueidis.NewLuaScript(string(relSrc))
+	oldAcquire, oldRelease := oldMutexScripts(t)
 	rc := s.Client(t)
 	ctx := ctxT(t)
 	key := "up2:{m}:mutex"
@@ -187,4 +179,15 @@ func TestRollingUpgradeSessionBound(t *testing.T) {
 	code, err := oldRelease.Exec(ctx, rc, []string{key}, []string{"old/0123456789abcdef0123456789abcdef " + strconv.FormatInt(told, 10) + " "}).AsInt64()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, code)
+}
+
+// oldMutexScripts are the Mutex's acquire and release scripts of the
+// protocol before issue 40 (2b61d0b, in testdata).
+func oldMutexScripts(t *testing.T) (acquire, release *rueidis.Lua) {
+	t.Helper()
+	acqSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_acquire.lua")
+	require.NoError(t, err)
+	relSrc, err := os.ReadFile("testdata/protocol-2b61d0b/mutex_release.lua")
+	require.NoError(t, err)
+	return rueidis.NewLuaScript(string(acqSrc)), rueidis.NewLuaScript(string(relSrc))
 }
