@@ -89,15 +89,17 @@ func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bo
 			p.gaveUp()
 			return n - 1, ErrClosed
 		}
-		if n > 1 {
-			if err := ctxErr(ctx); err != nil {
-				// Ended as the wait was woken: every look before was
-				// answered, so none is in flight and none is sent now
-				// (it would be abandoned, and undone for nothing). The
-				// wait leaves as one that gave up.
+		if err := ctxErr(ctx); err != nil {
+			// Ended before this look (as the wait was woken, or before
+			// the first): every look before was answered, so none is in
+			// flight, and none is sent now (it would be abandoned, and
+			// undone for nothing). After a look the wait leaves as one
+			// that gave up; before the first, nothing was sent, and
+			// there is nothing to give up.
+			if n > 1 {
 				p.gaveUp()
-				return n - 1, c.waitErr(ctx, err)
 			}
+			return n - 1, c.waitErr(ctx, err)
 		}
 		w.drain()
 		over, hint, err := p.attempt(ctx, n)

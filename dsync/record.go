@@ -81,8 +81,6 @@ type recordAttempt struct {
 	val    string // the stored result, when done
 	failed bool   // val is a stored error's message
 	tok    uint64 // the run's token, when this call runs f
-	// unsent: the last attempt was not sent, its context had ended
-	unsent bool
 }
 
 // recordProto is a record wait's waitProto.
@@ -90,15 +88,6 @@ type recordProto struct{ a *recordAttempt }
 
 func (p recordProto) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a := p.a
-	if err := ctxErr(ctx); err != nil {
-		// Not sent: the wait ends as one whose context ended between two
-		// looks. Every look before this one was answered (the loop only
-		// looks again after a reply), so no begin of this call is in
-		// flight, and there is nothing to undo (failed): an undo would
-		// keep the call in the undone set for a lease for nothing.
-		a.unsent = true
-		return true, 0, err
-	}
 	a.sentAt = time.Now()
 	r, args := a.r, a.args
 	begin := func(ctx context.Context) ([]rueidis.RedisMessage, error) {
@@ -137,12 +126,9 @@ func (p recordProto) attempt(ctx context.Context, _ int) (bool, time.Duration, e
 
 // failed undoes this call exactly: a lost reply may hide a started run (a
 // begin still on its way then does nothing). In the background, so the
-// call returns by its deadline. A look that was not sent (unsent) leaves
-// nothing to undo.
+// call returns by its deadline. (A look whose context ended before it is
+// not sent: waitLoop checks, so no undo is needed for it.)
 func (p recordProto) failed(error) {
-	if p.a.unsent {
-		return
-	}
 	r, call := p.a.r, p.a.call
 	r.c.background(func(bctx context.Context) { r.undoCall(bctx, call) })
 }
