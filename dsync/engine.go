@@ -53,6 +53,11 @@ type waitProto interface {
 // look just after subscribing is the first look.
 type subscriber interface{ subscribeFirst() bool }
 
+// A sharedGrants wait (a Mutex's) is granted the lock on a channel that
+// every Client's waits share: a message that is not its grant wakes it
+// only if it grants nobody (see notifier.deliver).
+type sharedGrants interface{ grantsShared() bool }
+
 // waitLoop runs p until an attempt ends the wait, ctx is done, the Client
 // closes or Redis fails. Between attempts it waits for a message on ch, or
 // at most the last attempt's hint or lease/3, in case the message was
@@ -71,6 +76,9 @@ type subscriber interface{ subscribeFirst() bool }
 // attempt's hint alone.
 func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
 	w := wakeup{c: c, ch: ch, id: id}
+	if sg, ok := any(p).(sharedGrants); ok {
+		w.all = sg.grantsShared()
+	}
 	defer w.close()
 	if sf, ok := any(p).(subscriber); ok && sf.subscribeFirst() && !try {
 		// A wait that nearly always waits (WaitGroup) subscribes before
@@ -164,6 +172,7 @@ type wakeup struct {
 	c     *Client
 	ch    string
 	id    string // the wait's id on a channel of grants, or ""
+	all   bool   // the channel is shared by every Client's waits (sharedGrants)
 	sub   *subscription
 	live  bool
 	timer *time.Timer
@@ -177,7 +186,7 @@ type wakeup struct {
 // If the channel is already subscribed, subscribe then has nothing to do
 // and the loop need not look again.
 func (w *wakeup) register() {
-	w.sub = w.c.notify.register(w.ch, w.id)
+	w.sub = w.c.notify.register(w.ch, w.id, w.all)
 	w.live = true // the caller saw it subscribed; subscribe checks again
 }
 
@@ -201,7 +210,7 @@ func (w *wakeup) subscribe(ctx context.Context) (fresh bool) {
 		return false
 	}
 	if w.sub == nil {
-		w.sub = w.c.notify.register(w.ch, w.id)
+		w.sub = w.c.notify.register(w.ch, w.id, w.all)
 	}
 	w.sub, w.live = w.c.notify.listen(ctx, w.sub)
 	if w.live {

@@ -254,8 +254,9 @@ func parseLockState(r rueidis.RedisResult) (st LockState, ok bool, err error) {
 	}
 	f := strings.Fields(v)
 	if len(f) >= 4 && len(f) <= 6 {
-		// A Mutex's flags (a reserved block " b", its binding to its
-		// Client's renewal session " s<sid>", a waiter's mark " w"), or
+		// A Mutex's flags (a reserved block " b", a grant not claimed
+		// in Redis " g", its binding to its Client's renewal session
+		// " s<sid>", a waiter's mark " w"), or
 		// the wait a FairMutex was granted to and the token before.
 		f = f[:3]
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,19 +96,45 @@ func usedArg(token, used uint64) string {
 // the last entry the value's mark that someone waits. Entries are per
 // wait (mutex_acquire.lua): sent in the background, the removal may come
 // after a newer wait of this Client (a goroutine queued here, or a new
-// call) registered, and leaves that wait's entry and the mark alone.
-func (m *Mutex) unregister(marker string) {
-	m.c.background(func(ctx context.Context) { m.unwait(ctx, marker) })
+// call) registered, and leaves that wait's entry and the mark alone. A
+// wait by an owner made for it alone (fresh; "" otherwise) may have been
+// granted the lock as it gave up: the removal releases that grant.
+func (m *Mutex) unregister(marker, fresh string) {
+	m.c.background(func(ctx context.Context) { m.unwait(ctx, marker, fresh) })
 }
 
 // unwait removes the entry of the wait with attempt marker marker from the
-// waiting count (see unregister).
-func (m *Mutex) unwait(ctx context.Context, marker string) {
+// waiting count, and releases a grant to fresh (see unregister).
+func (m *Mutex) unwait(ctx context.Context, marker, fresh string) {
 	c := m.c
 	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
 	// The waiting count: "<goroutines> <expiry ms>" by waiting Client.
+	args := []string{c.ident, wait}
+	if fresh != "" {
+		args = append(args, fresh, m.leaseArg)
+	}
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, []string{c.ident, wait}).Error()
+		return c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, args).Error()
+	})
+}
+
+// grantUnclaimed releases a Mutex grant (lib.lua's lock_grant) published
+// on ch to id, an owner this Client made for one wait, when no wait of the
+// Client took it: the wait is gone (it gave up, and its own release of the
+// grant may not have reached Redis: a failover, a cut), or its
+// subscription was not registered yet (then its next attempt queues it
+// again). Only a grant Redis still has, unclaimed, is released (on to the
+// next wait): mutex_unwait.lua. Grants of other channels (FIFO locks),
+// and to other Clients' owners, are not this Client's to release.
+func (c *Client) grantUnclaimed(ch, id string) {
+	key, ok := strings.CutSuffix(ch, ":ch")
+	if !ok || !strings.HasSuffix(key, ":mutex") || len(id) != len(c.ident)+16 || !strings.HasPrefix(id, c.ident) {
+		return
+	}
+	c.background(func(ctx context.Context) {
+		_ = idempotent(ctx, func(ctx context.Context) error {
+			return c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{key, key + ":waiting"}, []string{c.ident, id[len(id)-8:], id}).Error()
+		})
 	})
 }
 
@@ -186,11 +213,11 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 	if !try {
 		defer func() {
 			if a.registered && h == nil {
-				m.unregister(a.marker)
+				m.unregister(a.marker, a.grantee())
 			}
 		}()
 	}
-	attempts, err = waitLoop(c, ctx, m.ch(), "", try, mutexWait{a})
+	attempts, err = waitLoop(c, ctx, m.ch(), a.grantee(), try, mutexWait{a})
 	r := a.r
 	if err != nil || !r.held() {
 		return nil, false, attempts, err
@@ -374,9 +401,10 @@ func (w mutexWait) failed(err error) {
 	// undo the entry is removed, here rather than by acquireRedis (whose
 	// removal could come before the attempt).
 	reg := !a.try && (a.registered || a.regNow != "")
+	grantee := a.grantee()
 	unwait := func(ctx context.Context) {
 		if reg {
-			m.unwait(ctx, marker)
+			m.unwait(ctx, marker, grantee)
 		}
 	}
 	switch {
@@ -419,4 +447,32 @@ func (w mutexWait) waiting() {
 
 func (mutexWait) gaveUp() {} // the entry in the waiting count goes in acquireRedis
 
-func (mutexWait) granted(uint64, uint64) bool { return false } // no grants: it looks again
+// grantee is the owner a release may grant the lock to (lib.lua's
+// lock_grant), the wait's id on m's channel: an owner made for this wait
+// alone; "" for a try or an owner the caller supplied, which may hold
+// through other Clients: its waits are woken to look again.
+func (a *mutexAttempt) grantee() string {
+	if a.fresh && !a.try {
+		return a.owner
+	}
+	return ""
+}
+
+// granted ends the wait with the lock a release granted it, as the reply
+// of an attempt that acquired would have; its lease clock starts at the
+// grant (grantStart). A grant that cannot be dated after the last attempt,
+// or with less than half its lease left by now, is claimed again by the
+// next attempt instead (grantClock).
+func (w mutexWait) granted(tok, at uint64) bool {
+	a := w.a
+	start, live := grantClock(a.sentAt, a.r.srvAt(), at, a.m.lease())
+	if !live {
+		return false
+	}
+	a.r = acqReply{code: acqAcquired, value: int64(tok)}
+	a.block = 1 // a grant reserves no block
+	a.sentAt = start
+	return true
+}
+
+func (mutexWait) grantsShared() bool { return true }

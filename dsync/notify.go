@@ -74,6 +74,10 @@ type subscription struct {
 	// ("<id> <token> <µs>", see fair_lib.lua): only the message for id
 	// signals it, and stores the grant (see takeGrant).
 	id string
+	// all: the channel is shared by every Client's waits (a Mutex's), and
+	// a message that is not a grant (a release that granted nobody) is a
+	// wakeup for every wait on it, with an id or not.
+	all bool
 	// tok is the token of a grant not yet taken; at its server time in µs
 	// (0 if the message had none). tok is written after at, under gmu, so
 	// a reader that sees tok set reads the pair under gmu.
@@ -115,13 +119,13 @@ func newNotifier(c *Client) *notifier {
 // known to be subscribed, so that a waiter can rely on being woken; when it
 // is not (Redis unreachable), the waiter must poll.
 func (n *notifier) subscribe(ctx context.Context, ch string) (*subscription, bool) {
-	return n.listen(ctx, n.register(ch, ""))
+	return n.listen(ctx, n.register(ch, "", false))
 }
 
 // register adds a waiter on ch (for the grants to wait id, if id is set)
 // without subscribing: listen does that.
-func (n *notifier) register(ch, id string) *subscription {
-	s := &subscription{n: n, ch: ch, C: make(chan struct{}, 1), id: id}
+func (n *notifier) register(ch, id string, all bool) *subscription {
+	s := &subscription{n: n, ch: ch, C: make(chan struct{}, 1), id: id, all: all}
 	n.subsMu.Lock()
 	cs := n.subs[ch]
 	if cs == nil {
@@ -279,7 +283,7 @@ func (n *notifier) receive(ctx context.Context, ch string, cs *channelSubs) {
 		}
 		return err
 	})
-	wake := func(m rueidis.PubSubMessage) { n.deliver(cs, m.Message) }
+	wake := func(m rueidis.PubSubMessage) { n.deliver(cs, ch, m.Message) }
 	for attempt := 1; ; attempt++ {
 		err := c.rc.Receive(onSub, c.rc.B().Ssubscribe().Channel(ch).Build(), wake)
 		n.setLive(cs, false)
@@ -372,14 +376,18 @@ func signal(s *subscription) {
 // deliver signals the waiters of cs for message msg: the waiters without
 // an id all, a grant ("<id> <token> <µs>", the grant's server time; a
 // script of an older version sends "<id> <token>") or a call to look again
-// ("<id>") only the wait it names.
-func (n *notifier) deliver(cs *channelSubs, msg string) {
+// ("<id>") only the wait it names; on a channel shared by all Clients
+// (all), a message without a space (a Mutex's release that granted
+// nobody, "<token>") every wait. A grant no wait here takes may be one to
+// a wait of this Client that is gone (grantUnclaimed).
+func (n *notifier) deliver(cs *channelSubs, ch, msg string) {
 	if cs.fn != nil {
 		cs.fn(msg)
 		return
 	}
 	id, rest, grant := strings.Cut(msg, " ")
 	tok, at := parseGrant(rest)
+	taken := false
 	n.subsMu.RLock()
 	for s := range cs.waiters {
 		if s.id == "" {
@@ -387,11 +395,17 @@ func (n *notifier) deliver(cs *channelSubs, msg string) {
 		} else if s.id == id {
 			if grant && tok != 0 {
 				s.setGrant(tok, at)
+				taken = true
 			}
+			signal(s)
+		} else if s.all && !grant {
 			signal(s)
 		}
 	}
 	n.subsMu.RUnlock()
+	if grant && tok != 0 && !taken {
+		n.c.grantUnclaimed(ch, id)
+	}
 }
 
 // parseGrant reads "<token> <µs>" or "<token>" (at 0: the grant's time is
@@ -413,7 +427,11 @@ func (n *notifier) onMessage(m rueidis.PubSubMessage) {
 	cs := n.subs[m.Channel]
 	n.subsMu.RUnlock()
 	if cs != nil {
-		n.deliver(cs, m.Message)
+		n.deliver(cs, m.Channel, m.Message)
+	} else if id, rest, grant := strings.Cut(m.Message, " "); grant {
+		if tok, _ := parseGrant(rest); tok != 0 {
+			n.c.grantUnclaimed(m.Channel, id)
+		}
 	}
 }
 

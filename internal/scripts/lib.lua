@@ -90,3 +90,50 @@ local function lock_orphaned(k, c, rest)
   local s = lock_session(k, rest)
   return s ~= nil and redis.call('exists', s) == 0
 end
+
+-- lock_grant hands the Mutex lock k, being released with used the last
+-- token issued under it, to the longest-waiting wait that can take a
+-- grant, in one step: the one-hop grant. Waits queue for grants in
+-- "<k>:gq", "<lease ms> <owner> <field>" in arrival order, each with an
+-- owner made for it alone (mutex_acquire.lua); a wait is live while its
+-- entry <field> in the waiting hash "<k>:waiting" ("<n> <expiry ms>") has
+-- not lapsed. The grant makes the wait's owner the holder, "<owner>
+-- <token> 1 g" (" w" after it while a wait of another Client is counted), for the wait's
+-- lease, removes its entry, and publishes "<owner> <token> <µs>" on the
+-- lock's channel, µs the grant's server time. The wait's next attempt
+-- claims the grant if the message is lost (the owner and " g": nobody
+-- else has that owner before the wait returns), and its end releases it
+-- if it gave up (mutex_unwait.lua). It returns the token, or nil when no
+-- live wait queues (dead ones are dropped on the way).
+local function lock_grant(k, used)
+  local q, wk = k .. ':gq', k .. ':waiting'
+  local e = redis.call('lpop', q)
+  if not e then
+    return nil
+  end
+  local now, us = server_now()
+  while e do
+    local ls, owner, f = string.match(e, '^(%d+) (%S+) (.+)$')
+    local val = f and redis.call('hget', wk, f)
+    local ex = val and tonumber(string.match(val, '^%d+ (%d+)$'))
+    if ex and ex > now then
+      local tok = next_token(tonumber(used), us)
+      local d = fmt(tok)
+      redis.call('hdel', wk, f)
+      -- Marked while a wait of another Client than the grantee's is
+      -- counted (an entry "<client> <wait>", or "<client> local").
+      local flags, cl = ' g', string.match(f, '^(.*) ')
+      for _, o in ipairs(redis.call('hkeys', wk)) do
+        if string.match(o, '^(.*) ') ~= cl then
+          flags = ' g w'
+          break
+        end
+      end
+      redis.call('set', k, owner .. ' ' .. d .. ' 1' .. flags, 'px', ls)
+      redis.call('publish', k .. ':ch', owner .. ' ' .. d .. ' ' .. fmt(us))
+      return tok
+    end
+    e = redis.call('lpop', q)
+  end
+  return nil
+end

@@ -6,8 +6,10 @@
 -- may then hand the lock to another owner of its own without telling
 -- Redis, so the owner in the value may no longer hold it: no re-entry
 -- through another Client then), " w" once a waiter (of another Client)
--- has found it held: the release then publishes the wakeup, and only
--- then. After a release the key is kept as
+-- has found it held: the release then grants the lock to the
+-- longest-waiting wait queued for a grant, or publishes the wakeup, and
+-- only then; " g" (before " w") on a value a release granted (lib.lua's
+-- lock_grant) until its wait claims it here. After a release the key is kept as
 -- a free marker "- <token> 0" for a while, so the next token continues the
 -- sequence even if the server clock steps back.
 --
@@ -39,7 +41,9 @@
 -- the end of a wait that gave up, sent in the background
 -- (mutex_unwait.lua), removes its own entry only, never the one a newer
 -- wait of the same Client has just made, nor, while that one is there,
--- the " w" mark. The first attempt of an uncontended acquisition touches
+-- the " w" mark. A wait by an owner made for it (no KEYS[2]) also queues
+-- for a grant at its first registration, "<lease> <owner> <entry>" in
+-- "<lock key>:gq" (lib.lua's lock_grant). The first attempt of an uncontended acquisition touches
 -- nothing but the lock: one key and three arguments (two for a try).
 -- ARGV[1] alone is the most common attempt in one argument (each costs
 -- the server about 1.7k instructions): the first attempt of a wait by an
@@ -66,7 +70,9 @@
 -- to read; "- <token>" in the one-argument form's common case, whose
 -- token is the server clock); {2, token} re-entered (the owner already held it
 -- through another Client that reserved no block; the recorded token);
--- {0, pttl} held by another owner; {-2, server µs} the one-argument form
+-- {0, pttl} held by another owner ({0, pttl, server µs} for a wait that
+-- queued for a grant: the time dates a grant after it, grantStart in
+-- dsync); {-2, server µs} the one-argument form
 -- after its deadline: nothing done.
 local key, owner, marker = KEYS[1], ARGV[1], KEYS[2]
 local tm = nil
@@ -127,7 +133,11 @@ if free then
       redis.call('set', marker, '1', 'px', lease)
     end
     if ARGV[5] == '1' then
-      redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
+      local f = ARGV[3] .. ' ' .. string.sub(marker, -8)
+      redis.call('hdel', key .. ':waiting', f)
+      if not KEYS[2] then
+        redis.call('lrem', key .. ':gq', 1, lease .. ' ' .. owner .. ' ' .. f)
+      end
     end
     return us
   end
@@ -141,7 +151,24 @@ if not free then
     -- continues the sequence.
     o = '-'
   end
-  if o == owner and not string.find(w, 'b', 1, true) then
+  -- Granted to this wait (lib.lua's lock_grant), whose message was lost
+  -- or came too late: an owner made for this one call (no KEYS[2]), so no
+  -- other Client can hold through it yet.
+  local grant = o == owner and not KEYS[2] and string.find(w, ' g', 1, true)
+  if grant then
+    -- Claimed: the lease starts again now, and the block asked for is
+    -- reserved after the granted token.
+    local last = tonumber(t)
+    w = string.gsub(w, ' g', '')
+    if ARGV[6] then
+      last = last + tonumber(ARGV[6]) - 1
+    end
+    if last > tonumber(t) then
+      w = ' b' .. w
+    end
+    redis.call('set', key, o .. ' ' .. fmt(last) .. ' ' .. c .. w, 'px', lease)
+    return tonumber(t)
+  elseif o == owner and not string.find(w, 'b', 1, true) then
     if string.find(w, ' s', 1, true) then
       -- Re-entered through another Client: a count above 1 is never bound
       -- (mutex_renew_session.lua), and its TTL, the session's backstop,
@@ -168,9 +195,11 @@ if not free then
       redis.call('set', key, v .. ' w', 'keepttl')
     end
     local n = ARGV[4] or '1'
+    local us = nil
     if client and n ~= '' then
       local wkey = key .. ':waiting'
-      local now = server_now()
+      local now
+      now, us = server_now()
       local all = redis.call('hgetall', wkey)
       for i = 1, #all, 2 do
         local e = tonumber(string.match(all[i + 1], ' (%d+)$'))
@@ -178,10 +207,30 @@ if not free then
           redis.call('hdel', wkey, all[i])
         end
       end
-      redis.call('hset', wkey, client .. ' ' .. string.sub(marker, -8), n .. ' ' .. fmt(now + tonumber(lease)))
+      local f = client .. ' ' .. string.sub(marker, -8)
+      local new = redis.call('hset', wkey, f, n .. ' ' .. fmt(now + tonumber(lease))) == 1
       if redis.call('pttl', wkey) < tonumber(lease) then
         redis.call('pexpire', wkey, lease)
       end
+      if new and not KEYS[2] then
+        -- An owner made for this one wait queues for a grant (lib.lua's
+        -- lock_grant) with its entry, again if the entry went (it lapsed,
+        -- or a grant to it was released unclaimed: grantUnclaimed in
+        -- dsync): a caller's owner may hold through other Clients, and is
+        -- woken to look again instead.
+        local q = key .. ':gq'
+        redis.call('rpush', q, lease .. ' ' .. owner .. ' ' .. f)
+        redis.call('pexpire', q, 2 * tonumber(lease))
+      end
+    end
+    if client and not KEYS[2] then
+      -- A wait that may be granted the lock: the server time dates a
+      -- grant after this attempt (grantStart).
+      if not us then
+        local _
+        _, us = server_now()
+      end
+      return {0, redis.call('pttl', key), us}
     end
     return {0, redis.call('pttl', key)}
   else
@@ -220,7 +269,12 @@ if KEYS[2] then
   redis.call('set', marker, '1', 'px', lease)
 end
 if ARGV[5] == '1' then
-  redis.call('hdel', key .. ':waiting', ARGV[3] .. ' ' .. string.sub(marker, -8))
+  local f = ARGV[3] .. ' ' .. string.sub(marker, -8)
+  redis.call('hdel', key .. ':waiting', f)
+  if not KEYS[2] then
+    -- Out of the queue for a grant too.
+    redis.call('lrem', key .. ':gq', 1, lease .. ' ' .. owner .. ' ' .. f)
+  end
 end
 return reply
 end)()

@@ -47,8 +47,10 @@ if own ~= '-1' and string.find(w, 'w', 1, true) then
   -- Waiters of other processes are subscribed to the channel while they
   -- wait; the handing Client's own waiters are not (they wait locally).
   if own == 'w' or redis.call('pubsub', 'numsub', KEYS[2])[2] > tonumber(own) then
-    redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'px', ARGV[6])
-    redis.call('publish', KEYS[2], used)
+    if not lock_grant(KEYS[1], used) then
+      redis.call('set', KEYS[1], '- ' .. used .. ' 0', 'px', ARGV[6])
+      redis.call('publish', KEYS[2], used)
+    end
     return {2}
   end
 end
@@ -58,7 +60,7 @@ local last = tok + tonumber(ARGV[7]) - 1
 -- Flags (mutex_acquire.lua): a waiter's mark stays; " b" with a block;
 -- a binding to the Client's session goes (the new hold binds at its own
 -- first renewal: mutex_renew_session.lua).
-w = string.gsub(string.gsub(w, ' b', ''), ' s%d+', '')
+w = string.gsub(string.gsub(string.gsub(w, ' b', ''), ' s%d+', ''), ' g', '')
 if last > tok then
   w = ' b' .. w
 end

@@ -73,6 +73,10 @@ if not mine then
   end
   return 0
 end
+if string.find(w, 'w', 1, true) and lock_grant(key, used or t) then
+  -- Granted to the longest-waiting wait of another Client (lib.lua).
+  return 1
+end
 if not used then
   redis.call('set', key, '- ' .. t .. ' 0', 'keepttl')
 end

@@ -44,7 +44,7 @@ for i = 1, #KEYS do
     elseif o == sub(p, 1, sp - 1) and t == tok then
       if lock_release_one(key, o, t, c, w) then
         r = 2
-      elseif find(w, 'w', 1, true) then
+      elseif find(w, 'w', 1, true) and not lock_grant(key, used) then
         redis.call('publish', key .. ':ch', used)
       end
     else
