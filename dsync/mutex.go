@@ -271,7 +271,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (context.Context, bool, erro
 		owner = mark[len(m.key)+len(":x:"):]
 	}
 	ctx, ob := c.observe(ctx, m.lockInfo(), owner, try)
-	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, fo, try, &ob.queued)
+	lctx, h, reentered, attempts, err := m.acquire(ctx, owner, mark, fo, try, &ob)
 	ob.done(h, reentered, attempts, err)
 	return lctx, h != nil, wrapErr(KindMutex, m.info.Name, err)
 }

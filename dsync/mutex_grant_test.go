@@ -14,8 +14,9 @@ import (
 // granted to that wait in the release, in one hop: the waiter holds it as
 // the release's message comes, with a token above the holder's, and sends
 // no acquire of its own after it (it used to be woken to try again: a
-// second round trip). The lock is then the waiter's in Redis: the old
-// holder cannot take it until the waiter releases it.
+// second round trip), and its observer sees AcquireDone.Granted. The lock
+// is then the waiter's in Redis: the old holder cannot take it until the
+// waiter releases it.
 func TestMutexGrantOneHop(t *testing.T) {
 	prefix := testPrefix(t)
 	ctx := ctxT(t)
@@ -28,7 +29,9 @@ func TestMutexGrantOneHop(t *testing.T) {
 	rec := &scriptCalls{Client: newRueidis(t)}
 	parked := make(chan struct{}, 1)
 	var waits atomic.Int32
+	done := make(chan dsync.AcquireDone, 1)
 	b := newClientOn(t, rec, dsync.WithKeyPrefix(prefix),
+		dsync.WithObserver(dsync.Observer{AcquireDone: func(_ context.Context, e dsync.AcquireDone) { done <- e }}),
 		dsync.WithWaitParked(func(_ string, p bool) {
 			if p {
 				waits.Add(1)
@@ -65,6 +68,9 @@ func TestMutexGrantOneHop(t *testing.T) {
 		require.NotContains(t, rec.names(), id, "the waiter sent an acquire after the release: not granted in one hop")
 	}
 	require.EqualValues(t, 1, waits.Load(), "the waiter blocked once: the release's message ended its wait")
+	// The observer is told it waited: granted.
+	e := <-done
+	require.True(t, e.Acquired && e.Granted && !e.Queued, "AcquireDone %+v", e)
 	tokB, ok := dsync.FencingToken(lb)
 	require.True(t, ok)
 	require.Greater(t, tokB, tokA)

@@ -257,9 +257,10 @@ func (st *mutexState) removeLocked(w *mutexWaiter) {
 // handoff from a local holder, or in Redis. mark is the undo mark of a
 // fresh owner (see Mutex.lock), "" for an owner the caller supplied, and
 // fo its bytes, with room for the hold's value prefix (ownerTag), and the
-// hold it makes in Redis (nil for an owner the caller supplied). It sets
-// *queued when it waits in the Client's queue.
-func (m *Mutex) acquire(ctx context.Context, owner, mark string, fo *freshMutexOwner, try bool, queued *bool) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
+// hold it makes in Redis (nil for an owner the caller supplied). It notes
+// in ob when it waits in the Client's queue (queued) and when a release
+// granted it the lock (granted).
+func (m *Mutex) acquire(ctx context.Context, owner, mark string, fo *freshMutexOwner, try bool, ob *observation) (lctx context.Context, h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	st := c.getMutex(m.sk())
 	st.mu.Lock()
@@ -281,7 +282,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, fo *freshMutexO
 	} else {
 		w = &mutexWaiter{ctx: ctx, owner: owner, ch: make(chan *hold, 1)}
 		st.queue = append(st.queue, w)
-		*queued = true
+		ob.queued = true
 		c.blockedBy(ctx, m.key)
 		// For Inspect: a waiter of this Client, in the queue until it
 		// returns (or leads in Redis, where its attempts count it too).
@@ -307,7 +308,7 @@ func (m *Mutex) acquire(ctx context.Context, owner, mark string, fo *freshMutexO
 					return nil, nil, false, attempts, err
 				}
 			}
-			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, fo, try, w != nil)
+			h, again, n, err := m.acquireRedis(ctx, st, owner, mark, fo, try, w != nil, &ob.granted)
 			attempts += n
 			if h == nil {
 				m.stepDown(st)

@@ -177,7 +177,7 @@ func (m *Mutex) undo(ctx context.Context, owner, marker string) {
 // caller is counted among the Client's local waiters (it queued before it
 // led); else it is counted there from its first failed attempt on, so
 // that the goroutines queued behind it and it add up (see localWaiters).
-func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, fo *freshMutexOwner, try, queued bool) (h *hold, reentered bool, attempts int, err error) {
+func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark string, fo *freshMutexOwner, try, queued bool, granted *bool) (h *hold, reentered bool, attempts int, err error) {
 	c := m.c
 	// The attempt (arguments and reply in place) comes from a pool: a
 	// held lock's state keeps none.
@@ -249,6 +249,7 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		_, _ = m.release(ctx, owner, h.rToken, h.token)
 		return nil, false, attempts, ErrClosed
 	}
+	*granted = a.granted
 	return h, r.code == acqReentered, attempts, nil
 }
 
@@ -281,6 +282,7 @@ type mutexAttempt struct {
 	regCount   string
 	regAt      time.Time
 	regNow     string // the count the attempt in flight registers, or ""
+	granted    bool   // a release granted the lock (mutexWait.granted)
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(mutexAttempt) }}
@@ -472,6 +474,7 @@ func (w mutexWait) granted(tok, at uint64) bool {
 	a.r = acqReply{code: acqAcquired, value: int64(tok)}
 	a.block = 1 // a grant reserves no block
 	a.sentAt = start
+	a.granted = true
 	return true
 }
 

@@ -17,9 +17,12 @@ type observation struct {
 	// queued: it waited in its Client's queue (AcquireDone.Queued; set by
 	// the caller before done).
 	queued bool
-	octx   context.Context
-	start  time.Time
-	note   *blockNote
+	// granted: a release in Redis granted it the lock (AcquireDone.Granted;
+	// set by the caller before done).
+	granted bool
+	octx    context.Context
+	start   time.Time
+	note    *blockNote
 }
 
 // observe starts an acquisition of info by owner. The context it returns
@@ -49,7 +52,7 @@ func (o *observation) done(h *hold, reentered bool, attempts int, err error) {
 		return
 	}
 	e := AcquireDone{Lock: o.info, Owner: o.owner, Try: o.try, Acquired: h != nil, Reentered: reentered,
-		Err: err, Wait: time.Since(o.start), Attempts: attempts, Queued: o.queued}
+		Err: err, Wait: time.Since(o.start), Attempts: attempts, Queued: o.queued, Granted: o.granted}
 	if h != nil {
 		e.Token, e.Hold, e.HeldSince = h.token, h.id, h.since()
 	}

@@ -85,13 +85,18 @@ type AcquireDone struct {
 	// Queued: it waited in its own Client behind another goroutine of
 	// that Client (a Mutex's waiters queue in their process, where one
 	// holds or tries the lock for all of them). For a Mutex, Attempts <=
-	// 1 with Queued false means nothing held it up: its one script, if
-	// any, found the lock free, whatever held it before. Always false for
-	// the other kinds, whose waiters queue in Redis (one attempt, then a
-	// grant by message, is a wait there).
+	// 1 with Queued and Granted false means nothing held it up: its one
+	// script, if any, found the lock free, whatever held it before. Always
+	// false for the other kinds, whose waiters queue in Redis (one
+	// attempt, then a grant by message, is a wait there).
 	Queued bool
-	Token  uint64 // fencing token, when acquired
-	Hold   uint64 // identifies the hold in Released and Lost
+	// Granted: a Mutex acquisition that a release of another Client
+	// granted it in Redis (docs/design.md): after its one attempt found
+	// the lock held, it waited for that holder. Always false for the
+	// other kinds (see Queued).
+	Granted bool
+	Token   uint64 // fencing token, when acquired
+	Hold    uint64 // identifies the hold in Released and Lost
 	// HeldSince is when the hold began, when acquired (zero otherwise):
 	// when the acquisition's reply arrived, or, for a Mutex handed on
 	// inside its Client, when the holder before it handed it over, which

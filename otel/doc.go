@@ -18,8 +18,10 @@
 // dsync.lock.outcome (acquired, not_acquired, cancelled or error),
 // dsync.lock.attempts (acquire scripts sent to Redis), dsync.lock.queued
 // (true, only when the acquisition waited in its Client behind another
-// goroutine of it: a Mutex's local queue; a Mutex acquisition with one
-// attempt and no dsync.lock.queued was held up by nobody),
+// goroutine of it: a Mutex's local queue), dsync.lock.granted (true, only
+// when a release of another Client granted a Mutex in Redis; a Mutex
+// acquisition with one attempt and neither attribute was held up by
+// nobody),
 // dsync.lock.reentered,
 // dsync.lock.owner (the owner, "<client name>/<random>": the name tells
 // which process or Client waited or holds; see dsync.WithClientName) and,
@@ -166,6 +168,7 @@
 //	dsync.lock.outcome        string  acquire spans, wait.duration, acquisitions
 //	dsync.lock.attempts       int     acquire spans
 //	dsync.lock.queued         bool    acquire spans that waited in their Client's queue (Mutex)
+//	dsync.lock.granted        bool    acquire spans granted by another Client's release (Mutex)
 //	dsync.lock.reentered      bool    acquire spans; the dsync.lock.released event
 //	dsync.lock.fencing_token  int     acquire spans (when acquired), hold spans
 //	dsync.lock.owner          string  acquire and hold spans (never metrics: unbounded)

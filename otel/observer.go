@@ -24,7 +24,8 @@ const (
 	KeyTry          = attribute.Key("dsync.lock.try")
 	KeyOutcome      = attribute.Key("dsync.lock.outcome")
 	KeyAttempts     = attribute.Key("dsync.lock.attempts")
-	KeyQueued       = attribute.Key("dsync.lock.queued") // true when the acquisition waited in its Client's queue (AcquireDone.Queued); absent otherwise
+	KeyQueued       = attribute.Key("dsync.lock.queued")  // true when the acquisition waited in its Client's queue (AcquireDone.Queued); absent otherwise
+	KeyGranted      = attribute.Key("dsync.lock.granted") // true when a release of another Client granted a Mutex in Redis (AcquireDone.Granted); absent otherwise
 	KeyReentered    = attribute.Key("dsync.lock.reentered")
 	KeyFencingToken = attribute.Key("dsync.lock.fencing_token")
 	KeyOwner        = attribute.Key("dsync.lock.owner") // "<client name>/<random>", on acquire and hold spans
@@ -407,6 +408,9 @@ func (o *observer) finishAcquire(ctx context.Context, e dsync.AcquireDone, end t
 		}
 	}
 	attrs := append(kv, KeyAttempts.Int(e.Attempts), KeyReentered.Bool(e.Reentered))
+	if e.Granted {
+		attrs = append(attrs, KeyGranted.Bool(true))
+	}
 	if e.Queued {
 		attrs = append(attrs, KeyQueued.Bool(true))
 	}

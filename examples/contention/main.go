@@ -15,8 +15,8 @@
 // are counted apart, as are those whose span overlapped a hold that had
 // already let go of the lock in Redis: they sent one script, which found
 // the lock free, and did not queue in their Client, so nothing held them
-// up; their spans say so, with dsync.lock.attempts 1 and no
-// dsync.lock.queued.)
+// up; their spans say so, with dsync.lock.attempts 1 and neither
+// dsync.lock.queued nor dsync.lock.granted.)
 //
 // The processes are this program run again (CONTENTION_CHILD set): each
 // has its own Client (named proc-<n>) and its own tracer, and sends its
@@ -171,9 +171,14 @@ type span struct {
 	Links    []link `json:"links,omitempty"`
 	// Attempts and Queued are dsync.lock.attempts and dsync.lock.queued:
 	// an acquisition that sent at most one script and did not queue in
-	// its Client was held up by nobody, whatever its span overlapped.
+	// its Client, and was not granted the lock by another process's
+	// release (Granted), was held up by nobody, whatever its span
+	// overlapped.
 	Attempts int  `json:"attempts,omitempty"`
 	Queued   bool `json:"queued,omitempty"`
+	// Granted is dsync.lock.granted: another process's release granted
+	// the lock to its one attempt's wait (it was held up).
+	Granted bool `json:"granted,omitempty"`
 }
 
 // link is a blocked_by link of an acquire span.
@@ -281,6 +286,7 @@ func record(s tracetest.SpanStub) (span, bool) {
 		r.Acquired = attr(s.Attributes, dsyncotel.KeyOutcome) == dsyncotel.OutcomeAcquired
 		r.Attempts, _ = strconv.Atoi(attr(s.Attributes, dsyncotel.KeyAttempts))
 		r.Queued = attr(s.Attributes, dsyncotel.KeyQueued) == "true"
+		r.Granted = attr(s.Attributes, dsyncotel.KeyGranted) == "true"
 		for _, l := range s.Links {
 			if attr(l.Attributes, dsyncotel.KeyLinkBlockedBy) != "true" {
 				continue
@@ -373,7 +379,7 @@ func analyse(spans []span) report {
 				behind = append(behind, [2]int64{a, b})
 			}
 		}
-		if len(behind) > 0 && s.Attempts <= 1 && !s.Queued {
+		if len(behind) > 0 && s.Attempts <= 1 && !s.Queued && !s.Granted {
 			r.alone++
 			if len(s.Links) > 0 {
 				r.aloneLinked++
