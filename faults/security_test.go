@@ -23,9 +23,10 @@ import (
 // The commands a Mutex needs: the connection handshake, the scripts (and
 // what they call: MGET reads the lock with the undo mark of a call-made
 // owner, EXISTS checks an attempt's, DEL drops a caller-supplied owner's
-// attempt marker, HGETALL/HSET/HDEL keep the waiting count), and pub/sub
+// attempt marker, HGETALL/HSET/HDEL keep the waiting count, and
+// RPUSH/LPOP/LREM/HGET/HKEYS the queue of the one-hop grant), and pub/sub
 // for wakeups.
-const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +mget +exists +del +pexpire +pexpireat +pttl +time +hgetall +hset +hdel +publish +subscribe +unsubscribe"
+const dsyncCommands = "+@connection +client +evalsha +eval +script|load +get +set +mget +exists +del +pexpire +pexpireat +pttl +time +hgetall +hset +hdel +hget +hkeys +rpush +lpop +lrem +publish +subscribe +unsubscribe"
 
 // Security: a user restricted to the prefix's keys and channels runs the
 // Mutex (acquire, renewal, contention with wakeups, release); a user
