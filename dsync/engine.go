@@ -47,16 +47,17 @@ type waitProto interface {
 	granted(token, at uint64) bool
 }
 
-// A subscriber is a waitProto whose wait subscribes before its first
-// attempt (subscribeFirst true), not after the first that found it must
-// wait: the waits of a WaitGroup, where waiting is the rule, so that the
-// look just after subscribing is the first look.
-type subscriber interface{ subscribeFirst() bool }
+// A subscriber is a waitProto (marked by subscribeFirst) whose wait
+// subscribes before its first attempt, not after the first that found
+// it must wait: the waits of a WaitGroup, where waiting is the rule, so
+// that the look just after subscribing is the first look.
+type subscriber interface{ subscribeFirst() }
 
-// A sharedGrants wait (a Mutex's) is granted the lock on a channel that
-// every Client's waits share: a message that is not its grant wakes it
-// only if it grants nobody (see notifier.deliver).
-type sharedGrants interface{ grantsShared() bool }
+// A sharedGrants wait (a Mutex's; marked by grantsShared) is granted
+// the lock on a channel that every Client's waits share: a message that
+// is not its grant wakes it only if it grants nobody (see
+// notifier.deliver).
+type sharedGrants interface{ grantsShared() }
 
 // waitLoop runs p until an attempt ends the wait, ctx is done, the Client
 // closes or Redis fails. Between attempts it waits for a message on ch, or
@@ -76,11 +77,9 @@ type sharedGrants interface{ grantsShared() bool }
 // attempt's hint alone.
 func waitLoop[P waitProto](c *Client, ctx context.Context, ch, id string, try bool, p P) (attempts int, err error) {
 	w := wakeup{c: c, ch: ch, id: id}
-	if sg, ok := any(p).(sharedGrants); ok {
-		w.all = sg.grantsShared()
-	}
+	_, w.all = any(p).(sharedGrants)
 	defer w.close()
-	if sf, ok := any(p).(subscriber); ok && sf.subscribeFirst() && !try {
+	if _, sf := any(p).(subscriber); sf && !try {
 		// A wait that nearly always waits (WaitGroup) subscribes before
 		// its first look, which then sees everything: one look, not two.
 		w.subscribe(ctx)

@@ -478,4 +478,4 @@ func (w mutexWait) granted(tok, at uint64) bool {
 	return true
 }
 
-func (mutexWait) grantsShared() bool { return true }
+func (mutexWait) grantsShared() {}

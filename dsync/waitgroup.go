@@ -199,7 +199,7 @@ func decodeWGLook(vals []rueidis.RedisMessage) (zero bool, gen string) {
 
 func (wgWait) failed(error) {} // a look changes nothing
 
-func (wgWait) subscribeFirst() bool { return true }
+func (wgWait) subscribeFirst() {}
 
 func (wgWait) waiting() {}
 

@@ -7,8 +7,51 @@ import (
 
 	"github.com/dsync/dsync/internal/redistest"
 	"github.com/dsync/dsync/internal/scripts"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
+
+// grantLock is one Mutex name's keys for the grant's tests, with the
+// reads they share.
+type grantLock struct {
+	t             *testing.T
+	rc            rueidis.Client
+	key, wkey, gq string
+}
+
+func newGrantLock(t *testing.T, rc rueidis.Client, tag string) *grantLock {
+	key := "p:{" + tag + "}:mutex"
+	return &grantLock{t: t, rc: rc, key: key, wkey: key + ":waiting", gq: key + ":gq"}
+}
+
+// get is the lock's value ("" when there is none).
+func (g *grantLock) get() string {
+	v, _ := g.rc.Do(context.Background(), g.rc.B().Get().Key(g.key).Build()).ToString()
+	return v
+}
+
+// wait is an attempt by a fresh owner (no attempt marker; its wait is
+// named by the owner's last 8 characters): {1, token} when it acquired,
+// {0, pttl, server µs} when it waits.
+func (g *grantLock) wait(owner, client, registered string) []int64 {
+	g.t.Helper()
+	v, err := scripts.MutexAcquire.Exec(context.Background(), g.rc, []string{g.key}, []string{owner, "10000", client, "1", registered}).ToMessage()
+	require.NoError(g.t, err)
+	if v.IsInt64() {
+		n, _ := v.AsInt64()
+		return []int64{1, n}
+	}
+	r, err := v.AsIntSlice()
+	require.NoError(g.t, err)
+	return r
+}
+
+// queued is the grant queue, first to be granted first.
+func (g *grantLock) queued() []string {
+	v, err := g.rc.Do(context.Background(), g.rc.B().Lrange().Key(g.gq).Start(0).Stop(-1).Build()).AsStrSlice()
+	require.NoError(g.t, err)
+	return v
+}
 
 // The one-hop grant (lib.lua's lock_grant): a release hands the Mutex to
 // the longest-waiting live wait by an owner made for it alone, with a new
@@ -20,33 +63,11 @@ func TestMutexGrant(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, wkey, q := "p:{g}:mutex", "p:{g}:mutex:waiting", "p:{g}:mutex:gq"
-	get := func() string {
-		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
-		return v
-	}
-	// A fresh owner's wait (no attempt marker); its wait is named by the
-	// owner's last 8 characters.
-	wait := func(owner, client, registered string) []int64 {
-		t.Helper()
-		v, err := scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", client, "1", registered}).ToMessage()
-		require.NoError(t, err)
-		if v.IsInt64() {
-			n, _ := v.AsInt64()
-			return []int64{1, n}
-		}
-		r, err := v.AsIntSlice()
-		require.NoError(t, err)
-		return r
-	}
+	l := newGrantLock(t, rc, "g")
+	key, wkey, get, wait, queued := l.key, l.wkey, l.get, l.wait, l.queued
 	release := func(owner string, tok int64) int64 {
 		t.Helper()
 		return num(t, scripts.MutexRelease.Exec(ctx, rc, []string{key}, []string{owner + " " + strconv.FormatInt(tok, 10) + " 1"}))
-	}
-	queued := func() []string {
-		v, err := rc.Do(ctx, rc.B().Lrange().Key(q).Start(0).Stop(-1).Build()).AsStrSlice()
-		require.NoError(t, err)
-		return v
 	}
 	a := wait("A-0000000", "client-a", "0")
 	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
@@ -110,25 +131,15 @@ func TestMutexGrantUnclaimed(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	key, wkey, q := "p:{h}:mutex", "p:{h}:mutex:waiting", "p:{h}:mutex:gq"
-	get := func() string {
-		v, _ := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
-		return v
-	}
+	g := newGrantLock(t, rc, "h")
+	key, wkey, get, queued := g.key, g.wkey, g.get, g.queued
+	// attempt is the token a fresh owner's attempt acquired (0: it waits).
 	attempt := func(owner, client, registered string) int64 {
 		t.Helper()
-		v, err := scripts.MutexAcquire.Exec(ctx, rc, []string{key}, []string{owner, "10000", client, "1", registered}).ToMessage()
-		require.NoError(t, err)
-		if v.IsInt64() {
-			n, _ := v.AsInt64()
-			return n
+		if r := g.wait(owner, client, registered); r[0] == 1 {
+			return r[1]
 		}
 		return 0
-	}
-	queued := func() []string {
-		v, err := rc.Do(ctx, rc.B().Lrange().Key(q).Start(0).Stop(-1).Build()).AsStrSlice()
-		require.NoError(t, err)
-		return v
 	}
 	tokA := attempt("A-0000000", "client-a", "0")
 	require.NotZero(t, tokA)
@@ -142,4 +153,28 @@ func TestMutexGrantUnclaimed(t *testing.T) {
 	// B1 was alive: its next attempt finds the lock held and queues again.
 	require.Zero(t, attempt("B-0000001", "client-b", "1"))
 	require.Equal(t, []string{"10000 B-0000001 client-b -0000001"}, queued())
+}
+
+// A wait that gives up by its own owner reads the lock once, whether or
+// not the lock is there: mutex_unwait.lua read a missing lock a second
+// time for the waiter mark (2 GETs before 2026-12-07).
+func TestMutexUnwaitReadsOnce(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	g := newGrantLock(t, rc, "u")
+	tok := g.wait("A-0000000", "client-a", "0")
+	require.Equal(t, int64(1), tok[0])
+	require.Equal(t, int64(0), g.wait("B-0000001", "client-b", "0")[0])
+	unwait := func() int64 {
+		return num(t, scripts.MutexUnwait.Exec(ctx, rc, []string{g.key, g.wkey}, []string{"client-b", "-0000001", "B-0000001", "10000"}))
+	}
+	// The lock held by A, with B's mark: B's entry and mark go.
+	cmds := commands(t, rc, func() { require.Equal(t, int64(1), unwait()) })
+	require.Equal(t, 1, cmds["get"], "GETs with the lock held: %v", cmds)
+	require.Equal(t, "A-0000000 "+strconv.FormatInt(tok[1], 10)+" 1", g.get())
+	// The lock gone (expired, say): nothing to unmark.
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(g.key).Build()).Error())
+	cmds = commands(t, rc, func() { require.Equal(t, int64(0), unwait()) })
+	require.Equal(t, 1, cmds["get"], "GETs with the lock missing: %v", cmds)
 }

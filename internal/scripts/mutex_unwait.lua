@@ -22,6 +22,8 @@ redis.call('hdel', KEYS[2], f)
 if ARGV[4] then
   redis.call('lrem', KEYS[1] .. ':gq', 1, ARGV[4] .. ' ' .. ARGV[3] .. ' ' .. f)
 end
+-- The lock is read once: here for a wait by its own owner, below
+-- otherwise.
 local v = ARGV[3] and redis.call('get', KEYS[1])
 local o, t, c, w
 if v then
@@ -46,7 +48,9 @@ end
 if redis.call('exists', KEYS[2]) == 1 then
   return 0
 end
-v = v or redis.call('get', KEYS[1])
+if not ARGV[3] then
+  v = redis.call('get', KEYS[1])
+end
 if v and string.sub(v, -2) == ' w' then
   redis.call('set', KEYS[1], string.sub(v, 1, -3), 'keepttl')
   return 1
