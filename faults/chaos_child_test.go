@@ -55,8 +55,10 @@ type cev struct {
 	Hold  int64     `json:"hold,omitempty"` // cwc, cw, cs: when the hold they were made in began (its acquire's return)
 	End   int64     `json:"end,omitempty"`  // cw: when the wait's context ended (0: not by the return)
 	Got   int64     `json:"got,omitempty"`  // an acq: when its hold began (AcquireDone.HeldSince, before the call returned; 0: not noted)
-	Gots  [3]int64  `json:"gots,omitzero"`  // a MultiLock's acq: its members' Got
-	Slot  int       `json:"-"`              // the process, set by the parent
+	Att   int       `json:"att,omitempty"`  // an acq: AcquireDone.Attempts of the acquisition, if AttOK
+	AttOK bool      `json:"attok,omitempty"`
+	Gots  [3]int64  `json:"gots,omitzero"` // a MultiLock's acq: its members' Got
+	Slot  int       `json:"-"`             // the process, set by the parent
 	epoch int       // the stretch between server data losses (applyWipes)
 }
 
@@ -395,6 +397,7 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		w.count(func(t *chaosTally) { t.Acq++ })
 		tok, _ := dsync.FencingToken(lctx)
 		acq := cev{Op: "acq", K: k, Read: read, N: n, Call: call, Ret: ret, Tok: tok, Got: got.only()}
+		acq.Att, acq.AttOK = got.onlyAttempts()
 		if ops.toks != nil {
 			acq.Toks = ops.toks()
 			for i := range acq.Gots {
@@ -683,6 +686,7 @@ func (w *chaosWorker) onceLoop(value bool) {
 			ran, fctxSaved = true, fctx
 			tok, _ := dsync.FencingToken(fctx)
 			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok, Got: got.of(name)}
+			acq.Att, acq.AttOK = got.attempts(name)
 			w.emit(acq)
 			w.count(func(t *chaosTally) { t.Acq++ })
 			lastValid = call // as in lockLoop: valid from a check on

@@ -35,6 +35,20 @@ func TestFaultDeployChecksCatchViolations(t *testing.T) {
 	require.Len(t, st, 1)
 	assert.Equal(t, 290*msec, st[0].stall)
 	assert.Equal(t, 1, st[0].cut)
+	// The report names the waiter's acquisition's attempts (none: handed
+	// on inside its Client) and the fault before the deploy (the soak's).
+	bd := d
+	bd.Name, bd.Ident, bd.Before = "g1", "g1/1", "kill pubsub, ended 1.5s before its Close"
+	st = deployStalls("mutex", with(
+		cev{Op: "acq", Who: 20, Slot: 2, Call: 950 * msec, Ret: 1300 * msec, Att: 0, AttOK: true},
+		cev{Op: "rel", Who: 20, Slot: 2, Call: 1301 * msec, Ret: 1302 * msec}), nil, []deployNote{bd})
+	require.Len(t, st[0].over, 1)
+	var e errorsOf
+	checkDeploys(&e, st)
+	require.Len(t, e.errs, 1)
+	assert.Contains(t, e.errs[0], "its acquisition sent 0 acquisition scripts; the fault before the deploy: kill pubsub, ended 1.5s before its Close")
+	st = deployStalls("mutex", held, []wend{{Who: 20, Slot: 2, K: 0, Call: 950 * msec, Ret: 1400 * msec}}, []deployNote{d})
+	assert.NotContains(t, st[0].waiter, "acquisition sent", "a wait's attempts are not known")
 	// A waiter whose context ended waited until then.
 	st = deployStalls("mutex", held, []wend{{Who: 20, Slot: 2, K: 0, Call: 950 * msec, Ret: 1400 * msec, End: 1390 * msec}}, []deployNote{d})
 	assert.Equal(t, 380*msec, st[0].stall)

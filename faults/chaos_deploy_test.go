@@ -175,6 +175,10 @@ type deployNote struct {
 	// quiet deploy's stall is measured.
 	Quiet bool `json:"-"`
 	Slot  int  `json:"-"`
+	// Before: the fault that struck before it and how long before its
+	// Close it ended (set by the soak, which strikes one at a time);
+	// printed beside a stretch over deployBound.
+	Before string `json:"-"`
 }
 
 func newChaosDeploy(slot int, rc rueidis.Client, prefix string, lease time.Duration) (*chaosDeploy, error) {
@@ -355,14 +359,15 @@ type acquiredKey struct{}
 // acquiredAt is when each lock acquired under a context was last held
 // (unix ns, by lock name).
 type acquiredAt struct {
-	mu sync.Mutex
-	at map[string]int64
+	mu  sync.Mutex
+	at  map[string]int64
+	att map[string]int // AcquireDone.Attempts of the same acquisition
 }
 
 // withAcquired returns ctx with a note of when its acquisitions ended
 // with the lock.
 func withAcquired(ctx context.Context) (context.Context, *acquiredAt) {
-	a := &acquiredAt{at: map[string]int64{}}
+	a := &acquiredAt{at: map[string]int64{}, att: map[string]int{}}
 	return context.WithValue(ctx, acquiredKey{}, a), a
 }
 
@@ -373,7 +378,7 @@ func noteAcquired(ctx context.Context, e dsync.AcquireDone) {
 			t = e.HeldSince.UnixNano()
 		}
 		a.mu.Lock()
-		a.at[e.Name] = t
+		a.at[e.Name], a.att[e.Name] = t, e.Attempts
 		a.mu.Unlock()
 	}
 }
@@ -383,6 +388,30 @@ func (a *acquiredAt) of(name string) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.at[name]
+}
+
+// attempts is how many acquisition scripts the acquisition that last
+// got name sent (0: handed on inside its Client, or re-entered), and
+// whether one was seen.
+func (a *acquiredAt) attempts(name string) (int, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n, ok := a.att[name]
+	return n, ok
+}
+
+// onlyAttempts is attempts of the one lock acquired under the note
+// (false: none, or several: a MultiLock's members).
+func (a *acquiredAt) onlyAttempts() (int, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.att) != 1 {
+		return 0, false
+	}
+	for _, n := range a.att {
+		return n, true
+	}
+	return 0, false
 }
 
 // only is when the one lock acquired under the note was (0: none, or
@@ -1011,6 +1040,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wi
 	type waiter struct {
 		who, slot, k   int
 		call, ret, end int64 // end: its context's end, 0 if none before ret
+		att            int   // an acquisition's attempts (cev.Att; -1: unknown)
 	}
 	var ws []waiter
 	byCall := slices.Clone(all)
@@ -1020,7 +1050,11 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wi
 		switch e.Op {
 		case "acq":
 			open[e.Who] = e
-			ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret})
+			att := -1
+			if e.AttOK {
+				att = e.Att
+			}
+			ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret, att: att})
 		case "rel":
 			a, ok := open[e.Who]
 			if !ok {
@@ -1041,7 +1075,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wi
 			}
 		case "obs":
 			if runs {
-				ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret})
+				ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret, att: -1})
 			}
 		}
 	}
@@ -1053,7 +1087,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wi
 		zeros, unknown = wgZeros(all, wipes)
 		for _, e := range byCall {
 			if e.Op == "wait" {
-				ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret})
+				ws = append(ws, waiter{who: e.Who, slot: e.Slot, k: e.K, call: e.Call, ret: e.Ret, att: -1})
 			}
 		}
 		ks := map[int]bool{}
@@ -1073,7 +1107,7 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wi
 	}
 	for _, w := range waits {
 		if kind != "wg" && w.K >= 0 {
-			ws = append(ws, waiter{who: w.Who, slot: w.Slot, k: w.K, call: w.Call, ret: w.Ret, end: w.End})
+			ws = append(ws, waiter{who: w.Who, slot: w.Slot, k: w.K, call: w.Call, ret: w.Ret, end: w.End, att: -1})
 		}
 	}
 	for n := range holds {
@@ -1146,13 +1180,13 @@ func deployStalls(kind string, all []cev, waits []wend, deploys []deployNote, wi
 					ds.gaps++
 					if next-at > int64(deployBound) {
 						ds.over = append(ds.over, overStretch{slot: w.slot, from: at, to: next,
-							waiter: fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d (%v to %v after Close was called; free since %s)",
-								w.who, w.slot, w.k, w.call, w.ret, w.end, at, next, ms(at-d.Start), ms(next-d.Start), freed)})
+							waiter: fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d (%v to %v after Close was called; free since %s)%s",
+								w.who, w.slot, w.k, w.call, w.ret, w.end, at, next, ms(at-d.Start), ms(next-d.Start), freed, attemptsText(w.att))})
 					}
 					if next-at > ds.stall {
 						ds.stall = next - at
-						ds.waiter = fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d (%v to %v after Close was called; free since %s)",
-							w.who, w.slot, w.k, w.call, w.ret, w.end, at, next, ms(at-d.Start), ms(next-d.Start), freed)
+						ds.waiter = fmt.Sprintf("worker %d (slot %d) on %d, waiting %d..%d (context end %d), free from %d to %d (%v to %v after Close was called; free since %s)%s",
+							w.who, w.slot, w.k, w.call, w.ret, w.end, at, next, ms(at-d.Start), ms(next-d.Start), freed, attemptsText(w.att))
 					}
 				}
 				if i >= len(hs) || hs[i].from >= wEnd {
@@ -1271,6 +1305,17 @@ type errorer interface {
 // the closed Client in Redis, no waiter of another Client waiting more
 // than deployBound beyond the lock's being free but in a stretch the
 // probes' lag excused (excuseStalls; without it, none is).
+// attemptsText says how many acquisition scripts a waiter that got the
+// lock sent ("" when unknown, n < 0): one means its wait was that
+// script's round trip and the client's work around it, none that the
+// lock was handed on inside its Client.
+func attemptsText(n int) string {
+	if n < 0 {
+		return ""
+	}
+	return fmt.Sprintf("; its acquisition sent %d acquisition scripts", n)
+}
+
 func checkDeploys(t errorer, ds []deployStall) {
 	t.Helper()
 	for _, d := range ds {
@@ -1289,6 +1334,9 @@ func checkDeploys(t errorer, ds []deployStall) {
 			t.Errorf("deploy of slot %d: Client %s (%s) left in Redis after its Close returned (%v after it began): %v", n.Slot, n.Name, n.Ident, ms(n.End-n.Start), n.Left)
 		}
 		for _, o := range d.over {
+			if n.Before != "" {
+				o.waiter += "; the fault before the deploy: " + n.Before
+			}
 			if !o.excused {
 				t.Errorf("deploy of slot %d (Close %d..%d, %v): a waiter of another Client waited %v beyond the lock's being free (bound %v; the probes late %v in it, less than the excess): %s", n.Slot, n.Start, n.End, ms(n.End-n.Start), ms(o.to-o.from), deployBound, ms(o.lag), o.waiter)
 			} else {

@@ -313,6 +313,9 @@ func TestFaultSoak(t *testing.T) {
 	// Children that exited on their own (a child that cannot reach Redis
 	// for 20 s gives up): replaced, and counted.
 	var exited atomic.Int32
+	// last: the fault struck last and when it ended (they strike one at a
+	// time), for a deploy's note (deployNote.Before).
+	var last struckFault
 	var faults map[string]func()
 	faults = map[string]func(){
 		"latency 100ms":   func() { defer px.latency(t, 50*time.Millisecond)(); time.Sleep(time.Second) },
@@ -372,6 +375,7 @@ func TestFaultSoak(t *testing.T) {
 		// child's holds have lapsed; SIGUSR1, and its answer.
 		"deploy process": func() {
 			time.Sleep(500 * time.Millisecond)
+			before := last.before
 			children.Lock()
 			c, ready := children.cur, children.ready
 			children.Unlock()
@@ -384,7 +388,8 @@ func TestFaultSoak(t *testing.T) {
 			select {
 			case <-children.deployed:
 				children.Lock()
-				children.deploys[len(children.deploys)-1].Quiet = true
+				dn := &children.deploys[len(children.deploys)-1]
+				dn.Quiet, dn.Before = true, before(dn.Start)
 				children.Unlock()
 			case <-time.After(20 * time.Second):
 				t.Errorf("the soak's child did not answer a deploy within 20 s")
@@ -418,8 +423,9 @@ func TestFaultSoak(t *testing.T) {
 			}
 			ci := n % 2
 			n++
+			before := last.before
 			note := kr.deps[ci].deploy(rand.IntN(2) == 0)
-			note.Slot, note.Quiet = soakSlot(ki, ci), true
+			note.Slot, note.Quiet, note.Before = soakSlot(ki, ci), true, before(note.Start)
 			kr.mu.Lock()
 			kr.deploys = append(kr.deploys, note)
 			kr.mu.Unlock()
@@ -453,6 +459,7 @@ func TestFaultSoak(t *testing.T) {
 		injected[n]++
 		total++
 		faults[n]()
+		last = struckFault{n, now()}
 	}
 	wg.Wait()
 	cwg.Wait()
@@ -575,6 +582,18 @@ func TestFaultSoak(t *testing.T) {
 		excuseStalls(ds, lagOf)
 		df := deployFigures(ds)
 		t.Logf("soak %s: %v", kindTitle(kr.kind), df)
+		acqs, noted := 0, 0
+		for _, e := range kr.ev {
+			if e.Op == "acq" {
+				acqs++
+				if e.AttOK {
+					noted++
+				}
+			}
+		}
+		if acqs > 0 && kr.kind != "multi" { // a MultiLock's members each have theirs: not noted
+			t.Logf("(i) soak %s: acquisitions with their attempts noted (printed beside a stretch over the bound): %d of %d", kindTitle(kr.kind), noted, acqs)
+		}
 		row.Faults += "; " + df.String()
 		if kr.kind == "mutex" {
 			// The control: the same measure in a window of the same
@@ -759,3 +778,19 @@ func goroutineKinds() map[string]int {
 // soakSlot is the slot of the soak's own Client ci of primitive ki, in
 // its events and deploys (the child processes' are 1, 2, ...).
 func soakSlot(ki, ci int) int { return 100 + 2*ki + ci }
+
+// struckFault is a fault of the soak that struck: its name and when it
+// ended.
+type struckFault struct {
+	name string
+	end  int64
+}
+
+// before is deployNote.Before for a deploy, after f, whose Close began at
+// start.
+func (f struckFault) before(start int64) string {
+	if f.name == "" {
+		return "none"
+	}
+	return fmt.Sprintf("%s, ended %v before its Close", f.name, ms(start-f.end))
+}
