@@ -396,12 +396,12 @@ func (w *chaosWorker) lockLoop(kind string, ops lockOps) {
 		}
 		w.count(func(t *chaosTally) { t.Acq++ })
 		tok, _ := dsync.FencingToken(lctx)
-		acq := cev{Op: "acq", K: k, Read: read, N: n, Call: call, Ret: ret, Tok: tok, Got: got.only()}
-		acq.Att, acq.AttOK = got.onlyAttempts()
+		o := got.only()
+		acq := cev{Op: "acq", K: k, Read: read, N: n, Call: call, Ret: ret, Tok: tok, Got: o.at, Att: o.attempts, AttOK: o.seen}
 		if ops.toks != nil {
 			acq.Toks = ops.toks()
 			for i := range acq.Gots {
-				acq.Gots[i] = got.of("m" + strconv.Itoa(i))
+				acq.Gots[i] = got.of("m" + strconv.Itoa(i)).at
 			}
 		}
 		w.emit(acq)
@@ -685,8 +685,8 @@ func (w *chaosWorker) onceLoop(value bool) {
 		f := func(fctx context.Context) (string, error) {
 			ran, fctxSaved = true, fctx
 			tok, _ := dsync.FencingToken(fctx)
-			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok, Got: got.of(name)}
-			acq.Att, acq.AttOK = got.attempts(name)
+			o := got.of(name)
+			acq = cev{Op: "acq", K: k, Call: call, Ret: now(), Tok: tok, Got: o.at, Att: o.attempts, AttOK: o.seen}
 			w.emit(acq)
 			w.count(func(t *chaosTally) { t.Acq++ })
 			lastValid = call // as in lockLoop: valid from a check on

@@ -357,17 +357,25 @@ func noteReleased(ctx context.Context, e dsync.Released) {
 type acquiredKey struct{}
 
 // acquiredAt is when each lock acquired under a context was last held
-// (unix ns, by lock name).
+// (unix ns, by lock name), and with how many attempts.
 type acquiredAt struct {
-	mu  sync.Mutex
-	at  map[string]int64
-	att map[string]int // AcquireDone.Attempts of the same acquisition
+	mu sync.Mutex
+	m  map[string]acquired
+}
+
+// acquired is the last acquisition of a name under an acquiredAt: when
+// its hold began and AcquireDone.Attempts (0: handed on inside its
+// Client, or re-entered); zero, seen false, when there was none.
+type acquired struct {
+	at       int64
+	attempts int
+	seen     bool
 }
 
 // withAcquired returns ctx with a note of when its acquisitions ended
 // with the lock.
 func withAcquired(ctx context.Context) (context.Context, *acquiredAt) {
-	a := &acquiredAt{at: map[string]int64{}, att: map[string]int{}}
+	a := &acquiredAt{m: map[string]acquired{}}
 	return context.WithValue(ctx, acquiredKey{}, a), a
 }
 
@@ -378,54 +386,30 @@ func noteAcquired(ctx context.Context, e dsync.AcquireDone) {
 			t = e.HeldSince.UnixNano()
 		}
 		a.mu.Lock()
-		a.at[e.Name], a.att[e.Name] = t, e.Attempts
+		a.m[e.Name] = acquired{at: t, attempts: e.Attempts, seen: true}
 		a.mu.Unlock()
 	}
 }
 
-// of is when name was last acquired under the note (0: not seen).
-func (a *acquiredAt) of(name string) int64 {
+// of is name's last acquisition under the note.
+func (a *acquiredAt) of(name string) acquired {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.at[name]
+	return a.m[name]
 }
 
-// attempts is how many acquisition scripts the acquisition that last
-// got name sent (0: handed on inside its Client, or re-entered), and
-// whether one was seen.
-func (a *acquiredAt) attempts(name string) (int, bool) {
+// only is the acquisition of the one lock acquired under the note (not
+// seen: none, or several: a MultiLock's, see of).
+func (a *acquiredAt) only() acquired {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	n, ok := a.att[name]
-	return n, ok
-}
-
-// onlyAttempts is attempts of the one lock acquired under the note
-// (false: none, or several: a MultiLock's members).
-func (a *acquiredAt) onlyAttempts() (int, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.att) != 1 {
-		return 0, false
+	if len(a.m) != 1 {
+		return acquired{}
 	}
-	for _, n := range a.att {
-		return n, true
+	for _, g := range a.m {
+		return g
 	}
-	return 0, false
-}
-
-// only is when the one lock acquired under the note was (0: none, or
-// several: a MultiLock's, see of).
-func (a *acquiredAt) only() int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.at) != 1 {
-		return 0
-	}
-	for _, t := range a.at {
-		return t
-	}
-	return 0
+	return acquired{}
 }
 
 // deploy closes the current Client, looks in Redis for what it left, opens
@@ -1299,12 +1283,6 @@ type errorer interface {
 	Logf(format string, args ...any)
 }
 
-// checkDeploys asserts what each deploy must leave: its Close returned
-// nil, its next Client opened (a failed attempt only if it was the
-// harness's own connection and the probes' lag excused it), nothing of
-// the closed Client in Redis, no waiter of another Client waiting more
-// than deployBound beyond the lock's being free but in a stretch the
-// probes' lag excused (excuseStalls; without it, none is).
 // attemptsText says how many acquisition scripts a waiter that got the
 // lock sent ("" when unknown, n < 0): one means its wait was that
 // script's round trip and the client's work around it, none that the
@@ -1316,6 +1294,12 @@ func attemptsText(n int) string {
 	return fmt.Sprintf("; its acquisition sent %d acquisition scripts", n)
 }
 
+// checkDeploys asserts what each deploy must leave: its Close returned
+// nil, its next Client opened (a failed attempt only if it was the
+// harness's own connection and the probes' lag excused it), nothing of
+// the closed Client in Redis, no waiter of another Client waiting more
+// than deployBound beyond the lock's being free but in a stretch the
+// probes' lag excused (excuseStalls; without it, none is).
 func checkDeploys(t errorer, ds []deployStall) {
 	t.Helper()
 	for _, d := range ds {
