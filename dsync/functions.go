@@ -50,7 +50,7 @@ type funcState struct {
 // call runs twice.
 func (c *Client) runScript(ctx context.Context, l *rueidis.Lua, keys, args []string) rueidis.RedisResult {
 	l = c.lua(l)
-	name, ok := scripts.Function(l)
+	name, ok := scripts.Function(l, c.sharded)
 	if !ok || c.fn.off.Load() || c.fn.paused() {
 		return l.Exec(ctx, c.rc, keys, args)
 	}
@@ -146,7 +146,7 @@ func (c *Client) loadFunctionsOn(ctx context.Context, seen int64, nodes []nodeCo
 	if c.fn.loads.Load() != seen {
 		return !c.fn.off.Load()
 	}
-	name, code := scripts.Library()
+	name, code := scripts.Library(c.sharded)
 	loaded := false
 	for _, n := range nodes {
 		// Pinned: see preload.

@@ -43,7 +43,7 @@ func TestMutexCycleRunsAsFunctions(t *testing.T) {
 	s := redistest.Start(t)
 	c := newClientOn(t, s.Client(t))
 	<-dsync.Preloaded(c)
-	name, _ := scripts.Library()
+	name, _ := scripts.Library(false)
 	m := c.NewMutex("f")
 	require.NoError(t, s.Do(t, "CONFIG", "RESETSTAT").Error())
 	cycles(t, m, 10)
@@ -92,15 +92,19 @@ func TestMutexCycleWithoutFunctions(t *testing.T) {
 }
 
 // On a Cluster each master runs the cycle of its names as functions: the
-// library is loaded on every node.
+// library is loaded on every node, the sharded pub/sub mode's.
 func TestClusterMutexCycleRunsAsFunctions(t *testing.T) {
 	prefix := testPrefix(t)
 	cl := cluster(t)
 	c := newClientOn(t, clusterRueidis(t), dsync.WithKeyPrefix(prefix))
 	<-dsync.Preloaded(c)
+	sharded, _ := scripts.Library(true)
 	for _, name := range namesOnMasters(t, prefix) {
 		master, _, err := cl.MasterOf(prefix + ":{" + name + "}:mutex")
 		require.NoError(t, err)
+		list, err := master.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", sharded).ToArray()
+		require.NoError(t, err)
+		require.Len(t, list, 1, "the sharded library %s on master %s", sharded, master.Addr)
 		f0, e0 := scriptStats(t, master)
 		cycles(t, c.NewMutex(name), 10)
 		f1, e1 := scriptStats(t, master)
@@ -139,7 +143,7 @@ func TestAcquireOneArgument(t *testing.T) {
 	require.NoError(t, s.Do(t, "SLOWLOG", "RESET").Error())
 	lctx, err := m.LockContext(ctxT(t))
 	require.NoError(t, err)
-	acquire, _ := scripts.Function(scripts.MutexAcquire)
+	acquire, _ := scripts.Function(scripts.MutexAcquire, false)
 	entries, err := s.Do(t, "SLOWLOG", "GET", "-1").ToArray()
 	require.NoError(t, err)
 	var sent [][]string

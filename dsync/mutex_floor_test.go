@@ -123,8 +123,8 @@ func TestMutexArgsPerCycle(t *testing.T) {
 	l, err := m.LockContext(ctx)
 	require.NoError(t, err)
 	require.NoError(t, m.UnlockContext(l))
-	acq, _ := scripts.Function(scripts.MutexAcquire)
-	rel, _ := scripts.Function(scripts.MutexRelease)
+	acq, _ := scripts.Function(scripts.MutexAcquire, false)
+	rel, _ := scripts.Function(scripts.MutexRelease, false)
 	for _, tc := range []struct {
 		name  string
 		cycle func()

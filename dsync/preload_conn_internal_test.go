@@ -72,14 +72,14 @@ func TestPreloadLeavesSharedConnection(t *testing.T) {
 	}
 	// It ran: the function library and the scripts it does not run are on
 	// the server.
-	name, _ := scripts.Library()
+	name, _ := scripts.Library(false)
 	admin := s.Client(t)
 	libs, err := admin.Do(context.Background(), admin.B().FunctionList().Libraryname(name).Build()).ToArray()
 	require.NoError(t, err)
 	assert.Len(t, libs, 1, "the function library %s is not loaded", name)
 	loaded := 0
 	for _, src := range scripts.Used(c.sharded) {
-		if scripts.InLibrary(src) {
+		if scripts.InLibrary(src, c.sharded) {
 			continue
 		}
 		ok, err := admin.Do(context.Background(), admin.B().ScriptExists().Sha1(shaOf(src)).Build()).AsBoolSlice()

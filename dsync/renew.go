@@ -460,7 +460,7 @@ func (r *renewer) preload() {
 			if c.closed.Load() {
 				return
 			}
-			if functions && scripts.InLibrary(src) {
+			if functions && scripts.InLibrary(src, c.sharded) {
 				continue
 			}
 			if err := n.Do(c.ctx, n.B().ScriptLoad().Script(src).Build().Pin()).Error(); err != nil {

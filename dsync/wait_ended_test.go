@@ -99,14 +99,17 @@ func TestWaitEndedWhenWokenSendsNoLook(t *testing.T) {
 }
 
 // scriptIDs are the names a script is sent by: its SHA-1 (EVALSHA) and
-// its function's name (FCALL), if it has one.
+// its function's name (FCALL) in either pub/sub mode's library, if it
+// has one.
 func scriptIDs(l *rueidis.Lua) []string {
 	var ids []string
 	if sha, ok := scripts.SHA1(l); ok {
 		ids = append(ids, sha)
 	}
-	if name, ok := scripts.Function(l); ok {
-		ids = append(ids, name)
+	for _, sharded := range []bool{false, true} {
+		if name, ok := scripts.Function(l, sharded); ok {
+			ids = append(ids, name)
+		}
 	}
 	return ids
 }

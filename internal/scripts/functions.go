@@ -11,11 +11,18 @@ import (
 
 // The scripts of the uncontended Mutex cycle also run as Redis functions
 // (FCALL), which cost the server less per call than EVALSHA (measured with
-// callgrind: docs/performance.md). They make one library, loaded on each
-// primary on first use (see dsync's Client.runScript): its name and its
-// functions' names carry a digest of its code, so a library of another
-// version of dsync, loaded on the same server, never answers for this one,
-// and both keep working side by side during a rolling upgrade.
+// callgrind: docs/performance.md). They make one library per pub/sub mode
+// (a Client uses one of them: sharded in a Redis 7 cluster, classic
+// elsewhere), loaded on each primary on first use (see dsync's
+// Client.runScript): its name and its functions' names carry a digest of
+// its code, so a library of another version of dsync, loaded on the same
+// server, never answers for this one, and both keep working side by side
+// during a rolling upgrade.
+//
+// One mode per library, not both: every function a library defines is in
+// the functions' Lua heap, which Redis's collector steps through every 50
+// calls, so the other mode's release costs each call a share of that
+// walk (bench -instr: about 200 instructions per call).
 //
 // Each function is the script's composed source as the body of a Lua
 // function of KEYS and ARGV, the names the source uses: the same code
@@ -33,17 +40,33 @@ type library struct {
 	funcs      map[*rueidis.Lua]string
 }
 
-var lib = sync.OnceValue(func() *library {
+// libs are the classic library (libs[0]) and the sharded one (libs[1]).
+var libs = [2]func() *library{
+	sync.OnceValue(func() *library { return newLibrary(false) }),
+	sync.OnceValue(func() *library { return newLibrary(true) }),
+}
+
+func lib(sharded bool) *library {
+	if sharded {
+		return libs[1]()
+	}
+	return libs[0]()
+}
+
+func newLibrary(sharded bool) *library {
 	type fn struct {
 		name string
 		l    *rueidis.Lua
 	}
 	var fns []fn
 	for _, s := range functionScripts {
-		fns = append(fns, fn{s.name, s.l})
-		if v := Sharded(s.l); v != s.l {
-			fns = append(fns, fn{s.name + "_sharded", v})
+		f := fn{s.name, s.l}
+		if sharded {
+			if v := Sharded(s.l); v != s.l {
+				f = fn{s.name + "_sharded", v}
+			}
 		}
+		fns = append(fns, f)
 	}
 	var body strings.Builder
 	for _, f := range fns {
@@ -59,20 +82,20 @@ var lib = sync.OnceValue(func() *library {
 	}
 	lb.code = "#!lua name=" + name + "\n" + body.String() + reg.String()
 	return lb
-})
+}
 
-// Library returns the function library's name and code (for FUNCTION
-// LOAD).
-func Library() (name, code string) {
-	l := lib()
+// Library returns the name and code (for FUNCTION LOAD) of the library of
+// a Client that publishes with sharded pub/sub, or classic.
+func Library(sharded bool) (name, code string) {
+	l := lib(sharded)
 	return l.name, l.code
 }
 
-// InLibrary reports whether src is the source of a script the library
-// runs as a function (its script need not be preloaded where the library
-// is loaded).
-func InLibrary(src string) bool {
-	for l := range lib().funcs {
+// InLibrary reports whether src is the source of a script the library of
+// that pub/sub mode runs as a function (its script need not be preloaded
+// where the library is loaded).
+func InLibrary(src string, sharded bool) bool {
+	for l := range lib(sharded).funcs {
 		if sources[l] == src {
 			return true
 		}
@@ -81,8 +104,9 @@ func InLibrary(src string) bool {
 }
 
 // Function returns the name of the function that runs script l (a script
-// of this package, or its sharded variant), if the library has one.
-func Function(l *rueidis.Lua) (string, bool) {
-	name, ok := lib().funcs[l]
+// of this package, or its sharded variant) in the library of that pub/sub
+// mode, if it has one.
+func Function(l *rueidis.Lua, sharded bool) (string, bool) {
+	name, ok := lib(sharded).funcs[l]
 	return name, ok
 }

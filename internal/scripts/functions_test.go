@@ -15,45 +15,69 @@ import (
 
 // The library names each function after its own version: a change of any
 // script's code is a new library, never a new body under an old name; and
-// it holds the uncontended cycle's scripts, both variants, and no other.
+// it holds the uncontended cycle's scripts of its pub/sub mode, and no
+// other: not the other mode's release, whose code would cost every call a
+// share of the collector's walk of the functions' heap.
 func TestLibraryNamesCarryItsDigest(t *testing.T) {
-	name, code := scripts.Library()
-	require.True(t, strings.HasPrefix(code, "#!lua name="+name+"\n"), "library code does not start with its shebang: %.60q", code)
-	for what, l := range map[string]*rueidis.Lua{
-		"MutexAcquire":         scripts.MutexAcquire,
-		"MutexRelease":         scripts.MutexRelease,
-		"sharded MutexRelease": scripts.Sharded(scripts.MutexRelease),
-	} {
-		f, ok := scripts.Function(l)
-		require.True(t, ok, "%s has no function", what)
-		require.True(t, strings.HasPrefix(f, name+"_"), "%s: function %q not named after the library %q", what, f, name)
-		require.Contains(t, code, "redis.register_function('"+f+"', ", "%s: function %q not registered", what, f)
+	classic, _ := scripts.Library(false)
+	sharded, _ := scripts.Library(true)
+	require.NotEqual(t, classic, sharded, "the two pub/sub modes' libraries have one name")
+	for _, mode := range []bool{false, true} {
+		name, code := scripts.Library(mode)
+		require.True(t, strings.HasPrefix(code, "#!lua name="+name+"\n"), "library code does not start with its shebang: %.60q", code)
+		release, other := scripts.MutexRelease, scripts.Sharded(scripts.MutexRelease)
+		if mode {
+			release, other = other, release
+		}
+		require.NotSame(t, release, other, "MutexRelease has no sharded variant")
+		for what, l := range map[string]*rueidis.Lua{
+			"MutexAcquire": scripts.MutexAcquire,
+			"MutexRelease": release,
+		} {
+			f, ok := scripts.Function(l, mode)
+			require.True(t, ok, "sharded %v: %s has no function", mode, what)
+			require.True(t, strings.HasPrefix(f, name+"_"), "%s: function %q not named after the library %q", what, f, name)
+			require.Contains(t, code, "redis.register_function('"+f+"', ", "%s: function %q not registered", what, f)
+		}
+		_, ok := scripts.Function(other, mode)
+		require.False(t, ok, "sharded %v: the other pub/sub mode's release has a function", mode)
+		require.Equal(t, 2, strings.Count(code, "redis.register_function("), "sharded %v: functions registered", mode)
+		_, ok = scripts.Function(scripts.MutexRenewMany, mode)
+		require.False(t, ok, "MutexRenewMany has a function: only the uncontended cycle's scripts are in the library")
 	}
-	_, ok := scripts.Function(scripts.MutexRenewMany)
-	require.False(t, ok, "MutexRenewMany has a function: only the uncontended cycle's scripts are in the library")
 }
 
 // The functions answer as their scripts do: one acquire-release cycle,
-// a re-entry and a release by another owner, run both ways on one server.
+// a re-entry and a release by another owner, run as scripts and as each
+// pub/sub mode's functions on one server.
 func TestFunctionsAnswerAsTheScripts(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	_, code := scripts.Library()
-	require.NoError(t, rc.Do(ctx, rc.B().FunctionLoad().FunctionCode(code).Build()).Error())
-	acqF, _ := scripts.Function(scripts.MutexAcquire)
-	relF, _ := scripts.Function(scripts.MutexRelease)
+	// Both pub/sub modes' libraries, side by side on one server.
+	fns := map[string][2]string{}
+	for _, mode := range []bool{false, true} {
+		_, code := scripts.Library(mode)
+		require.NoError(t, rc.Do(ctx, rc.B().FunctionLoad().FunctionCode(code).Build()).Error())
+		acq, _ := scripts.Function(scripts.MutexAcquire, mode)
+		rel, _ := scripts.Function(scripts.Sharded(scripts.MutexRelease), mode)
+		if !mode {
+			rel, _ = scripts.Function(scripts.MutexRelease, mode)
+		}
+		fns[fmt.Sprint("fcall sharded ", mode)] = [2]string{acq, rel}
+	}
 	fcall := func(fnName string, keys, args []string) (string, error) {
 		r := rc.Do(ctx, rc.B().Fcall().Function(fnName).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		return reply(r.ToMessage())
 	}
-	for _, way := range []string{"evalsha", "fcall"} {
+	for _, way := range []string{"evalsha", "fcall sharded false", "fcall sharded true"} {
 		key := "p:{" + way + "}:mutex"
+		f, fc := fns[way]
 		acq := func(args ...string) string {
 			var v string
 			var err error
-			if way == "fcall" {
-				v, err = fcall(acqF, []string{key}, args)
+			if fc {
+				v, err = fcall(f[0], []string{key}, args)
 			} else {
 				v, err = reply(scripts.MutexAcquire.Exec(ctx, rc, []string{key}, args).ToMessage())
 			}
@@ -63,8 +87,8 @@ func TestFunctionsAnswerAsTheScripts(t *testing.T) {
 		rel := func(args ...string) string {
 			var v string
 			var err error
-			if way == "fcall" {
-				v, err = fcall(relF, []string{key}, args)
+			if fc {
+				v, err = fcall(f[1], []string{key}, args)
 			} else {
 				v, err = reply(scripts.MutexRelease.Exec(ctx, rc, []string{key}, args).ToMessage())
 			}
