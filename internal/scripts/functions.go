@@ -11,9 +11,9 @@ import (
 
 // The scripts of the uncontended Mutex cycle also run as Redis functions
 // (FCALL), which cost the server less per call than EVALSHA (measured with
-// callgrind: docs/design.md, Functions). They make one library per pub/sub mode
-// (a Client uses one of them: sharded in a Redis 7 cluster, classic
-// elsewhere), loaded on each primary on first use (see dsync's
+// callgrind: docs/design.md, Functions). They make one library per
+// pub/sub mode (a Client uses one of them: sharded in a Redis 7 cluster,
+// classic elsewhere), loaded on each primary on first use (see dsync's
 // Client.runScript): its name and its functions' names carry a digest of
 // its code, so a library of another version of dsync, loaded on the same
 // server, never answers for this one, and both keep working side by side
