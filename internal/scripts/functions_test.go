@@ -54,25 +54,33 @@ func TestFunctionsAnswerAsTheScripts(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
 	ctx := context.Background()
-	// Both pub/sub modes' libraries, side by side on one server.
-	fns := map[string][2]string{}
+	// Both pub/sub modes' libraries, side by side on one server: each way
+	// runs the cycle as scripts (fn empty) or as a library's functions
+	// (acquire, release).
+	type way struct {
+		name string
+		fn   [2]string
+	}
+	ways := []way{{name: "evalsha"}}
 	for _, mode := range []bool{false, true} {
 		_, code := scripts.Library(mode)
 		require.NoError(t, rc.Do(ctx, rc.B().FunctionLoad().FunctionCode(code).Build()).Error())
-		acq, _ := scripts.Function(scripts.MutexAcquire, mode)
-		rel, _ := scripts.Function(scripts.Sharded(scripts.MutexRelease), mode)
-		if !mode {
-			rel, _ = scripts.Function(scripts.MutexRelease, mode)
+		release := scripts.MutexRelease
+		if mode {
+			release = scripts.Sharded(release)
 		}
-		fns[fmt.Sprint("fcall sharded ", mode)] = [2]string{acq, rel}
+		acq, ok1 := scripts.Function(scripts.MutexAcquire, mode)
+		rel, ok2 := scripts.Function(release, mode)
+		require.True(t, ok1 && ok2, "sharded %v: the cycle's functions", mode)
+		ways = append(ways, way{fmt.Sprint("fcall sharded ", mode), [2]string{acq, rel}})
 	}
 	fcall := func(fnName string, keys, args []string) (string, error) {
 		r := rc.Do(ctx, rc.B().Fcall().Function(fnName).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		return reply(r.ToMessage())
 	}
-	for _, way := range []string{"evalsha", "fcall sharded false", "fcall sharded true"} {
+	for _, w := range ways {
+		way, f, fc := w.name, w.fn, w.fn[0] != ""
 		key := "p:{" + way + "}:mutex"
-		f, fc := fns[way]
 		acq := func(args ...string) string {
 			var v string
 			var err error
