@@ -26,7 +26,8 @@ import (
 //
 // Each function is the script's composed source as the body of a Lua
 // function of KEYS and ARGV, the names the source uses: the same code
-// runs either way.
+// runs either way, but for where lib.lua's functions are defined (once,
+// at the library's top).
 var functionScripts = []struct {
 	name string
 	l    *rueidis.Lua
@@ -68,10 +69,26 @@ func newLibrary(sharded bool) *library {
 		}
 		fns = append(fns, f)
 	}
-	var body strings.Builder
+	// lib.lua's functions come once, before the library's functions, which
+	// share them as upvalues: made when the library loads, not on every
+	// call that gets past a common case (and one copy in the heap the
+	// collector walks). Their globals (redis, string) are looked up when
+	// they run, after the load.
+	var bodies strings.Builder
 	for _, f := range fns {
-		body.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + sources[f.l] + "\nend\n")
+		src, ok := bare[f.l]
+		if !ok {
+			panic("dsync scripts: a library function's script does not use lib.lua") // functionScripts lists one
+		}
+		bodies.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + src + "\nend\n")
 	}
+	var body strings.Builder
+	top := libFor(bodies.String())
+	if sharded {
+		top = shardedCalls.Replace(top)
+	}
+	body.WriteString(top)
+	body.WriteString(bodies.String())
 	sum := sha1.Sum([]byte(body.String()))
 	name := "dsync_" + hex.EncodeToString(sum[:])[:16]
 	lb := &library{name: name, funcs: map[*rueidis.Lua]string{}}

@@ -44,6 +44,27 @@ func TestLibraryNamesCarryItsDigest(t *testing.T) {
 		require.Equal(t, 2, strings.Count(code, "redis.register_function("), "sharded %v: functions registered", mode)
 		_, ok = scripts.Function(scripts.MutexRenewMany, mode)
 		require.False(t, ok, "MutexRenewMany has a function: only the uncontended cycle's scripts are in the library")
+
+		// lib.lua's functions are defined once, at the library's top,
+		// before the functions that share them: not in each function's
+		// body, where every call past a common case would make them
+		// again. Those of the sharded library publish with SPUBLISH.
+		first := strings.Index(code, "\nlocal function mutex_")
+		require.Positive(t, first, "sharded %v: no function of the library's own", mode)
+		defs := 0
+		for _, f := range []string{"server_now", "fmt", "next_token", "lock_parse", "lock_release_one", "lock_orphaned", "lock_grant"} {
+			def := "\nlocal function " + f + "("
+			require.Equal(t, 1, strings.Count(code, def), "sharded %v: definitions of lib.lua's %s", mode, f)
+			require.Less(t, strings.Index(code, def), first, "sharded %v: lib.lua's %s is not at the library's top", mode, f)
+			defs++
+		}
+		require.Equal(t, 7, defs)
+		classicCall, shardedCall := "redis.call('publish',", "redis.call('spublish',"
+		if mode {
+			classicCall, shardedCall = shardedCall, classicCall
+		}
+		require.NotContains(t, code, shardedCall, "sharded %v: the other pub/sub mode's publish", mode)
+		require.Contains(t, code[:first], classicCall, "sharded %v: lib.lua's grant at the top publishes in its mode", mode)
 	}
 }
 
@@ -109,6 +130,20 @@ func TestFunctionsAnswerAsTheScripts(t *testing.T) {
 		require.Equal(t, "0", rel("B "+tok+" 1"), "%s: release by another owner", way)
 		require.Equal(t, "2", rel("A "+tok+" 1"), "%s: first release of two", way)
 		require.Equal(t, "1", rel("A "+tok+" 1"), "%s: last release", way)
+
+		// The one-hop grant (lib.lua's lock_grant, at the library's top
+		// for functions): E holds, F waits, E's release makes F the
+		// holder with a new token.
+		tok = acq("E-0000000", "10000", "client-e", "1", "0")
+		require.NotContains(t, tok, "[", "%s: E's acquire = %s", way, tok)
+		require.True(t, strings.HasPrefix(acq("F-0000001", "10000", "client-f", "1", "0"), "[0 "), "%s: F waits", way)
+		require.Equal(t, "1", rel("E-0000000 "+tok+" 1"), "%s: E's release", way)
+		v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		require.NoError(t, err)
+		require.Regexp(t, `^F-0000001 \d+ 1 g$`, v, "%s: granted to F", way)
+		granted, _ := strconv.ParseInt(strings.Fields(v)[1], 10, 64)
+		e, _ := strconv.ParseInt(tok, 10, 64)
+		require.Greater(t, granted, e, "%s: the grant's token", way)
 	}
 }
 

@@ -20,6 +20,10 @@ import (
 var (
 	shas    = map[*rueidis.Lua]string{}
 	sources = map[*rueidis.Lua]string{}
+	// bare holds, for each script that uses lib.lua (and its sharded
+	// variant), its source without lib.lua's functions: a function
+	// library defines those once for all its functions (functions.go).
+	bare = map[*rueidis.Lua]string{}
 )
 
 // sharded maps each script that publishes to its variant for Redis Cluster,
@@ -123,16 +127,21 @@ func script(bodies ...string) *rueidis.Lua {
 		b.WriteString(read(f))
 	}
 	rest := b.String()
-	if lib {
-		// At the top, or where a body says (after a common case that
-		// needs none of it).
-		if before, after, ok := strings.Cut(rest, libHere); ok {
-			rest = before + libHere + libFor(rest) + after
-		} else {
-			rest = libFor(rest) + rest
-		}
+	if !lib {
+		return newScript(rest)
 	}
-	return newScript(rest)
+	// At the top, or where a body says (after a common case that needs
+	// none of it).
+	src := libFor(rest) + rest
+	if before, after, ok := strings.Cut(rest, libHere); ok {
+		src = before + libHere + libFor(rest) + after
+	}
+	l := newScript(src)
+	bare[l] = rest
+	if s, ok := sharded[l]; ok {
+		bare[s] = shardedCalls.Replace(rest)
+	}
+	return l
 }
 
 // libHere is the line by which a body places lib.lua's functions.

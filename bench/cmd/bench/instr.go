@@ -223,6 +223,7 @@ var instrSpecs = []libSpec{
 		return &semHandle{s: c.NewSemaphore(key, 1)}
 	})},
 	{name: "dsync-evalsha", note: "dsync Mutex as an ACL user refused FUNCTION and FCALL: the scripts' EVALSHA fallback", lock: true, open: openDsyncEvalsha},
+	{name: "dsync-try-held", note: "dsync Mutex, TryLockContext of a name another Client holds: every try is turned away in Redis, past the acquire's common case", open: openTryHeld},
 	{name: "dsync-once", note: "dsync Once, one Do per cycle on a name of its own", open: openDsyncWith(func(c *dsync.Client, key string) handle {
 		return &onceHandle{c: c, key: key}
 	})},
@@ -297,3 +298,52 @@ func (h *onceHandle) Lock(ctx context.Context) error {
 }
 
 func (h *onceHandle) Unlock(context.Context) error { return nil }
+
+// tryHeldLib is a Client whose handles try names that a second Client,
+// the holder, holds: the acquire runs past its common case (lib.lua's
+// functions) and replies that the lock is held.
+type tryHeldLib struct {
+	*dsyncLib
+	holder *dsyncLib
+}
+
+func openTryHeld(addr string, rt *atomic.Int64) (lib, error) {
+	l, err := newDsync(addr, rt, false, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs))
+	if err != nil {
+		return nil, err
+	}
+	h, err := newDsync(addr, new(atomic.Int64), false, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs))
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	return tryHeldLib{dsyncLib: l, holder: h}, nil
+}
+
+func (l tryHeldLib) handle(key string) handle {
+	_, err := l.holder.c.NewMutex(key).LockContext(context.Background())
+	return &tryHeldHandle{m: l.c.NewMutex(key), key: key, err: err}
+}
+
+func (l tryHeldLib) close() { l.dsyncLib.close(); l.holder.close() }
+
+// tryHeldHandle's Lock is one try, which must find the lock held; Unlock
+// does nothing.
+type tryHeldHandle struct {
+	m   *dsync.Mutex
+	key string
+	err error // the holder's acquisition
+}
+
+func (h *tryHeldHandle) Lock(ctx context.Context) error {
+	if h.err != nil {
+		return h.err
+	}
+	_, ok, err := h.m.TryLockContext(ctx)
+	if err == nil && ok {
+		err = fmt.Errorf("try-held: acquired %s, which another Client holds", h.key)
+	}
+	return err
+}
+
+func (h *tryHeldHandle) Unlock(context.Context) error { return nil }
