@@ -51,14 +51,11 @@ func TestLibraryNamesCarryItsDigest(t *testing.T) {
 		// again. Those of the sharded library publish with SPUBLISH.
 		first := strings.Index(code, "\nlocal function mutex_")
 		require.Positive(t, first, "sharded %v: no function of the library's own", mode)
-		defs := 0
 		for _, f := range []string{"server_now", "fmt", "next_token", "lock_parse", "lock_release_one", "lock_orphaned", "lock_grant"} {
 			def := "\nlocal function " + f + "("
 			require.Equal(t, 1, strings.Count(code, def), "sharded %v: definitions of lib.lua's %s", mode, f)
 			require.Less(t, strings.Index(code, def), first, "sharded %v: lib.lua's %s is not at the library's top", mode, f)
-			defs++
 		}
-		require.Equal(t, 7, defs)
 		classicCall, shardedCall := "redis.call('publish',", "redis.call('spublish',"
 		if mode {
 			classicCall, shardedCall = shardedCall, classicCall
@@ -141,8 +138,10 @@ func TestFunctionsAnswerAsTheScripts(t *testing.T) {
 		v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
 		require.NoError(t, err)
 		require.Regexp(t, `^F-0000001 \d+ 1 g$`, v, "%s: granted to F", way)
-		granted, _ := strconv.ParseInt(strings.Fields(v)[1], 10, 64)
-		e, _ := strconv.ParseInt(tok, 10, 64)
+		granted, err := strconv.ParseInt(strings.Fields(v)[1], 10, 64)
+		require.NoError(t, err)
+		e, err := strconv.ParseInt(tok, 10, 64)
+		require.NoError(t, err)
 		require.Greater(t, granted, e, "%s: the grant's token", way)
 	}
 }
