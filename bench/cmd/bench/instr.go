@@ -312,7 +312,9 @@ func openTryHeld(addr string, rt *atomic.Int64) (lib, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := newDsync(addr, new(atomic.Int64), false, dsync.WithMaxLocalHandoffs(dsync.DefaultMaxLocalHandoffs))
+	// The holder's lease is long enough that no renewal round of its
+	// holds falls among the counted tries.
+	h, err := newDsync(addr, new(atomic.Int64), false, dsync.WithLease(time.Hour))
 	if err != nil {
 		l.close()
 		return nil, err
