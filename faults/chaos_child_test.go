@@ -299,6 +299,13 @@ func (w *chaosWorker) failedOn(k int, err error, call, ret int64, e *waitEnd) {
 // pause is the work inside a critical section: 0-2 ms.
 func pause() { time.Sleep(time.Duration(rand.IntN(2001)) * time.Microsecond) }
 
+// thawLag is -chaos.thawkill's wait, in a child (FAULTS_THAWLAG).
+func thawLag() {
+	if d, err := time.ParseDuration(os.Getenv("FAULTS_THAWLAG")); err == nil {
+		time.Sleep(d)
+	}
+}
+
 // exclusive is a writer's critical section on name index k with token
 // tok: an increment of the fenced counter (read and write both carry the
 // token), then an increment of the unfenced register. Each step checks the
@@ -313,6 +320,9 @@ func (w *chaosWorker) exclusive(lctx context.Context, k int, tok uint64, lastVal
 	*lastValid = t0
 	if v, ok := w.res.num("fr", k, tok, 0); ok {
 		w.dep.trapped(lctx)
+		if time.Duration(now()-t0) > chaosLease {
+			thawLag() // frozen past the lease by the monkey's trap
+		}
 		pause()
 		w.res.do("fw", k, tok, v+1)
 	}

@@ -26,6 +26,9 @@ type chaosStore struct {
 	semO int64 // entries that took the gauge above the size
 	size int64
 	trap *stopTrap // armed: the next fenced read stops its process (armStop)
+	// sprung: the trap whose writer is frozen or thawed and has not yet
+	// written (its write closes its wrote)
+	sprung *stopTrap
 }
 
 // A stopTrap catches a holder inside its critical section: the next
@@ -41,13 +44,17 @@ type stopTrap struct {
 	name   func(k int) bool // the names whose reads spring it (nil: all)
 	k      int              // set by the read that sprang it (before slot): its name
 	tok    uint64           // and its token
+	from   int              // and its process's slot
+	// wrote is closed when the frozen writer's fenced write (its name,
+	// its token, its process) reaches the store, accepted or rejected.
+	wrote chan struct{}
 }
 
 // armStop sets a trap for a read of a name that name accepts (nil: any);
 // disarm takes it back if no request has sprung it (false: one has, its
 // slot is on the way).
 func (s *chaosStore) armStop(name func(k int) bool) *stopTrap {
-	tr := &stopTrap{slot: make(chan int, 1), frozen: make(chan struct{}), name: name}
+	tr := &stopTrap{slot: make(chan int, 1), frozen: make(chan struct{}), wrote: make(chan struct{}), name: name}
 	s.mu.Lock()
 	s.trap = tr
 	s.mu.Unlock()
@@ -85,8 +92,9 @@ func (s *chaosStore) spring(slot int, op string, k int, tok uint64) {
 		return
 	}
 	s.trap = nil
+	tr.k, tr.tok, tr.from = k, tok, slot
+	s.sprung = tr
 	s.mu.Unlock()
-	tr.k, tr.tok = k, tok
 	tr.slot <- slot
 	<-tr.frozen
 }
@@ -184,6 +192,10 @@ func (s *chaosStore) op(slot int, op string, k int, tok uint64, v int64) string 
 		f.max = tok
 		return strconv.FormatInt(f.val, 10)
 	case "fw": // fenced write
+		if tr := s.sprung; tr != nil && tr.from == slot && tr.k == k && tr.tok == tok {
+			s.sprung = nil
+			close(tr.wrote)
+		}
 		f := s.fc(k)
 		if tok < f.max {
 			f.rejected++

@@ -55,6 +55,7 @@ var (
 	chaosStopMax   = flag.Duration("chaos.stopmax", 400*time.Millisecond, "chaos scenario: longest short SIGSTOP (the margin: within the 1s lease)")
 	chaosLongStop  = flag.Duration("chaos.longstop", 3*time.Second, "chaos scenario: longest SIGSTOP past the lease (from 1.5 leases; 0: none)")
 	chaosLongShare = flag.Int("chaos.longshare", 3, "chaos scenario: after the first stop of a run (always past the lease), one stop in this many is past the lease")
+	chaosThawKill  = flag.Duration("chaos.thawkill", 0, "chaos scenario: a writer frozen past the lease inside its critical section waits this long after its thaw before its fenced write, and the monkey's next fault is a SIGKILL of its process (what a starved CI run met by chance; 0: neither)")
 )
 
 const chaosLease = time.Second
@@ -155,6 +156,7 @@ type fault struct {
 	trapped  bool // a long stop that froze a writer inside its critical section
 	k        int  // trapped: the name of the writer's read
 	tok      uint64
+	wrote    <-chan struct{} // trapped: closed once the writer's fenced write reached the store
 }
 
 func (r *chaosRun) collect(t *testing.T, c *child, slot int) {
@@ -273,6 +275,9 @@ func runChaos(t *testing.T, kind string) {
 		if deploys {
 			env = append(env, "FAULTS_DEPLOY=1", "FAULTS_LAG=1")
 		}
+		if *chaosThawKill > 0 {
+			env = append(env, "FAULTS_THAWLAG="+chaosThawKill.String())
+		}
 		if *condProbe {
 			env = append(env, "FAULTS_CONDPROBE=1")
 		}
@@ -299,7 +304,8 @@ func runChaos(t *testing.T, kind string) {
 	// and whose trap waited one lease, 2 of 10 rows froze a writer
 	// inside its critical section.)
 	nlong := 0
-	longStop := func(s int, held bool) {
+	// longStop returns the slot of the writer it trapped (0: none).
+	longStop := func(s int, held bool) int {
 		d := 3*chaosLease/2 + rand.N(max(*chaosLongStop-3*chaosLease/2, 1))
 		var tr *stopTrap
 		if chaosFenced(kind) {
@@ -330,7 +336,7 @@ func runChaos(t *testing.T, kind string) {
 		c.signal(t, syscall.SIGSTOP)
 		f := fault{slot: s, at: at, held: held, long: true, trapped: tr != nil, k: -1}
 		if tr != nil {
-			f.k, f.tok = tr.k, tr.tok
+			f.k, f.tok, f.wrote = tr.k, tr.tok, tr.wrote
 			close(tr.frozen)
 		}
 		time.Sleep(d)
@@ -353,6 +359,22 @@ func runChaos(t *testing.T, kind string) {
 		run.mu.Lock()
 		run.stops = append(run.stops, f)
 		run.mu.Unlock()
+		if tr != nil {
+			// Thawed, the trapped writer writes with its token: no
+			// fault strikes until that write has reached the store. (In
+			// CI of dde9b2f, 2026-12-07, the Once row's next fault was a
+			// SIGKILL of the thawed process, 3.3 s after the stop began,
+			// before its starved writer had written: the row had no
+			// rejected write to check. -chaos.thawkill makes that order
+			// certain.)
+			select {
+			case <-tr.wrote:
+			case <-time.After(time.Until(until) + 2*chaosLease):
+				t.Logf("trapped stop of slot %d (name %d, token %d): its writer's fenced write had not reached the store %v after the thaw", s, tr.k, tr.tok, time.Duration(now()-f.till).Round(time.Millisecond))
+			}
+			return s
+		}
+		return 0
 	}
 	// longStopAgain: after a trapped stop whose thawed writer met no
 	// fence (no other run of its name began while it was frozen: in a
@@ -424,6 +446,7 @@ func runChaos(t *testing.T, kind string) {
 	// deploys, the first fault is a deploy (the long stop comes next),
 	// and one in three after it.
 	ndeploy := 0
+	killNext := 0 // -chaos.thawkill: the thawed writer's slot
 	for deadline := time.Now().Add(5 * time.Second); deploys && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		run.mu.Lock()
 		n := len(run.ready)
@@ -448,6 +471,7 @@ func runChaos(t *testing.T, kind string) {
 				holders = append(holders, s)
 			}
 		}
+		forceKill := killNext != 0 && !run.killed[killNext]
 		run.mu.Unlock()
 		slices.Sort(live)
 		slices.Sort(holders)
@@ -456,16 +480,24 @@ func runChaos(t *testing.T, kind string) {
 			pool = holders
 		}
 		s := pool[rand.IntN(len(pool))]
+		if forceKill {
+			s = killNext
+		}
+		killNext = 0
 		held := slices.Contains(holders, s)
 		c := children[s]
 		faults := strings.Split(*chaosFault, ",")
-		if deploys && ndeploy == 0 && deploy(s) {
+		if forceKill {
+			faults = []string{"kill"}
+		} else if deploys && ndeploy == 0 && deploy(s) {
 			ndeploy++
 			continue
 		}
 		if *chaosLongStop > 0 && slices.Contains(faults, "stop") && (nlong == 0 || longStopAgain() || (faults[rand.IntN(len(faults))] == "stop" && rand.IntN(*chaosLongShare) == 0)) {
 			nlong++
-			longStop(s, held)
+			if w := longStop(s, held); w != 0 && *chaosThawKill > 0 {
+				killNext = w
+			}
 			lastThaw = time.Now()
 			continue
 		}
@@ -580,7 +612,7 @@ func runChaos(t *testing.T, kind string) {
 			heldKills++
 		}
 	}
-	long, trapped := 0, 0
+	long, trapped, unwritten := 0, 0, 0
 	longest := time.Duration(0)
 	for _, s := range run.stops {
 		if s.held {
@@ -592,6 +624,11 @@ func runChaos(t *testing.T, kind string) {
 		}
 		if s.trapped {
 			trapped++
+			select {
+			case <-s.wrote:
+			default:
+				unwritten++
+			}
 		}
 	}
 	stops := fmt.Sprintf("%d stop ≤%v, %d past the lease ≤%v (%d inside a critical section; the longest %v: a trapped writer stays frozen until its fence is raised)", len(run.stops)-long, *chaosStopMax, long, *chaosLongStop, trapped, longest.Round(time.Millisecond))
@@ -619,7 +656,7 @@ func runChaos(t *testing.T, kind string) {
 		sf.semMost, sf.semOver, p50, pmax, len(rec), cleanAfter.Round(time.Millisecond), len(leaked), leaked, durable)
 
 	scenario := "1 chaos"
-	if *chaosStopMax != 400*time.Millisecond || *chaosFault != "kill,stop,deploy" || *chaosLongStop != 3*time.Second || *chaosLongShare != 3 {
+	if *chaosStopMax != 400*time.Millisecond || *chaosFault != "kill,stop,deploy" || *chaosLongStop != 3*time.Second || *chaosLongShare != 3 || *chaosThawKill != 0 {
 		scenario = fmt.Sprintf("1 chaos (%s, SIGSTOP up to %v, past the lease up to %v one in %d)", *chaosFault, *chaosStopMax, *chaosLongStop, *chaosLongShare)
 	}
 	row := reportRow{
@@ -668,6 +705,7 @@ func runChaos(t *testing.T, kind string) {
 		// first without deploys) and its trap waits for a writer inside
 		// its critical section (longStop).
 		assert.NotZero(t, trapped, "stops past the lease that froze a writer inside its critical section")
+		assert.Zero(t, unwritten, "trapped writers whose fenced write never reached the store (their process killed before it: the trap checked nothing)")
 		if !assert.NotZero(t, sf.fencedRejected, "fenced writes rejected: no thawed holder's write met the fence") {
 			explainUnfenced(t, ev, run)
 		}
