@@ -478,9 +478,10 @@ func handoff(e *env, spec libSpec, key string, rounds int) (sample, error) {
 	}
 	const warm = 3 // first rounds open connections and subscriptions
 	lat := make([]time.Duration, 0, rounds+warm)
+	rel := make([]time.Duration, 0, rounds+warm)
 	stalls := 0
 	for range rounds + warm {
-		d, err := handoffRound(h, k)
+		d, r, err := handoffRound(h, k)
 		if errors.Is(err, errHolderStalled) {
 			stalls++
 			continue
@@ -492,11 +493,15 @@ func handoff(e *env, spec libSpec, key string, rounds int) (sample, error) {
 			stalls++
 		}
 		lat = append(lat, d)
+		rel = append(rel, r)
 	}
 	_ = k.send("quit")
-	lat = lat[warm:]
+	lat, rel = lat[warm:], rel[warm:]
 	return sample{
 		"handoff_p50_us": us(percentile(lat, 50)),
+		// The holder's release call alone (for wake, its PUBLISH): with
+		// the handoff, where the time above the wake floor goes.
+		"release_p50_us": us(percentile(rel, 50)),
 		"handoff_p99_us": us(percentile(lat, 99)),
 		"handoff_max_ms": ms(percentile(lat, 100)),
 		"stalls":         float64(stalls),
@@ -562,26 +567,27 @@ func pingRTT(e *env, n int) (p50, p99 time.Duration, err error) {
 var errHolderStalled = errors.New("holder stalled")
 
 // handoffRound: lock here, let the child start waiting, release, and return
-// how long after the release started the child's acquire returned.
-func handoffRound(h handle, k *child) (time.Duration, error) {
+// how long after the release started the child's acquire returned, and how
+// long the release call took.
+func handoffRound(h handle, k *child) (d, rel time.Duration, err error) {
 	// ctx must outlive the hold: rueidislock releases when it ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t := time.Now()
 	if err := h.Lock(ctx); err != nil {
 		if ctx.Err() != nil {
-			return 0, errHolderStalled
+			return 0, 0, errHolderStalled
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	if time.Since(t) > 2*time.Second { // the lock was free: nobody else runs
 		fmt.Fprintf(os.Stderr, "  handoff: holder's own lock took %v\n", time.Since(t))
 	}
 	if err := k.send("wait"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if _, err := k.expect("waiting"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The waiter must be inside its wait, not starting it: give it time to
 	// reach Redis and block. Jitter keeps 1 ms pollers from being in phase
@@ -589,15 +595,16 @@ func handoffRound(h handle, k *child) (time.Duration, error) {
 	time.Sleep(15*time.Millisecond + rand.N(5*time.Millisecond))
 	t0 := time.Now().UnixNano()
 	if err := h.Unlock(context.Background()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	rel = time.Duration(time.Now().UnixNano() - t0)
 	v, err := k.expect("acquired")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	t1, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("child: %s", v)
+		return 0, 0, fmt.Errorf("child: %s", v)
 	}
-	return time.Duration(t1 - t0), nil
+	return time.Duration(t1 - t0), rel, nil
 }
