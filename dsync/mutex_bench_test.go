@@ -52,9 +52,10 @@ func BenchmarkMutexContended16(b *testing.B) {
 // BenchmarkMutexParallel and BenchmarkRawParallel are the bench's parallel
 // scenario in a go test (64 goroutines, a random name of 10,000 each
 // cycle), so that a CPU profile shows where this process's time per cycle
-// goes beside raw's (SET NX PX, then a compare-and-delete script):
+// goes beside raw's (SET NX PX, then a compare-and-delete script), one
+// benchmark per profile:
 //
-//	go test -run XXX -bench 'Parallel$' -benchtime 400000x -cpuprofile cpu.prof ./dsync/
+//	go test -run XXX -bench 'MutexParallel$' -benchtime 400000x -cpuprofile cpu.prof ./dsync/
 func BenchmarkMutexParallel(b *testing.B) {
 	c := newClient(b)
 	ms := make([]*dsync.Mutex, 10000)
