@@ -126,11 +126,11 @@ func BenchmarkMutexGrant(b *testing.B) {
 	ma := newClientOn(b, newRueidis(b), dsync.WithKeyPrefix(p)).NewMutex("grant")
 	mb := newClientOn(b, newRueidis(b), dsync.WithKeyPrefix(p)).NewMutex("grant")
 	adm := newRueidis(b)
-	slowlog := func(below string) {
-		require.NoError(b, adm.Do(ctx, adm.B().ConfigSet().ParameterValue().ParameterValue("slowlog-log-slower-than", below).Build()).Error())
+	slowlog := func(below, keep string) {
+		require.NoError(b, adm.Do(ctx, adm.B().ConfigSet().ParameterValue().ParameterValue("slowlog-log-slower-than", below).ParameterValue("slowlog-max-len", keep).Build()).Error())
 	}
-	slowlog("0") // every command
-	defer slowlog("10000")
+	slowlog("0", "1024") // every command (those scripts run too)
+	defer slowlog("10000", "128")
 	var rel, hand, grant, plain []time.Duration
 	for b.Loop() {
 		la, err := ma.LockContext(ctx)
@@ -151,9 +151,11 @@ func BenchmarkMutexGrant(b *testing.B) {
 		rel = append(rel, time.Since(t0))
 		hand = append(hand, (<-got).Sub(t0))
 		<-done
-		// The log has two releases: the granting one, then the grantee's.
-		// SLOWLOG GET lists the newest first.
-		entries, err := adm.Do(ctx, adm.B().SlowlogGet().Count(1000).Build()).ToArray()
+		// The log has two releases: the granting one, then the grantee's,
+		// and no acquire between them (the grantee took the grant, not
+		// the lock by a look of its own). SLOWLOG GET lists the newest
+		// first.
+		entries, err := adm.Do(ctx, adm.B().SlowlogGet().Count(1024).Build()).ToArray()
 		require.NoError(b, err)
 		var granting, grantees time.Duration
 		n := 0
@@ -162,6 +164,9 @@ func BenchmarkMutexGrant(b *testing.B) {
 			require.NoError(b, err)
 			args, err := f[3].AsStrSlice()
 			require.NoError(b, err)
+			if len(args) > 1 && args[0] == "FCALL" && strings.HasSuffix(args[1], "_mutex_acquire") {
+				require.NotEqual(b, 1, n, "an acquire between the granting release and the grantee's: no one-hop grant")
+			}
 			if len(args) > 1 && args[0] == "FCALL" && strings.HasSuffix(args[1], "_mutex_release") {
 				us, err := f[2].AsInt64()
 				require.NoError(b, err)
