@@ -222,6 +222,9 @@ func (c *Client) Close() error {
 		}
 	}
 	c.cancel()
+	// A renewal round in flight ends first: its session batches must not
+	// run in Redis after the releases below (see renewer.takeOff).
+	<-c.renew.exited
 	var holds []*hold
 	c.mu.Lock()
 	c.clock.each(func(h *hold) { holds = append(holds, h) })

@@ -48,6 +48,18 @@ func WithWaitGroupObserved(f func()) Option {
 	return func(c *config) { c.test.waitGroupObserved = f }
 }
 
+// WithSessionSending sets a function run before a renewal pipeline with a
+// session batch is sent (testHooks.sessionSending), and
+// WithReleaseAwaits one run when a Mutex release is about to wait for
+// such a batch (testHooks.releaseAwaits).
+func WithSessionSending(f func()) Option {
+	return func(c *config) { c.test.sessionSending = f }
+}
+
+func WithReleaseAwaits(f func()) Option {
+	return func(c *config) { c.test.releaseAwaits = f }
+}
+
 // WithFallbackPolled sets a function called each time a wait of the
 // Client, subscribed to its channel, is woken by its fallback timer rather
 // than by a message or a reconnect, with what the timer was set for

@@ -215,6 +215,11 @@ func (r *renewer) check(holds []*hold, why string) {
 		}
 	}
 	if len(watched) > 0 {
+		land := func() {}
+		if c.sessionsOn() {
+			land = r.takeOff()
+		}
 		_, _ = r.send(r.calls(watched, nil), why)
+		land()
 	}
 }

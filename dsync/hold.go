@@ -444,6 +444,14 @@ func (h *hold) cancelRelease() {
 	h.mu.Unlock()
 }
 
+// leaving reports whether h is being released or has ended: a renewal
+// round leaves it out of its session batches (see renewer.takeOff).
+func (h *hold) leaving() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.releasing || h.ended
+}
+
 func (h *hold) isEnded() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

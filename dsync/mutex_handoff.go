@@ -47,6 +47,9 @@ import (
 // found gone is not handed on without a round trip (hold.handOff), and one
 // that the handoff or release script finds gone from Redis (FLUSHALL, a
 // restart, an expiry) is lost; the release then returns ErrNotHeld.
+//
+// Whatever it sends to Redis waits first for a renewal round's session
+// batches in flight (Client.afterRenewal, see renewer.takeOff).
 func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
 	defer c.putMutex(m.sk(), st) // the hold's reference
@@ -95,7 +98,9 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		// Closed meanwhile: nh never started, so the hold in Redis is still
 		// h's, which nobody else releases now (Close may have taken its
 		// list of holds already): release it, as Close would have.
-		_, _ = m.release(ctx, h.rOwner, h.rToken, nh.token)
+		if c.afterRenewal(ctx, h) == nil {
+			_, _ = m.release(ctx, h.rOwner, h.rToken, nh.token)
+		}
 		h.end(errReleased, false)
 		return ErrClosed
 	}
@@ -121,7 +126,14 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		}
 		st.mu.Unlock()
 		c.testEvent(check.event())
-		nh, yielded, err := m.handoff(ctx, h, w.owner, check, c.tagsBefore(h))
+		var nh *hold
+		var yielded bool
+		err := c.afterRenewal(ctx, h)
+		if err == nil {
+			nh, yielded, err = m.handoff(ctx, h, w.owner, check, c.tagsBefore(h))
+		} else {
+			err = wrapErr(KindMutex, m.info.Name, err)
+		}
 		if errors.Is(err, ErrNotHeld) {
 			// Not held in Redis any more: lost (FLUSHALL, a restart, an
 			// expiry), not released.
@@ -162,7 +174,11 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 	st.passes = 0
 	tag := st.tagForLocked(h)
 	st.mu.Unlock()
-	code, err := m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag, c.tagsBefore(h))
+	var code int64
+	err := c.afterRenewal(ctx, h)
+	if err == nil {
+		code, err = m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag, c.tagsBefore(h))
+	}
 	var ended bool
 	if err == nil && code == 0 {
 		ended = h.end(h.lostCause(whyHandoff), true) // gone from Redis: lost, not released

@@ -73,6 +73,12 @@ type testHooks struct {
 	// semReleaseReplied, when set, runs when a Semaphore's release script
 	// has replied, before the holds it released end here.
 	semReleaseReplied func()
+	// releaseAwaits, when set, runs when a Mutex release is about to wait
+	// for a renewal round's session batches in flight (afterRenewal).
+	releaseAwaits func()
+	// sessionSending, when set, runs before a renewal pipeline with a
+	// session batch (MutexRenewSession) is sent.
+	sessionSending func()
 }
 
 func defaultConfig() config {

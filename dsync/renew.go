@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,15 +43,69 @@ type renewer struct {
 	lastFail atomic.Pointer[renewFail]
 	// sess is the Client's renewal session (session.go).
 	sess session
+	// flight, while not nil, is closed when the session batches in
+	// flight have replied (see takeOff).
+	flight atomic.Pointer[chan struct{}]
+	// exited is closed when loop has returned (Close waits for it before
+	// it releases the holds).
+	exited chan struct{}
 }
 
 func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, checks: make(chan holdCheck), now: make(chan chan struct{})}
+	return &renewer{c: c, checks: make(chan holdCheck), now: make(chan chan struct{}), exited: make(chan struct{})}
+}
+
+// takeOff begins a flight of session batches (MutexRenewSession): until
+// the returned land is called, after their replies, a Mutex release of
+// this Client waits for them (Client.afterRenewal) before it writes to
+// Redis. A session batch binds a hold whose value has a count of 1 to
+// the Client's session, and one sent before a release of a hold shared
+// with another Client (a re-entry through it) but run after it would
+// bind the other Client's hold, left with a count of 1, to this
+// Client's session: the other Client, believing it unbound, would never
+// keep the session alive, and would lose the lock when it lapsed, while
+// its own rounds had said the hold was renewed. The batches run in
+// Redis either before the release (the release waits for their reply)
+// or without the hold (calls leaves out a hold being released: the
+// check and the release's mark are under the hold's mu). A reply that
+// never comes within the batch's own bound (lease/2: Redis stalled that
+// long) ends the wait, and then the order is Redis's.
+func (r *renewer) takeOff() (land func()) {
+	ch := make(chan struct{})
+	r.flight.Store(&ch)
+	return func() {
+		r.flight.Store(nil)
+		close(ch)
+	}
+}
+
+// afterRenewal waits until no session batch is in flight (see
+// renewer.takeOff) before a release of h, a Mutex hold being released
+// (beginRelease), writes to Redis; or until ctx ends, whose error it
+// returns: the release is then not sent.
+func (c *Client) afterRenewal(ctx context.Context, h *hold) error {
+	if !sessionHold(h) {
+		return nil
+	}
+	f := c.renew.flight.Load()
+	if f == nil {
+		return nil
+	}
+	if hook := c.cfg.test.releaseAwaits; hook != nil {
+		hook()
+	}
+	select {
+	case <-*f:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 func (r *renewer) loop() {
 	c := r.c
 	defer c.loops.Done()
+	defer close(r.exited)
 	interval := c.cfg.lease / 3
 	t := time.NewTimer(interval)
 	defer t.Stop()
@@ -123,6 +178,10 @@ func (r *renewer) round() bool {
 			}
 		}
 	}
+	land := func() {}
+	if c.sessionsOn() {
+		land = r.takeOff()
+	}
 	calls := r.calls(due, terms)
 	for len(calls) > 0 {
 		n, size := 0, 0
@@ -148,6 +207,7 @@ func (r *renewer) round() bool {
 		cancel()
 	}
 	wg.Wait()
+	land()
 	if len(failed) == 0 {
 		r.lastFail.Store(nil)
 		return true
@@ -256,6 +316,11 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 	for _, h := range holds {
 		if key, value, ok := h.ops.renewKey(h); ok {
 			if r.sess.sid != "" && sessionHold(h) {
+				if h.leaving() {
+					// Its release may reach Redis before this batch,
+					// which must then not bind it (see takeOff).
+					continue
+				}
 				add(h, scripts.MutexRenewSession, h.bound, false, key, value, nil, nil)
 				continue
 			}
@@ -289,13 +354,18 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 // term's is not kept again.
 func (r *renewer) send(calls []renewCall, why string) (failed []*hold, failure error) {
 	c := r.c
-	// c.ctx ends with Close, which must not wait for a slow round. A
-	// pipeline may take up to lease/2: its holds' lease clocks, not this
-	// bound, decide when they are lost.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
+	// A pipeline may take up to lease/2: its holds' lease clocks, not this
+	// bound, decide when they are lost. Not c.ctx, which Close cancels
+	// before it releases the holds: a batch cut off then may still run in
+	// Redis, after a release (see takeOff); Close waits for the round
+	// (renewer.exited), within its own budget (cleanCtx).
+	ctx, cancel := context.WithTimeout(c.cleanCtx, c.cfg.lease/2)
 	defer cancel()
 
 	sentAt := time.Now()
+	if f := c.cfg.test.sessionSending; f != nil && slices.ContainsFunc(calls, func(call renewCall) bool { return call.session }) {
+		f()
+	}
 	res := r.exec(ctx, calls)
 	for i, call := range calls {
 		var gone, flipped []int64

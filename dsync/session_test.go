@@ -194,6 +194,90 @@ func TestSessionReentryThroughAnotherClient(t *testing.T) {
 	require.True(t, ok, "free after the last release")
 }
 
+// A renewal round's session batch sent before a release of a re-entry
+// through its Client, but run in Redis after it, must not bind the hold
+// left (the other Client's, its count back to 1) to that Client's session:
+// the holder would lose it when that session lapsed. Made certain here: B's
+// round is held just before its pipeline is sent, and B's release goes
+// first; it must wait for the round's reply (before the fix it did not, and
+// the batch bound A's hold to B's session).
+func TestSessionBatchAfterReentryReleased(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	var arm atomic.Bool
+	held, proceed := make(chan struct{}), make(chan struct{})
+	awaits := make(chan struct{}, 1)
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease),
+		dsync.WithSessionSending(func() {
+			if arm.CompareAndSwap(true, false) {
+				close(held)
+				<-proceed
+			}
+		}),
+		dsync.WithReleaseAwaits(func() {
+			select {
+			case awaits <- struct{}{}:
+			default:
+			}
+		}))
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	ctx := dsync.WithOwner(ctxT(t))
+	key := prefix + ":{m}:mutex"
+	la, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	aSess := sessionOf(t, rc, prefix, key)
+	lb, err := b.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	// B makes its session (its first round) and renews its share through
+	// it.
+	for range 2 {
+		require.True(t, dsync.RenewRound(b))
+	}
+	// B's next round with a session batch stops just before its send.
+	arm.Store(true)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no round of B's with a session batch")
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- b.NewMutex("m").UnlockContext(lb) }()
+	waited := false
+	select {
+	case err := <-unlocked: // the release ran first in Redis
+		require.NoError(t, err)
+		unlocked <- nil
+	case <-awaits:
+		waited = true
+	case <-time.After(10 * time.Second):
+		t.Fatal("B's release neither returned nor waited for the round")
+	}
+	close(proceed)
+	require.NoError(t, <-unlocked)
+	require.True(t, dsync.RenewRound(b)) // after the held round
+	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+	require.NoError(t, err)
+	owner, _ := dsync.OwnerOf(ctx)
+	f := strings.Fields(v)
+	require.GreaterOrEqual(t, len(f), 3, "value %q", v)
+	assert.Equal(t, []string{owner, "1"}, []string{f[0], f[2]}, "A's hold alone: %q", v)
+	if m := boundTo.FindStringSubmatch(v); m != nil {
+		require.Equal(t, aSess, prefix+":s:"+m[1], "A's hold bound to B's session: %q", v)
+	}
+	assert.True(t, waited, "B's release did not wait for its round's session batch")
+	// B's session lapses with B closed: A keeps the lock across two
+	// leases, and C cannot take it.
+	require.NoError(t, b.Close())
+	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		_, ok, err := c.NewMutex("m").TryLockContext(context.Background())
+		require.NoError(t, err)
+		require.False(t, ok, "another Client took the lock A still held")
+	}
+	require.NoError(t, la.Err())
+	require.NoError(t, a.NewMutex("m").UnlockContext(la))
+}
+
 // A waiter of another Client marks a bound value " w" (after the
 // binding): the holder's release publishes the wakeup, and the waiter is
 // woken by it, not by its fallback poll.
