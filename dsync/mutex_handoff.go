@@ -49,7 +49,7 @@ import (
 // restart, an expiry) is lost; the release then returns ErrNotHeld.
 //
 // Whatever it sends to Redis waits first for a renewal round's session
-// batches in flight (Client.afterRenewal, see renewer.takeOff).
+// batches in flight (afterRenewal, see renewer.takeOff).
 func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error {
 	c := m.c
 	defer c.putMutex(m.sk(), st) // the hold's reference
@@ -98,7 +98,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		// Closed meanwhile: nh never started, so the hold in Redis is still
 		// h's, which nobody else releases now (Close may have taken its
 		// list of holds already): release it, as Close would have.
-		if c.afterRenewal(ctx, h) == nil {
+		if m.afterRenewal(ctx, h) == nil {
 			_, _ = m.release(ctx, h.rOwner, h.rToken, nh.token)
 		}
 		h.end(errReleased, false)
@@ -128,7 +128,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		c.testEvent(check.event())
 		var nh *hold
 		var yielded bool
-		err := c.afterRenewal(ctx, h)
+		err := m.afterRenewal(ctx, h)
 		if err == nil {
 			nh, yielded, err = m.handoff(ctx, h, w.owner, check, c.tagsBefore(h))
 		} else {
@@ -175,7 +175,7 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 	tag := st.tagForLocked(h)
 	st.mu.Unlock()
 	var code int64
-	err := c.afterRenewal(ctx, h)
+	err := m.afterRenewal(ctx, h)
 	if err == nil {
 		code, err = m.releaseTagged(ctx, h.rOwner, h.rToken, h.token, tag, c.tagsBefore(h))
 	}
@@ -193,6 +193,30 @@ func (m *Mutex) passOnLocked(ctx context.Context, st *mutexState, h *hold) error
 		err = ErrNotHeld
 	}
 	return wrapErr(KindMutex, m.info.Name, err)
+}
+
+// afterRenewal waits until no renewal round's session batch is in flight
+// (see renewer.takeOff) before a release of h, being released
+// (beginRelease), writes to Redis; or until ctx ends, whose error it
+// returns: the release is then not sent. (Only a watchdog hold is renewed
+// through the session: sessionHold.)
+func (m *Mutex) afterRenewal(ctx context.Context, h *hold) error {
+	if !h.watchdog {
+		return nil
+	}
+	f := m.c.renew.flight.Load()
+	if f == nil {
+		return nil
+	}
+	if hook := m.c.cfg.test.releaseAwaits; hook != nil {
+		hook()
+	}
+	select {
+	case <-*f:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // yieldCheck is what a handoff through Redis asks before it hands over

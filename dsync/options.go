@@ -74,7 +74,7 @@ type testHooks struct {
 	// has replied, before the holds it released end here.
 	semReleaseReplied func()
 	// releaseAwaits, when set, runs when a Mutex release is about to wait
-	// for a renewal round's session batches in flight (afterRenewal).
+	// for a renewal round's session batches in flight (Mutex.afterRenewal).
 	releaseAwaits func()
 	// sessionSending, when set, runs before a renewal pipeline with a
 	// session batch (MutexRenewSession) is sent.

@@ -57,7 +57,7 @@ func newRenewer(c *Client) *renewer {
 
 // takeOff begins a flight of session batches (MutexRenewSession): until
 // the returned land is called, after their replies, a Mutex release of
-// this Client waits for them (Client.afterRenewal) before it writes to
+// this Client waits for them (Mutex.afterRenewal) before it writes to
 // Redis. A session batch binds a hold whose value has a count of 1 to
 // the Client's session, and one sent before a release of a hold shared
 // with another Client (a re-entry through it) but run after it would
@@ -76,29 +76,6 @@ func (r *renewer) takeOff() (land func()) {
 	return func() {
 		r.flight.Store(nil)
 		close(ch)
-	}
-}
-
-// afterRenewal waits until no session batch is in flight (see
-// renewer.takeOff) before a release of h, a Mutex hold being released
-// (beginRelease), writes to Redis; or until ctx ends, whose error it
-// returns: the release is then not sent.
-func (c *Client) afterRenewal(ctx context.Context, h *hold) error {
-	if !sessionHold(h) {
-		return nil
-	}
-	f := c.renew.flight.Load()
-	if f == nil {
-		return nil
-	}
-	if hook := c.cfg.test.releaseAwaits; hook != nil {
-		hook()
-	}
-	select {
-	case <-*f:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }
 
