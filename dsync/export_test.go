@@ -124,6 +124,10 @@ func WithSessionEvery(n int) Option {
 	return func(c *config) { c.test.sessionEvery = n }
 }
 
+// Cancelled is closed when Close has cancelled the Client's own context
+// (c.ctx: its calls in progress have returned).
+func Cancelled(c *Client) <-chan struct{} { return c.ctx.Done() }
+
 // RenewRound runs a renewal round of c at once, on its renewal loop, and
 // returns when it is done (false: c is closed).
 func RenewRound(c *Client) bool {

@@ -278,6 +278,77 @@ func TestSessionBatchAfterReentryReleased(t *testing.T) {
 	require.NoError(t, a.NewMutex("m").UnlockContext(la))
 }
 
+// Close with a renewal round in flight: the round's session batch runs in
+// Redis before Close's releases (Close waits for the round), so it cannot
+// bind the hold B's release leaves to B's session, which then lapses. B's
+// round is held just before its send while Close begins. (This order
+// passed before the fix too: a pipeline held until Close has cancelled the
+// Client's context is not sent at all. What it guards is that Close, which
+// now waits for the round, returns, and that A keeps its lock; the race it
+// closes is a batch written before the cancel, run after the release.)
+func TestSessionCloseWaitsForRound(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	var arm atomic.Bool
+	held, proceed := make(chan struct{}), make(chan struct{})
+	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease),
+		dsync.WithSessionSending(func() {
+			if arm.CompareAndSwap(true, false) {
+				close(held)
+				<-proceed
+			}
+		}))
+	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
+	ctx := dsync.WithOwner(ctxT(t))
+	owner, _ := dsync.OwnerOf(ctx)
+	key := prefix + ":{m}:mutex"
+	la, err := a.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	aSess := sessionOf(t, rc, prefix, key)
+	_, err = b.NewMutex("m").LockContext(ctx)
+	require.NoError(t, err)
+	for range 2 {
+		require.True(t, dsync.RenewRound(b))
+	}
+	arm.Store(true)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no round of B's with a session batch")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	// Close cancels B's context at once; the held round then goes on.
+	select {
+	case <-dsync.Cancelled(b):
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not cancel B's context")
+	}
+	close(proceed)
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+	require.NoError(t, err)
+	f := strings.Fields(v)
+	require.GreaterOrEqual(t, len(f), 3, "value %q", v)
+	assert.Equal(t, []string{owner, "1"}, []string{f[0], f[2]}, "A's hold alone: %q", v)
+	if m := boundTo.FindStringSubmatch(v); m != nil {
+		require.Equal(t, aSess, prefix+":s:"+m[1], "A's hold bound to B's session: %q", v)
+	}
+	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		_, ok, err := c.NewMutex("m").TryLockContext(context.Background())
+		require.NoError(t, err)
+		require.False(t, ok, "another Client took the lock A still held")
+	}
+	require.NoError(t, la.Err())
+	require.NoError(t, a.NewMutex("m").UnlockContext(la))
+}
+
 // A waiter of another Client marks a bound value " w" (after the
 // binding): the holder's release publishes the wakeup, and the waiter is
 // woken by it, not by its fallback poll.
