@@ -194,45 +194,53 @@ func TestSessionReentryThroughAnotherClient(t *testing.T) {
 	require.True(t, ok, "free after the last release")
 }
 
-// A renewal round's session batch sent before a release of a re-entry
-// through its Client, but run in Redis after it, must not bind the hold
-// left (the other Client's, its count back to 1) to that Client's session:
-// the holder would lose it when that session lapsed. Made certain here: B's
-// round is held just before its pipeline is sent, and B's release goes
-// first; it must wait for the round's reply (before the fix it did not, and
-// the batch bound A's hold to B's session).
-func TestSessionBatchAfterReentryReleased(t *testing.T) {
-	prefix := testPrefix(t)
-	rc := newRueidis(t)
+// heldRound is a lock held by one owner through Client A (bound to A's
+// session) and re-entered through Client B, whose renewal round with a
+// session batch is held just before its send until proceed is closed.
+type heldRound struct {
+	rc              rueidis.Client
+	a, b, c         *dsync.Client
+	ctx             context.Context
+	prefix, key     string
+	owner, aSess    string
+	la, lb          context.Context
+	proceed, awaits chan struct{}
+}
+
+func newHeldRound(t *testing.T) *heldRound {
+	t.Helper()
+	x := &heldRound{prefix: testPrefix(t), rc: newRueidis(t), proceed: make(chan struct{}), awaits: make(chan struct{}, 1)}
 	var arm atomic.Bool
-	held, proceed := make(chan struct{}), make(chan struct{})
-	awaits := make(chan struct{}, 1)
-	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
-	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease),
+	held := make(chan struct{})
+	opts := []dsync.Option{dsync.WithKeyPrefix(x.prefix), dsync.WithLease(sessionLease)}
+	x.a = newClientOn(t, newRueidis(t), opts...)
+	x.b = newClientOn(t, newRueidis(t), append(opts,
 		dsync.WithSessionSending(func() {
 			if arm.CompareAndSwap(true, false) {
 				close(held)
-				<-proceed
+				<-x.proceed
 			}
 		}),
 		dsync.WithReleaseAwaits(func() {
 			select {
-			case awaits <- struct{}{}:
+			case x.awaits <- struct{}{}:
 			default:
 			}
-		}))
-	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
-	ctx := dsync.WithOwner(ctxT(t))
-	key := prefix + ":{m}:mutex"
-	la, err := a.NewMutex("m").LockContext(ctx)
+		}))...)
+	x.c = newClientOn(t, newRueidis(t), opts...)
+	x.ctx = dsync.WithOwner(ctxT(t))
+	x.owner, _ = dsync.OwnerOf(x.ctx)
+	x.key = x.prefix + ":{m}:mutex"
+	var err error
+	x.la, err = x.a.NewMutex("m").LockContext(x.ctx)
 	require.NoError(t, err)
-	aSess := sessionOf(t, rc, prefix, key)
-	lb, err := b.NewMutex("m").LockContext(ctx)
+	x.aSess = sessionOf(t, x.rc, x.prefix, x.key)
+	x.lb, err = x.b.NewMutex("m").LockContext(x.ctx)
 	require.NoError(t, err)
 	// B makes its session (its first round) and renews its share through
 	// it.
 	for range 2 {
-		require.True(t, dsync.RenewRound(b))
+		require.True(t, dsync.RenewRound(x.b))
 	}
 	// B's next round with a session batch stops just before its send.
 	arm.Store(true)
@@ -241,41 +249,59 @@ func TestSessionBatchAfterReentryReleased(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no round of B's with a session batch")
 	}
+	return x
+}
+
+// aKeeps checks that the lock's value is A's hold alone, not bound to
+// another session than A's, and that A keeps it across two leases (B's
+// session lapses meanwhile, B being closed or its hold released) while C
+// tries to take it.
+func (x *heldRound) aKeeps(t *testing.T) {
+	t.Helper()
+	v, err := x.rc.Do(x.ctx, x.rc.B().Get().Key(x.key).Build()).ToString()
+	require.NoError(t, err)
+	f := strings.Fields(v)
+	require.GreaterOrEqual(t, len(f), 3, "value %q", v)
+	assert.Equal(t, []string{x.owner, "1"}, []string{f[0], f[2]}, "A's hold alone: %q", v)
+	if m := boundTo.FindStringSubmatch(v); m != nil {
+		require.Equal(t, x.aSess, x.prefix+":s:"+m[1], "A's hold bound to B's session: %q", v)
+	}
+	require.NoError(t, x.b.Close())
+	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		_, ok, err := x.c.NewMutex("m").TryLockContext(context.Background())
+		require.NoError(t, err)
+		require.False(t, ok, "another Client took the lock A still held")
+	}
+	require.NoError(t, x.la.Err())
+	require.NoError(t, x.a.NewMutex("m").UnlockContext(x.la))
+}
+
+// A renewal round's session batch sent before a release of a re-entry
+// through its Client, but run in Redis after it, must not bind the hold
+// left (the other Client's, its count back to 1) to that Client's session:
+// the holder would lose it when that session lapsed. Made certain here: B's
+// round is held just before its pipeline is sent, and B's release goes
+// first; it must wait for the round's reply (before the fix it did not, and
+// the batch bound A's hold to B's session).
+func TestSessionBatchAfterReentryReleased(t *testing.T) {
+	x := newHeldRound(t)
 	unlocked := make(chan error, 1)
-	go func() { unlocked <- b.NewMutex("m").UnlockContext(lb) }()
+	go func() { unlocked <- x.b.NewMutex("m").UnlockContext(x.lb) }()
 	waited := false
 	select {
 	case err := <-unlocked: // the release ran first in Redis
 		require.NoError(t, err)
 		unlocked <- nil
-	case <-awaits:
+	case <-x.awaits:
 		waited = true
 	case <-time.After(10 * time.Second):
 		t.Fatal("B's release neither returned nor waited for the round")
 	}
-	close(proceed)
+	close(x.proceed)
 	require.NoError(t, <-unlocked)
-	require.True(t, dsync.RenewRound(b)) // after the held round
-	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
-	require.NoError(t, err)
-	owner, _ := dsync.OwnerOf(ctx)
-	f := strings.Fields(v)
-	require.GreaterOrEqual(t, len(f), 3, "value %q", v)
-	assert.Equal(t, []string{owner, "1"}, []string{f[0], f[2]}, "A's hold alone: %q", v)
-	if m := boundTo.FindStringSubmatch(v); m != nil {
-		require.Equal(t, aSess, prefix+":s:"+m[1], "A's hold bound to B's session: %q", v)
-	}
+	require.True(t, dsync.RenewRound(x.b)) // after the held round
+	x.aKeeps(t)
 	assert.True(t, waited, "B's release did not wait for its round's session batch")
-	// B's session lapses with B closed: A keeps the lock across two
-	// leases, and C cannot take it.
-	require.NoError(t, b.Close())
-	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		_, ok, err := c.NewMutex("m").TryLockContext(context.Background())
-		require.NoError(t, err)
-		require.False(t, ok, "another Client took the lock A still held")
-	}
-	require.NoError(t, la.Err())
-	require.NoError(t, a.NewMutex("m").UnlockContext(la))
 }
 
 // Close with a renewal round in flight: the round's session batch runs in
@@ -287,66 +313,23 @@ func TestSessionBatchAfterReentryReleased(t *testing.T) {
 // now waits for the round, returns, and that A keeps its lock; the race it
 // closes is a batch written before the cancel, run after the release.)
 func TestSessionCloseWaitsForRound(t *testing.T) {
-	prefix := testPrefix(t)
-	rc := newRueidis(t)
-	var arm atomic.Bool
-	held, proceed := make(chan struct{}), make(chan struct{})
-	a := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
-	b := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease),
-		dsync.WithSessionSending(func() {
-			if arm.CompareAndSwap(true, false) {
-				close(held)
-				<-proceed
-			}
-		}))
-	c := newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease))
-	ctx := dsync.WithOwner(ctxT(t))
-	owner, _ := dsync.OwnerOf(ctx)
-	key := prefix + ":{m}:mutex"
-	la, err := a.NewMutex("m").LockContext(ctx)
-	require.NoError(t, err)
-	aSess := sessionOf(t, rc, prefix, key)
-	_, err = b.NewMutex("m").LockContext(ctx)
-	require.NoError(t, err)
-	for range 2 {
-		require.True(t, dsync.RenewRound(b))
-	}
-	arm.Store(true)
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no round of B's with a session batch")
-	}
+	x := newHeldRound(t)
 	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
+	go func() { closed <- x.b.Close() }()
 	// Close cancels B's context at once; the held round then goes on.
 	select {
-	case <-dsync.Cancelled(b):
+	case <-dsync.Cancelled(x.b):
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not cancel B's context")
 	}
-	close(proceed)
+	close(x.proceed)
 	select {
 	case err := <-closed:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return")
 	}
-	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
-	require.NoError(t, err)
-	f := strings.Fields(v)
-	require.GreaterOrEqual(t, len(f), 3, "value %q", v)
-	assert.Equal(t, []string{owner, "1"}, []string{f[0], f[2]}, "A's hold alone: %q", v)
-	if m := boundTo.FindStringSubmatch(v); m != nil {
-		require.Equal(t, aSess, prefix+":s:"+m[1], "A's hold bound to B's session: %q", v)
-	}
-	for end := time.Now().Add(2 * sessionLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		_, ok, err := c.NewMutex("m").TryLockContext(context.Background())
-		require.NoError(t, err)
-		require.False(t, ok, "another Client took the lock A still held")
-	}
-	require.NoError(t, la.Err())
-	require.NoError(t, a.NewMutex("m").UnlockContext(la))
+	x.aKeeps(t)
 }
 
 // A waiter of another Client marks a bound value " w" (after the
