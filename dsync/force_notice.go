@@ -215,11 +215,10 @@ func (r *renewer) check(holds []*hold, why string) {
 		}
 	}
 	if len(watched) > 0 {
-		land := func() {}
+		var fl *flight
 		if c.sessionsOn() {
-			land = r.takeOff()
+			fl = r.takeOff()
 		}
-		_, _ = r.send(r.calls(watched, nil), why)
-		land()
+		_, _ = r.send(r.calls(watched, nil), why, fl)
 	}
 }

@@ -212,7 +212,7 @@ func (m *Mutex) afterRenewal(ctx context.Context, h *hold) error {
 		hook()
 	}
 	select {
-	case <-*f:
+	case <-f.done:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

@@ -43,9 +43,9 @@ type renewer struct {
 	lastFail atomic.Pointer[renewFail]
 	// sess is the Client's renewal session (session.go).
 	sess session
-	// flight, while not nil, is closed when the session batches in
-	// flight have replied (see takeOff).
-	flight atomic.Pointer[chan struct{}]
+	// flight, while not nil, is the session batches in flight (see
+	// takeOff).
+	flight atomic.Pointer[flight]
 	// exited is closed when loop has returned (Close waits for it before
 	// it releases the holds).
 	exited chan struct{}
@@ -55,27 +55,53 @@ func newRenewer(c *Client) *renewer {
 	return &renewer{c: c, checks: make(chan holdCheck), now: make(chan chan struct{}), exited: make(chan struct{})}
 }
 
-// takeOff begins a flight of session batches (MutexRenewSession): until
-// the returned land is called, after their replies, a Mutex release of
-// this Client waits for them (Mutex.afterRenewal) before it writes to
-// Redis. A session batch binds a hold whose value has a count of 1 to
-// the Client's session, and one sent before a release of a hold shared
-// with another Client (a re-entry through it) but run after it would
-// bind the other Client's hold, left with a count of 1, to this
-// Client's session: the other Client, believing it unbound, would never
-// keep the session alive, and would lose the lock when it lapsed, while
-// its own rounds had said the hold was renewed. The batches run in
-// Redis either before the release (the release waits for their reply)
-// or without the hold (calls leaves out a hold being released: the
-// check and the release's mark are under the hold's mu). A reply that
-// never comes within the batch's own bound (lease/2: Redis stalled that
-// long) ends the wait, and then the order is Redis's.
-func (r *renewer) takeOff() (land func()) {
-	ch := make(chan struct{})
-	r.flight.Store(&ch)
-	return func() {
-		r.flight.Store(nil)
-		close(ch)
+// takeOff begins a flight of session batches (MutexRenewSession): until it
+// has landed, a Mutex release of this Client waits for it
+// (Mutex.afterRenewal) before it writes to Redis. A session batch binds a
+// hold whose value has a count of 1 to the Client's session, and one sent
+// before a release of a hold shared with another Client (a re-entry
+// through it) but run after it would bind the other Client's hold, left
+// with a count of 1, to this Client's session: the other Client, believing
+// it unbound, would never keep the session alive, and would lose the lock
+// when it lapsed, while its own rounds had said the hold was renewed. The
+// batches run in Redis either before the release (the release waits for
+// their replies) or without the hold (calls leaves out a hold being
+// released: the check and the release's mark are under the hold's mu). A
+// reply that never comes within the batch's own bound (lease/2: Redis
+// stalled that long) ends the wait, and then the order is Redis's.
+//
+// The flight lands when the caller has called land once, after sending
+// its pipelines, and each pipeline it counted (add) has had its replies
+// (send), before they are applied: applying them may run the Observer's
+// functions, which may release a lock of this Client.
+func (r *renewer) takeOff() *flight {
+	f := &flight{r: r, done: make(chan struct{})}
+	f.left.Store(1)
+	r.flight.Store(f)
+	return f
+}
+
+// A flight is a renewal round's (or check's) session batches in flight:
+// see renewer.takeOff. A nil flight is none (no session).
+type flight struct {
+	r    *renewer
+	left atomic.Int32 // pipelines without their replies yet, plus 1 until land
+	done chan struct{}
+}
+
+// add counts one more pipeline, whose send lands it.
+func (f *flight) add() {
+	if f != nil {
+		f.left.Add(1)
+	}
+}
+
+// land ends one count: a pipeline's replies are in, or the caller has
+// sent all it counted. The last one ends the flight.
+func (f *flight) land() {
+	if f != nil && f.left.Add(-1) == 0 {
+		f.r.flight.Store(nil)
+		close(f.done)
 	}
 }
 
@@ -155,9 +181,9 @@ func (r *renewer) round() bool {
 			}
 		}
 	}
-	land := func() {}
+	var fl *flight
 	if c.sessionsOn() {
-		land = r.takeOff()
+		fl = r.takeOff()
 	}
 	calls := r.calls(due, terms)
 	for len(calls) > 0 {
@@ -169,22 +195,23 @@ func (r *renewer) round() bool {
 		part := calls[:n]
 		calls = calls[n:]
 		wg.Add(1)
+		fl.add()
 		go func() {
 			defer wg.Done()
-			if f, err := r.send(part, whyGone); len(f) > 0 {
+			if f, err := r.send(part, whyGone, fl); len(f) > 0 {
 				mu.Lock()
 				failed, failure = append(failed, f...), err
 				mu.Unlock()
 			}
 		}()
 	}
+	fl.land() // all sent
 	if c.cfg.observer.HoldTag != nil {
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.lease/2)
 		c.renewTags(ctx, holds)
 		cancel()
 	}
 	wg.Wait()
-	land()
 	if len(failed) == 0 {
 		r.lastFail.Store(nil)
 		return true
@@ -329,7 +356,10 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 // A term's record not kept (Redis unreachable) is kept at the next round,
 // as before its lock's lease runs out; one whose lock is no longer the
 // term's is not kept again.
-func (r *renewer) send(calls []renewCall, why string) (failed []*hold, failure error) {
+//
+// fl, if not nil, is the flight the calls are part of: it is landed
+// once their replies are in, before they are applied.
+func (r *renewer) send(calls []renewCall, why string, fl *flight) (failed []*hold, failure error) {
 	c := r.c
 	// A pipeline may take up to lease/2: its holds' lease clocks, not this
 	// bound, decide when they are lost. Not c.ctx, which Close cancels
@@ -344,6 +374,7 @@ func (r *renewer) send(calls []renewCall, why string) (failed []*hold, failure e
 		f()
 	}
 	res := r.exec(ctx, calls)
+	fl.land()
 	for i, call := range calls {
 		var gone, flipped []int64
 		var err error

@@ -332,6 +332,53 @@ func TestSessionCloseWaitsForRound(t *testing.T) {
 	x.aKeeps(t)
 }
 
+// An Observer's Lost function that releases another lock of the Client
+// runs on the renewal loop, while it applies a round's replies: the
+// release must not wait for that round (it waits only for the round's
+// session batches to have their replies, see renewer.takeOff). Before
+// that, the release waited for the whole round, which waited for it.
+func TestSessionLostObserverReleases(t *testing.T) {
+	prefix := testPrefix(t)
+	rc := newRueidis(t)
+	var other atomic.Pointer[context.Context]
+	var b *dsync.Client
+	released := make(chan error, 1)
+	obs := dsync.Observer{Lost: func(l dsync.Lost) {
+		if p := other.Swap(nil); p != nil {
+			released <- b.NewMutex("m2").UnlockContext(*p)
+		}
+	}}
+	b = newClientOn(t, newRueidis(t), dsync.WithKeyPrefix(prefix), dsync.WithLease(sessionLease), dsync.WithObserver(obs))
+	ctx := ctxT(t)
+	// A session first (a round with a hold to bind makes it).
+	l0, err := b.NewMutex("m0").LockContext(ctx)
+	require.NoError(t, err)
+	sessionOf(t, rc, prefix, prefix+":{m0}:mutex")
+	l1, err := b.NewMutex("m1").LockContext(ctx)
+	require.NoError(t, err)
+	l2, err := b.NewMutex("m2").LockContext(ctx)
+	require.NoError(t, err)
+	other.Store(&l2)
+	// m1 deleted behind dsync's back: the next round that writes it finds
+	// it gone, and its Lost releases m2.
+	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(prefix+":{m1}:mutex").Build()).Error())
+	select {
+	case err := <-released:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release in Observer.Lost did not return: it waited for the round running it")
+	}
+	require.Error(t, l1.Err(), "m1 lost")
+	require.Error(t, l2.Err(), "m2 released")
+	v, err := rc.Do(ctx, rc.B().Get().Key(prefix+":{m2}:mutex").Build()).ToString()
+	if !rueidis.IsRedisNil(err) {
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(v, "- "), "m2 still held in Redis: %q", v)
+	}
+	require.True(t, dsync.RenewRound(b), "the renewal loop goes on")
+	require.NoError(t, l0.Err())
+}
+
 // A waiter of another Client marks a bound value " w" (after the
 // binding): the holder's release publishes the wakeup, and the waiter is
 // woken by it, not by its fallback poll.
