@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,6 +206,7 @@ type heldRound struct {
 	owner, aSess    string
 	la, lb          context.Context
 	proceed, awaits chan struct{}
+	goOn            func() // closes proceed (once)
 }
 
 func newHeldRound(t *testing.T) *heldRound {
@@ -228,6 +230,10 @@ func newHeldRound(t *testing.T) *heldRound {
 			}
 		}))...)
 	x.c = newClientOn(t, newRueidis(t), opts...)
+	// Registered after the Clients' Close, so run before it: a test that
+	// fails with B's round held must not leave Close waiting for it.
+	x.goOn = sync.OnceFunc(func() { close(x.proceed) })
+	t.Cleanup(x.goOn)
 	x.ctx = dsync.WithOwner(ctxT(t))
 	x.owner, _ = dsync.OwnerOf(x.ctx)
 	x.key = x.prefix + ":{m}:mutex"
@@ -297,7 +303,7 @@ func TestSessionBatchAfterReentryReleased(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("B's release neither returned nor waited for the round")
 	}
-	close(x.proceed)
+	x.goOn()
 	require.NoError(t, <-unlocked)
 	require.True(t, dsync.RenewRound(x.b)) // after the held round
 	x.aKeeps(t)
@@ -322,7 +328,7 @@ func TestSessionCloseWaitsForRound(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not cancel B's context")
 	}
-	close(x.proceed)
+	x.goOn()
 	select {
 	case err := <-closed:
 		require.NoError(t, err)
@@ -368,7 +374,13 @@ func TestSessionLostObserverReleases(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the release in Observer.Lost did not return: it waited for the round running it")
 	}
-	require.Error(t, l1.Err(), "m1 lost")
+	// (Lost runs before the lost hold's contexts are cancelled.)
+	select {
+	case <-l1.Done():
+		require.ErrorIs(t, context.Cause(l1), dsync.ErrLockLost, "m1")
+	case <-time.After(10 * time.Second):
+		t.Fatal("m1's lock context not cancelled after its Lost")
+	}
 	require.Error(t, l2.Err(), "m2 released")
 	v, err := rc.Do(ctx, rc.B().Get().Key(prefix+":{m2}:mutex").Build()).ToString()
 	if !rueidis.IsRedisNil(err) {
