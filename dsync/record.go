@@ -283,16 +283,39 @@ func (r *runRecord) runF(ctx context.Context, w recordWait, runKey any,
 	// while f ran.
 	h.beginRelease()
 	res, err := r.endRun(context.WithoutCancel(ctx), w.mark, kind, msg)
+	if err == nil {
+		e.code, _ = res[0].AsInt64()
+		if e.code == 2 && len(res) > 1 {
+			e.stored, _ = res[1].ToString()
+		}
+		if why := r.superseded(e.code); why != "" {
+			// The run's lease lapsed before its end reached Redis, unseen
+			// here, and another run began meanwhile: f's context says so.
+			h.end(h.lostCause(why), true)
+		}
+	}
 	released(err)
 	if err != nil {
 		e.endErr = err
-		return e
-	}
-	e.code, _ = res[0].AsInt64()
-	if e.code == 2 && len(res) > 1 {
-		e.stored, _ = res[1].ToString()
 	}
 	return e
+}
+
+// superseded says why a run whose end script replied code was lost, or ""
+// if it was not: a Once's end finds that another run began after this
+// one's lease lapsed (once_end.lua). A Group's end does not tell a lapsed
+// lease from a Forget.
+func (r *runRecord) superseded(code int64) string {
+	if r.info.Kind != KindOnce {
+		return ""
+	}
+	switch code {
+	case 0:
+		return "its lease lapsed before its result reached Redis, and another run began meanwhile: this run's result was discarded"
+	case 2:
+		return "its lease lapsed before its result reached Redis, and another run began meanwhile and succeeded: Do returns that run's result"
+	}
+	return ""
 }
 
 // endRun records a run's outcome, retrying a lost reply as every release

@@ -777,10 +777,11 @@ func (w *chaosWorker) onceLoop(value bool) {
 				rel.Frz = lastValid
 			}
 			// Whether another run may have taken over before this one's
-			// result reached Redis: its lease was seen lost, or the value
-			// Do returned is not f's. (A run whose recording outlasted its
-			// lease unseen is not covered: marking every slow one unknown
-			// made porcupine's search time out on 35-operation histories.)
+			// result reached Redis: its lease was seen lost (also by the
+			// recording itself: a run whose lease lapsed unseen before its
+			// result landed, another run having begun since, ends f's
+			// context with ErrLockLost), or the value Do returned is not
+			// f's.
 			superseded := rel.Lost || (value && val != fval)
 			var done *cev
 			switch {

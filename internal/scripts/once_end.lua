@@ -3,17 +3,24 @@
 --
 -- KEYS[1] state hash, KEYS[2] run key, KEYS[3] wakeup channel
 -- ARGV[1] "<owner> <token> <call>", ARGV[2] "ok" or "fail", ARGV[3] result
--- Reply: {1} recorded; {2, val} already done by another run (its value);
--- {0} this run had lost its lease and another run holds it: nothing changed.
+-- Reply: {1} recorded (also for a retry of this run's end that did);
+-- {2, val} already done by another run, which began after this run's lease
+-- lapsed (its value); {0} this run had lost its lease and another run holds
+-- it: nothing changed.
+local mine = string.match(ARGV[1], '^%S+ (%d+) ') == redis.call('hget', KEYS[1], 'tok')
 if redis.call('hget', KEYS[1], 'done') then
   if redis.call('get', KEYS[2]) == ARGV[1] then
     redis.call('del', KEYS[2])
+  end
+  if mine then
+    -- No run began after this one (the last token is its own), so the
+    -- run that succeeded is this one: an end retried after a lost reply.
+    return {1}
   end
   return {2, redis.call('hget', KEYS[1], 'val') or ''}
 end
 local v = redis.call('get', KEYS[2])
 if v ~= ARGV[1] then
-  local mine = string.match(ARGV[1], '^%S+ (%d+) ') == redis.call('hget', KEYS[1], 'tok')
   if ARGV[2] == 'ok' and not v and mine then
     -- Our lease lapsed but nobody took over (no run began since ours: the
     -- last token is still ours), so the result still stands alone. A run

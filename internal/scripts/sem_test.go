@@ -219,7 +219,8 @@ func semHolders(t *testing.T, rc rueidis.Client) []string {
 }
 
 // TestOnceScripts drives the Once scripts: begin, contention, failure,
-// success, idempotent end and renewal.
+// success, idempotent end (a retried end is told it recorded), the end of
+// a superseded run, and renewal.
 func TestOnceScripts(t *testing.T) {
 	s := redistest.Start(t)
 	rc := s.Client(t)
@@ -273,9 +274,14 @@ func TestOnceScripts(t *testing.T) {
 	require.Equal(t, int64(0), code(r, 0), "stale end = %v", r)
 	r = end(markB, "ok", `"v"`)
 	require.Equal(t, int64(1), code(r, 0), "ok = %v", r)
-	// Retried end: reports done with the value.
+	// Retried end (its first reply lost): recorded, by this run.
 	r = end(markB, "ok", `"v"`)
-	require.Equal(t, int64(2), code(r, 0), "retried ok = %v", r)
+	require.Equal(t, int64(1), code(r, 0), "retried ok = %v", r)
+	// An end of a run superseded by one that succeeded: done by another.
+	r = end(markA, "ok", `"stale"`)
+	require.Equal(t, int64(2), code(r, 0), "end of a superseded run after another's success = %v", r)
+	stale, _ := r[1].ToString()
+	require.Equal(t, `"v"`, stale, "the value reported to a superseded run")
 	r = begin("C")
 	require.Equal(t, int64(2), code(r, 0), "begin after done = %v", r)
 	stored, _ := r[1].ToString()
