@@ -166,23 +166,9 @@ func (s *callgrindServer) zero() error {
 // annotation DSYNC_BENCH_ANNOTATE keeps.
 func (s *callgrindServer) dump(name string) ([3]float64, error) {
 	var zero [3]float64
-	if b, err := exec.Command("callgrind_control", "-d", s.pid).CombinedOutput(); err != nil {
-		return zero, fmt.Errorf("callgrind_control -d: %v: %s", err, b)
-	}
-	dumps, _ := filepath.Glob(s.out + ".*")
-	if len(dumps) == 0 {
-		return zero, fmt.Errorf("no callgrind dump in %s", s.dir)
-	}
-	ann, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", dumps[len(dumps)-1]).Output()
+	ann, err := s.annotate(name)
 	if err != nil {
-		return zero, fmt.Errorf("callgrind_annotate: %w", err)
-	}
-	if d := os.Getenv("DSYNC_BENCH_ANNOTATE"); d != "" {
-		// The whole annotation, for a look at where the instructions go.
-		_ = os.WriteFile(filepath.Join(d, "instr-"+name+".txt"), ann, 0o644)
-		if raw, err := os.ReadFile(dumps[len(dumps)-1]); err == nil {
-			_ = os.WriteFile(filepath.Join(d, "instr-"+name+".cg"), raw, 0o644)
-		}
+		return zero, err
 	}
 	var r [3]float64
 	sc := bufio.NewScanner(strings.NewReader(string(ann)))
@@ -208,6 +194,32 @@ func (s *callgrindServer) dump(name string) ([3]float64, error) {
 		return zero, fmt.Errorf("no totals in the callgrind dump")
 	}
 	return r, nil
+}
+
+// annotate dumps the counters and returns callgrind_annotate's inclusive
+// annotation of the dump, which it then deletes (so that the next dump is
+// the only one). name names the annotation DSYNC_BENCH_ANNOTATE keeps.
+func (s *callgrindServer) annotate(name string) ([]byte, error) {
+	if b, err := exec.Command("callgrind_control", "-d", s.pid).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("callgrind_control -d: %v: %s", err, b)
+	}
+	dumps, _ := filepath.Glob(s.out + ".*")
+	if len(dumps) != 1 {
+		return nil, fmt.Errorf("%d callgrind dumps in %s, want 1", len(dumps), s.dir)
+	}
+	defer os.Remove(dumps[0])
+	ann, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", dumps[0]).Output()
+	if err != nil {
+		return nil, fmt.Errorf("callgrind_annotate: %w", err)
+	}
+	if d := os.Getenv("DSYNC_BENCH_ANNOTATE"); d != "" {
+		// The whole annotation, for a look at where the instructions go.
+		_ = os.WriteFile(filepath.Join(d, "instr-"+name+".txt"), ann, 0o644)
+		if raw, err := os.ReadFile(dumps[0]); err == nil {
+			_ = os.WriteFile(filepath.Join(d, "instr-"+name+".cg"), raw, 0o644)
+		}
+	}
+	return ann, nil
 }
 
 // instrSpecs are the other primitives' uncontended cycles, for -instr only

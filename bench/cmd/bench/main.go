@@ -90,6 +90,7 @@ func main() {
 		instrRen  = flag.Int("instr-renew", 0, "instead of the scenarios: count the instructions redis-server runs per renewal of one hold, for each of -instr-kinds, with this many holds, under callgrind (needs valgrind)")
 		instrKind = flag.String("instr-kinds", "", "renewal kinds for -instr-renew (default all: mutex,fair,rw-read,rw-write,sem,once,group,election)")
 		instrRnds = flag.Int("instr-rounds", 3, "renewal rounds counted by -instr-renew")
+		instrGr   = flag.Int("instr-grant", 0, "instead of the scenarios: count the instructions redis-server runs for a Mutex release that grants the lock to another Client's wait, and for one that grants nobody, over this many rounds, under callgrind (needs valgrind)")
 		valgrind  = flag.String("valgrind", "valgrind", "valgrind binary, for -instr")
 		capProf   = flag.String("cap-profile", "", "capacity: held children write heap (at hold) and CPU (over the window) profiles to this directory, waiters children a CPU profile of the release window")
 		docs      = flag.Bool("docs", false, "instead of the scenarios: write results/latest.md again from results/latest.json, and the performance blocks of ../README.md and README.md from them")
@@ -117,6 +118,13 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", *childRole, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *instrGr > 0 {
+		if err := runInstrGrant(*instrGr, *valgrind, *redisBin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
