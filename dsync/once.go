@@ -56,8 +56,8 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // outcome reached Redis, another run having begun since, is found as the
 // outcome is recorded: f's context is then cancelled with cause
 // ErrLockLost (and Observer.Lost called) before Do returns. f's outcome is
-// recorded even if ctx ended while f ran. Calling Do from inside f with f's context returns
-// ErrInvalidArgument.
+// recorded even if ctx ended while f ran. Calling Do from inside f with
+// f's context returns ErrInvalidArgument.
 func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 	if f == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)

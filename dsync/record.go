@@ -311,7 +311,7 @@ func (r *runRecord) superseded(code int64) string {
 	}
 	switch code {
 	case 0:
-		return "its lease lapsed before its result reached Redis, and another run began meanwhile: this run's result was discarded"
+		return "its lease lapsed before its result reached Redis, and another run began meanwhile: this run's outcome was discarded"
 	case 2:
 		return "its lease lapsed before its result reached Redis, and another run began meanwhile and succeeded: Do returns that run's result"
 	}
