@@ -52,11 +52,10 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // process was paused or starved, or the reply that started the run came
 // back later than the lease), another run may have begun, and succeeded,
 // since: f is not run, and Do returns an error matching ErrLockLost, or
-// nil if another run has succeeded. A lease that lapsed unseen before f's
-// outcome reached Redis, another run having begun since, is found as the
-// outcome is recorded: f's context is then cancelled with cause
-// ErrLockLost (and Observer.Lost called) before Do returns. f's outcome is
-// recorded even if ctx ended while f ran. Calling Do from inside f with
+// nil if another run has succeeded. If recording f's outcome finds that the
+// lease lapsed and another run began, f's context is cancelled with cause
+// ErrLockLost before Do returns. f's outcome is recorded even if ctx ended
+// while f ran. Calling Do from inside f with
 // f's context returns ErrInvalidArgument.
 func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 	if f == nil {
