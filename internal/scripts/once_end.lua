@@ -7,12 +7,16 @@
 -- {2, val} already done by another run, which began after this run's lease
 -- lapsed (its value); {0} this run had lost its lease and another run holds
 -- it: nothing changed.
-local mine = string.match(ARGV[1], '^%S+ (%d+) ') == redis.call('hget', KEYS[1], 'tok')
+-- mine says whether no run began after this one (the last token issued is
+-- its own); asked only off the common case, the run's own marker found.
+local function mine()
+  return string.match(ARGV[1], '^%S+ (%d+) ') == redis.call('hget', KEYS[1], 'tok')
+end
 if redis.call('hget', KEYS[1], 'done') then
   if redis.call('get', KEYS[2]) == ARGV[1] then
     redis.call('del', KEYS[2])
   end
-  if mine then
+  if mine() then
     -- No run began after this one (the last token is its own), so the
     -- run that succeeded is this one: an end retried after a lost reply.
     return {1}
@@ -21,7 +25,7 @@ if redis.call('hget', KEYS[1], 'done') then
 end
 local v = redis.call('get', KEYS[2])
 if v ~= ARGV[1] then
-  if ARGV[2] == 'ok' and not v and mine then
+  if ARGV[2] == 'ok' and not v and mine() then
     -- Our lease lapsed but nobody took over (no run began since ours: the
     -- last token is still ours), so the result still stands alone. A run
     -- that took over and ended without a result leaves no run key either:
