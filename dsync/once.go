@@ -55,8 +55,8 @@ func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
 // nil if another run has succeeded. If recording f's outcome finds that the
 // lease lapsed and another run began, f's context is cancelled with cause
 // ErrLockLost before Do returns. f's outcome is recorded even if ctx ended
-// while f ran. Calling Do from inside f with
-// f's context returns ErrInvalidArgument.
+// while f ran. Calling Do from inside f with f's context returns
+// ErrInvalidArgument.
 func (o *Once) Do(ctx context.Context, f func(context.Context) error) error {
 	if f == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
