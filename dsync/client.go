@@ -472,3 +472,9 @@ func (c *Client) lua(l *rueidis.Lua) *rueidis.Lua {
 	}
 	return l
 }
+
+// run runs call as a script (EVALSHA, with EVAL after NOSCRIPT), in the
+// deployment's variant (lua).
+func (c *Client) run(ctx context.Context, call scripts.Call) rueidis.RedisResult {
+	return c.lua(call.Script).Exec(ctx, c.rc, call.Keys, call.Args)
+}

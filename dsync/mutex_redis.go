@@ -109,12 +109,9 @@ func (m *Mutex) unwait(ctx context.Context, marker, fresh string) {
 	c := m.c
 	wait := marker[len(marker)-8:] // as mutex_acquire.lua names the wait
 	// The waiting count: "<goroutines> <expiry ms>" by waiting Client.
-	args := []string{c.ident, wait}
-	if fresh != "" {
-		args = append(args, fresh, m.leaseArg)
-	}
+	x := scripts.MutexUnwaitCall(m.key, c.ident, wait, fresh, m.leaseArg)
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{m.key, m.key + ":waiting"}, args).Error()
+		return c.run(ctx, x).Error()
 	})
 }
 
@@ -133,7 +130,7 @@ func (c *Client) grantUnclaimed(ch, id string) {
 	}
 	c.background(func(ctx context.Context) {
 		_ = idempotent(ctx, func(ctx context.Context) error {
-			return c.lua(scripts.MutexUnwait).Exec(ctx, c.rc, []string{key, key + ":waiting"}, []string{c.ident, id[len(id)-8:], id}).Error()
+			return c.run(ctx, scripts.MutexUnwaitCall(key, c.ident, id[len(id)-8:], id, "")).Error()
 		})
 	})
 }
