@@ -178,3 +178,22 @@ func TestMutexUnwaitReadsOnce(t *testing.T) {
 	cmds = commands(t, rc, func() { require.Equal(t, int64(0), unwait()) })
 	require.Equal(t, 1, cmds["get"], "GETs with the lock missing: %v", cmds)
 }
+
+// A grant's token is the server clock in µs only when the release's last
+// token used is below it; a hold that reserved a block ahead of the clock
+// passes its last token used, and the grant continues after it.
+func TestMutexGrantTokenAfterUsed(t *testing.T) {
+	s := redistest.Start(t)
+	rc := s.Client(t)
+	ctx := context.Background()
+	l := newGrantLock(t, rc, "u")
+	a := l.wait("A-0000000", "client-a", "0")
+	require.Equal(t, int64(1), a[0], "A's acquire = %v", a)
+	require.Equal(t, int64(0), l.wait("B-0000001", "client-b", "0")[0])
+
+	// 10^6 s ahead of the clock (as many digits).
+	ahead := a[1] + 1_000_000_000_000
+	hold := "A-0000000 " + strconv.FormatInt(a[1], 10) + " 1"
+	require.Equal(t, int64(1), num(t, scripts.MutexRelease.Exec(ctx, rc, []string{l.key}, []string{hold, strconv.FormatInt(ahead, 10)})))
+	require.Equal(t, "B-0000001 "+strconv.FormatInt(ahead+1, 10)+" 1 g", l.get())
+}

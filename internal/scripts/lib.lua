@@ -103,7 +103,7 @@ end
 -- lock's channel, µs the grant's server time. The wait's next attempt
 -- claims the grant if the message is lost (the owner and " g": nobody
 -- else has that owner before the wait returns), and its end releases it
--- if it gave up (mutex_unwait.lua). It returns the token, or nil when no
+-- if it gave up (mutex_unwait.lua). It returns the token (its digits), or nil when no
 -- live wait queues (dead ones are dropped on the way).
 local function lock_grant(k, used)
   local q, wk = k .. ':gq', k .. ':waiting'
@@ -111,27 +111,45 @@ local function lock_grant(k, used)
   if not e then
     return nil
   end
-  local now, us = server_now()
+  local t = redis.call('time')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
   while e do
-    local ls, owner, f = string.match(e, '^(%d+) (%S+) (.+)$')
-    local val = f and redis.call('hget', wk, f)
-    local ex = val and tonumber(string.match(val, '^%d+ (%d+)$'))
-    if ex and ex > now then
-      local tok = next_token(tonumber(used), us)
-      local d = fmt(tok)
+    -- The entry's three fields told by its first two spaces (owners have
+    -- none), without a pattern's captures; the waiting count's expiry
+    -- after the count's space.
+    local i = string.find(e, ' ', 1, true)
+    local j = i and string.find(e, ' ', i + 1, true)
+    local f = j and string.sub(e, j + 1)
+    local val = f and f ~= '' and redis.call('hget', wk, f)
+    local s = val and string.find(val, ' ', 1, true)
+    local ex = s and tonumber(string.sub(val, s + 1))
+    local ls = ex and ex > now and tonumber(string.sub(e, 1, i - 1))
+    if ls then
+      -- The token: the server clock in µs, its digits TIME's (us_digits),
+      -- unless used is not below it (tokens of as many digits compare as
+      -- strings).
+      local d = us_digits(t[1], t[2])
+      local us = d
+      if not (#used == #d and used < d) then
+        d = fmt(next_token(tonumber(used), t[1] * 1000000 + t[2]))
+      end
       redis.call('hdel', wk, f)
       -- Marked while a wait of another Client than the grantee's is
       -- counted (an entry "<client> <wait>", or "<client> local").
-      local flags, cl = ' g', string.match(f, '^(.*) ')
-      for _, o in ipairs(redis.call('hkeys', wk)) do
-        if string.match(o, '^(.*) ') ~= cl then
-          flags = ' g w'
-          break
+      local flags = ' g'
+      local others = redis.call('hkeys', wk)
+      if #others > 0 then
+        local cl = string.match(f, '^(.*) ')
+        for _, o in ipairs(others) do
+          if string.match(o, '^(.*) ') ~= cl then
+            flags = ' g w'
+            break
+          end
         end
       end
-      redis.call('set', k, owner .. ' ' .. d .. ' 1' .. flags, 'px', ls)
-      redis.call('publish', k .. ':ch', owner .. ' ' .. d .. ' ' .. fmt(us))
-      return tok
+      redis.call('set', k, string.sub(e, i + 1, j - 1) .. ' ' .. d .. ' 1' .. flags, 'px', ls)
+      redis.call('publish', k .. ':ch', string.sub(e, i + 1, j - 1) .. ' ' .. d .. ' ' .. us)
+      return d
     end
     e = redis.call('lpop', q)
   end
