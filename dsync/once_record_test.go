@@ -82,6 +82,11 @@ func TestOnceSupersededRunLost(t *testing.T) {
 		var fctx context.Context
 		f := func(ctx context.Context) (string, error) {
 			fctx = ctx
+			// Not before A's check of its holds when its control
+			// subscription came up (controlLive): that check would find
+			// the marker gone, and end the run as lost for that reason
+			// first.
+			waitFor(t, 10*time.Second, "a's control subscription", func() bool { return dsync.ForceSubscribed(a) })
 			// The run's lease lapses (its marker goes, as if it expired
 			// while the process or the network stalled) ...
 			n, err := s.Do(t, "DEL", "p:{"+name+"}:"+kind+":run").AsInt64()
