@@ -125,6 +125,9 @@ func TestSessionBoundKeyDeletedLostWithinFiveRounds(t *testing.T) {
 	require.NoError(t, err)
 	key := prefix + ":{m}:mutex"
 	sess := sessionOf(t, rc, prefix, key)
+	// Not before a's check of its holds when its control subscription
+	// came up (controlLive), which would find the key gone first.
+	waitFor(t, 10*time.Second, "a's control subscription", func() bool { return dsync.ForceSubscribed(a) })
 	require.NoError(t, rc.Do(ctx, rc.B().Del().Key(key).Build()).Error())
 	deleted := time.Now()
 	select {
