@@ -298,12 +298,11 @@ type holdCloser interface {
 const releaseBatch = 128
 
 // batchReleaser is a holdOps whose holds Close releases many per script
-// call (MutexReleaseMany): releaseKey names the lock's key and the
-// release's arguments, the hold's value prefix "<owner> <token> " as Redis
-// knows it and the last token issued under it ("" for the token itself).
-// ok false: releaseExec.
+// call (MutexReleaseMany): releaseKey names the lock's key and the hold as
+// Redis knows it, its owner and token, and the last token issued under
+// it. ok false: releaseExec.
 type batchReleaser interface {
-	releaseKey(h *hold) (key, prefix, used string, ok bool)
+	releaseKey(h *hold) (key, owner string, token, used uint64, ok bool)
 }
 
 // releaseOnClose ends holds and releases them in Redis. Each hold's lock
@@ -342,7 +341,7 @@ func (c *Client) releaseOnClose(holds []*hold) {
 			rest = append(rest, h)
 			continue
 		}
-		key, prefix, used, ok := br.releaseKey(h)
+		key, owner, token, used, ok := br.releaseKey(h)
 		if !ok {
 			rest = append(rest, h)
 			continue
@@ -358,8 +357,9 @@ func (c *Client) releaseOnClose(holds []*hold) {
 			b = &renewCall{s: scripts.MutexReleaseMany}
 			batches[slot] = b
 		}
-		b.e.Keys = append(b.e.Keys, key)
-		b.e.Args = append(b.e.Args, prefix, used)
+		// The hold's value prefix is made here, not taken from
+		// renewValue's cache, which is the renewal loop's.
+		b.e.Keys, b.e.Args = scripts.AppendMutexReleaseManyHold(b.e.Keys, b.e.Args, key, owner, token, used)
 		if len(b.e.Keys) == releaseBatch {
 			if send == nil {
 				send = c.newCloseSender(ctx, warn)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 	"unsafe"
 
@@ -70,7 +69,7 @@ func (c *Client) NewMutex(name string, opts ...LockOption) *Mutex {
 	if lc := newLockConfig(opts); lc != noLockConfig {
 		m.lc = &lc
 	}
-	m.relBuf = [2]string{key, ch}
+	m.relBuf = scripts.MutexHandoffKeys(key, ch)
 	m.leaseArg, m.block, m.blockArg = c.args.lease, 1, "1"
 	if m.lc.leaseTime > 0 {
 		m.leaseArg = leaseMS(m.lc.leaseTime)
@@ -297,7 +296,8 @@ func (m *Mutex) initHold(h *hold, owner string, token uint64) {
 // A Mutex is the holdOps of its holds.
 
 func (m *Mutex) renewIn(h *hold) (*rueidis.Lua, []string, []string) {
-	return scripts.MutexRenewMany, []string{m.key}, []string{h.renewValue()}
+	keys, args := scripts.AppendMutexRenewManyHold(nil, nil, m.key, h.renewValue())
+	return scripts.MutexRenewMany, keys, args
 }
 
 func (m *Mutex) renewKey(h *hold) (key, value string, ok bool) {
@@ -305,21 +305,13 @@ func (m *Mutex) renewKey(h *hold) (key, value string, ok bool) {
 }
 
 func (m *Mutex) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relBuf[:1], Args: m.releaseArgs(h.rOwner, h.rToken, h.token)}
+	return scripts.MutexRelease, rueidis.LuaExec{Keys: m.relBuf[:1], Args: scripts.AppendMutexReleaseArgs(nil, h.rOwner, h.rToken, h.token, "")}
 }
 
 // releaseKey makes a Mutex a batchReleaser: Close releases its known holds
 // with MutexReleaseMany, as releaseExec's MutexRelease would one by one.
-// (The prefix is built here, not taken from renewValue's cache, which is
-// the renewal loop's.)
-func (m *Mutex) releaseKey(h *hold) (key, prefix, used string, ok bool) {
-	if h.rToken == 0 {
-		return "", "", "", false
-	}
-	if used = usedArg(h.rToken, h.token); used == "0" {
-		used = ""
-	}
-	return m.key, h.rOwner + " " + strconv.FormatUint(h.rToken, 10) + " ", used, true
+func (m *Mutex) releaseKey(h *hold) (key, owner string, token, used uint64, ok bool) {
+	return m.key, h.rOwner, h.rToken, h.token, h.rToken != 0
 }
 
 func (m *Mutex) ended(h *hold, lost bool) {

@@ -3,7 +3,6 @@ package dsync
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -220,7 +219,7 @@ func (m *Mutex) afterRenewal(ctx context.Context, h *hold) error {
 }
 
 // yieldCheck is what a handoff through Redis asks before it hands over
-// (mutex_handoff.lua's ARGV[5]).
+// (scripts.AppendMutexHandoffArgs's yield, mutex_handoff.lua's ARGV[5]).
 type yieldCheck int
 
 const (
@@ -268,7 +267,7 @@ func (m *Mutex) handoff(ctx context.Context, h *hold, to string, check yieldChec
 			own = "1"
 		}
 	}
-	args := []string{h.rOwner, strconv.FormatUint(h.rToken, 10), to, m.leaseArg, own, m.c.args.mark, m.blockArg, strconv.FormatUint(h.token, 10)}
+	args := scripts.AppendMutexHandoffArgs(nil, h.rOwner, h.rToken, to, m.leaseArg, own, m.c.args.mark, m.blockArg, h.token)
 	var vals []int64
 	var sentAt time.Time
 	err = idempotent(ctx, func(ctx context.Context) (err error) {

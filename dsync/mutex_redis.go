@@ -26,12 +26,13 @@ func (m *Mutex) release(ctx context.Context, owner string, token, used uint64) (
 
 // releaseTagged is release with the hold's value "<owner> <token> 1"
 // (hold.renewValue) when the caller has it ("" otherwise): the token's
-// digits are then taken from it, and the common release allocates nothing;
+// digits are then taken from it, and the common release allocates nothing
+// (its arguments are on the stack: scripts.AppendMutexReleaseArgs);
 // and with the hold-tag changes to send ahead of it in its pipeline, if
 // any (pre: see Client.tagsBefore).
 func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uint64, tag string, pre *tagBatch) (code int64, err error) {
 	var buf [4]string
-	args := m.releaseArgsTo(buf[:0], owner, token, used, tag)
+	args := scripts.AppendMutexReleaseArgs(buf[:0], owner, token, used, tag)
 	call := func(ctx context.Context) (err error) {
 		if pre != nil {
 			code, err = m.c.execAfter(ctx, &pre, scripts.MutexRelease, m.relBuf[:1], args).AsInt64()
@@ -53,42 +54,6 @@ func (m *Mutex) releaseTagged(ctx context.Context, owner string, token, used uin
 		return code, call(cctx)
 	}
 	return code, idempotent(ctx, call)
-}
-
-// releaseArgs are the release script's arguments for a hold of token by
-// owner under which used was the last token issued (mutex_release.lua):
-// the hold as the value of its owner's only hold "<owner> <token> 1"
-// (token 0: the owner alone, any of its holds), and the last token used
-// only when it is not the token: every argument is a string Redis makes
-// for the script.
-func (m *Mutex) releaseArgs(owner string, token, used uint64) []string {
-	return m.releaseArgsTo(nil, owner, token, used, "")
-}
-
-// releaseArgsTo appends releaseArgs to dst; tag, if not "", is the hold's
-// value (hold.renewValue), sent as it is.
-func (m *Mutex) releaseArgsTo(dst []string, owner string, token, used uint64, tag string) []string {
-	switch {
-	case token == 0:
-		return append(dst, owner)
-	case tag == "":
-		tag = owner + " " + strconv.FormatUint(token, 10) + " 1"
-	}
-	if u := usedArg(token, used); u != "0" {
-		return append(dst, tag, u)
-	}
-	return append(dst, tag)
-}
-
-// usedArg is the release's argument for the last token issued under a
-// hold of token: "0" (the script's default: the token itself) when they are
-// the same, as they are unless the hold reserved a block, which saves
-// formatting it.
-func usedArg(token, used uint64) string {
-	if used == token || used == 0 {
-		return "0"
-	}
-	return strconv.FormatUint(used, 10)
 }
 
 // unregister removes the entry of the wait with attempt marker marker
@@ -139,20 +104,18 @@ func (c *Client) grantUnclaimed(ch, id string) {
 // marks the attempt undone, then releases what the owner holds. It can be
 // repeated.
 func (m *Mutex) undoFresh(ctx context.Context, owner, mark string) {
-	keys := withMarker(m.relBuf[:1], mark)
-	args := []string{owner}
+	x := scripts.MutexUndoFreshCall(m.key, mark, owner)
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return m.c.lua(scripts.MutexUndoFresh).Exec(ctx, m.c.rc, keys, args).Error()
+		return m.c.run(ctx, x).Error()
 	})
 }
 
 // undo releases the acquisition made by the attempt with marker, if the
 // acquire script applied it, and nothing otherwise. It can be repeated.
 func (m *Mutex) undo(ctx context.Context, owner, marker string) {
-	keys := withMarker(m.relBuf[:1], marker)
-	args := []string{owner}
+	x := scripts.MutexUndoCall(m.key, marker, owner)
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return m.c.lua(scripts.MutexUndo).Exec(ctx, m.c.rc, keys, args).Error()
+		return m.c.run(ctx, x).Error()
 	})
 }
 
@@ -187,7 +150,6 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		*a = mutexAttempt{}
 		attemptPool.Put(a)
 	}()
-	a.argBuf[0], a.argBuf[1] = owner, m.leaseArg // the rest: attempt
 	// An owner the caller supplied may hold the lock through another Client
 	// too; an attempt marker lets a lost reply be undone exactly (undo).
 	a.fresh = mark != ""
@@ -199,13 +161,11 @@ func (m *Mutex) acquireRedis(ctx context.Context, st *mutexState, owner, mark st
 		// names it itself (the lock key, ":x:", the owner): no key
 		// argument.
 		a.marker = mark
-		a.keyBuf = [2]string{m.key}
-		a.keys = a.keyBuf[:1]
+		a.keys = scripts.AppendMutexAcquireKeys(a.keyBuf[:0], m.key, "")
 		a.dl = ownerDeadline(owner)
 	} else {
 		a.marker = m.key + ":a:" + c.attemptID()
-		a.keyBuf = [2]string{m.key, a.marker}
-		a.keys = a.keyBuf[:]
+		a.keys = scripts.AppendMutexAcquireKeys(a.keyBuf[:0], m.key, a.marker)
 	}
 	if !try {
 		defer func() {
@@ -301,49 +261,30 @@ func (w mutexWait) attempt(ctx context.Context, n int) (bool, time.Duration, err
 	if waiting > 0 {
 		a.block = m.block
 	}
-	// The arguments (mutex_acquire.lua) after owner and lease: for a wait
-	// the Client (ARGV[3]), the count to register (ARGV[4]: left out when
-	// it is the script's default, 1, as on the first attempt of a lone
-	// waiter; "" not to register this time) and "1" once registered
-	// (ARGV[5]); then the block (ARGV[6]), left out when 1. So the
+	// The arguments (mutex_acquire.lua), those that are the script's
+	// defaults left out: for a wait the count of this Client's goroutines
+	// that wait, to register (the first attempt, when it changed, or every
+	// lease/6: "" not this time); the block, when one is reserved. So the
 	// uncontended acquisition sends three.
-	args := a.argBuf[:2]
 	a.regNow = ""
 	if !a.try {
 		n := strconv.Itoa(1 + waiting)
 		if !a.registered || n != a.regCount || time.Since(a.regAt) > c.cfg.lease/6 {
 			a.regNow = n
 		}
-		args = append(args, c.ident)
-		switch {
-		case a.registered:
-			args = append(args, a.regNow, "1")
-		case a.regNow != "1":
-			args = append(args, a.regNow)
-		}
 	}
+	reserve := "1"
 	if a.block > 1 {
-		if len(args) == 2 {
-			args = append(args, "") // a try
-		}
-		if len(args) == 3 {
-			args = append(args, a.regNow)
-		}
-		if len(args) == 4 {
-			args = append(args, "0")
-		}
-		args = append(args, m.blockArg)
+		reserve = m.blockArg
 	}
 	// The first attempt of a wait by a fresh owner with a deadline, at the
 	// Client's default lease, nothing to reserve, is the owner alone: the
 	// script takes the default lease and the Client from the owner, and
 	// does nothing once the server clock has reached the deadline (see
 	// srvclock.go).
-	a.oneArg = len(args) == 3 && a.dl != 0 && args[1] == c.args.lease && c.cfg.lease == DefaultLease && args[2] == c.ident
-	if a.oneArg {
-		args = args[:1]
-	}
-	a.args = args
+	alone := a.dl != 0 && m.leaseArg == c.args.lease && c.cfg.lease == DefaultLease
+	a.args = scripts.AppendMutexAcquireArgs(a.argBuf[:0], a.owner, m.leaseArg, !a.try, c.ident, a.regNow, a.registered, reserve, alone)
+	a.oneArg = len(a.args) == 1
 	a.sentAt = time.Now()
 	var vals []int64
 	var err error

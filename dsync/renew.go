@@ -294,24 +294,32 @@ func (r *renewer) calls(holds, terms []*hold) []renewCall {
 			}
 			batch = &renewCall{s: s, term: term, holds: make([]*hold, 0, size), e: rueidis.LuaExec{
 				Keys: make([]string, 0, size+1),
-				Args: append(make([]string, 0, size+2), lease),
+				Args: make([]string, 0, size+2),
 			}}
-			if s == scripts.MutexRenewSession {
+			e := &batch.e
+			switch s {
+			case scripts.MutexRenewSession:
 				batch.session, batch.bound = true, bound
-				mode := "u"
-				if bound {
-					mode = "b"
-				}
-				batch.e.Keys = append(batch.e.Keys, r.sess.key)
-				batch.e.Args = append(batch.e.Args, r.sess.sid, mode)
+				e.Keys, e.Args = scripts.AppendMutexRenewSessionHead(e.Keys, e.Args, r.sess.key, lease, r.sess.sid, bound)
+			case scripts.MutexRenewMany:
+				e.Args = scripts.AppendMutexRenewManyArgs(e.Args, lease)
+			default:
+				// renewIn's batch scripts, and ElectionTouchMany: each
+				// takes the lease as its ARGV[1] too.
+				e.Args = append(e.Args, lease)
 			}
 			batches[of] = batch
 		}
 		last, lastOf = batch, of
 		batch.holds = append(batch.holds, h)
 		if keys == nil {
-			batch.e.Keys = append(batch.e.Keys, key)
-			batch.e.Args = append(batch.e.Args, arg)
+			// A hold with the mutex's layout (renewKey).
+			e := &batch.e
+			if batch.session {
+				e.Keys, e.Args = scripts.AppendMutexRenewSessionHold(e.Keys, e.Args, key, arg)
+			} else {
+				e.Keys, e.Args = scripts.AppendMutexRenewManyHold(e.Keys, e.Args, key, arg)
+			}
 			return
 		}
 		batch.e.Keys = append(batch.e.Keys, keys...)

@@ -1,0 +1,170 @@
+package scripts
+
+import (
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+// The calls of the Mutex's scripts. Its hot paths (the acquire, the
+// release, the renewal and Close batches) reuse their caller's buffers:
+// their builders append.
+
+// AppendMutexAcquireKeys appends to dst the keys of an acquisition of the
+// lock key (mutex_acquire.lua): with the attempt's marker, which it sets
+// so that a lost reply can be undone exactly (MutexUndoCall); marker ""
+// for an owner made for the call, whose mark the script names itself.
+func AppendMutexAcquireKeys(dst []string, key, marker string) []string {
+	if marker == "" {
+		return append(dst, key)
+	}
+	return append(dst, key, marker)
+}
+
+// AppendMutexAcquireArgs appends to dst the arguments of an attempt of
+// owner to acquire or re-enter the lock for lease ms (mutex_acquire.lua),
+// leaving out those that are the script's defaults. wait: the attempt
+// waits if the lock is held (false: a try, which takes none of the wait's
+// arguments); client is the waiting Client, count how many of its
+// goroutines wait ("" not to register them this time), registered that an
+// earlier attempt of the wait registered it. reserve is the number of
+// tokens to reserve ("1": the acquisition's own). alone: the attempt may
+// go as the owner alone, the script's one-argument form, if nothing else
+// is left: owner is "<client><deadline><n>" with a deadline in server
+// seconds, and lease is the script's default (dsync.DefaultLease); it is
+// sent so when the other arguments are the defaults, count 1, nothing
+// registered or reserved, and client the owner less its last 16
+// characters.
+func AppendMutexAcquireArgs(dst []string, owner, lease string, wait bool, client, count string, registered bool, reserve string, alone bool) []string {
+	start := len(dst)
+	dst = append(dst, owner, lease)
+	if reserve != "1" {
+		// Every argument, up to the block (ARGV[6]).
+		reg := "0"
+		switch {
+		case !wait:
+			client, count = "", ""
+		case registered:
+			reg = "1"
+		}
+		return append(dst, client, count, reg, reserve)
+	}
+	if !wait {
+		return dst
+	}
+	dst = append(dst, client)
+	switch {
+	case registered:
+		return append(dst, count, "1")
+	case count != "1":
+		return append(dst, count)
+	}
+	if alone && len(owner) > 16 && client == owner[:len(owner)-16] {
+		return dst[:start+1]
+	}
+	return dst
+}
+
+// AppendMutexReleaseArgs appends to dst the arguments of the release of
+// one hold of the lock (mutex_release.lua, whose key is the lock key
+// alone): the hold of token by owner (token 0: any hold of owner, sent as
+// the owner alone), under which used was the last fencing token issued
+// (0, or token itself: the script's default, left out). value is the
+// hold's value "<owner> <token> 1" when the caller has it made (sent as
+// it is), "" to make it here.
+func AppendMutexReleaseArgs(dst []string, owner string, token, used uint64, value string) []string {
+	switch {
+	case token == 0:
+		return append(dst, owner)
+	case value == "":
+		value = owner + " " + strconv.FormatUint(token, 10) + " 1"
+	}
+	if used == token || used == 0 {
+		return append(dst, value)
+	}
+	return append(dst, value, strconv.FormatUint(used, 10))
+}
+
+// MutexHandoffKeys are the keys of a handoff of the lock key, whose
+// wakeup channel is ch (mutex_handoff.lua); the first is the release's
+// key too. An array: a Mutex makes them once and keeps them.
+func MutexHandoffKeys(key, ch string) [2]string {
+	return [2]string{key, ch}
+}
+
+// AppendMutexHandoffArgs appends to dst the arguments of a handoff of the
+// lock (mutex_handoff.lua, keys MutexHandoffKeys) from the hold of
+// fromToken by from, under which used was the last token issued, to the
+// owner to, for lease ms. yield is what the handoff asks first: "-1" hand
+// over; "w" yield to the waits of other Clients if one marked the lock;
+// n ("0", "1") yield if one marked it and the channel has more than n
+// subscribers (the caller's own subscription). markerLife is the free
+// marker's lifetime in ms (for a yield), reserve the tokens the new
+// holder's Client reserves.
+func AppendMutexHandoffArgs(dst []string, from string, fromToken uint64, to, lease, yield, markerLife, reserve string, used uint64) []string {
+	return append(dst, from, strconv.FormatUint(fromToken, 10), to, lease, yield, markerLife, reserve, strconv.FormatUint(used, 10))
+}
+
+// MutexUndoCall undoes the acquisition of the lock key by owner made by
+// the attempt with marker, if and only if the acquire applied it
+// (mutex_undo.lua, then mutex_release.lua's release of one hold of
+// owner's). It can be repeated.
+func MutexUndoCall(key, marker, owner string) Call {
+	return Call{MutexUndo, rueidis.LuaExec{Keys: []string{key, marker}, Args: []string{owner}}}
+}
+
+// MutexUndoFreshCall undoes an acquisition of the lock key by owner, an
+// owner made for that one call: it marks the attempt undone (mark, "<lock
+// key>:x:<owner>"), then releases whatever owner holds
+// (mutex_undo_fresh.lua, then mutex_release.lua). It can be repeated.
+func MutexUndoFreshCall(key, mark, owner string) Call {
+	return Call{MutexUndoFresh, rueidis.LuaExec{Keys: []string{key, mark}, Args: []string{owner}}}
+}
+
+// AppendMutexRenewManyArgs appends to args the arguments of a batch of
+// renewals (mutex_renew_many.lua) that are the batch's own: the lease in
+// ms. Its holds follow (AppendMutexRenewManyHold).
+func AppendMutexRenewManyArgs(args []string, lease string) []string {
+	return append(args, lease)
+}
+
+// AppendMutexRenewManyHold appends to a batch of renewals
+// (mutex_renew_many.lua) the hold of the lock key whose value is value,
+// "<owner> <token> 1".
+func AppendMutexRenewManyHold(keys, args []string, key, value string) ([]string, []string) {
+	return append(keys, key), append(args, value)
+}
+
+// AppendMutexRenewSessionHead appends to keys and args the keys and
+// arguments of a session's batch of renewals (mutex_renew_session.lua)
+// that are the batch's own: the session key, the lease in ms, the
+// session's sid, and whether the batch's holds are believed bound to the
+// session. Its holds follow (AppendMutexRenewSessionHold).
+func AppendMutexRenewSessionHead(keys, args []string, session, lease, sid string, bound bool) ([]string, []string) {
+	mode := "u"
+	if bound {
+		mode = "b"
+	}
+	return append(keys, session), append(args, lease, sid, mode)
+}
+
+// AppendMutexRenewSessionHold appends to a session's batch of renewals
+// (mutex_renew_session.lua) the hold of the lock key whose value is value,
+// "<owner> <token> 1" (bound or not, as the batch): as a hold of
+// mutex_renew_many.lua's.
+func AppendMutexRenewSessionHold(keys, args []string, key, value string) ([]string, []string) {
+	return AppendMutexRenewManyHold(keys, args, key, value)
+}
+
+// AppendMutexReleaseManyHold appends to a batch of releases
+// (mutex_release_many.lua) the hold of token by owner of the lock key,
+// under which used was the last fencing token issued (0, or token itself:
+// sent as "", the script's default). token is not 0: the batch releases
+// known holds only.
+func AppendMutexReleaseManyHold(keys, args []string, key, owner string, token, used uint64) ([]string, []string) {
+	u := ""
+	if used != token && used != 0 {
+		u = strconv.FormatUint(used, 10)
+	}
+	return append(keys, key), append(args, owner+" "+strconv.FormatUint(token, 10)+" ", u)
+}
