@@ -105,14 +105,8 @@ func (c *Client) forceUnlock(ctx context.Context, name string) ([]LockRef, error
 	}
 	var out []LockRef
 	for _, l := range inspectable {
-		key := c.lockKey(l.part, name)
-		keys := []string{key}
-		args := []string{leaseMS(freeMarkerTTL), key + ":ch", ""}
-		if l.queue {
-			keys = append(keys, key+":queue", key+":places")
-			args[1], args[2] = "", key+":w:"
-		}
-		owner, err := c.lua(scripts.ForceUnlock).Exec(ctx, c.rc, keys, args).ToString()
+		x := scripts.ForceUnlockCall(c.lockKey(l.part, name), l.queue, leaseMS(freeMarkerTTL))
+		owner, err := c.run(ctx, x).ToString()
 		if err != nil {
 			return out, wrapErr(l.kind, name, err)
 		}
@@ -120,21 +114,17 @@ func (c *Client) forceUnlock(ctx context.Context, name string) ([]LockRef, error
 			out = append(out, LockRef{Kind: l.kind, Name: name})
 		}
 	}
-	rw := c.lockKey("rw", name)
-	sem := c.lockKey("sem", name)
-	wg := c.lockKey("wg", name)
 	for _, f := range []struct {
-		kind       Kind
-		script     *rueidis.Lua
-		keys, args []string
+		kind Kind
+		call scripts.Call
 	}{
-		{KindRWMutex, scripts.ForceRW, []string{rw, rw + ":readers", rw + ":queue", rw + ":places", rw + ":rwait", rw + ":radmit"}, []string{rw + ":r", rw + ":w:"}},
-		{KindSemaphore, scripts.ForceSem, []string{sem, sem + ":holders", sem + ":waiters", sem + ":want", sem + ":undone"}, []string{sem + ":w:"}},
-		{KindOnce, scripts.ForceOther, onceKeys(c.lockKey("once", name)), []string{"once"}},
-		{KindOnce, scripts.ForceOther, onceKeys(c.lockKey("oncevalue", name)), []string{"once"}},
-		{KindWaitGroup, scripts.ForceOther, []string{wg, wg + ":ch", wg + ":gen"}, []string{"wg"}},
+		{KindRWMutex, scripts.ForceRWCall(c.lockKey("rw", name))},
+		{KindSemaphore, scripts.ForceSemCall(c.lockKey("sem", name))},
+		{KindOnce, scripts.ForceOtherCall("once", c.lockKey("once", name))},
+		{KindOnce, scripts.ForceOtherCall("once", c.lockKey("oncevalue", name))},
+		{KindWaitGroup, scripts.ForceOtherCall("wg", c.lockKey("wg", name))},
 	} {
-		got, err := c.lua(f.script).Exec(ctx, c.rc, f.keys, f.args).AsStrSlice()
+		got, err := c.run(ctx, f.call).AsStrSlice()
 		if err != nil {
 			return out, wrapErr(f.kind, name, err)
 		}

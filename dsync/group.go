@@ -336,8 +336,7 @@ func (c *Client) inspectGroup(ctx context.Context, name string) ([]LockState, er
 	execs := make([]rueidis.LuaExec, len(keys))
 	for i, k := range keys {
 		ks := groupKeys(base, k)
-		execs[i] = rueidis.LuaExec{Keys: []string{ks[0], ks[1], ks[4]},
-			Args: []string{"group", strconv.Itoa(maxInspectWaiters)}}
+		execs[i] = scripts.InspectOtherCall("group", []string{ks[0], ks[1], ks[4]}, maxInspectWaiters).LuaExec
 	}
 	return inspected(nil, name, scripts.InspectOther.ExecMulti(ctx, c.rc, execs...), parseOtherState,
 		func(int) Kind { return KindGroup }, func(i int) string { return keys[i] })

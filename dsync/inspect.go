@@ -121,12 +121,7 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 	}
 	execs := make([]rueidis.LuaExec, len(inspectable))
 	for i, l := range inspectable {
-		key := c.lockKey(l.part, name)
-		keys, layout := []string{key, key + ":waiting"}, "waiting"
-		if l.queue {
-			keys, layout = []string{key, key + ":queue", key + ":places"}, "queue"
-		}
-		execs[i] = rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(maxInspectWaiters), layout}}
+		execs[i] = scripts.InspectLockCall(c.lockKey(l.part, name), l.queue, maxInspectWaiters).LuaExec
 	}
 	out, err := inspected(nil, name, scripts.InspectLock.ExecMulti(ctx, c.rc, execs...), parseLockState,
 		func(i int) Kind { return inspectable[i].kind }, nil)
@@ -140,7 +135,7 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockState, error) 
 		for j, suffix := range l.keys {
 			keys[j] = base + suffix
 		}
-		others[i] = rueidis.LuaExec{Keys: keys, Args: []string{l.layout, strconv.Itoa(maxInspectWaiters)}}
+		others[i] = scripts.InspectOtherCall(l.layout, keys, maxInspectWaiters).LuaExec
 	}
 	out, err = inspected(out, name, scripts.InspectOther.ExecMulti(ctx, c.rc, others...), parseOtherState,
 		func(i int) Kind { return otherLayouts[i].kind }, nil)
@@ -278,10 +273,6 @@ func parseLockState(r rueidis.RedisResult) (st LockState, ok bool, err error) {
 	}
 	return st, true, nil
 }
-
-// onceKeys are the run key and the wakeup channel of the Once with state
-// key base.
-func onceKeys(base string) []string { return []string{base + ":run", base + ":ch"} }
 
 // kindOfPart maps the kind's part of a key back to the Kind.
 var kindOfPart = map[string]Kind{

@@ -2,7 +2,6 @@ package dsync
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
@@ -111,7 +110,7 @@ func (lw *localWaiters) run(context.Context) {
 			// writes nothing here, so its Client makes no call beside
 			// its own attempts.
 			if w > 0 || n.written {
-				execs = append(execs, rueidis.LuaExec{Keys: []string{key, key + ":waiting"}, Args: []string{c.ident + " local", strconv.Itoa(w), c.args.lease}})
+				execs = append(execs, scripts.MutexLocalWaitersCall(key, c.ident, w, c.args.lease).LuaExec)
 				n.written = w > 0
 				lw.n[key] = n
 			}

@@ -6,9 +6,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// The calls of the Mutex's scripts. Its hot paths (the acquire, the
-// release, the renewal and Close batches) reuse their caller's buffers:
-// their builders append.
+// The calls of the Mutex's scripts, and of the scripts that read and
+// reset locks for Client.Inspect and Client.ForceUnlock. The Mutex's hot
+// paths (the acquire, the release, the renewal and Close batches) reuse
+// their caller's buffers: their builders append.
 
 // AppendMutexAcquireKeys appends to dst the keys of an acquisition of the
 // lock key (mutex_acquire.lua): with the attempt's marker, which it sets
@@ -167,4 +168,70 @@ func AppendMutexReleaseManyHold(keys, args []string, key, owner string, token, u
 		u = strconv.FormatUint(used, 10)
 	}
 	return append(keys, key), append(args, owner+" "+strconv.FormatUint(token, 10)+" ", u)
+}
+
+// MutexLocalWaitersCall records that waiting goroutines of client (0:
+// none, the entry removed) wait for the lock key inside their process,
+// for lease ms unless written again (mutex_local_waiters.lua).
+func MutexLocalWaitersCall(key, client string, waiting int, lease string) Call {
+	return Call{MutexLocalWaiters, rueidis.LuaExec{Keys: []string{key, key + ":waiting"},
+		Args: []string{client + " local", strconv.Itoa(waiting), lease}}}
+}
+
+// InspectLockCall reads the lock key of a Mutex, or of a FairMutex
+// (fair), and at most most of its waiters (inspect_lock.lua).
+func InspectLockCall(key string, fair bool, most int) Call {
+	keys, layout := []string{key, key + ":waiting"}, "waiting"
+	if fair {
+		keys, layout = []string{key, key + ":queue", key + ":places"}, "queue"
+	}
+	return Call{InspectLock, rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(most), layout}}}
+}
+
+// InspectOtherCall reads a primitive of layout ("rw", "sem", "once",
+// "wg", "group" or "cond"), whose keys are keys in the order
+// inspect_other.lua lists for the layout, and at most most of its
+// waiters.
+func InspectOtherCall(layout string, keys []string, most int) Call {
+	return Call{InspectOther, rueidis.LuaExec{Keys: keys, Args: []string{layout, strconv.Itoa(most)}}}
+}
+
+// ForceUnlockCall releases the lock key of a Mutex, or of a FairMutex
+// (fair), whoever holds it, leaving a free marker that lives markerLife
+// ms (force_unlock.lua): a Mutex's release is published on its channel,
+// a FairMutex's queue is passed on.
+func ForceUnlockCall(key string, fair bool, markerLife string) Call {
+	if fair {
+		return Call{ForceUnlock, rueidis.LuaExec{Keys: []string{key, key + ":queue", key + ":places"},
+			Args: []string{markerLife, "", key + ":w:"}}}
+	}
+	return Call{ForceUnlock, rueidis.LuaExec{Keys: []string{key}, Args: []string{markerLife, key + ":ch", ""}}}
+}
+
+// ForceRWCall releases every hold of the RWMutex whose lock key is key,
+// whoever holds them, and passes it on (force_rw.lua). Its ARGV[1], which
+// the script does not read, is the readers' key prefix, as it always was.
+func ForceRWCall(key string) Call {
+	return Call{ForceRW, rueidis.LuaExec{
+		Keys: []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"},
+		Args: []string{key + ":r", key + ":w:"}}}
+}
+
+// ForceSemCall releases every permit of the Semaphore whose key is key,
+// whoever holds them, and grants its waiters (force_sem.lua).
+func ForceSemCall(key string) Call {
+	return Call{ForceSem, rueidis.LuaExec{
+		Keys: []string{key, key + ":holders", key + ":waiters", key + ":want", key + ":undone"},
+		Args: []string{key + ":w:"}}}
+}
+
+// ForceOtherCall ends a Once's run (layout "once", key its state key)
+// whoever runs it, or resets a WaitGroup's counter (layout "wg", key the
+// counter), and wakes their waiters (force_other.lua).
+func ForceOtherCall(layout, key string) Call {
+	keys := []string{key + ":run", key + ":ch"}
+	if layout == "wg" {
+		keys = []string{key, key + ":ch", key + ":gen"}
+	}
+	return Call{ForceOther, rueidis.LuaExec{Keys: keys, Args: []string{layout}}}
 }
