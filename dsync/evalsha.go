@@ -63,7 +63,7 @@ func (c *Client) execAfter(ctx context.Context, pre **tagBatch, s *rueidis.Lua, 
 	for i, r := range res[:len(res)-1] {
 		err := r.Error()
 		if e, ok := rueidis.IsRedisErr(err); ok && e.IsNoScript() {
-			c.lua(scripts.TagSync).Exec(ctx, c.rc, b.execs[i].Keys, b.execs[i].Args)
+			c.run(ctx, scripts.Call{Script: scripts.TagSync, LuaExec: b.execs[i]})
 		} else if err != nil && !isRedisErr(err) {
 			answered = false
 		}

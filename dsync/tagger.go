@@ -376,10 +376,9 @@ func (t *tagger) take(h *hold, last bool) *tagBatch {
 		if !ok {
 			i = len(execs)
 			at[op.key] = i
-			execs = append(execs, rueidis.LuaExec{Keys: []string{tagKey(op.key), histKey(op.key)},
-				Args: []string{c.args.lease, histLifeArg, maxHistoryArg, now}})
+			execs = append(execs, scripts.TagSyncCall(tagKey(op.key), histKey(op.key), c.args.lease, histLifeArg, maxHistoryArg, now).LuaExec)
 		}
-		execs[i].Args = append(execs[i].Args, op.kind, op.owner, op.life, op.val)
+		execs[i].Args = scripts.AppendTagSyncChange(execs[i].Args, op.kind, op.owner, op.life, op.val)
 	}
 	return &tagBatch{t: t, execs: execs}
 }
@@ -462,7 +461,7 @@ func (c *Client) renewTags(ctx context.Context, holds []*hold) {
 	var execs []rueidis.LuaExec
 	for _, h := range holds {
 		if t := h.tag.Load(); t != nil && !h.isEnded() {
-			execs = append(execs, rueidis.LuaExec{Keys: []string{tagKey(h.key)}, Args: []string{h.rOwner, t.val, c.args.lease, "renew"}})
+			execs = append(execs, scripts.TagSetCall(tagKey(h.key), h.rOwner, t.val, c.args.lease, true).LuaExec)
 		}
 	}
 	if len(execs) > 0 {

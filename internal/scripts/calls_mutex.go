@@ -7,9 +7,9 @@ import (
 )
 
 // The calls of the Mutex's scripts, and of the scripts that read and
-// reset locks for Client.Inspect and Client.ForceUnlock. The Mutex's hot
-// paths (the acquire, the release, the renewal and Close batches) reuse
-// their caller's buffers: their builders append.
+// reset locks for Client.Inspect and Client.ForceUnlock and keep hold
+// tags. The Mutex's hot paths (the acquire, the release, the renewal and
+// Close batches) reuse their caller's buffers: their builders append.
 
 // AppendMutexAcquireKeys appends to dst the keys of an acquisition of the
 // lock key (mutex_acquire.lua): with the attempt's marker, which it sets
@@ -234,4 +234,32 @@ func ForceOtherCall(layout, key string) Call {
 		keys = []string{key, key + ":ch", key + ":gen"}
 	}
 	return Call{ForceOther, rueidis.LuaExec{Keys: keys, Args: []string{layout}}}
+}
+
+// TagSyncCall applies a Client's hold-tag changes for one lock
+// (tag_sync.lua): tags is the lock's tag hash, hist its history, kept
+// histLife ms and at most maxHistory entries; now is the Client's clock in
+// µs. The changes follow (AppendTagSyncChange). lease, the Client's lease
+// in ms, is ARGV[1], which the script does not read.
+func TagSyncCall(tags, hist, lease, histLife, maxHistory, now string) Call {
+	return Call{TagSync, rueidis.LuaExec{Keys: []string{tags, hist}, Args: []string{lease, histLife, maxHistory, now}}}
+}
+
+// AppendTagSyncChange appends one change to a TagSync call's arguments:
+// kind "s" a hold of owner began, its tag to live life ms, val "<start µs>
+// <tag>"; "e" a hold ended (life ""), val "<end µs> <start µs> <tag>";
+// "E" as "e" for a hold whose tag was never sent (tag_sync.lua).
+func AppendTagSyncChange(args []string, kind, owner, life, val string) []string {
+	return append(args, kind, owner, life, val)
+}
+
+// TagSetCall writes the tag of owner's hold in the lock's tag hash tags,
+// to live life ms, or with renew renews it only if it is still there
+// (tag_set.lua).
+func TagSetCall(tags, owner, tag, life string, renew bool) Call {
+	mode := "set"
+	if renew {
+		mode = "renew"
+	}
+	return Call{TagSet, rueidis.LuaExec{Keys: []string{tags}, Args: []string{owner, tag, life, mode}}}
 }
