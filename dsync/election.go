@@ -6,11 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
-	"github.com/redis/rueidis"
 )
 
 // KindElection names an Election in events, Inspect and List. An Election's
@@ -43,7 +41,7 @@ type Election struct {
 	err  error // a bad name, returned by every call
 	fm   *FairMutex
 
-	keys     []string // the lock, the leader record
+	keys     []string // scripts.ElectionKeys: the lock, the leader record
 	ch       string   // where every change is published
 	ttl      string   // the record's lifetime in ms: two leases
 	watchdog bool     // terms are renewed, so is the record (see keep)
@@ -83,7 +81,7 @@ func (c *Client) NewElection(name string, opts ...LockOption) *Election {
 		name:     name,
 		err:      checkName(name),
 		fm:       fm,
-		keys:     []string{fm.q.base, base},
+		keys:     scripts.ElectionKeys(fm.q.base, base),
 		ch:       base + ":ch",
 		ttl:      leaseMS(2 * lease),
 		watchdog: lc.leaseTime == 0,
@@ -102,14 +100,14 @@ type electionProto struct {
 	e *Election
 }
 
-func (p *electionProto) closing(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
-	return scripts.ElectionResign, p.e.resignExec(h.owner, h.token), true
+func (p *electionProto) closing(h *hold) (scripts.Call, bool) {
+	return p.e.resignCall(h.owner, h.token), true
 }
 
-// resignExec is election_resign.lua's call for the term of owner: Resign's,
+// resignCall is election_resign.lua's call for the term of owner: Resign's,
 // Close's (closing) and ForceUnlock's (forceElection).
-func (e *Election) resignExec(owner string, term uint64) rueidis.LuaExec {
-	return rueidis.LuaExec{Keys: e.keys, Args: []string{owner, strconv.FormatUint(term, 10), e.ttl, e.ch}}
+func (e *Election) resignCall(owner string, term uint64) scripts.Call {
+	return scripts.ElectionResignCall(e.keys, owner, term, e.ttl, e.ch)
 }
 
 func checkValue(v string) error {
@@ -163,8 +161,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	}
 	owner, _ := OwnerOf(lctx)
 	term, _ := FencingToken(lctx)
-	args := []string{owner, strconv.FormatUint(term, 10), value, e.ttl, e.ch}
-	code, err := c.lua(scripts.ElectionBegin).Exec(ctx, c.rc, e.keys, args).AsInt64()
+	code, err := c.run(ctx, scripts.ElectionBeginCall(e.keys, owner, term, value, e.ttl, e.ch)).AsInt64()
 	switch {
 	case err != nil:
 		// The term may have begun with its reply lost: end it as Resign
@@ -230,10 +227,10 @@ func (e *Election) Proclaim(lctx context.Context, value string) error {
 	if err := c.otherClient(lctx, KindElection, e.name, "Proclaim"); err != nil {
 		return err
 	}
-	args := []string{owner, strconv.FormatUint(term, 10), value, e.ttl, e.ch}
+	x := scripts.ElectionProclaimCall(e.keys, owner, term, value, e.ttl, e.ch)
 	// Under lctx's values but not its cancellation when it has no deadline
 	// (directCtx): a term that ends during the call is told by the script.
-	code, err := c.lua(scripts.ElectionProclaim).Exec(directCtx(lctx), c.rc, e.keys, args).AsInt64()
+	code, err := c.run(directCtx(lctx), x).AsInt64()
 	if err == nil && code == 0 {
 		err = ErrNotHeld
 	}
@@ -272,11 +269,11 @@ func (e *Election) Resign(lctx context.Context) error {
 func (e *Election) resign(lctx context.Context, owner string, term uint64) error {
 	c := e.c
 	rctx := directCtx(releaseCtx(lctx))
-	x := e.resignExec(owner, term)
+	x := e.resignCall(owner, term)
 	var code int64
 	err := idempotent(rctx, func(ctx context.Context) error {
 		var err error
-		code, err = c.lua(scripts.ElectionResign).Exec(ctx, c.rc, x.Keys, x.Args).AsInt64()
+		code, err = c.run(ctx, x).AsInt64()
 		return err
 	})
 	if err != nil {
@@ -305,12 +302,12 @@ func (e *Election) keep(lctx context.Context, owner string, term uint64) {
 	if c.terms == nil {
 		c.terms = map[*hold]termRecord{}
 	}
-	c.terms[lc.h] = termRecord{keys: e.keys, args: []string{owner, strconv.FormatUint(term, 10), e.ttl}}
+	c.terms[lc.h] = termRecord{keys: e.keys, args: scripts.AppendElectionTouchManyArgs(nil, owner, term, e.ttl)}
 }
 
 // A termRecord is what the renewer needs to keep an Election term's record
-// (election_touch_many.lua): the election's keys, and the term's owner,
-// token and record lifetime.
+// (election_touch_many.lua): the election's keys, and the term's arguments
+// in a batch (scripts.AppendElectionTouchManyArgs).
 type termRecord struct{ keys, args []string }
 
 // Leader returns the current leader, or ErrNoLeader when there is none.

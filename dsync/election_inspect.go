@@ -3,8 +3,6 @@ package dsync
 import (
 	"context"
 	"strings"
-
-	"github.com/dsync/dsync/internal/scripts"
 )
 
 // An Election's lock is a FairMutex under a name of its own (see
@@ -56,8 +54,7 @@ func (c *Client) forceElection(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	if l := rec.current(); l.Term != 0 {
-		x := e.resignExec(l.Owner, l.Term)
-		if err := c.lua(scripts.ElectionResign).Exec(ctx, c.rc, x.Keys, x.Args).Error(); err != nil {
+		if err := c.run(ctx, e.resignCall(l.Owner, l.Term)).Error(); err != nil {
 			return false, wrapErr(KindElection, name, err)
 		}
 	}

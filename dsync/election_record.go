@@ -42,7 +42,7 @@ func (st *electionState) current() Leader {
 
 func (e *Election) read(ctx context.Context, seen uint64) (electionState, error) {
 	c := e.c
-	v, err := c.lua(scripts.ElectionRead).Exec(ctx, c.rc, e.keys, []string{strconv.FormatUint(seen, 10)}).AsStrSlice()
+	v, err := c.run(ctx, scripts.ElectionReadCall(e.keys, seen)).AsStrSlice()
 	if err != nil {
 		return electionState{}, wrapErr(KindElection, e.name, err)
 	}

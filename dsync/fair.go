@@ -2,7 +2,6 @@ package dsync
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
@@ -33,7 +32,7 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 	// Every wait of this Client is told of its grant on one channel (see
 	// fair_lib.lua), which stays subscribed while the Client waits.
 	wch := key + ":w:"
-	p := &fairProto{c: c, keys: []string{key, key + ":queue", key + ":places"}, key: key,
+	p := &fairProto{c: c, keys: scripts.FairKeys(key), key: key,
 		wch: wch, ch: wch + c.id[:16], lease: leaseMS(lease), clientLease: leaseMS(c.cfg.lease)}
 	return &FairMutex{q: qlock{c: c, info: Lock{Kind: KindFairMutex, Name: name, N: 1}, err: checkName(name), lc: lc, p: p, base: key}}
 }
@@ -41,7 +40,7 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) *FairMutex {
 // fairProto is a FairMutex's qproto (fair_acquire.lua and its siblings).
 type fairProto struct {
 	c    *Client
-	keys []string // the lock, its queue, the places of its waiters
+	keys []string // scripts.FairKeys
 	key  string
 	// wch is the prefix of the Clients' grant channels, ch this Client's.
 	wch, ch            string
@@ -53,30 +52,25 @@ func (p *fairProto) slot(string) stateKey { return stateKey{key: p.key} }
 func (p *fairProto) channel() string { return p.ch }
 
 func (p *fairProto) step(ctx context.Context, lc *lockConfig, a stepArgs) ([]int64, error) {
-	args := []string{a.owner, p.lease, p.clientLease, flag(a.try), p.wch, a.wid}
-	if a.check {
-		args = append(args, "check")
-	}
-	return p.c.execAcquire(ctx, lc, scripts.FairAcquire, withMarker(p.keys, a.marker), args)
+	x := scripts.FairAcquireCall(p.keys, a.marker, a.owner, p.lease, p.clientLease, a.try, p.wch, a.wid, a.check)
+	return p.c.execAcquire(ctx, lc, x.Script, x.Keys, x.Args)
 }
 
 func (p *fairProto) leave(ctx context.Context, owner, wid string) error {
-	m := owner + " " + wid + " " + p.lease // as fair_acquire.lua queues it
-	return p.c.lua(scripts.FairLeave).Exec(ctx, p.c.rc, p.keys, []string{m, p.wch, leaseMS(freeMarkerTTL)}).Error()
+	return p.c.run(ctx, scripts.FairLeaveCall(p.keys, owner, wid, p.lease, p.wch, leaseMS(freeMarkerTTL))).Error()
 }
 
-func (p *fairProto) release(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-	args := []string{owner, strconv.FormatUint(token, 10), leaseMS(freeMarkerTTL), p.wch}
-	return scripts.FairRelease, rueidis.LuaExec{Keys: p.keys, Args: args}
+func (p *fairProto) release(owner string, token uint64) scripts.Call {
+	return scripts.FairReleaseCall(p.keys, owner, token, leaseMS(freeMarkerTTL), p.wch)
 }
 
 func (p *fairProto) retryRelease() bool { return true }
 
-func (p *fairProto) undo(fresh bool) *rueidis.Lua {
+func (p *fairProto) undo(owner, marker string, fresh bool) scripts.Call {
 	if fresh {
-		return scripts.FairUndoFresh
+		return scripts.FairUndoFreshCall(p.keys, marker, owner, leaseMS(freeMarkerTTL), p.wch)
 	}
-	return scripts.FairUndo
+	return scripts.FairUndoCall(p.keys, marker, owner, leaseMS(freeMarkerTTL), p.wch)
 }
 
 // renew: the lock value has the mutex's layout.
@@ -84,8 +78,8 @@ func (p *fairProto) renew(string, uint64) (*rueidis.Lua, []string, []string, boo
 	return nil, nil, nil, false
 }
 
-func (p *fairProto) closing(*hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
-	return nil, rueidis.LuaExec{}, false
+func (p *fairProto) closing(*hold) (scripts.Call, bool) {
+	return scripts.Call{}, false
 }
 
 // Lock acquires f, blocking until it is held, as Mutex.Lock does.
@@ -117,10 +111,3 @@ func (f *FairMutex) TryLockContext(ctx context.Context) (context.Context, bool, 
 // UnlockContext releases one acquisition by the owner ctx carries, as
 // Mutex.UnlockContext does; the last one grants the lock to the next waiter.
 func (f *FairMutex) UnlockContext(ctx context.Context) error { return f.q.unlock(ctx) }
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dsync/dsync/internal/scripts"
 	"github.com/redis/rueidis"
 )
 
@@ -43,20 +44,21 @@ type qproto interface {
 	// leave takes the wait wid of owner out of the queue.
 	leave(ctx context.Context, owner, wid string) error
 	// release is the release of owner's hold with token (0: any hold of
-	// owner, as an undo needs it).
-	release(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec)
+	// owner).
+	release(owner string, token uint64) scripts.Call
 	// retryRelease: the release script makes a retried release a no-op.
 	retryRelease() bool
-	// undo releases what an attempt behind a marker acquired; fresh: it
-	// marks the attempt undone first, for an owner made for the call.
-	undo(fresh bool) *rueidis.Lua
+	// undo releases what the attempt of owner behind marker acquired (a
+	// hold of owner, as release with token 0); fresh: it marks the attempt
+	// undone first, for an owner made for the call.
+	undo(owner, marker string, fresh bool) scripts.Call
 	// renew gives a hold's batch script, keys and args; ok false: the
 	// lock value has the mutex's layout (FairMutex, Election), renewed in
 	// the mutex holds' batches.
 	renew(owner string, token uint64) (s *rueidis.Lua, keys, args []string, ok bool)
 	// closing is the script Close runs for a hold before its release (an
 	// Election's: the end of the term; see holdCloser); ok false: none.
-	closing(h *hold) (s *rueidis.Lua, e rueidis.LuaExec, ok bool)
+	closing(h *hold) (x scripts.Call, ok bool)
 }
 
 // stepArgs is one attempt of a qlock acquisition.
@@ -72,7 +74,8 @@ type stepArgs struct {
 }
 
 func (q *qlock) closeExec(h *hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
-	return q.p.closing(h)
+	x, ok := q.p.closing(h)
+	return x.Script, x.LuaExec, ok
 }
 
 // rwBase is the context value by which a write lock context of an RWMutex
@@ -224,7 +227,8 @@ func (q *qlock) renewIn(h *hold) (*rueidis.Lua, []string, []string) {
 }
 
 func (q *qlock) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	return q.p.release(h.owner, h.token)
+	x := q.p.release(h.owner, h.token)
+	return x.Script, x.LuaExec
 }
 
 // ended forgets a lost hold in its slot.
@@ -329,10 +333,10 @@ func (q *qlock) releaseRedis(ctx context.Context, owner string, token uint64) (i
 // releaseRedisAfter is releaseRedis with the hold-tag changes pre (if not
 // nil: Client.tagsBefore) sent ahead of it in its pipeline.
 func (q *qlock) releaseRedisAfter(ctx context.Context, owner string, token uint64, pre *tagBatch) (int64, error) {
-	s, e := q.p.release(owner, token)
+	x := q.p.release(owner, token)
 	var code int64
 	call := func(ctx context.Context) (err error) {
-		code, err = q.c.execAfter(ctx, &pre, s, e.Keys, e.Args).AsInt64()
+		code, err = q.c.execAfter(ctx, &pre, x.Script, x.Keys, x.Args).AsInt64()
 		return err
 	}
 	defer func() { q.c.finishTags(pre) }()

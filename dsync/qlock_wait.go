@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
+	"github.com/dsync/dsync/internal/scripts"
 )
 
 // wait calls step in the wait loop (waitLoop) until the lock is held
@@ -96,7 +96,6 @@ func (w qWait) failed(err error) {
 	// the replicas' acknowledgement: undo it.
 	a.queued = a.queued || !a.try
 	notSynced := errors.Is(err, ErrNotReplicated)
-	undo := q.p.undo(a.fresh)
 	owner, wid, marker, r := a.owner, a.wid, a.marker, a.r
 	switch {
 	case notSynced && (r.code == acqAcquired || r.code == acqGranted):
@@ -107,15 +106,15 @@ func (w qWait) failed(err error) {
 			q.c.dropMarker(marker)
 		}
 	case notSynced:
-		q.undoAttempt(a.ctx, undo, owner, marker)
+		q.undoAttempt(a.ctx, q.p.undo(owner, marker, a.fresh))
 	default:
 		// Exact, so it can run in the background: the call returns by its
 		// deadline even if the caller acquires again at once. Once the
 		// attempt is marked undone no late acquire can queue the owner, so
 		// leaving the queue again after it is final.
-		queues := !a.try
+		queues, undo := !a.try, q.p.undo(owner, marker, a.fresh)
 		q.c.background(func(bctx context.Context) {
-			q.undoAttempt(bctx, undo, owner, marker)
+			q.undoAttempt(bctx, undo)
 			if queues {
 				_ = q.p.leave(bctx, owner, wid)
 			}
@@ -146,14 +145,12 @@ func (w qWait) granted(tok, at uint64) bool {
 	return true
 }
 
-// undoAttempt releases what the attempt with marker acquired, if its script
-// ran, and nothing otherwise, with undo (q.p.undo). It can be
-// repeated.
-func (q *qlock) undoAttempt(ctx context.Context, undo *rueidis.Lua, owner, marker string) {
-	_, e := q.p.release(owner, 0)
-	keys := withMarker(e.Keys, marker)
+// undoAttempt releases what an attempt acquired, if its script ran, and
+// nothing otherwise, with undo (q.p.undo's call for its owner and marker).
+// It can be repeated.
+func (q *qlock) undoAttempt(ctx context.Context, undo scripts.Call) {
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return q.c.lua(undo).Exec(ctx, q.c.rc, keys, e.Args).Error()
+		return q.c.run(ctx, undo).Error()
 	})
 }
 

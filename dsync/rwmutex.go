@@ -2,7 +2,6 @@ package dsync
 
 import (
 	"context"
-	"strconv"
 	"sync"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -33,7 +32,7 @@ type RWMutex struct {
 // call fail with ErrInvalidArgument.
 func (c *Client) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 	key := c.lockKey("rw", name)
-	keys := []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"}
+	keys := scripts.RWKeys(key)
 	lc := newLockConfig(opts)
 	lease := lc.lease(c)
 	// Every wait of this Client, read or write, is told of its grant on
@@ -80,38 +79,33 @@ func (p *rwProto) slot(owner string) stateKey {
 func (p *rwProto) channel() string { return p.ch }
 
 func (p *rwProto) step(ctx context.Context, lc *lockConfig, a stepArgs) ([]int64, error) {
-	args := []string{p.mode, a.owner, p.lease, p.clientLease, flag(a.try), p.wch, a.wid}
-	if a.check {
-		args = append(args, "check")
-	}
-	return p.c.execAcquire(ctx, lc, scripts.RWAcquire, withMarker(p.keys, a.marker), args)
+	x := scripts.RWAcquireCall(p.keys, a.marker, p.mode, a.owner, p.lease, p.clientLease, a.try, p.wch, a.wid, a.check)
+	return p.c.execAcquire(ctx, lc, x.Script, x.Keys, x.Args)
 }
 
 func (p *rwProto) leave(ctx context.Context, owner, wid string) error {
-	m := owner + " " + wid + " " + p.lease // as rw_acquire.lua queues it
-	return p.c.lua(scripts.RWLeave).Exec(ctx, p.c.rc, p.keys, []string{p.mode, m, p.wch}).Error()
+	return p.c.run(ctx, scripts.RWLeaveCall(p.keys, p.mode, owner, wid, p.lease, p.wch)).Error()
 }
 
-func (p *rwProto) release(owner string, token uint64) (*rueidis.Lua, rueidis.LuaExec) {
-	args := []string{p.mode, owner, strconv.FormatUint(token, 10), "", p.wch}
-	return scripts.RWRelease, rueidis.LuaExec{Keys: p.keys, Args: args}
+func (p *rwProto) release(owner string, token uint64) scripts.Call {
+	return scripts.RWReleaseCall(p.keys, p.mode, owner, token, p.wch)
 }
 
 func (p *rwProto) retryRelease() bool { return false }
 
-func (p *rwProto) undo(fresh bool) *rueidis.Lua {
+func (p *rwProto) undo(owner, marker string, fresh bool) scripts.Call {
 	if fresh {
-		return scripts.RWUndoFresh
+		return scripts.RWUndoFreshCall(p.keys, marker, p.mode, owner, p.wch)
 	}
-	return scripts.RWUndo
+	return scripts.RWUndoCall(p.keys, marker, p.mode, owner, p.wch)
 }
 
 func (p *rwProto) renew(owner string, token uint64) (*rueidis.Lua, []string, []string, bool) {
-	return scripts.RWRenewMany, p.keys, []string{p.mode, owner, strconv.FormatUint(token, 10)}, true
+	return scripts.RWRenewMany, p.keys, scripts.AppendRWRenewManyArgs(nil, p.mode, owner, token), true
 }
 
-func (p *rwProto) closing(*hold) (*rueidis.Lua, rueidis.LuaExec, bool) {
-	return nil, rueidis.LuaExec{}, false
+func (p *rwProto) closing(*hold) (scripts.Call, bool) {
+	return scripts.Call{}, false
 }
 
 // Lock acquires the write lock, blocking until it is held, as Mutex.Lock

@@ -1,0 +1,214 @@
+package scripts
+
+import (
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+// The calls of every primitive but the Mutex: FairMutex, RWMutex,
+// Semaphore, Once, Group, WaitGroup, Election and Cond. A primitive whose
+// scripts all take one key list has a keys builder named after it
+// (FairKeys, RWKeys, ...), which it calls once per instance; its calls'
+// builders take that list as keys. Durations are in ms, as the primitive
+// formatted them once (strings it keeps); the rest is formatted here.
+// RWRenew, SemRenew, OnceRenew and ElectionTouch have no builder: dsync
+// renews in batches only (their *Many forms).
+
+// withMarker returns keys with an attempt marker appended, if there is one,
+// in a new slice (keys is shared by the primitive's calls).
+func withMarker(keys []string, marker string) []string {
+	if marker == "" {
+		return keys
+	}
+	return append(keys[:len(keys):len(keys)], marker)
+}
+
+// flag is a script's "1" (true) or "0" argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// queueMember is the name of a wait in a fair queue, "<owner> <wid> <lease
+// ms>", as fair_acquire.lua and rw_acquire.lua queue it (fair_lib.lua).
+func queueMember(owner, wid, lease string) string {
+	return owner + " " + wid + " " + lease
+}
+
+// FairKeys returns the keys of the fair mutex whose lock key is key, in the
+// order every fair script takes them (fair_acquire.lua, fair_release.lua,
+// fair_leave.lua): the lock, its queue list, the places of its waiters. A
+// FairMutex builds them once; its calls share them.
+func FairKeys(key string) []string {
+	return []string{key, key + ":queue", key + ":places"}
+}
+
+// FairAcquireCall is one attempt of owner to acquire, re-enter or queue for
+// the fair mutex of keys (FairKeys) (fair_acquire.lua). marker is the
+// attempt's marker key, in which the script records the acquisition for
+// FairUndoCall ("" for none); check: the script only checks it, never
+// writes it (an owner made for this one call: FairUndoFreshCall). lease is
+// the lock's lease and placeLease a queue place's, in ms; try: an attempt
+// that never queues. channel is the prefix of the Clients' grant channels;
+// wid names the wait in the queue.
+func FairAcquireCall(keys []string, marker, owner, lease, placeLease string, try bool, channel, wid string, check bool) Call {
+	args := []string{owner, lease, placeLease, flag(try), channel, wid, "check"}
+	if !check {
+		args = args[:6]
+	}
+	return Call{FairAcquire, rueidis.LuaExec{Keys: withMarker(keys, marker), Args: args}}
+}
+
+// FairReleaseCall releases one hold of owner of the fair mutex of keys
+// (FairKeys), the one with token (0: any hold of owner), and grants the
+// lock to the next waiter after the last one (fair_release.lua). freeLife
+// is how long the free marker a release leaves lives, in ms; channel the
+// prefix of the Clients' grant channels.
+func FairReleaseCall(keys []string, owner string, token uint64, freeLife, channel string) Call {
+	return Call{FairRelease, rueidis.LuaExec{Keys: keys, Args: fairReleaseArgs(owner, token, freeLife, channel)}}
+}
+
+func fairReleaseArgs(owner string, token uint64, freeLife, channel string) []string {
+	return []string{owner, strconv.FormatUint(token, 10), freeLife, channel}
+}
+
+// FairLeaveCall takes the wait wid of owner, queued with lease (ms) by
+// FairAcquireCall, out of the queue of the fair mutex of keys (FairKeys),
+// and releases a grant it was given meanwhile (fair_leave.lua). channel is
+// the prefix of the Clients' grant channels, freeLife the free marker's
+// lifetime in ms.
+func FairLeaveCall(keys []string, owner, wid, lease, channel, freeLife string) Call {
+	return Call{FairLeave, rueidis.LuaExec{Keys: keys, Args: []string{queueMember(owner, wid, lease), channel, freeLife}}}
+}
+
+// FairUndoCall undoes the acquisition of the attempt of owner with marker
+// (FairAcquireCall's) if and only if the attempt's script ran: then it
+// releases one hold of owner as FairReleaseCall with token 0 does
+// (mutex_undo.lua, fair_release.lua). It can be repeated.
+func FairUndoCall(keys []string, marker, owner, freeLife, channel string) Call {
+	return Call{FairUndo, rueidis.LuaExec{Keys: withMarker(keys, marker), Args: fairReleaseArgs(owner, 0, freeLife, channel)}}
+}
+
+// FairUndoFreshCall is FairUndoCall for an owner made for one call (an
+// attempt with check): it marks the attempt undone first, so that an
+// attempt still on its way does nothing, then releases what owner holds
+// (mutex_undo_fresh.lua, fair_release.lua).
+func FairUndoFreshCall(keys []string, marker, owner, freeLife, channel string) Call {
+	return Call{FairUndoFresh, rueidis.LuaExec{Keys: withMarker(keys, marker), Args: fairReleaseArgs(owner, 0, freeLife, channel)}}
+}
+
+// RWKeys returns the keys of the rw mutex whose lock key is key, in the
+// order every rw script takes them (rw_lib.lua): the lock hash, the reader
+// leases, the writer queue and its places, the waiting readers, and one
+// unused. An RWMutex builds them once; the calls of both its modes share
+// them.
+func RWKeys(key string) []string {
+	return []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"}
+}
+
+// RWAcquireCall is one attempt of owner to acquire or re-enter the read or
+// the write lock (mode "read" or "write") of the rw mutex of keys (RWKeys),
+// or to wait for a grant (rw_acquire.lua). The other parameters are those
+// of FairAcquireCall.
+func RWAcquireCall(keys []string, marker, mode, owner, lease, placeLease string, try bool, channel, wid string, check bool) Call {
+	args := []string{mode, owner, lease, placeLease, flag(try), channel, wid, "check"}
+	if !check {
+		args = args[:7]
+	}
+	return Call{RWAcquire, rueidis.LuaExec{Keys: withMarker(keys, marker), Args: args}}
+}
+
+// RWReleaseCall releases one hold of owner in mode ("read" or "write") of
+// the rw mutex of keys (RWKeys), the one with token (0: any hold of owner
+// in mode), and passes the lock on after the last one (rw_release.lua).
+// channel is the prefix of the Clients' grant channels.
+func RWReleaseCall(keys []string, mode, owner string, token uint64, channel string) Call {
+	return Call{RWRelease, rueidis.LuaExec{Keys: keys, Args: rwReleaseArgs(mode, owner, token, channel)}}
+}
+
+func rwReleaseArgs(mode, owner string, token uint64, channel string) []string {
+	return []string{mode, owner, strconv.FormatUint(token, 10), "", channel} // ARGV[4] unused
+}
+
+// RWLeaveCall takes the wait wid of owner in mode, queued with lease (ms)
+// by RWAcquireCall, out of the rw mutex of keys (RWKeys), passing the lock
+// on if that lets someone in, and releases a grant it was given meanwhile
+// (rw_leave.lua). channel is the prefix of the Clients' grant channels.
+func RWLeaveCall(keys []string, mode, owner, wid, lease, channel string) Call {
+	return Call{RWLeave, rueidis.LuaExec{Keys: keys, Args: []string{mode, queueMember(owner, wid, lease), channel}}}
+}
+
+// RWUndoCall undoes the acquisition of the attempt of owner in mode with
+// marker (RWAcquireCall's) if and only if the attempt's script ran: then it
+// releases one hold as RWReleaseCall with token 0 does (mutex_undo.lua,
+// rw_release.lua). It can be repeated.
+func RWUndoCall(keys []string, marker, mode, owner, channel string) Call {
+	return Call{RWUndo, rueidis.LuaExec{Keys: withMarker(keys, marker), Args: rwReleaseArgs(mode, owner, 0, channel)}}
+}
+
+// RWUndoFreshCall is RWUndoCall for an owner made for one call (an attempt
+// with check): it marks the attempt undone first, then releases what owner
+// holds in mode (mutex_undo_fresh.lua, rw_release.lua).
+func RWUndoFreshCall(keys []string, marker, mode, owner, channel string) Call {
+	return Call{RWUndoFresh, rueidis.LuaExec{Keys: withMarker(keys, marker), Args: rwReleaseArgs(mode, owner, 0, channel)}}
+}
+
+// AppendRWRenewManyArgs appends to dst the arguments one hold adds to a
+// batch of RWRenewMany (rw_renew_many.lua): its mode ("read" or "write"),
+// owner and token. The hold's keys in the batch are its RWKeys; the
+// batch's first argument is the lease in ms.
+func AppendRWRenewManyArgs(dst []string, mode, owner string, token uint64) []string {
+	return append(dst, mode, owner, strconv.FormatUint(token, 10))
+}
+
+// ElectionKeys returns the keys of an election, in the order every
+// election script takes them (election_lib.lua): its lock (a fair mutex's
+// lock key) and its leader record. An Election builds them once; its calls
+// share them.
+func ElectionKeys(lock, record string) []string {
+	return []string{lock, record}
+}
+
+// ElectionBeginCall begins the term of owner (term: the lock's fencing
+// token) in the election of keys (ElectionKeys), whose lock owner has just
+// acquired, with value (election_begin.lua). lifetime is the record's, in
+// ms; channel is where every change is published.
+func ElectionBeginCall(keys []string, owner string, term uint64, value, lifetime, channel string) Call {
+	return Call{ElectionBegin, rueidis.LuaExec{Keys: keys, Args: electionValueArgs(owner, term, value, lifetime, channel)}}
+}
+
+// ElectionProclaimCall proclaims value in the term of owner in the election
+// of keys (ElectionKeys) (election_proclaim.lua); the other parameters are
+// ElectionBeginCall's.
+func ElectionProclaimCall(keys []string, owner string, term uint64, value, lifetime, channel string) Call {
+	return Call{ElectionProclaim, rueidis.LuaExec{Keys: keys, Args: electionValueArgs(owner, term, value, lifetime, channel)}}
+}
+
+func electionValueArgs(owner string, term uint64, value, lifetime, channel string) []string {
+	return []string{owner, strconv.FormatUint(term, 10), value, lifetime, channel}
+}
+
+// ElectionResignCall records the end of the term of owner in the election
+// of keys (ElectionKeys), before its lock is released (election_resign.lua).
+// lifetime is the record's, in ms; channel is where every change is
+// published. It can be repeated.
+func ElectionResignCall(keys []string, owner string, term uint64, lifetime, channel string) Call {
+	return Call{ElectionResign, rueidis.LuaExec{Keys: keys, Args: []string{owner, strconv.FormatUint(term, 10), lifetime, channel}}}
+}
+
+// ElectionReadCall reads the election of keys (ElectionKeys): its lock and
+// the changes after version seen (0: none seen) (election_read.lua).
+func ElectionReadCall(keys []string, seen uint64) Call {
+	return Call{ElectionRead, rueidis.LuaExec{Keys: keys, Args: []string{strconv.FormatUint(seen, 10)}}}
+}
+
+// AppendElectionTouchManyArgs appends to dst the arguments one term adds to
+// a batch of ElectionTouchMany (election_touch_many.lua): its owner, term
+// and record lifetime in ms. The term's keys in the batch are its
+// election's ElectionKeys; the batch's first argument is the lease in ms.
+func AppendElectionTouchManyArgs(dst []string, owner string, term uint64, lifetime string) []string {
+	return append(dst, owner, strconv.FormatUint(term, 10), lifetime)
+}
