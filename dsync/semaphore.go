@@ -30,7 +30,7 @@ type Semaphore struct {
 	c     *Client
 	name  string
 	size  int64
-	keys  []string // see sem_common.lua
+	keys  []string // scripts.SemKeys
 	chPfx string   // a Client's waiters are told of grants on chPfx + client id
 	err   error    // a bad name or size, returned by every call
 	lc    lockConfig
@@ -46,7 +46,7 @@ func (c *Client) NewSemaphore(name string, size int64, opts ...LockOption) *Sema
 	}
 	return &Semaphore{
 		c: c, name: name, size: size, err: err, lc: newLockConfig(opts),
-		keys:  []string{base, base + ":holders", base + ":waiters", base + ":want", base + ":undone"},
+		keys:  scripts.SemKeys(base),
 		chPfx: base + ":w:",
 	}
 }
@@ -142,8 +142,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 	if s.c.tags != nil {
 		s.c.beforeRelease(rh)
 	}
-	args := s.releaseArgs(owner, n, tok)
-	vals, err := s.c.lua(scripts.SemRelease).Exec(cctx, s.c.rc, s.keys, args).AsIntSlice()
+	vals, err := s.c.run(cctx, s.releaseCall(owner, n, tok, false)).AsIntSlice()
 	exact := false
 	if err != nil && !isRedisErr(err) && s.holdsExactly(owner, tok, n) {
 		// The reply was lost: the connection broke, or the release's
@@ -155,7 +154,7 @@ func (s *Semaphore) Release(ctx context.Context, n int64) error {
 		// it is not sent again: the local holds end either way, and at
 		// worst the permits come back when the owner's lease lapses.)
 		exact = true
-		vals, err = s.releaseAgain(ctx, append(args, "exact"))
+		vals, err = s.releaseAgain(ctx, s.releaseCall(owner, n, tok, true))
 	}
 	r, ok := decodeSemRel(vals)
 	if err == nil && !ok {
@@ -230,17 +229,17 @@ func (s *Semaphore) holdsExactly(owner string, tok uint64, n int64) bool {
 }
 
 // releaseAgain sends a release whose first reply was lost again, exactly
-// (args end with "exact"), under a budget counted from now (cleanupCtx:
+// (x: releaseCall's with exact), under a budget counted from now (cleanupCtx:
 // a process frozen in the first try has its deadline behind it), until
 // Redis answers. A reply that the acquisition is gone ({2, left}) is the
 // first try's work, or its lease lapsed: either way the release is done
 // (Release reads it so).
-func (s *Semaphore) releaseAgain(ctx context.Context, args []string) ([]int64, error) {
+func (s *Semaphore) releaseAgain(ctx context.Context, x scripts.Call) ([]int64, error) {
 	cctx, cancel := cleanupCtx(releaseCtx(ctx))
 	defer cancel()
 	var vals []int64
 	err := idempotent(cctx, func(ctx context.Context) (err error) {
-		vals, err = s.c.lua(scripts.SemRelease).Exec(ctx, s.c.rc, s.keys, args).AsIntSlice()
+		vals, err = s.c.run(ctx, x).AsIntSlice()
 		return err
 	})
 	return vals, err

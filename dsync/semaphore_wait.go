@@ -22,12 +22,7 @@ func (s *Semaphore) acquireRedis(ctx context.Context, owner string, n int64, try
 	lease := s.lease()
 	id := strconv.FormatUint(c.attemptSeq.Add(1), 36)
 	a := semAttempt{s: s, ctx: ctx, n: n, waiter: c.id[:16] + "." + id}
-	mode := "wait"
-	if try {
-		mode = "try"
-	}
-	a.args = []string{owner, a.waiter, strconv.FormatInt(n, 10), strconv.FormatInt(s.size, 10),
-		leaseMS(lease), mode, s.chPfx, leaseMS(c.cfg.lease), "first"}
+	a.first, a.again = scripts.SemAcquireCalls(s.keys, owner, a.waiter, n, s.size, leaseMS(lease), try, s.chPfx, leaseMS(c.cfg.lease))
 	attempts, err := waitLoop(c, ctx, s.chPfx+c.id[:16], id, try, semWait{&a})
 	if err != nil || a.r.code != acqAcquired {
 		return nil, attempts, err
@@ -53,12 +48,15 @@ type semAttempt struct {
 	s      *Semaphore
 	ctx    context.Context
 	n      int64
-	waiter string // names this acquisition in the queue and in its grant
-	args   []string
+	waiter string    // names this acquisition in the queue and in its grant
 	r      acqReply  // the last attempt's reply (a grant: {1, token})
 	sentAt time.Time // when the last attempt was sent (a grant: when its lease clock starts)
 	srvAt  uint64    // the server time of a waiting reply, in µs (0: unknown)
 	grant  bool      // the permits came by a grant (sentAt is then its time)
+
+	// first is the call's first attempt, again each later one
+	// (scripts.SemAcquireCalls).
+	first, again scripts.Call
 }
 
 // semWait is a Semaphore acquisition's waitProto. Its undo (by waiter)
@@ -68,13 +66,13 @@ type semWait struct{ a *semAttempt }
 
 func (w semWait) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	a, s := w.a, w.a.s
+	x := a.first
 	if n > 1 {
-		a.args[8] = "again" // only a first attempt skips the look for a grant
+		x = a.again // only a first attempt skips the look for a grant
 	}
 	a.sentAt = time.Now()
-	args := a.args
 	vals, err := bounded(s.c, ctx, func(ctx context.Context) ([]int64, error) {
-		return s.c.execAcquire(ctx, &s.lc, scripts.SemAcquire, s.keys, args)
+		return s.c.execAcquire(ctx, &s.lc, x.Script, x.Keys, x.Args)
 	})
 	var ok bool
 	a.r, ok = decodeAcq(vals)
@@ -121,7 +119,7 @@ func (w semWait) gaveUp() { w.a.s.undoLater(w.a.ctx, w.a.waiter) }
 // extends.
 func (s *Semaphore) newHold(owner, waiter string, n int64, token uint64) *hold {
 	c := s.c
-	sh := &semHold{s: s, member: owner + " " + strconv.FormatUint(token, 10) + " " + waiter + " " + strconv.FormatInt(n, 10), lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
+	sh := &semHold{s: s, member: scripts.SemMember(owner, token, waiter, n), lock: Lock{Kind: KindSemaphore, Name: s.name, N: n}}
 	h := c.newHold(&sh.lock, owner, token)
 	h.key = s.keys[0]
 	h.watchdog = s.lc.leaseTime == 0
@@ -145,12 +143,12 @@ func (sh *semHold) renewKey(*hold) (string, string, bool) { return "", "", false
 
 func (sh *semHold) renewIn(*hold) (*rueidis.Lua, []string, []string) {
 	s := sh.s
-	return scripts.SemRenewMany, s.keys, []string{sh.member, s.chPfx}
+	return scripts.SemRenewMany, s.keys, scripts.AppendSemRenewManyArgs(nil, sh.member, s.chPfx)
 }
 
 func (sh *semHold) releaseExec(h *hold) (*rueidis.Lua, rueidis.LuaExec) {
-	s := sh.s
-	return scripts.SemRelease, rueidis.LuaExec{Keys: s.keys, Args: s.releaseArgs(h.owner, sh.lock.N, h.token)}
+	x := sh.s.releaseCall(h.owner, sh.lock.N, h.token, false)
+	return x.Script, x.LuaExec
 }
 
 // ended forgets the hold however it ends (release, loss, Client.Close).
@@ -165,9 +163,9 @@ func (s *Semaphore) undo(ctx context.Context, waiter string) {
 
 // undoCall is sem_undo.lua's call for waiter, for undo and undoLater.
 func (s *Semaphore) undoCall(waiter string) func(context.Context) error {
-	args := []string{waiter, s.chPfx, leaseMS(s.c.cfg.lease)}
+	x := scripts.SemUndoCall(s.keys, waiter, s.chPfx, leaseMS(s.c.cfg.lease))
 	return func(ctx context.Context) error {
-		return s.c.lua(scripts.SemUndo).Exec(ctx, s.c.rc, s.keys, args).Error()
+		return s.c.run(ctx, x).Error()
 	}
 }
 
@@ -185,12 +183,12 @@ func (s *Semaphore) sizeMismatch(stored int64) error {
 		ErrInvalidArgument, shortName(s.name), stored, s.size, stored)
 }
 
-// releaseArgs are the release script's arguments for n permits of owner
-// acquired with token tok. The size is checked as the acquire checks it: a
-// Semaphore opened with another size must not release permits counted
-// against the stored one.
-func (s *Semaphore) releaseArgs(owner string, n int64, tok uint64) []string {
-	return []string{owner, strconv.FormatInt(n, 10), s.chPfx, strconv.FormatInt(s.size, 10), strconv.FormatUint(tok, 10)}
+// releaseCall is the release of n permits of owner acquired with token tok
+// (exact: sent again after its reply was lost). The size is checked as the
+// acquire checks it: a Semaphore opened with another size must not release
+// permits counted against the stored one.
+func (s *Semaphore) releaseCall(owner string, n int64, tok uint64, exact bool) scripts.Call {
+	return scripts.SemReleaseCall(s.keys, owner, n, s.chPfx, s.size, tok, exact)
 }
 
 // granted ends the wait with the permits a release granted it, as the

@@ -164,6 +164,75 @@ func AppendRWRenewManyArgs(dst []string, mode, owner string, token uint64) []str
 	return append(dst, mode, owner, strconv.FormatUint(token, 10))
 }
 
+// SemKeys returns the keys of the semaphore whose key is base, in the order
+// every semaphore script takes them (sem_common.lua). A Semaphore builds
+// them once; its calls share them.
+func SemKeys(base string) []string {
+	return []string{base, base + ":holders", base + ":waiters", base + ":want", base + ":undone"}
+}
+
+// SemAcquireCalls are the attempts of one Acquire call of owner for n
+// permits of the semaphore of keys (SemKeys) with size permits
+// (sem_acquire.lua): first the call's first attempt, again each later one
+// (only a first attempt skips the look for a grant); the two share one
+// allocation. waiter names the call's acquisition, in the queue and in its
+// grant; lease is the hold's lease and placeLease a queue place's, in ms;
+// try: the attempts never queue; channel is the prefix of the Clients'
+// grant channels.
+func SemAcquireCalls(keys []string, owner, waiter string, n, size int64, lease string, try bool, channel, placeLease string) (first, again Call) {
+	mode := "wait"
+	if try {
+		mode = "try"
+	}
+	const argc = 9
+	args := make([]string, 2*argc)
+	args[0], args[1], args[2], args[3] = owner, waiter, strconv.FormatInt(n, 10), strconv.FormatInt(size, 10)
+	args[4], args[5], args[6], args[7], args[8] = lease, mode, channel, placeLease, "first"
+	copy(args[argc:], args[:argc-1])
+	args[2*argc-1] = "again"
+	return Call{SemAcquire, rueidis.LuaExec{Keys: keys, Args: args[:argc:argc]}},
+		Call{SemAcquire, rueidis.LuaExec{Keys: keys, Args: args[argc:]}}
+}
+
+// SemMember is the name Redis gives the acquisition of n permits by owner
+// with token in the call waiter ("<owner> <token> <waiter> <permits>", as
+// sem_acquire.lua records it): AppendSemRenewManyArgs's member.
+func SemMember(owner string, token uint64, waiter string, n int64) string {
+	return owner + " " + strconv.FormatUint(token, 10) + " " + waiter + " " + strconv.FormatInt(n, 10)
+}
+
+// SemReleaseCall releases n permits of owner of the semaphore of keys
+// (SemKeys) with size permits, the acquisition with token first (0: none
+// in particular), and grants them to the waiters that now fit
+// (sem_release.lua). channel is the prefix of the Clients' grant channels.
+// exact: the release is sent again after its reply was lost, and releases
+// the acquisition with token, of n permits, or nothing.
+func SemReleaseCall(keys []string, owner string, n int64, channel string, size int64, token uint64, exact bool) Call {
+	args := []string{owner, strconv.FormatInt(n, 10), channel, strconv.FormatInt(size, 10), strconv.FormatUint(token, 10), "exact"}
+	if !exact {
+		args = args[:5]
+	}
+	return Call{SemRelease, rueidis.LuaExec{Keys: keys, Args: args}}
+}
+
+// AppendSemRenewManyArgs appends to dst the arguments one acquisition adds
+// to a batch of SemRenewMany (sem_renew_many.lua): its member (SemMember)
+// and the prefix of its semaphore's grant channels. Its keys in the batch
+// are its semaphore's SemKeys; the batch's first argument is the lease in
+// ms.
+func AppendSemRenewManyArgs(dst []string, member, channel string) []string {
+	return append(dst, member, channel)
+}
+
+// SemUndoCall takes back the Acquire call waiter on the semaphore of keys
+// (SemKeys): its queue place, and the permits it was granted, if any, and
+// remembers the call as undone for remember ms, so that an attempt still on
+// its way does nothing (sem_undo.lua). channel is the prefix of the
+// Clients' grant channels. It can be repeated.
+func SemUndoCall(keys []string, waiter, channel, remember string) Call {
+	return Call{SemUndo, rueidis.LuaExec{Keys: keys, Args: []string{waiter, channel, remember}}}
+}
+
 // ElectionKeys returns the keys of an election, in the order every
 // election script takes them (election_lib.lua): its lock (a fair mutex's
 // lock key) and its leader record. An Election builds them once; its calls
