@@ -36,11 +36,12 @@ type Group[V any] struct {
 }
 
 // A groupCall is one key's calls in this process: one leader talks to
-// Redis (or runs fn), the others wait for its result. rec is set by
-// newCall, read-only after; n to err are guarded by Group.mu; call and
+// Redis (or runs fn), the others wait for its result. rec and keys are set
+// by newCall, read-only after; n to err are guarded by Group.mu; call and
 // tried are the leader's (below).
 type groupCall[V any] struct {
 	rec      runRecord
+	keys     []string      // its key's keys (scripts.GroupKeys), for unwait
 	n        int           // callers waiting here, the leader among them
 	leading  bool          // a caller is the leader
 	changed  chan struct{} // closed when the call finishes or its leader leaves
@@ -168,25 +169,26 @@ func (g *Group[V]) check(ctx context.Context, key string) error {
 // groupRunKey marks the context a leader passes to fn.
 type groupRunKey struct{ base, key string }
 
-// keys returns the keys of key's record: state, run, undone, channel,
-// waiters, and the Group's index (see group_lib.lua).
-func (g *Group[V]) keys(key string) []string { return groupKeys(g.base, key) }
-
-func groupKeys(b, key string) []string {
-	return []string{b + ":s:" + key, b + ":r:" + key, b + ":u:" + key, b + ":c:" + key, b + ":w:" + key, b}
-}
+// groupKeys returns the keys of key's record of the Group whose index is b:
+// state, run, undone, channel, waiters, and the Group's index
+// (scripts.GroupKeys).
+func groupKeys(b, key string) []string { return scripts.GroupKeys(b, key) }
 
 func (g *Group[V]) newCall(key string) *groupCall[V] {
-	k := g.keys(key)
-	lease := leaseMS(g.lc.leaseTime)
+	k, ttl := groupKeys(g.base, key), g.ttlArg
+	look := leaseMS(g.lc.leaseTime) // how long a waiter may take to look
 	if g.lc.leaseTime == 0 {
-		lease = g.c.args.lease
+		look = g.c.args.lease
 	}
-	gc := &groupCall[V]{changed: make(chan struct{}), call: g.c.attemptID()}
+	gc := &groupCall[V]{changed: make(chan struct{}), call: g.c.attemptID(), keys: k}
 	gc.rec = runRecord{c: g.c, name: g.name, info: &g.info, lc: g.lc, state: k[0], run: k[1], ch: k[3],
-		begin: scripts.GroupBegin, end: scripts.GroupEnd, undo: scripts.GroupUndo,
-		keys: k, endKeys: k, undoKeys: k,
-		beginArgs: []string{key, g.ttlArg}, endArgs: []string{key, g.ttlArg, lease}, undoArg: []string{key}}
+		begin: func(owner, lease, call string) scripts.Call {
+			return scripts.GroupBeginCall(k, owner, lease, call, key, ttl)
+		},
+		end: func(mark, outcome, val string) scripts.Call {
+			return scripts.GroupEndCall(k, mark, outcome, val, key, ttl, look)
+		},
+		undo: func(call, remember string) scripts.Call { return scripts.GroupUndoCall(k, call, remember, key) }}
 	return gc
 }
 
@@ -200,7 +202,7 @@ func (g *Group[V]) leaveLocked(key string, gc *groupCall[V]) {
 		delete(g.calls, key)
 	}
 	if gc.tried {
-		g.unwait(gc)
+		g.unwait(key, gc)
 	}
 }
 
@@ -208,13 +210,12 @@ func (g *Group[V]) leaveLocked(key string, gc *groupCall[V]) {
 // background, and gives gc a new call id: a begin whose reply was lost is
 // undone by the wait loop itself (runRecord.undoCall), which makes its
 // call id unusable.
-func (g *Group[V]) unwait(gc *groupCall[V]) {
-	c, call, keys := g.c, gc.call, gc.rec.keys
-	args := []string{call, gc.rec.undoArg[0]}
+func (g *Group[V]) unwait(key string, gc *groupCall[V]) {
+	c, x := g.c, scripts.GroupLeaveCall(gc.keys, gc.call, key)
 	gc.call, gc.tried = c.attemptID(), false
 	c.background(func(ctx context.Context) {
 		_ = idempotent(ctx, func(ctx context.Context) error {
-			return c.lua(scripts.GroupLeave).Exec(ctx, c.rc, keys, args).Error()
+			return c.run(ctx, x).Error()
 		})
 	})
 }
@@ -259,7 +260,7 @@ func (g *Group[V]) redisDo(ctx context.Context, key string, gc *groupCall[V], fn
 	w, err := gc.rec.wait(ctx, owner, gc.call)
 	ob.done(w.h, false, w.attempts, err)
 	if err != nil {
-		g.unwait(gc)
+		g.unwait(key, gc)
 		c.exit()
 		return v, false, wrapErr(KindGroup, g.name, err), ctxErr(ctx) == nil
 	}
@@ -320,7 +321,7 @@ func (g *Group[V]) Forget(ctx context.Context, key string) error {
 // groupForget runs group_forget.lua for key of the Group whose keys start
 // with base: Forget's and ForceUnlock's (forceGroup).
 func (c *Client) groupForget(ctx context.Context, base, key string) error {
-	return c.lua(scripts.GroupForget).Exec(ctx, c.rc, groupKeys(base, key), []string{key}).Error()
+	return c.run(ctx, scripts.GroupForgetCall(groupKeys(base, key), key)).Error()
 }
 
 // inspectGroup reads the records of the Group called name (for Inspect):

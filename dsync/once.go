@@ -31,12 +31,12 @@ func (c *Client) NewOnce(name string, opts ...LockOption) *Once {
 }
 
 func (c *Client) newOnce(kind, name string, opts []LockOption) *Once {
-	base := c.lockKey(kind, name)
+	k := scripts.NewOnceKeys(c.lockKey(kind, name))
 	o := &Once{err: checkName(name), info: Lock{Kind: KindOnce, Name: name, N: 1}}
-	run, ch := base+":run", base+":ch"
-	o.runRecord = runRecord{c: c, name: name, info: &o.info, lc: newLockConfig(opts), state: base, run: run, ch: ch,
-		begin: scripts.OnceBegin, end: scripts.OnceEnd, undo: scripts.OnceUndo,
-		keys: []string{base, run, run + ":undone"}, endKeys: []string{base, run, ch}, undoKeys: []string{base, run, run + ":undone", ch}}
+	o.runRecord = runRecord{c: c, name: name, info: &o.info, lc: newLockConfig(opts), state: k.State, run: k.Run, ch: k.Channel,
+		begin: func(owner, lease, call string) scripts.Call { return scripts.OnceBeginCall(k, owner, lease, call) },
+		end:   func(mark, outcome, val string) scripts.Call { return scripts.OnceEndCall(k, mark, outcome, val) },
+		undo:  func(call, remember string) scripts.Call { return scripts.OnceUndoCall(k, call, remember) }}
 	return o
 }
 

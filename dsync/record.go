@@ -15,17 +15,18 @@ import (
 // the others wait for it: a Once, and each key of a Group. It is a state
 // hash (the result, once there), a running marker "<owner> <token> <call>"
 // whose lease the runner's hold keeps alive, a channel published when a run
-// ends, and a set of undone calls. The primitive supplies the scripts:
+// ends, and a set of undone calls. The primitive supplies its scripts'
+// calls, each made by the script's builder in package scripts with the
+// primitive's keys and arguments added:
 //
-//	begin  keys, ARGV {owner, lease ms, call id, beginArgs...}; reply
-//	       {2, val} done, {3, msg} done with an error, {1, token} run f
-//	       now, {0, pttl} a run is in progress
-//	end    keys endKeys, ARGV {mark, "ok"|"err"|"fail", val, endArgs...};
-//	       reply {1} recorded, {2, val} done by another run, {0} the run
-//	       had lost its marker
-//	undo   keys undoKeys, ARGV {call id, lease ms, undoArgs...}
+//	begin  begin(owner, lease ms, call id); reply {2, val} done, {3, msg}
+//	       done with an error, {1, token} run f now, {0, pttl} a run is
+//	       in progress
+//	end    end(mark, "ok"|"err"|"fail"|"gone", val); reply {1} recorded,
+//	       {2, val} done by another run, {0} the run had lost its marker
+//	undo   undo(call id, how long to remember the call as undone, ms)
 //
-// Renewal (once_renew.lua) only needs the running marker.
+// Renewal (once_renew_many.lua) only needs the running marker.
 type runRecord struct {
 	c    *Client
 	name string // for errors
@@ -34,9 +35,9 @@ type runRecord struct {
 
 	state, run, ch string
 
-	begin, end, undo            *rueidis.Lua
-	keys, endKeys, undoKeys     []string
-	beginArgs, endArgs, undoArg []string
+	begin func(owner, lease, call string) scripts.Call
+	end   func(mark, outcome, val string) scripts.Call
+	undo  func(call, remember string) scripts.Call
 }
 
 // lease is the lease of a run.
@@ -60,8 +61,7 @@ type recordWait struct {
 // (not tracked yet: see runF). The end of a run is published on r.ch; the
 // fallback is the running marker's remaining lease.
 func (r *runRecord) wait(ctx context.Context, owner, call string) (w recordWait, err error) {
-	args := append([]string{owner, leaseMS(r.lease()), call}, r.beginArgs...)
-	a := recordAttempt{r: r, ctx: ctx, call: call, args: args}
+	a := recordAttempt{r: r, ctx: ctx, call: call, begin: r.begin(owner, leaseMS(r.lease()), call)}
 	w.attempts, err = waitLoop(r.c, ctx, r.ch, "", false, recordProto{&a})
 	w.val, w.failed, w.tok, w.sentAt = a.val, a.failed, a.tok, a.sentAt
 	if err == nil && a.tok != 0 {
@@ -76,7 +76,7 @@ type recordAttempt struct {
 	r      *runRecord
 	ctx    context.Context
 	call   string
-	args   []string
+	begin  scripts.Call
 	sentAt time.Time
 	val    string // the stored result, when done
 	failed bool   // val is a stored error's message
@@ -89,9 +89,9 @@ type recordProto struct{ a *recordAttempt }
 func (p recordProto) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	a := p.a
 	a.sentAt = time.Now()
-	r, args := a.r, a.args
+	r, x := a.r, a.begin
 	begin := func(ctx context.Context) ([]rueidis.RedisMessage, error) {
-		return r.c.lua(r.begin).Exec(ctx, r.c.rc, r.keys, args).ToArray()
+		return r.c.run(ctx, x).ToArray()
 	}
 	var res []rueidis.RedisMessage
 	var err error
@@ -145,9 +145,9 @@ func (recordProto) granted(uint64, uint64) bool { return false } // no grants: i
 // undoCall takes back the call named call: its run, if its begin started
 // one, and any begin of it still on its way.
 func (r *runRecord) undoCall(ctx context.Context, call string) {
-	args := append([]string{call, leaseMS(r.c.cfg.lease)}, r.undoArg...)
+	x := r.undo(call, leaseMS(r.c.cfg.lease))
 	_ = idempotent(ctx, func(ctx context.Context) error {
-		return r.c.lua(r.undo).Exec(ctx, r.c.rc, r.undoKeys, args).Error()
+		return r.c.run(ctx, x).Error()
 	})
 }
 
@@ -170,13 +170,13 @@ type runHold struct {
 func (rh *runHold) renewKey(*hold) (string, string, bool) { return "", "", false }
 
 func (rh *runHold) renewIn(*hold) (*rueidis.Lua, []string, []string) {
-	return scripts.OnceRenewMany, []string{rh.r.run}, []string{rh.mark}
+	return scripts.OnceRenewMany, []string{rh.r.run}, scripts.AppendOnceRenewManyArgs(nil, rh.mark)
 }
 
 // releaseExec ends the run as failed (Close: f's outcome is unknown).
 func (rh *runHold) releaseExec(*hold) (*rueidis.Lua, rueidis.LuaExec) {
-	r := rh.r
-	return r.end, rueidis.LuaExec{Keys: r.endKeys, Args: append([]string{rh.mark, r.closeEnd(), ""}, r.endArgs...)}
+	x := rh.r.end(rh.mark, rh.r.closeEnd(), "")
+	return x.Script, x.LuaExec
 }
 
 // closeEnd is the outcome of a run its Client's Close ended: failed, and
@@ -322,10 +322,10 @@ func (r *runRecord) superseded(code int64) string {
 // is (idempotent: the script is, for one marker), under a context that
 // outlives ctx.
 func (r *runRecord) endRun(ctx context.Context, marker, outcome, val string) ([]rueidis.RedisMessage, error) {
-	args := append([]string{marker, outcome, val}, r.endArgs...)
+	x := r.end(marker, outcome, val)
 	var res []rueidis.RedisMessage
 	err := idempotent(ctx, func(ctx context.Context) (err error) {
-		res, err = r.c.lua(r.end).Exec(ctx, r.c.rc, r.endKeys, args).ToArray()
+		res, err = r.c.run(ctx, x).ToArray()
 		return err
 	})
 	if err == nil && len(res) == 0 {

@@ -233,6 +233,106 @@ func SemUndoCall(keys []string, waiter, channel, remember string) Call {
 	return Call{SemUndo, rueidis.LuaExec{Keys: keys, Args: []string{waiter, channel, remember}}}
 }
 
+// OnceKeys are the keys of a Once (once_begin.lua): State its state hash,
+// Run its run key, Channel the channel a run's end is published on, and
+// the lists of its scripts, which take different ones. A Once builds them
+// once (NewOnceKeys); its calls share them.
+type OnceKeys struct {
+	State, Run, Channel string
+
+	begin, end, undo []string
+}
+
+// NewOnceKeys returns the keys of the Once whose state hash is base.
+func NewOnceKeys(base string) OnceKeys {
+	run, ch := base+":run", base+":ch"
+	undone := run + ":undone"
+	return OnceKeys{State: base, Run: run, Channel: ch,
+		begin: []string{base, run, undone}, end: []string{base, run, ch}, undo: []string{base, run, undone, ch}}
+}
+
+// OnceBeginCall starts a run of the Once of keys for owner, with a lease
+// in ms, unless it is done or running (once_begin.lua). call names the Do
+// call (one per call): a begin of a call undone (OnceUndoCall) does
+// nothing.
+func OnceBeginCall(keys OnceKeys, owner, lease, call string) Call {
+	return Call{OnceBegin, rueidis.LuaExec{Keys: keys.begin, Args: []string{owner, lease, call}}}
+}
+
+// OnceEndCall ends the run of the Once of keys whose running marker is
+// mark ("<owner> <token> <call>"): outcome "ok" records val as its result,
+// "fail" gives the next caller its turn; either way the waiters are woken
+// (once_end.lua).
+func OnceEndCall(keys OnceKeys, mark, outcome, val string) Call {
+	return Call{OnceEnd, rueidis.LuaExec{Keys: keys.end, Args: []string{mark, outcome, val}}}
+}
+
+// OnceUndoCall takes back the Do call named call of the Once of keys: it
+// remembers the call as undone for remember ms, so that a begin still on
+// its way does nothing, and ends the run it started, if any
+// (once_undo.lua). It can be repeated.
+func OnceUndoCall(keys OnceKeys, call, remember string) Call {
+	return Call{OnceUndo, rueidis.LuaExec{Keys: keys.undo, Args: []string{call, remember}}}
+}
+
+// AppendOnceRenewManyArgs appends to dst the argument one run of a Once or
+// of a Group's key adds to a batch of OnceRenewMany (once_renew_many.lua):
+// its running marker mark ("<owner> <token> <call>"). The run's key in the
+// batch is its run key alone; the batch's first argument is the lease in
+// ms.
+func AppendOnceRenewManyArgs(dst []string, mark string) []string {
+	return append(dst, mark)
+}
+
+// GroupKeys returns the keys of the record of key of the Group whose index
+// is base, in the order every Group script takes them (group_lib.lua): its
+// state hash, run key, undone calls, wakeup channel, waiters, and the
+// Group's index. A Group builds them once per key it calls.
+func GroupKeys(base, key string) []string {
+	return []string{base + ":s:" + key, base + ":r:" + key, base + ":u:" + key, base + ":c:" + key, base + ":w:" + key, base}
+}
+
+// GroupBeginCall starts a run of key of a Group (keys: GroupKeys) for
+// owner, with a lease in ms, waits for the run in progress, or takes the
+// last one's result (group_begin.lua). call names this process's wait for
+// key; resultTTL is how long a result is kept after its run, in ms ("0":
+// only for the callers waiting for it).
+func GroupBeginCall(keys []string, owner, lease, call, key, resultTTL string) Call {
+	return Call{GroupBegin, rueidis.LuaExec{Keys: keys, Args: []string{owner, lease, call, key, resultTTL}}}
+}
+
+// GroupEndCall ends the run of key of a Group (keys: GroupKeys) whose
+// running marker is mark ("<owner> <token> <call>"), with outcome "ok"
+// (val is the result), "err" (val is the error message), "fail" (a waiter
+// runs fn) or "gone" (a failure whose call does not wait on), and wakes the
+// waiters (group_end.lua). resultTTL is GroupBeginCall's; lease, in ms, is
+// how long a waiter may take to look.
+func GroupEndCall(keys []string, mark, outcome, val, key, resultTTL, lease string) Call {
+	return Call{GroupEnd, rueidis.LuaExec{Keys: keys, Args: []string{mark, outcome, val, key, resultTTL, lease}}}
+}
+
+// GroupUndoCall takes back the wait call of key of a Group (keys:
+// GroupKeys): its place among the waiters, and, as OnceUndoCall does, the
+// run it started, remembering the call as undone for remember ms
+// (group_leave.lua, once_undo.lua). It can be repeated.
+func GroupUndoCall(keys []string, call, remember, key string) Call {
+	return Call{GroupUndo, rueidis.LuaExec{Keys: keys, Args: []string{call, remember, key}}}
+}
+
+// GroupLeaveCall takes the wait call of key of a Group (keys: GroupKeys)
+// out of its record's waiters; a finished record nobody else waits for
+// goes with it (group_leave.lua, group_left.lua).
+func GroupLeaveCall(keys []string, call, key string) Call {
+	return Call{GroupLeave, rueidis.LuaExec{Keys: keys, Args: []string{call, key}}}
+}
+
+// GroupForgetCall drops the record of key of a Group (keys: GroupKeys), so
+// that the next call runs fn again, and wakes its waiters
+// (group_forget.lua).
+func GroupForgetCall(keys []string, key string) Call {
+	return Call{GroupForget, rueidis.LuaExec{Keys: keys, Args: []string{key}}}
+}
+
 // ElectionKeys returns the keys of an election, in the order every
 // election script takes them (election_lib.lua): its lock (a fair mutex's
 // lock key) and its leader record. An Election builds them once; its calls
