@@ -20,7 +20,7 @@ import (
 // Conds with Client.NewCond. A Cond may be copied.
 type Cond struct {
 	m    *Mutex
-	keys []string // waiters, places, signalled (cond_lib.lua)
+	keys []string // scripts.CondKeys: waiters, places, signalled
 	ch   string   // this Client's wakeup channel
 	info Lock
 	err  error // made by another Client than its Mutex's: every call fails
@@ -34,7 +34,7 @@ func (c *Client) NewCond(l *Mutex) *Cond {
 		return &Cond{}
 	}
 	base := c.lockKey("cond", l.info.Name)
-	cd := &Cond{m: l, keys: []string{base, base + ":places", base + ":sig"}, ch: base + ":ch:" + c.id[:16],
+	cd := &Cond{m: l, keys: scripts.CondKeys(base), ch: base + ":ch:" + c.id[:16],
 		info: Lock{Kind: KindCond, Name: l.info.Name, N: 1}}
 	if l.c != c {
 		cd.err = &lockError{kind: KindCond, name: l.info.Name, err: fmt.Errorf("%w: NewCond was called on Client %s with a Mutex of Client %s: make the Cond with the Mutex's own Client", ErrInvalidArgument, c.ident, l.c.ident)}
@@ -120,11 +120,11 @@ func (cd *Cond) Wait(lctx context.Context) (context.Context, error) {
 	ob.done(nil, false, attempts, nil)
 	// Taken off the critical path: if it does not get through, the place
 	// lapses and the signal passes on (an extra wakeup, never a lost one).
-	c.background(func(bctx context.Context) { _ = w.leaveExec(bctx, "0") })
+	c.background(func(bctx context.Context) { _ = w.leaveExec(bctx, false) })
 	nctx, err := m.LockContext(ctx)
 	if err != nil {
 		// Woken, but gone without the lock: another waiter gets the turn.
-		c.background(func(bctx context.Context) { _ = cd.exec(bctx, "one") })
+		c.background(func(bctx context.Context) { _ = cd.exec(bctx, false) })
 		return nil, err
 	}
 	return nctx, nil
@@ -175,7 +175,7 @@ func (cd *Cond) WaitLocked(ctx context.Context) error {
 	}
 	if rerr := relock(m); rerr != nil {
 		if err == nil { // signalled, and gone without the lock: the turn passes on
-			m.c.background(func(bctx context.Context) { _ = cd.exec(bctx, "one") })
+			m.c.background(func(bctx context.Context) { _ = cd.exec(bctx, false) })
 		}
 		return rerr
 	}
@@ -210,7 +210,7 @@ func (cd *Cond) sleepLocked(ctx context.Context, owner string) (registered bool,
 		w.leave(true)
 		return true, wrapErr(KindCond, cd.info.Name, err)
 	}
-	c.background(func(bctx context.Context) { _ = w.leaveExec(bctx, "0") })
+	c.background(func(bctx context.Context) { _ = w.leaveExec(bctx, false) })
 	return true, nil
 }
 
@@ -232,13 +232,14 @@ func relock(m *Mutex) (err error) {
 
 // Signal wakes the longest-waiting live waiter, if any, in any process. It
 // may be called with or without the lock held.
-func (cd *Cond) Signal(ctx context.Context) error { return cd.signal(ctx, "one") }
+func (cd *Cond) Signal(ctx context.Context) error { return cd.signal(ctx, false) }
 
 // Broadcast wakes every waiter waiting when it runs, in any process. It may
 // be called with or without the lock held.
-func (cd *Cond) Broadcast(ctx context.Context) error { return cd.signal(ctx, "all") }
+func (cd *Cond) Broadcast(ctx context.Context) error { return cd.signal(ctx, true) }
 
-func (cd *Cond) signal(ctx context.Context, which string) error {
+// signal is Signal, or with all Broadcast.
+func (cd *Cond) signal(ctx context.Context, all bool) error {
 	if cd.m == nil {
 		return fmt.Errorf("%w: Cond of a nil Mutex", ErrInvalidArgument)
 	}
@@ -248,14 +249,13 @@ func (cd *Cond) signal(ctx context.Context, which string) error {
 	if err := cd.m.c.checkCall(ctx, cd.m.err); err != nil {
 		return err
 	}
-	return wrapErr(KindCond, cd.info.Name, cd.exec(ctx, which))
+	return wrapErr(KindCond, cd.info.Name, cd.exec(ctx, all))
 }
 
-// exec runs the signal script. A signal is not idempotent (a repeated one
-// wakes one more waiter): it is sent once.
-func (cd *Cond) exec(ctx context.Context, which string) error {
-	c := cd.m.c
-	return c.lua(scripts.CondSignal).Exec(ctx, c.rc, cd.keys, []string{which}).Error()
+// exec runs the signal script (all: Broadcast's). A signal is not
+// idempotent (a repeated one wakes one more waiter): it is sent once.
+func (cd *Cond) exec(ctx context.Context, all bool) error {
+	return cd.m.c.run(ctx, scripts.CondSignalCall(cd.keys, all)).Error()
 }
 
 // condWaiter is one Wait's registration in Redis.
@@ -268,23 +268,18 @@ type condWaiter struct {
 // register is idempotent: a repeat only renews the place (a new arrival
 // score, after a lost reply, costs the waiter nothing it had).
 func (w *condWaiter) register(ctx context.Context) error {
-	c := w.cd.m.c
-	return c.lua(scripts.CondWait).Exec(ctx, c.rc, w.cd.keys, []string{w.id, w.lease}).Error()
+	return w.cd.m.c.run(ctx, scripts.CondWaitCall(w.cd.keys, w.id, w.lease)).Error()
 }
 
-func (w *condWaiter) leaveExec(ctx context.Context, pass string) error {
-	c := w.cd.m.c
-	return c.lua(scripts.CondLeave).Exec(ctx, c.rc, w.cd.keys, []string{w.id, pass}).Error()
+// leaveExec takes the waiter out; pass: a signal it had passes on.
+func (w *condWaiter) leaveExec(ctx context.Context, pass bool) error {
+	return w.cd.m.c.run(ctx, scripts.CondLeaveCall(w.cd.keys, w.id, pass)).Error()
 }
 
 // leave takes the waiter out after it gave up, passing a signal it had on;
 // at once if Redis answers in time, else in the background.
 func (w *condWaiter) leave(pass bool) {
-	arg := "0"
-	if pass {
-		arg = "1"
-	}
-	w.cd.m.c.cleanupNow(context.Background(), func(ctx context.Context) error { return w.leaveExec(ctx, arg) }, nil)
+	w.cd.m.c.cleanupNow(context.Background(), func(ctx context.Context) error { return w.leaveExec(ctx, pass) }, nil)
 }
 
 // condProto is a Wait's waitProto: an attempt looks whether the waiter was
@@ -294,7 +289,7 @@ type condProto struct{ w *condWaiter }
 func (p condProto) attempt(ctx context.Context, _ int) (bool, time.Duration, error) {
 	w := p.w
 	c := w.cd.m.c
-	code, err := c.lua(scripts.CondCheck).Exec(ctx, c.rc, w.cd.keys, []string{w.id, w.lease}).AsInt64()
+	code, err := c.run(ctx, scripts.CondCheckCall(w.cd.keys, w.id, w.lease)).AsInt64()
 	if err != nil {
 		return true, 0, err
 	}

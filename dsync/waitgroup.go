@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/dsync/dsync/internal/scripts"
@@ -45,7 +44,7 @@ func (wg *WaitGroup) Add(ctx context.Context, delta int64) error {
 	if err := c.checkCall(ctx, wg.err); err != nil {
 		return err
 	}
-	vals, err := c.lua(scripts.WaitGroupAdd).Exec(ctx, c.rc, []string{wg.key, wg.ch, wg.gen}, []string{strconv.FormatInt(delta, 10)}).AsIntSlice()
+	vals, err := c.run(ctx, scripts.WaitGroupAddCall(wg.key, wg.ch, wg.gen, delta)).AsIntSlice()
 	r, ok := decodeWGAdd(vals)
 	if err == nil && !ok {
 		err = errors.New("dsync: unexpected reply from the wait group script")

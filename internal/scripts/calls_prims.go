@@ -333,6 +333,13 @@ func GroupForgetCall(keys []string, key string) Call {
 	return Call{GroupForget, rueidis.LuaExec{Keys: keys, Args: []string{key}}}
 }
 
+// WaitGroupAddCall adds delta to the WaitGroup whose keys are counter,
+// channel (where its waiters are woken) and generation, waking the waiters
+// when it reaches zero (wg_add.lua).
+func WaitGroupAddCall(counter, channel, generation string, delta int64) Call {
+	return Call{WaitGroupAdd, rueidis.LuaExec{Keys: []string{counter, channel, generation}, Args: []string{strconv.FormatInt(delta, 10)}}}
+}
+
 // ElectionKeys returns the keys of an election, in the order every
 // election script takes them (election_lib.lua): its lock (a fair mutex's
 // lock key) and its leader record. An Election builds them once; its calls
@@ -380,4 +387,41 @@ func ElectionReadCall(keys []string, seen uint64) Call {
 // election's ElectionKeys; the batch's first argument is the lease in ms.
 func AppendElectionTouchManyArgs(dst []string, owner string, term uint64, lifetime string) []string {
 	return append(dst, owner, strconv.FormatUint(term, 10), lifetime)
+}
+
+// CondKeys returns the keys of the Cond whose waiters zset is base, in the
+// order every Cond script takes them (cond_lib.lua): its waiters, their
+// places, the signalled ones. A Cond builds them once; its calls share
+// them.
+func CondKeys(base string) []string {
+	return []string{base, base + ":places", base + ":sig"}
+}
+
+// CondWaitCall registers waiter ("<client id>-<n>") of the Cond of keys
+// (CondKeys), its place lasting lease ms (cond_wait.lua).
+func CondWaitCall(keys []string, waiter, lease string) Call {
+	return Call{CondWait, rueidis.LuaExec{Keys: keys, Args: []string{waiter, lease}}}
+}
+
+// CondCheckCall looks whether waiter of the Cond of keys (CondKeys) was
+// signalled, and renews its place for lease ms (cond_check.lua).
+func CondCheckCall(keys []string, waiter, lease string) Call {
+	return Call{CondCheck, rueidis.LuaExec{Keys: keys, Args: []string{waiter, lease}}}
+}
+
+// CondLeaveCall takes waiter out of the Cond of keys (CondKeys); pass: a
+// signal it was given passes on to the next waiter (cond_leave.lua). It
+// can be repeated.
+func CondLeaveCall(keys []string, waiter string, pass bool) Call {
+	return Call{CondLeave, rueidis.LuaExec{Keys: keys, Args: []string{waiter, flag(pass)}}}
+}
+
+// CondSignalCall wakes the longest-waiting live waiter of the Cond of keys
+// (CondKeys), or with all every waiter waiting now (cond_signal.lua).
+func CondSignalCall(keys []string, all bool) Call {
+	which := "one"
+	if all {
+		which = "all"
+	}
+	return Call{CondSignal, rueidis.LuaExec{Keys: keys, Args: []string{which}}}
 }
