@@ -47,7 +47,7 @@ func FairKeys(key string) []string {
 }
 
 // FairAcquireCall is one attempt of owner to acquire, re-enter or queue for
-// the fair mutex of keys (FairKeys) (fair_acquire.lua). marker is the
+// the fair mutex of keys (FairKeys; fair_acquire.lua). marker is the
 // attempt's marker key, in which the script records the acquisition for
 // FairUndoCall ("" for none); check: the script only checks it, never
 // writes it (an owner made for this one call: FairUndoFreshCall). lease is
@@ -357,7 +357,7 @@ func ElectionBeginCall(keys []string, owner string, term uint64, value, lifetime
 }
 
 // ElectionProclaimCall proclaims value in the term of owner in the election
-// of keys (ElectionKeys) (election_proclaim.lua); the other parameters are
+// of keys (ElectionKeys; election_proclaim.lua); the other parameters are
 // ElectionBeginCall's.
 func ElectionProclaimCall(keys []string, owner string, term uint64, value, lifetime, channel string) Call {
 	return Call{ElectionProclaim, rueidis.LuaExec{Keys: keys, Args: electionValueArgs(owner, term, value, lifetime, channel)}}
@@ -376,7 +376,7 @@ func ElectionResignCall(keys []string, owner string, term uint64, lifetime, chan
 }
 
 // ElectionReadCall reads the election of keys (ElectionKeys): its lock and
-// the changes after version seen (0: none seen) (election_read.lua).
+// the changes after version seen, 0 for none (election_read.lua).
 func ElectionReadCall(keys []string, seen uint64) Call {
 	return Call{ElectionRead, rueidis.LuaExec{Keys: keys, Args: []string{strconv.FormatUint(seen, 10)}}}
 }
