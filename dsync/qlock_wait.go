@@ -153,11 +153,3 @@ func (q *qlock) undoAttempt(ctx context.Context, undo scripts.Call) {
 		return q.c.run(ctx, undo).Error()
 	})
 }
-
-// withMarker returns keys with an attempt marker appended, if there is one.
-func withMarker(keys []string, marker string) []string {
-	if marker == "" {
-		return keys
-	}
-	return append(keys[:len(keys):len(keys)], marker)
-}

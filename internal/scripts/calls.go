@@ -6,7 +6,11 @@ import "github.com/redis/rueidis"
 // Each script's inputs are built in one place, by a function named after
 // the script (MutexUnwait: MutexUnwaitCall), whose parameters name them in
 // the order its source describes; callers pass values, never positions.
-// A Call's LuaExec goes into batches of one script (ExecMulti) as it is.
+// Calls on a hot path, which reuse their caller's buffers, have builders
+// that append instead (AppendMutexReleaseArgs), and a key list that a
+// primitive's scripts share is built once per lock (RWKeys). A Call's
+// LuaExec goes into batches of one script (ExecMulti) as it is.
+// TestEveryScriptBuilt checks that every script dsync calls has one.
 type Call struct {
 	Script *rueidis.Lua
 	rueidis.LuaExec
