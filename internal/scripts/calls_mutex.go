@@ -183,7 +183,7 @@ func MutexLocalWaitersCall(key, client string, waiting int, lease string) Call {
 func InspectLockCall(key string, fair bool, most int) Call {
 	keys, layout := []string{key, key + ":waiting"}, "waiting"
 	if fair {
-		keys, layout = []string{key, key + ":queue", key + ":places"}, "queue"
+		keys, layout = FairKeys(key), "queue"
 	}
 	return Call{InspectLock, rueidis.LuaExec{Keys: keys, Args: []string{strconv.Itoa(most), layout}}}
 }
@@ -202,8 +202,7 @@ func InspectOtherCall(layout string, keys []string, most int) Call {
 // a FairMutex's queue is passed on.
 func ForceUnlockCall(key string, fair bool, markerLife string) Call {
 	if fair {
-		return Call{ForceUnlock, rueidis.LuaExec{Keys: []string{key, key + ":queue", key + ":places"},
-			Args: []string{markerLife, "", key + ":w:"}}}
+		return Call{ForceUnlock, rueidis.LuaExec{Keys: FairKeys(key), Args: []string{markerLife, "", key + ":w:"}}}
 	}
 	return Call{ForceUnlock, rueidis.LuaExec{Keys: []string{key}, Args: []string{markerLife, key + ":ch", ""}}}
 }
@@ -212,24 +211,21 @@ func ForceUnlockCall(key string, fair bool, markerLife string) Call {
 // whoever holds them, and passes it on (force_rw.lua). Its ARGV[1], which
 // the script does not read, is the readers' key prefix, as it always was.
 func ForceRWCall(key string) Call {
-	return Call{ForceRW, rueidis.LuaExec{
-		Keys: []string{key, key + ":readers", key + ":queue", key + ":places", key + ":rwait", key + ":radmit"},
-		Args: []string{key + ":r", key + ":w:"}}}
+	return Call{ForceRW, rueidis.LuaExec{Keys: RWKeys(key), Args: []string{key + ":r", key + ":w:"}}}
 }
 
 // ForceSemCall releases every permit of the Semaphore whose key is key,
 // whoever holds them, and grants its waiters (force_sem.lua).
 func ForceSemCall(key string) Call {
-	return Call{ForceSem, rueidis.LuaExec{
-		Keys: []string{key, key + ":holders", key + ":waiters", key + ":want", key + ":undone"},
-		Args: []string{key + ":w:"}}}
+	return Call{ForceSem, rueidis.LuaExec{Keys: SemKeys(key), Args: []string{key + ":w:"}}}
 }
 
 // ForceOtherCall ends a Once's run (layout "once", key its state key)
 // whoever runs it, or resets a WaitGroup's counter (layout "wg", key the
 // counter), and wakes their waiters (force_other.lua).
 func ForceOtherCall(layout, key string) Call {
-	keys := []string{key + ":run", key + ":ch"}
+	k := NewOnceKeys(key)
+	keys := []string{k.Run, k.Channel}
 	if layout == "wg" {
 		keys = []string{key, key + ":ch", key + ":gen"}
 	}
